@@ -1,0 +1,46 @@
+# lwmkit: `make data DOMAIN=android` and `make test` do all set-up on first use.
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+# CPU build of torch by default; users with GPUs set TORCH_SPEC to their own build.
+TORCH_SPEC ?= torch==2.13.0
+DOMAIN ?= android
+OUT ?= out/$(DOMAIN)
+INPUT ?=
+EXECUTOR ?=
+
+.PHONY: data test lint fmt bench bench-quick clean
+
+$(VENV)/.installed: pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q "$(TORCH_SPEC)"
+	$(PY) -m pip install -q -e ".[dev,train,s3,viz]"
+	touch $@
+
+data: $(VENV)/.installed
+	@set -e; if [ -z "$(INPUT)" ]; then \
+	  $(VENV)/bin/lwm demo --domain $(DOMAIN) --native --out $(OUT)/demo-input; \
+	  $(VENV)/bin/lwm run --input $(OUT)/demo-input --domain $(DOMAIN) --out $(OUT) $(if $(EXECUTOR),--executor $(EXECUTOR)); \
+	else \
+	  $(VENV)/bin/lwm run --input "$(INPUT)" --domain $(DOMAIN) --out $(OUT) $(if $(EXECUTOR),--executor $(EXECUTOR)); \
+	fi
+
+lint: $(VENV)/.installed
+	$(VENV)/bin/ruff check .
+
+fmt: $(VENV)/.installed
+	$(VENV)/bin/ruff format .
+
+test: $(VENV)/.installed
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/python -m pytest -q
+
+bench: $(VENV)/.installed
+	$(PY) -m bench
+
+bench-quick: $(VENV)/.installed
+	$(PY) -m bench --quick
+
+clean:
+	rm -rf out .pytest_cache .ruff_cache

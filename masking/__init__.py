@@ -1,0 +1,1 @@
+"""Turn-level information-theoretic loss masking (SPEC §5)."""

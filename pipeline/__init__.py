@@ -1,0 +1,1 @@
+"""lwmkit: weighted token-loss shards for language world models."""

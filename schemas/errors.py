@@ -1,0 +1,28 @@
+"""Typed errors. Bad input becomes `InvalidRecord` (quarantined); bad setup is `ConfigError` (fatal)."""
+
+from __future__ import annotations
+
+
+class InvalidRecord(Exception):
+    """A native record that cannot become a trajectory.
+
+    `reason` is a short stable code used for counting (``malformed_json``,
+    ``missing_field``, ``line_too_long`` ...); `detail` is one human line; `locator`
+    says where the record is (``line 12``, ``byte 4096``, ``member states/a.json``).
+    """
+
+    def __init__(self, reason: str, detail: str = "", locator: str = "", uri: str = "") -> None:
+        self.reason = reason
+        self.detail = " ".join(str(detail).split())[:500]
+        self.locator = locator
+        self.uri = uri
+        super().__init__(self.one_line())
+
+    def one_line(self) -> str:
+        where = ":".join(p for p in (self.uri, self.locator) if p)
+        text = f"{self.reason}: {self.detail}" if self.detail else self.reason
+        return f"{where}: {text}" if where else text
+
+
+class ConfigError(Exception):
+    """A configuration or usage error: the run stops with this one line."""

@@ -1,0 +1,1 @@
+"""Pipeline stages: pure, deterministic transformations over Arrow data."""

@@ -1,0 +1,86 @@
+"""Small pieces shared by the adapters: raw records from containers, text helpers, ids."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterator
+from typing import Any
+
+from schemas.errors import InvalidRecord
+from schemas.trajectory import Source, SystemPrompt, Trajectory, Turn, make_traj_id, validate
+from stages.ingest.reading import DEFAULT_MAX_RECORD_BYTES, InputUnit, iter_container
+from stages.ingest.registry import RawRecord
+
+_ANSI = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)|\x1b[@-Z\\-_]")
+
+
+def records_from_container(unit: InputUnit, fmt: str, opts: dict[str, Any]) -> Iterator[RawRecord | InvalidRecord]:
+    """Each record of a JSON/JSONL/CSV/Parquet file as a `RawRecord` (bad ones as `InvalidRecord`)."""
+    max_bytes = int(opts.get("max_record_bytes") or DEFAULT_MAX_RECORD_BYTES)
+    for item in iter_container(unit.uri, max_bytes):
+        if isinstance(item, InvalidRecord):
+            yield item
+            continue
+        locator, value = item
+        yield RawRecord(unit.uri, locator, fmt, json.dumps(value, ensure_ascii=False, default=str))
+
+
+def canonical_json(value: Any) -> str:
+    """Canonical action text for structured actions: compact, key order kept as given."""
+    return json.dumps(value, ensure_ascii=False, separators=(", ", ": "))
+
+
+def strip_ansi(text: str) -> str:
+    """Remove ANSI escape sequences and collapse carriage-return overwrites per line."""
+    text = _ANSI.sub("", text).replace("\r\n", "\n")
+    if "\r" in text:
+        text = "\n".join(line.rsplit("\r", 1)[-1] if line.rstrip("\r") else line.rstrip("\r") for line in text.split("\n"))
+    return text
+
+
+def text_of(content: Any) -> str:
+    """Text of a message content: a string, or a list of parts (text parts joined by newlines)."""
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        parts = []
+        for part in content:
+            if isinstance(part, str):
+                parts.append(part)
+            elif isinstance(part, dict) and isinstance(part.get("text"), str):
+                parts.append(part["text"])
+        return "\n".join(parts)
+    if isinstance(content, dict) and isinstance(content.get("text"), str):
+        return content["text"]
+    return json.dumps(content, ensure_ascii=False)
+
+
+def make_trajectory(
+    record: RawRecord,
+    *,
+    domain: str,
+    native_key: str,
+    turns: list[Turn],
+    system: SystemPrompt,
+    source_kind: str = "public",
+    split_key: str | None = None,
+    outcome=None,
+    meta: dict[str, Any] | None = None,
+) -> Trajectory:
+    """Assemble and validate a trajectory with the provenance of `record`."""
+    traj_id = make_traj_id(record.format, native_key)
+    traj = Trajectory(
+        traj_id=traj_id,
+        domain=domain,
+        split_key=split_key or traj_id,
+        source=Source(kind=source_kind, format=record.format, uri=record.uri, locator=record.locator),
+        system=system,
+        turns=turns,
+        outcome=outcome,
+        meta=json.dumps(meta, ensure_ascii=False, sort_keys=True, default=str) if meta else None,
+    )
+    validate(traj, record.locator)
+    return traj

@@ -1,0 +1,289 @@
+"""Reading inputs from anywhere fsspec reaches, streaming, with bounded memory per record.
+
+Containers: JSONL, JSON (object or list), CSV, Parquet. Compression ``.gz`` / ``.zst`` is
+detected from the name. Readers yield ``(locator, value)`` pairs or `InvalidRecord` for the
+records that cannot be read; they never raise on bad data, only on unreachable files.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import posixpath
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import fsspec
+import zstandard
+
+from schemas.errors import ConfigError, InvalidRecord
+
+DEFAULT_MAX_RECORD_BYTES = 64 * 1024 * 1024
+DATA_SUFFIXES = (".jsonl", ".ndjson", ".json", ".csv", ".parquet", ".traj", ".cast", ".xml", ".yaml", ".yml", ".log")
+COMPRESSIONS = {".gz": "gzip", ".zst": "zstd", ".zstd": "zstd"}
+_CHUNK = 1 << 20
+
+
+@dataclass(frozen=True)
+class InputUnit:
+    """One unit of input work: a file, or a directory that an adapter reads as one session."""
+
+    uri: str
+    is_dir: bool = False
+
+
+def split_compression(uri: str) -> tuple[str, str | None]:
+    """``("a.jsonl", "zstd")`` for ``a.jsonl.zst``; the name without its compression suffix."""
+    for suffix, kind in COMPRESSIONS.items():
+        if uri.endswith(suffix):
+            return uri[: -len(suffix)], kind
+    return uri, None
+
+
+def container_of(uri: str) -> str:
+    """The container kind from the name: jsonl, json, csv, parquet or the bare extension."""
+    base, _ = split_compression(uri.lower())
+    ext = posixpath.splitext(base)[1]
+    return {".ndjson": "jsonl", ".traj": "json"}.get(ext, ext.lstrip("."))
+
+
+def is_data_file(uri: str) -> bool:
+    base, _ = split_compression(uri.lower())
+    return base.endswith(DATA_SUFFIXES)
+
+
+def filesystem(uri: str) -> tuple[fsspec.AbstractFileSystem, str]:
+    """The fsspec filesystem for a URI and the path within it."""
+    fs, path = fsspec.core.url_to_fs(uri)
+    return fs, path
+
+
+def _unstrip(fs: fsspec.AbstractFileSystem, path: str) -> str:
+    return fs.unstrip_protocol(path) if not fs.protocol or "file" not in _protocols(fs) else path
+
+
+def _protocols(fs: fsspec.AbstractFileSystem) -> tuple[str, ...]:
+    p = fs.protocol
+    return (p,) if isinstance(p, str) else tuple(p)
+
+
+def join_uri(base: str, *parts: str) -> str:
+    """Join path parts onto a URI or local path (fsspec URLs keep their protocol)."""
+    return posixpath.join(base.rstrip("/"), *parts)
+
+
+def open_binary(uri: str) -> io.BufferedIOBase:
+    """A decompressed binary stream of the file (gzip and zstd by suffix)."""
+    _, compression = split_compression(uri)
+    fs, path = filesystem(uri)
+    raw = fs.open(path, "rb")
+    if compression == "gzip":
+        import gzip
+
+        return gzip.GzipFile(fileobj=raw)  # type: ignore[return-value]
+    if compression == "zstd":
+        return zstandard.ZstdDecompressor().stream_reader(raw, read_across_frames=True, closefd=True)  # type: ignore[return-value]
+    return raw
+
+
+def read_head(uri: str, size: int = 65536) -> bytes:
+    """Up to `size` decompressed bytes from the start of the file ('' if unreadable)."""
+    try:
+        with open_binary(uri) as f:
+            return f.read(size)
+    except (OSError, EOFError, zstandard.ZstdError):
+        return b""
+
+
+def expand_inputs(specs: list[str], claims_dir=None) -> list[InputUnit]:
+    """Files, directories (walked), globs and fsspec URLs → sorted, deduplicated input units.
+
+    `claims_dir(uri) -> bool` lets an adapter take a whole directory as one unit (a recorded
+    session); other directories are walked and only files with a data suffix are kept.
+    """
+    units: dict[str, InputUnit] = {}
+    for spec in specs:
+        fs, path = filesystem(spec)
+        if fs.isdir(path):
+            _walk(fs, path, units, claims_dir)
+            continue
+        matches = sorted(fs.glob(path)) if any(c in path for c in "*?[") else [path]
+        if not matches or not all(fs.exists(m) for m in matches):
+            raise ConfigError(f"input not found: {spec}")
+        for m in matches:
+            if fs.isdir(m):
+                _walk(fs, m, units, claims_dir)
+            else:
+                uri = _unstrip(fs, m)
+                units[uri] = InputUnit(uri)
+    return sorted(units.values(), key=lambda u: u.uri)
+
+
+def _walk(fs, path: str, units: dict[str, InputUnit], claims_dir) -> None:
+    uri = _unstrip(fs, path)
+    if claims_dir is not None and claims_dir(uri):
+        units[uri] = InputUnit(uri, is_dir=True)
+        return
+    for entry in sorted(fs.ls(path, detail=True), key=lambda e: e["name"]):
+        name = entry["name"]
+        if entry["type"] == "directory":
+            _walk(fs, name, units, claims_dir)
+        elif is_data_file(name):
+            u = _unstrip(fs, name)
+            units[u] = InputUnit(u)
+
+
+def iter_lines(uri: str, max_bytes: int = DEFAULT_MAX_RECORD_BYTES) -> Iterator[tuple[int, str] | InvalidRecord]:
+    """``(line_number, text)`` for each non-blank line, streaming in 1 MiB chunks.
+
+    A line longer than `max_bytes` is skipped without being held in memory and reported as
+    ``line_too_long``; a truncated or corrupt compressed stream ends with ``truncated_stream``.
+    """
+    lineno = 0
+    pending: list[bytes] = []
+    pending_len = 0
+    oversized = False
+    try:
+        with open_binary(uri) as f:
+            while True:
+                chunk = f.read(_CHUNK)
+                if not chunk:
+                    break
+                start = 0
+                while True:
+                    nl = chunk.find(b"\n", start)
+                    piece = chunk[start:] if nl < 0 else chunk[start:nl]
+                    if not oversized:
+                        pending_len += len(piece)
+                        if pending_len > max_bytes:
+                            oversized, pending = True, []
+                        else:
+                            pending.append(piece)
+                    if nl < 0:
+                        break
+                    lineno += 1
+                    out = _finish_line(uri, lineno, pending, oversized, max_bytes)
+                    if out is not None:
+                        yield out
+                    pending, pending_len, oversized = [], 0, False
+                    start = nl + 1
+    except (EOFError, zstandard.ZstdError, OSError) as exc:
+        yield InvalidRecord("truncated_stream", f"stream ends early or is corrupt ({exc})", f"line {lineno + 1}", uri)
+        return
+    if pending or oversized:
+        out = _finish_line(uri, lineno + 1, pending, oversized, max_bytes)
+        if out is not None:
+            yield out
+
+
+def _finish_line(uri, lineno, pending, oversized, max_bytes):
+    if oversized:
+        return InvalidRecord("line_too_long", f"line exceeds {max_bytes} bytes", f"line {lineno}", uri)
+    data = b"".join(pending)
+    if not data.strip():
+        return None
+    try:
+        return lineno, data.decode("utf-8").rstrip("\r")
+    except UnicodeDecodeError as exc:
+        return InvalidRecord("bad_encoding", f"not UTF-8 ({exc.reason})", f"line {lineno}", uri)
+
+
+def iter_jsonl(uri: str, max_bytes: int = DEFAULT_MAX_RECORD_BYTES) -> Iterator[tuple[str, Any] | InvalidRecord]:
+    """Parsed JSON values of a JSONL file, ``("line N", value)``."""
+    for item in iter_lines(uri, max_bytes):
+        if isinstance(item, InvalidRecord):
+            yield item
+            continue
+        lineno, text = item
+        try:
+            yield f"line {lineno}", json.loads(text)
+        except json.JSONDecodeError as exc:
+            yield InvalidRecord("malformed_json", f"{exc.msg} at column {exc.colno}", f"line {lineno}", uri)
+
+
+def read_document(uri: str, max_bytes: int = DEFAULT_MAX_RECORD_BYTES) -> bytes | InvalidRecord:
+    """A whole (decompressed) file, refused past `max_bytes` without reading it all."""
+    try:
+        with open_binary(uri) as f:
+            data = f.read(max_bytes + 1)
+    except (EOFError, zstandard.ZstdError, OSError) as exc:
+        return InvalidRecord("truncated_stream", f"stream ends early or is corrupt ({exc})", "document", uri)
+    if len(data) > max_bytes:
+        return InvalidRecord("record_too_large", f"document exceeds {max_bytes} bytes", "document", uri)
+    return data
+
+
+def iter_json(uri: str, max_bytes: int = DEFAULT_MAX_RECORD_BYTES) -> Iterator[tuple[str, Any] | InvalidRecord]:
+    """A JSON document: each element of a top-level list (``item N``), or the object itself."""
+    data = read_document(uri, max_bytes)
+    if isinstance(data, InvalidRecord):
+        yield data
+        return
+    try:
+        value = json.loads(data)
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        where = f"line {exc.lineno}" if isinstance(exc, json.JSONDecodeError) else "document"
+        reason = exc.msg if isinstance(exc, json.JSONDecodeError) else "not UTF-8"
+        yield InvalidRecord("malformed_json", reason, where, uri)
+        return
+    if isinstance(value, list):
+        for i, item in enumerate(value):
+            yield f"item {i}", item
+    else:
+        yield "document", value
+
+
+def iter_csv(uri: str, max_bytes: int = DEFAULT_MAX_RECORD_BYTES) -> Iterator[tuple[str, Any] | InvalidRecord]:
+    """CSV rows as dicts keyed by the header, ``("row N", dict)`` (N counts data rows from 1)."""
+    csv.field_size_limit(min(max_bytes, sys.maxsize))
+    try:
+        with open_binary(uri) as f:
+            text = io.TextIOWrapper(f, encoding="utf-8", newline="")
+            reader = csv.DictReader(text)
+            row = 0
+            while True:
+                try:
+                    record = next(reader)
+                except StopIteration:
+                    return
+                except csv.Error as exc:
+                    row += 1
+                    yield InvalidRecord("malformed_csv", str(exc), f"row {row}", uri)
+                    return
+                row += 1
+                if None in record:
+                    yield InvalidRecord("malformed_csv", "more fields than the header", f"row {row}", uri)
+                    continue
+                yield f"row {row}", record
+    except (EOFError, zstandard.ZstdError, OSError, UnicodeDecodeError) as exc:
+        yield InvalidRecord("truncated_stream", f"stream ends early or is corrupt ({exc})", "document", uri)
+
+
+def iter_parquet(uri: str, max_bytes: int = DEFAULT_MAX_RECORD_BYTES) -> Iterator[tuple[str, Any] | InvalidRecord]:
+    """Parquet rows as dicts, read a row group at a time, ``("row N", dict)`` (0-based N)."""
+    import pyarrow.parquet as pq
+
+    fs, path = filesystem(uri)
+    try:
+        pf = pq.ParquetFile(fs.open(path, "rb"))
+    except Exception as exc:  # pyarrow raises ArrowInvalid/OSError variants for non-parquet bytes
+        yield InvalidRecord("malformed_parquet", str(exc).splitlines()[0], "document", uri)
+        return
+    row = 0
+    for batch in pf.iter_batches(batch_size=256):
+        for record in batch.to_pylist():
+            yield f"row {row}", record
+            row += 1
+
+
+def iter_container(uri: str, max_bytes: int = DEFAULT_MAX_RECORD_BYTES) -> Iterator[tuple[str, Any] | InvalidRecord]:
+    """Records of any supported container, chosen by the file name."""
+    kind = container_of(uri)
+    reader = {"jsonl": iter_jsonl, "json": iter_json, "csv": iter_csv, "parquet": iter_parquet}.get(kind)
+    if reader is None:
+        yield InvalidRecord("wrong_format", f"no container reader for .{kind} files", "document", uri)
+        return
+    yield from reader(uri, max_bytes)

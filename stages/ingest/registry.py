@@ -1,0 +1,178 @@
+"""The adapter registry: one adapter per input format, found by name or by sniffing.
+
+An adapter turns one input unit (a file, or a session directory) into raw records and each raw
+record into unified trajectories. Adding a format means writing one module under
+``stages/ingest/`` that defines an adapter object and listing it in ``ADAPTER_MODULES``.
+
+An adapter is any object with these attributes (a Protocol, not a base class):
+
+- ``name`` (``"openai-messages"``), ``description`` (one line), ``domains`` (the domains it can
+  produce), ``default_domain``, ``options`` (``{key: help}`` for ``--opt KEY=VALUE``);
+- ``sniff(probe) -> float``: confidence in [0, 1] that the unit is in this format;
+- ``claims_dir(uri) -> bool`` (optional): whether a directory is one session of this format;
+- ``read(unit, opts) -> Iterator[RawRecord | InvalidRecord]``: native records with provenance;
+- ``normalize(record, opts) -> Iterator[Trajectory]``: raises `InvalidRecord` for a bad record.
+
+`opts` always carries ``domain`` (``None`` = the adapter's default) and ``source_kind``.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Any, Protocol, runtime_checkable
+
+from schemas.errors import ConfigError, InvalidRecord
+from schemas.trajectory import Trajectory
+from stages.ingest.reading import InputUnit, container_of, iter_container, read_head
+
+# Modules that define an ``ADAPTER`` object, in listing order.
+ADAPTER_MODULES = [
+    "stages.ingest.lwm_jsonl",
+    "stages.ingest.openai_messages",
+    "stages.ingest.sharegpt",
+    "stages.ingest.atif",
+    "stages.ingest.agentworldbench",
+    "stages.ingest.swe_agent",
+    "stages.ingest.mini_swe_agent",
+    "stages.ingest.openhands",
+    "stages.ingest.asciinema",
+    "stages.ingest.magentic_one",
+    "stages.ingest.uiautomator",
+    "stages.ingest.droidbot",
+    "stages.ingest.aitw",
+    "stages.ingest.webvoyager",
+    "stages.ingest.opencua",
+]
+
+SNIFF_THRESHOLD = 0.5
+
+
+@dataclass(frozen=True)
+class RawRecord:
+    """One native record with its provenance; `payload` is the record as JSON text."""
+
+    uri: str
+    locator: str
+    format: str
+    payload: str
+
+    def value(self) -> Any:
+        return json.loads(self.payload)
+
+
+@dataclass
+class Probe:
+    """What a sniffer may look at: the name, the first 64 KiB, and the first parsed record."""
+
+    unit: InputUnit
+    _cache: dict = field(default_factory=dict)
+
+    @property
+    def uri(self) -> str:
+        return self.unit.uri
+
+    @property
+    def container(self) -> str:
+        return "dir" if self.unit.is_dir else container_of(self.unit.uri)
+
+    @cached_property
+    def head(self) -> str:
+        if self.unit.is_dir:
+            return ""
+        return read_head(self.unit.uri).decode("utf-8", errors="replace")
+
+    @cached_property
+    def first_record(self) -> Any:
+        """The first record of a JSON/JSONL/CSV/Parquet container, or None."""
+        if self.unit.is_dir or self.container not in ("json", "jsonl", "csv", "parquet"):
+            return None
+        for item in iter_container(self.unit.uri, max_bytes=16 * 1024 * 1024):
+            return None if isinstance(item, InvalidRecord) else item[1]
+        return None
+
+
+@runtime_checkable
+class Adapter(Protocol):
+    name: str
+    description: str
+    domains: tuple[str, ...]
+    default_domain: str
+    options: dict[str, str]
+
+    def sniff(self, probe: Probe) -> float: ...
+
+    def read(self, unit: InputUnit, opts: dict[str, Any]) -> Iterator[RawRecord | InvalidRecord]: ...
+
+    def normalize(self, record: RawRecord, opts: dict[str, Any]) -> Iterator[Trajectory]: ...
+
+
+_REGISTRY: dict[str, Adapter] | None = None
+
+
+def adapters() -> dict[str, Adapter]:
+    """All registered adapters by name (modules not yet written are skipped)."""
+    global _REGISTRY
+    if _REGISTRY is None:
+        found: dict[str, Adapter] = {}
+        for mod_name in ADAPTER_MODULES:
+            try:
+                mod = importlib.import_module(mod_name)
+            except ModuleNotFoundError as exc:
+                if exc.name == mod_name:
+                    continue
+                raise
+            adapter = mod.ADAPTER
+            found[adapter.name] = adapter
+        _REGISTRY = found
+    return _REGISTRY
+
+
+def get_adapter(name: str) -> Adapter:
+    try:
+        return adapters()[name]
+    except KeyError:
+        known = ", ".join(sorted(adapters()))
+        raise ConfigError(f"unknown format {name!r}; known formats: {known}") from None
+
+
+def claims_dir(uri: str, fmt: str | None = None) -> bool:
+    """Whether the named adapter (or any adapter) reads this directory as one session."""
+    candidates = [get_adapter(fmt)] if fmt else list(adapters().values())
+    return any(getattr(a, "claims_dir", None) and a.claims_dir(uri) for a in candidates)
+
+
+def sniff(unit: InputUnit) -> tuple[str | None, float]:
+    """The best-scoring format for a unit and its score; ``(None, 0)`` when nothing fits."""
+    probe = Probe(unit)
+    best, best_score = None, 0.0
+    for adapter in adapters().values():
+        try:
+            score = float(adapter.sniff(probe))
+        except (ValueError, TypeError, KeyError, AttributeError, IndexError):
+            score = 0.0
+        if score > best_score:
+            best, best_score = adapter.name, score
+    if best_score < SNIFF_THRESHOLD:
+        return None, best_score
+    return best, best_score
+
+
+def resolve_opts(adapter: Adapter, opts: dict[str, Any]) -> dict[str, Any]:
+    """Adapter options with the common keys filled in; unknown keys are a `ConfigError`."""
+    common = {"domain", "source_kind", "max_record_bytes"}
+    unknown = set(opts) - set(adapter.options) - common
+    if unknown:
+        known = ", ".join(sorted(set(adapter.options) | common))
+        raise ConfigError(f"format {adapter.name} has no option {', '.join(sorted(unknown))}; options: {known}")
+    out = dict(opts)
+    out.setdefault("domain", None)
+    out.setdefault("source_kind", "public")
+    if out["domain"] is not None and out["domain"] not in adapter.domains:
+        raise ConfigError(
+            f"format {adapter.name} produces domains {', '.join(adapter.domains)}, not {out['domain']!r}"
+        )
+    return out

@@ -1,0 +1,1 @@
+"""The bundled torch trainer and the shard dataset (import name `training`)."""
