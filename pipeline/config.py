@@ -132,7 +132,7 @@ def output_config(cfg: dict[str, Any]) -> dict[str, Any]:
     for path in EXECUTION_KEYS:
         node = out
         for key in path[:-1]:
-            node = node[key]
+            node = node.get(key, {})
         node.pop(path[-1], None)
     return out
 

@@ -40,6 +40,13 @@ def describe_input(unit: InputUnit) -> dict[str, Any]:
     return {"uri": unit.uri, "size": size, "sha256": digest.hexdigest(), "files": len(files)}
 
 
+def _text_chars(traj) -> int:
+    s = traj.system
+    n = len(s.task_description) + len(s.action_space) + len(s.initial_state or "")
+    n += sum(len(d.action) + len(d.observation) for d in s.demonstrations)
+    return n + sum(len(t.action) + len(t.observation) + len(t.reasoning or "") for t in traj.turns)
+
+
 def run_ingest_task(task: dict[str, Any]) -> dict[str, Any]:
     """Ingest one unit. `task`: task_id, uri, is_dir, format, opts, out, cfg."""
     unit = InputUnit(task["uri"], task["is_dir"])
@@ -75,6 +82,7 @@ def run_ingest_task(task: dict[str, Any]) -> dict[str, Any]:
                         stats.add("trajectories.kept")
                         stats.add("turns.kept", len(kept.turns))
                         stats.add(f"domains.{kept.domain}")
+                        stats.add("chars.kept", _text_chars(kept))
                         t_writer.write_row(kept.to_dict())
         for w in writers:
             w.close()

@@ -1,10 +1,113 @@
-"""Stages after the trajectories layer: samples per pool and the shard writer."""
+"""Stages after the trajectories layer: samples per pool (map) and shards per bucket (reduce)."""
 
 from __future__ import annotations
 
+import math
 from typing import Any
+
+from pipeline.config import output_config
+from pipeline.sample_task import run_sample_task
+from pipeline.shard_task import run_shard_task
+from pipeline.stats import merge_all
+from stages.pools import POOLS
+
+_EVAL_SAMPLES_PER_TRAJ = 2.5  # five chosen turns, half kept
+_CHARS_PER_TOKEN = 3.5
+_BYTES_PER_TOKEN = 5  # id + weight after zstd, measured on the demo corpus to within ~2x
+
+
+def bucket_counts(cfg: dict[str, Any], stats) -> dict[str, int]:
+    """Shards per pool from exact input-derived counts: bounded rows and bytes per file.
+
+    A function of the input and the config only, so the layout never depends on the executor.
+    """
+    n_traj = stats.get("trajectories.kept")
+    n_turns = stats.get("turns.kept")
+    chars = stats.get("chars.kept")
+    ratios = cfg["pools"]["ratios"]
+    total_ratio = sum(ratios.values()) or 1.0
+    avg_turns = n_turns / n_traj if n_traj else 0.0
+    k = cfg["pools"]["sft_turns"]
+    out = {}
+    for pool in POOLS:
+        share = ratios.get(pool, 0.0) / total_ratio
+        if pool == "cpt":
+            rows, prefix = n_traj * share, 1.0
+        elif pool == "sft":
+            per = avg_turns if k == "all" else min(float(k), avg_turns)
+            rows, prefix = n_traj * share * per, 0.5 * per if k != "all" else (avg_turns + 1) / 2
+        elif pool == "eval":
+            rows, prefix = n_traj * share * _EVAL_SAMPLES_PER_TRAJ, 0.5 * _EVAL_SAMPLES_PER_TRAJ
+        else:
+            rows, prefix = n_traj * share, 0.5
+        est_bytes = chars * share * prefix / _CHARS_PER_TOKEN * _BYTES_PER_TOKEN
+        by_rows = math.ceil(rows / cfg["shards"]["max_rows"])
+        by_bytes = math.ceil(est_bytes / cfg["shards"]["target_bytes"])
+        out[pool] = max(1, by_rows, by_bytes)
+    return out
 
 
 def run(cfg: dict[str, Any], fs, root: str, executor, ingest_results, manifest, stage_runs, echo) -> None:
-    """Placeholder until the sample and shard stages land: the run ends at the trajectories layer."""
-    return None
+    from pipeline.run import _run_stage, _spec_hash
+
+    progress = cfg["executor"]["progress"]
+    ingest_stats = merge_all([r["stats"] for r in ingest_results])
+    buckets = bucket_counts(cfg, ingest_stats)
+    sample_cfg = {k: cfg[k] for k in ("pools", "templates", "masking", "tokenizer", "render", "shards")}
+    sample_hash = _spec_hash(output_config(sample_cfg), buckets)
+    drop = _drop_list(fs, root)
+    tasks = []
+    for r in ingest_results:
+        tasks.append({"task_id": r["task_id"], "out": cfg["run"]["out"], "cfg": cfg, "buckets": buckets,
+                      "drop": sorted(drop), "spec_hash": _spec_hash(sample_hash, r["spec_hash"], sorted(drop))})
+    sample_results, stage_runs["samples"] = _run_stage(executor, "samples", run_sample_task, tasks, fs, root, progress)
+    shard_spec = _spec_hash(sample_hash, [r["spec_hash"] for r in sample_results])
+    shard_tasks = [
+        {"task_id": f"{pool}-{b:05d}", "out": cfg["run"]["out"], "pool": pool, "bucket": b,
+         "compression_level": cfg["shards"]["compression_level"], "spec_hash": shard_spec}
+        for pool in POOLS
+        for b in range(buckets[pool])
+    ]
+    shard_results, stage_runs["shards"] = _run_stage(executor, "shards", run_shard_task, shard_tasks, fs, root, progress)
+    _stale_shards(fs, root, {r["shard"]["path"] for r in shard_results})
+    stats = merge_all([r["stats"] for r in sample_results])
+    from pipeline.hist import histogram_from_stats
+    from stages.tokenizer import load_tokenizer
+
+    tok = load_tokenizer(cfg["tokenizer"]["spec"], cfg["tokenizer"]["engine"] or None)
+    counts = manifest["counts"]
+    nested = stats.nested()
+    for key in ("samples", "tokens", "templates", "pools", "filtered", "turns"):
+        if key in nested:
+            if isinstance(counts.get(key), dict):
+                counts[key] = {**counts[key], **nested[key]}
+            else:
+                counts[key] = nested[key]
+    if drop:
+        counts.setdefault("dedup", {})["removed"] = len(drop)
+    manifest["tokenizer"] = tok.describe()
+    manifest["buckets"] = buckets
+    manifest["histogram"] = histogram_from_stats(stats)
+    manifest["shards"] = [r["shard"] for r in shard_results]
+
+
+def _drop_list(fs, root: str) -> set[str]:
+    """Trajectory ids removed by the dedup stage, when it ran (``dedup/removed.parquet``)."""
+    path = f"{root}/dedup/removed.parquet"
+    if not fs.exists(path):
+        return set()
+    import pyarrow.parquet as pq
+
+    return set(pq.read_table(fs.open(path, "rb"), columns=["traj_id"]).column("traj_id").to_pylist())
+
+
+def _stale_shards(fs, root: str, keep: set[str]) -> None:
+    """Remove shards of an earlier run with another layout, so the folder holds exactly the listed ones."""
+    import posixpath
+
+    base = f"{root}/shards"
+    if not fs.exists(base):
+        return
+    for p in fs.find(base):
+        if posixpath.relpath(p, root) not in keep:
+            fs.rm(p)

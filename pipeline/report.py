@@ -21,7 +21,14 @@ def print_run_summary(manifest: dict[str, Any], out: str) -> None:
         parts = ", ".join(f"{k} {int(v)}" for k, v in sorted(filtered.items()))
         click.echo(f"filtered: {parts}", err=True)
     if manifest.get("histogram"):
-        from pipeline.hist import render_table
+        from masking import load_table
+        from pipeline.hist import aggregate, render_table
 
-        click.echo(render_table(manifest["histogram"]["total"]))
+        table = load_table(manifest["config"]["masking"]["table"])
+        keep = {c.name: c.keep for c in table.categories}
+        groups = aggregate(manifest["histogram"]["records"], ("pool",), keep)
+        for name, rows in groups.items():
+            click.echo(render_table(rows, f"pool {name}"))
+        samples = manifest["counts"].get("samples", {})
+        click.echo(", ".join(f"{p}: {int(samples.get(p, 0))} samples" for p in ("cpt", "sft", "rl", "eval")), err=True)
     click.echo(f"outputs: {out}", err=True)

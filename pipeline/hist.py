@@ -1,0 +1,169 @@
+"""``lwm hist``: the mask category histogram of a run, from its shards or its manifest.
+
+Counted per observation that a sample trains on: every observation of a cpt sample, the target
+observation of an sft or eval sample, the reference turn of an rl sample (tokens 0: rl stores no
+weights). Columns: turns, % turns, tokens, % tokens, keep, weighted tokens.
+"""
+
+from __future__ import annotations
+
+import json
+import posixpath
+from collections import defaultdict
+from typing import Any
+
+import click
+import numpy as np
+
+from schemas.errors import ConfigError
+
+KEYS = ("domain", "pool", "template", "category")
+
+
+def histogram_from_stats(stats) -> dict[str, Any]:
+    """Records (domain, pool, template, category, turns, tokens, weighted) from sample-stage counters."""
+    cells: dict[tuple[str, ...], dict[str, float]] = defaultdict(lambda: {"turns": 0, "tokens": 0, "weighted": 0.0})
+    for key, value in stats.to_dict().items():
+        if not key.startswith("hist."):
+            continue
+        _, domain, pool, template, category, field = key.split(".")
+        cells[(domain, pool, template, category)][field] += value
+    records = [
+        {"domain": d, "pool": p, "template": t, "category": c, "turns": int(v["turns"]), "tokens": int(v["tokens"]),
+         "weighted": round(float(v["weighted"]), 4)}
+        for (d, p, t, c), v in sorted(cells.items())
+    ]
+    return {"records": records}
+
+
+def histogram_from_shards(root: str) -> dict[str, Any]:
+    """The same records computed from the shard files themselves."""
+    import polars as pl
+
+    from pipeline.outputs import out_fs
+
+    fs, base = out_fs(root)
+    files = sorted(p for p in fs.find(posixpath.join(base, "shards")) if p.endswith(".parquet"))
+    cells: dict[tuple[str, ...], dict[str, float]] = defaultdict(lambda: {"turns": 0, "tokens": 0, "weighted": 0.0})
+    for path in files:
+        with fs.open(path, "rb") as f:
+            df = pl.read_parquet(f)
+        has_weights = "loss_weight" in df.columns
+        cols = ["domain", "pool", "template", "turn_category"] + (["turn_spans", "loss_weight"] if has_weights else [])
+        for row in df.select(cols).iter_rows(named=True):
+            cats = row["turn_category"]
+            if not has_weights:
+                cell = cells[(row["domain"], row["pool"], row["template"], cats[0])]
+                cell["turns"] += 1
+                continue
+            cum = np.concatenate([[0.0], np.cumsum(np.asarray(row["loss_weight"], dtype=np.float64))])
+            idx = range(len(cats)) if row["pool"] == "cpt" else [len(cats) - 1]
+            for k in idx:
+                span = row["turn_spans"][k]
+                cell = cells[(row["domain"], row["pool"], row["template"], cats[k])]
+                cell["turns"] += 1
+                cell["tokens"] += span["end"] - span["start"]
+                cell["weighted"] += cum[span["end"]] - cum[span["start"]]
+    records = [
+        {"domain": d, "pool": p, "template": t, "category": c, "turns": int(v["turns"]), "tokens": int(v["tokens"]),
+         "weighted": round(float(v["weighted"]), 4)}
+        for (d, p, t, c), v in sorted(cells.items())
+    ]
+    return {"records": records}
+
+
+def aggregate(records: list[dict[str, Any]], by: tuple[str, ...], keep: dict[str, float]) -> dict[str, Any]:
+    """Group records by `by` (+ category) into rows with percentages within each group."""
+    groups: dict[tuple[str, ...], dict[str, dict[str, float]]] = defaultdict(dict)
+    for r in records:
+        g = tuple(r[k] for k in by)
+        cell = groups[g].setdefault(r["category"], {"turns": 0, "tokens": 0, "weighted": 0.0})
+        cell["turns"] += r["turns"]
+        cell["tokens"] += r["tokens"]
+        cell["weighted"] += r["weighted"]
+    out = {}
+    for g, cats in sorted(groups.items()):
+        turns = sum(c["turns"] for c in cats.values()) or 1
+        tokens = sum(c["tokens"] for c in cats.values()) or 1
+        rows = {}
+        for cat in sorted(cats, key=lambda c: (list(keep).index(c) if c in keep else len(keep), c)):
+            c = cats[cat]
+            rows[cat] = {
+                "turns": int(c["turns"]),
+                "pct_turns": round(100 * c["turns"] / turns, 2),
+                "tokens": int(c["tokens"]),
+                "pct_tokens": round(100 * c["tokens"] / tokens, 2),
+                "keep": keep.get(cat),
+                "weighted_tokens": round(c["weighted"], 2),
+            }
+        out["/".join(g) if g else "total"] = rows
+    return out
+
+
+def render_table(rows: dict[str, dict[str, Any]], title: str = "total") -> str:
+    head = f"{'category':<12} {'turns':>9} {'% turns':>8} {'tokens':>12} {'% tokens':>9} {'keep':>6} {'weighted':>12}"
+    lines = [f"== {title} ==", head, "-" * len(head)]
+    for cat, r in rows.items():
+        keep = "" if r["keep"] is None else f"{r['keep']:.2f}"
+        lines.append(
+            f"{cat:<12} {r['turns']:>9,} {r['pct_turns']:>7.1f}% {r['tokens']:>12,} {r['pct_tokens']:>8.1f}% "
+            f"{keep:>6} {r['weighted_tokens']:>12,.1f}"
+        )
+    return "\n".join(lines)
+
+
+def load_histogram(run_dir: str, source: str = "auto") -> tuple[list[dict[str, Any]], dict[str, float]]:
+    """Histogram records and keep ratios of a run: from its shards (local) or its manifest."""
+    from masking import load_table
+    from pipeline.outputs import out_fs, read_json
+
+    fs, base = out_fs(run_dir)
+    manifest_path = posixpath.join(base, "manifest.json")
+    if not fs.exists(posixpath.join(base, "_SUCCESS")):
+        raise ConfigError(f"{run_dir}: no _SUCCESS marker; the run is incomplete or this is not a run directory")
+    manifest = read_json(fs, manifest_path)
+    table = load_table(manifest["config"]["masking"]["table"])
+    keep = {c.name: c.keep for c in table.categories}
+    remote = "file" not in (fs.protocol if isinstance(fs.protocol, tuple) else (fs.protocol,))
+    if source == "manifest" or (source == "auto" and remote):
+        return manifest["histogram"]["records"], keep
+    return histogram_from_shards(run_dir)["records"], keep
+
+
+@click.command("hist")
+@click.argument("run_dir")
+@click.option("--by", default="", help="Break down by keys: domain, pool, template (comma-separated).")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+@click.option("--png", type=click.Path(), help="Write a bar chart and an OL-vs-Nov scatter to this PNG.")
+@click.option("--source", type=click.Choice(["auto", "shards", "manifest"]), default="auto", show_default=True)
+def hist_cmd(run_dir: str, by: str, as_json: bool, png: str | None, source: str) -> None:
+    """Mask category histogram of a run (shards, or the manifest when the shards are remote)."""
+    from pipeline.cli import handle_errors
+
+    @handle_errors
+    def go():
+        keys = tuple(k.strip() for k in by.split(",") if k.strip())
+        bad = [k for k in keys if k not in KEYS[:3]]
+        if bad:
+            raise ConfigError(f"--by: unknown key {bad[0]!r}; use domain, pool, template")
+        records, keep = load_histogram(run_dir, source)
+        result = {"by": list(keys), "groups": aggregate(records, keys, keep)}
+        result["totals"] = {
+            "turns": sum(r["turns"] for r in records),
+            "tokens": sum(r["tokens"] for r in records),
+            "weighted_tokens": round(sum(r["weighted"] for r in records), 2),
+        }
+        if png:
+            from pipeline.hist_plot import write_png
+
+            write_png(run_dir, records, keep, png)
+        if as_json:
+            click.echo(json.dumps(result, sort_keys=True))
+            return
+        for name, rows in result["groups"].items():
+            click.echo(render_table(rows, name))
+            click.echo("")
+        if png:
+            click.echo(f"wrote {png}", err=True)
+
+    go()

@@ -1,0 +1,189 @@
+"""The sample task: one trajectories part → samples of every pool, hashed into shard buckets.
+
+Together with the shard task this is the final deterministic repartition as a shuffle: each
+sample task writes ``_work/samples/<pool>/b<bucket>/<task>.parquet`` (bucket = stable hash of the
+sample id), and one shard task per bucket gathers, sorts and writes a shard. No step collects
+samples on the driver, and the shard a sample lands in depends only on its id.
+"""
+
+from __future__ import annotations
+
+import posixpath
+from typing import Any
+
+import pyarrow.parquet as pq
+
+from masking import load_table, score_turn
+from pipeline.outputs import AtomicParquetWriter, out_fs, write_json_atomic
+from pipeline.stats import Stats
+from schemas.shard import schema_for
+from schemas.trajectory import Trajectory
+from stages.pools import choose_template, choose_turns, pool_of, sample_id
+from stages.render import chatml, history_reply, target_prompt, user_prompt
+from stages.samples import SampleParts, TrajectorySamples
+from stages.templates import render_system
+from stages.tokenize import check_segmentwise, segment_tokenizer
+from stages.tokenizer import load_tokenizer
+
+
+def bucket_of(sid: str, buckets: int) -> int:
+    return int(sid[:12], 16) % buckets
+
+
+def _stats_struct(score) -> dict[str, float]:
+    s = score.stats
+    return {"ol": s.ol, "nov": s.nov, "jac": s.jac, "r": s.r}
+
+
+class SampleWriter:
+    """Lazily opened bucket files of one task."""
+
+    def __init__(self, fs, root: str, task_id: str, buckets: dict[str, int], level: int) -> None:
+        self.fs, self.root, self.task_id, self.buckets, self.level = fs, root, task_id, buckets, level
+        self.writers: dict[tuple[str, int], AtomicParquetWriter] = {}
+
+    def write(self, pool: str, row: dict[str, Any]) -> None:
+        b = bucket_of(row["sample_id"], self.buckets[pool])
+        key = (pool, b)
+        if key not in self.writers:
+            path = f"{self.root}/_work/samples/{pool}/b{b:05d}/{self.task_id}.parquet"
+            self.writers[key] = AtomicParquetWriter(self.fs, path, schema_for(pool), rows_per_group=256,
+                                                    compression_level=1)
+        self.writers[key].write_row(row)
+
+    def close(self) -> None:
+        for w in self.writers.values():
+            w.close()
+
+    def abort(self) -> None:
+        for w in self.writers.values():
+            w.abort()
+
+
+def _account(stats: Stats, traj: Trajectory, pool: str, template: str, parts: SampleParts, row: dict[str, Any]) -> None:
+    """Histogram counters: the trained observations (cpt: all; turn pools: the target)."""
+    stats.add(f"samples.{pool}")
+    stats.add(f"templates.{pool}.{template}")
+    stats.add(f"tokens.{pool}.total", len(parts.ids))
+    stats.add(f"tokens.{pool}.loss", sum(1 for w in parts.weights if w > 0))
+    stats.add(f"tokens.{pool}.weighted", float(sum(parts.weights)))
+    spans = list(range(len(parts.spans))) if pool == "cpt" else [len(parts.spans) - 1]
+    for k in spans:
+        start, end = parts.spans[k]
+        cat = row["turn_category"][k]
+        base = f"hist.{traj.domain}.{pool}.{template}.{cat}"
+        stats.add(f"{base}.turns")
+        stats.add(f"{base}.tokens", end - start)
+        stats.add(f"{base}.weighted", float(sum(parts.weights[start:end])))
+    if parts.dropped_turns:
+        stats.add("samples.history_truncated")
+        stats.add("turns.dropped_for_context", parts.dropped_turns)
+
+
+def build_rows(traj: Trajectory, cfg: dict[str, Any], seg, table, stats: Stats, verify: bool = False):
+    """Yield ``(pool, row)`` for every sample of one trajectory under the resolved config."""
+    pools_cfg = cfg["pools"]
+    pool = pool_of(traj.split_key, pools_cfg["ratios"], pools_cfg["seed"])
+    stats.add(f"pools.{pool}.trajectories")
+    template = choose_template(traj.traj_id, pool, list(cfg["templates"]["mapping"][pool]), pools_cfg["seed"])
+    system_text = render_system(traj, template, tuple(cfg["templates"]["dirs"]))
+    scores = [score_turn(t.action, t.observation, table) for t in traj.turns]
+    ts = TrajectorySamples(traj, system_text, scores, seg, cfg["render"]["chat_format"],
+                           cfg["masking"]["keep_mode"], cfg["masking"]["seed"])
+    limit = int(pools_cfg["context_limit"])
+    total = len(traj.turns)
+    base = {"traj_id": traj.traj_id, "domain": traj.domain, "pool": pool, "template": template, "total_turns": total}
+    if pool == "rl":
+        t = choose_turns(traj.traj_id, pool, total, seed=pools_cfg["seed"])[0]
+        prompt = ts.rl_prompt(t)
+        if len(prompt) > int(pools_cfg["rl_prompt_cap"]):
+            stats.add("filtered.rl_prompt_cap")
+            return
+        score = scores[t - 1]
+        messages = [{"role": "system", "content": system_text}]
+        for h in range(1, t):
+            messages.append({"role": "user", "content": user_prompt(traj, h)})
+            messages.append({"role": "assistant", "content": history_reply(traj.turns[h - 1].observation)})
+        messages.append({"role": "user", "content": target_prompt(traj, t)})
+        sid = sample_id(traj.traj_id, pool, t, template)
+        stats.add("samples.rl")
+        stats.add(f"templates.rl.{template}")
+        stats.add("tokens.rl.total", len(prompt))
+        stats.add(f"hist.{traj.domain}.rl.{template}.{score.category}.turns")
+        stats.add(f"hist.{traj.domain}.rl.{template}.{score.category}.tokens", 0)
+        stats.add(f"hist.{traj.domain}.rl.{template}.{score.category}.weighted", 0.0)
+        yield pool, {**base, "sample_id": sid, "turn_idx": t, "prompt_ids": prompt,
+                     "reference": traj.turns[t - 1].observation, "messages": messages,
+                     "turn_category": [score.category], "turn_keep": [score.keep],
+                     "turn_stats": [_stats_struct(score)], "num_tokens": len(prompt)}
+        return
+    targets = [0] if pool == "cpt" else choose_turns(
+        traj.traj_id, pool, total, pools_cfg["sft_turns"], pools_cfg["eval_subsample"], pools_cfg["seed"]
+    )
+    for t in targets:
+        parts = ts.cpt(limit) if t == 0 else ts.turn_sample(t, limit)
+        if parts is None:
+            stats.add("filtered.sample_over_context_limit")
+            continue
+        if verify and cfg["render"]["chat_format"] == "chatml":
+            kept = sorted(set(parts.span_turns) - ({t} if t else set()))
+            check_segmentwise(seg, parts.ids, ts.rendered_text(kept, t or None))
+            verify = False
+        sid = sample_id(traj.traj_id, pool, t, template)
+        row = {
+            **base,
+            "sample_id": sid,
+            "turn_idx": t,
+            "input_ids": parts.ids,
+            "loss_weight": parts.weights,
+            "turn_spans": [{"start": a, "end": b} for a, b in parts.spans],
+            "turn_category": [scores[k - 1].category for k in parts.span_turns],
+            "turn_keep": [scores[k - 1].keep for k in parts.span_turns],
+            "turn_stats": [_stats_struct(scores[k - 1]) for k in parts.span_turns],
+            "num_tokens": len(parts.ids),
+            "num_loss_tokens": sum(1 for w in parts.weights if w > 0),
+        }
+        _account(stats, traj, pool, template, parts, row)
+        yield pool, row
+
+
+def run_sample_task(task: dict[str, Any]) -> dict[str, Any]:
+    """Samples of one trajectories part. `task`: task_id, out, cfg, buckets, spec_hash, drop (ids)."""
+    cfg = task["cfg"]
+    fs, root = out_fs(task["out"])
+    tok = load_tokenizer(cfg["tokenizer"]["spec"], cfg["tokenizer"]["engine"] or None)
+    seg = segment_tokenizer(tok)
+    table = load_table(cfg["masking"]["table"])
+    stats = Stats()
+    drop = set(task.get("drop") or ())
+    writer = SampleWriter(fs, root, task["task_id"], task["buckets"], 1)
+    path = f"{root}/trajectories/part-{task['task_id']}.parquet"
+    verify = True
+    try:
+        pf = pq.ParquetFile(fs.open(path, "rb"))
+        for batch in pf.iter_batches(batch_size=64):
+            for d in batch.to_pylist():
+                traj = Trajectory.from_dict(d)
+                if traj.traj_id in drop:
+                    continue
+                for pool, row in build_rows(traj, cfg, seg, table, stats, verify):
+                    writer.write(pool, row)
+                verify = False
+        writer.close()
+    except BaseException:
+        writer.abort()
+        raise
+    stats.add("tokenizer.chars", seg.counter.chars)
+    result = {"task_id": task["task_id"], "stage": "samples", "stats": stats.to_dict(),
+              "rows": int(sum(v for k, v in stats.to_dict().items() if k.startswith("samples.") and k.count(".") == 1)),
+              "bytes": 0, "spec_hash": task["spec_hash"]}
+    write_json_atomic(fs, posixpath.join(root, "_tasks", "samples", f"{task['task_id']}.json"), result)
+    return result
+
+
+def render_example(traj: Trajectory, system_text: str) -> str:
+    """The ChatML text of a whole trajectory (for docs and debugging)."""
+    text = chatml("system", system_text)
+    for i, _turn in enumerate(traj.turns, 1):
+        text += chatml("user", user_prompt(traj, i)) + chatml("assistant", history_reply(traj.turns[i - 1].observation))
+    return text

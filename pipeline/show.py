@@ -1,0 +1,94 @@
+"""``lwm show``: one sample decoded, each token colored by its loss weight."""
+
+from __future__ import annotations
+
+import posixpath
+
+import click
+
+from schemas.errors import ConfigError
+
+
+def _color(weight: float) -> str:
+    if weight <= 0:
+        return "\x1b[90m"  # grey: no loss
+    if weight < 0.25:
+        return "\x1b[34m"
+    if weight < 0.75:
+        return "\x1b[33m"
+    return "\x1b[32m"
+
+
+def find_sample(run_dir: str, sample: str | None, index: int | None, pool: str | None) -> dict:
+    import pyarrow.parquet as pq
+
+    from pipeline.outputs import out_fs
+
+    fs, base = out_fs(run_dir)
+    files = sorted(p for p in fs.find(posixpath.join(base, "shards")) if p.endswith(".parquet"))
+    if pool:
+        files = [p for p in files if f"/shards/{pool}/" in p]
+    seen = 0
+    for path in files:
+        table = pq.read_table(fs.open(path, "rb"))
+        if sample is not None:
+            ids = table.column("sample_id").to_pylist()
+            if sample in ids:
+                return table.slice(ids.index(sample), 1).to_pylist()[0]
+            continue
+        want = index or 0
+        if want < seen + table.num_rows:
+            return table.slice(want - seen, 1).to_pylist()[0]
+        seen += table.num_rows
+    raise ConfigError(f"no sample {'id ' + sample if sample else f'at index {index or 0}'} in {run_dir}")
+
+
+def render_sample(row: dict, tok, plain: bool) -> str:
+    """Tokens with weights: ANSI colors, or `plain` marks ``⟦w=0.05⟧…`` where the weight changes."""
+    if "input_ids" not in row:
+        return tok.decode(row["prompt_ids"]) + "\n--- reference ---\n" + row["reference"]
+    out, current = [], None
+    for tid, w in zip(row["input_ids"], row["loss_weight"]):
+        text = tok.decode([tid])
+        if plain:
+            if w != current:
+                out.append(f"⟦w={w:g}⟧")
+                current = w
+            out.append(text)
+        else:
+            out.append(_color(w) + text)
+    if not plain:
+        out.append("\x1b[0m")
+    return "".join(out)
+
+
+@click.command("show")
+@click.argument("run_dir")
+@click.option("--sample", help="Sample id.")
+@click.option("--index", type=int, help="Row index over the shards (in shard order).")
+@click.option("--pool", type=click.Choice(["cpt", "sft", "rl", "eval"]), help="Only this pool's shards.")
+@click.option("--plain", is_flag=True, help="Mark weights in text instead of colors (for pipes).")
+def show_cmd(run_dir: str, sample: str | None, index: int | None, pool: str | None, plain: bool) -> None:
+    """One sample decoded, each token colored by its weight, with per-turn categories."""
+    from pipeline.cli import handle_errors
+
+    @handle_errors
+    def go():
+        from pipeline.outputs import out_fs, read_json
+        from stages.tokenizer import load_tokenizer
+
+        fs, base = out_fs(run_dir)
+        manifest = read_json(fs, posixpath.join(base, "manifest.json"))
+        cfg = manifest["config"]["tokenizer"]
+        tok = load_tokenizer(cfg["spec"], cfg["engine"] or None)
+        row = find_sample(run_dir, sample, index, pool)
+        click.echo(f"sample {row['sample_id']}  traj {row['traj_id']}  {row['domain']}/{row['pool']}  "
+                   f"template {row['template']}  turn {row['turn_idx']}/{row['total_turns']}")
+        cats = ", ".join(f"{i + 1}:{c}({k:g})" for i, (c, k) in enumerate(zip(row["turn_category"], row["turn_keep"])))
+        click.echo(f"observations: {cats}")
+        if not plain:
+            click.echo("legend: \x1b[90mgrey w=0\x1b[0m \x1b[34mblue w<0.25\x1b[0m \x1b[33myellow w<0.75\x1b[0m "
+                       "\x1b[32mgreen w≥0.75\x1b[0m")
+        click.echo(render_sample(row, tok, plain))
+
+    go()

@@ -1,0 +1,293 @@
+"""Training samples of one trajectory: render, tokenize once per segment, assemble by slices.
+
+`TrajectorySamples` renders a trajectory under one template and caches the token ids of every
+message the first time a sample needs it; samples of the same trajectory (all turns of an sft
+expansion, say) are assembled from those cached slices, so expanding k turns costs about one
+tokenization of the trajectory, not k (SPEC §7). Weights follow SPEC §5/§8: system, actions and
+chat-format tokens 0; a history observation and its closing end-of-turn token get the turn's
+weight (cpt) or 0 (turn samples); a target reply gets 1 throughout.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from masking import TurnScore, masking_key, token_weights
+from schemas.trajectory import Trajectory
+from stages.render import (
+    CHATML_END,
+    CHATML_START,
+    OBSERVATION_HEADER,
+    PRED_CLOSE,
+    PRED_OPEN,
+    PREDICT_INSTRUCTION,
+    chatml,
+    history_reply,
+    plain,
+    target_prompt,
+    target_reply,
+    user_prompt,
+)
+from stages.tokenize import SegmentTokenizer, project_weights
+
+_INSTRUCTION_LEAD = "\n\n"
+assert PREDICT_INSTRUCTION.startswith(_INSTRUCTION_LEAD)
+_INSTRUCTION_BODY = PREDICT_INSTRUCTION[len(_INSTRUCTION_LEAD) :]
+
+
+@dataclass
+class Piece:
+    """Token ids of one rendered message (or part), their weights, and the observation span in it."""
+
+    ids: list[int]
+    weights: list[float]
+    span: tuple[int, int] | None = None  # [start, end) of the observation (+ end-of-turn) tokens
+
+
+@dataclass
+class SampleParts:
+    """An assembled sample before it becomes a row."""
+
+    ids: list[int]
+    weights: list[float]
+    spans: list[tuple[int, int]]
+    span_turns: list[int]  # the turn (1-based) of each span
+    dropped_turns: int = 0
+
+
+class TrajectorySamples:
+    """Renders one trajectory under one system prompt and assembles its samples."""
+
+    def __init__(
+        self,
+        traj: Trajectory,
+        system_text: str,
+        scores: list[TurnScore],
+        seg: SegmentTokenizer,
+        chat_format: str = "chatml",
+        keep_mode: str = "weight",
+        seed: int | str = 0,
+    ) -> None:
+        self.traj, self.system_text, self.scores, self.seg = traj, system_text, scores, seg
+        self.chat_format, self.keep_mode, self.seed = chat_format, keep_mode, seed
+        self._cache: dict[tuple[str, int], Any] = {}
+        if chat_format == "chatml":
+            self._start = [seg.tok.token_id(CHATML_START)]
+            self._end = [seg.tok.token_id(CHATML_END)]
+            self._nl = _cached_encode(seg, "\n")
+
+    # -- per-message pieces (ChatML), each computed once --------------------------------------
+
+    def _memo(self, key: tuple[str, int], fn):
+        if key not in self._cache:
+            self._cache[key] = fn()
+        return self._cache[key]
+
+    def _message(self, content_ids: list[int], content_w: list[float], end_w: float = 0.0) -> Piece:
+        ids = self._start + content_ids + self._end + self._nl
+        weights = [0.0] + content_w + [end_w] + [0.0] * len(self._nl)
+        return Piece(ids, weights)
+
+    def system_piece(self) -> Piece:
+        def build():
+            ids = self.seg.encode("system\n" + self.seg.norm(self.system_text))
+            return self._message(ids, [0.0] * len(ids))
+
+        return self._memo(("system", 0), build)
+
+    def _user_content(self, t: int) -> tuple[str, list[int]]:
+        def build():
+            text = "user\n" + self.seg.norm(user_prompt(self.traj, t))
+            return text, self.seg.encode(text)
+
+        return self._memo(("user_content", t), build)
+
+    def user_piece(self, t: int) -> Piece:
+        _, ids = self._user_content(t)
+        return self._message(ids, [0.0] * len(ids))
+
+    def target_user_piece(self, t: int) -> Piece:
+        text, ids = self._user_content(t)
+        lead = self.seg.extend(ids, text, _INSTRUCTION_LEAD)
+        body = _cached_encode(self.seg, _INSTRUCTION_BODY)
+        if not self.seg.can_prepend(text + _INSTRUCTION_LEAD, _INSTRUCTION_BODY):
+            lead, body = self.seg.encode(text + PREDICT_INSTRUCTION), []
+        content = lead + body
+        return self._message(content, [0.0] * len(content))
+
+    def _obs(self, t: int) -> str:
+        return self.seg.norm(self.traj.turns[t - 1].observation)
+
+    def _obs_ids(self, t: int) -> list[int]:
+        return self._memo(("obs", t), lambda: self.seg.encode(self._obs(t)))
+
+    def _turn_weights(self, t: int, n_obs: int) -> tuple[list[float], float]:
+        score = self.scores[t - 1]
+        key = masking_key(self.seed, self.traj.traj_id, t)
+        w = token_weights(score.keep, self.keep_mode, key, n_obs + 1)
+        return w[:n_obs], w[n_obs]
+
+    def history_piece(self, t: int, weighted: bool) -> Piece:
+        """The assistant message of turn t: header (0), observation and end token (turn weight or 0)."""
+
+        def build():
+            head = "assistant\n" + OBSERVATION_HEADER
+            obs = self._obs(t)
+            if self.seg.can_prepend(head, obs):
+                head_ids = _cached_encode(self.seg, head)
+                obs_ids = self._obs_ids(t)
+                return head_ids + obs_ids, len(head_ids)
+            ids, idx = project_weights(self.seg, [(head, 0.0), (obs, 1.0)])
+            return ids, next((i for i, w in enumerate(idx) if w), len(ids))
+
+        ids, obs_start = self._memo(("history", t), build)
+        n_obs = len(ids) - obs_start
+        if weighted:
+            w_obs, w_end = self._turn_weights(t, n_obs)
+        else:
+            w_obs, w_end = [0.0] * n_obs, 0.0
+        piece = self._message(ids, [0.0] * obs_start + w_obs, w_end)
+        piece.span = (1 + obs_start, 1 + len(ids) + 1)  # observation tokens and the end token
+        return piece
+
+    def target_piece(self, t: int) -> Piece:
+        """The target reply of turn t: role header 0, reasoning + tagged observation + end token 1."""
+
+        def build():
+            reasoning = self.seg.norm(self.traj.turns[t - 1].reasoning or "")
+            role, lead = "assistant\n", reasoning + PRED_OPEN
+            obs = self._obs(t)
+            head_ids, head_idx = project_weights(self.seg, [(role, 0.0), (lead, 1.0)])
+            if self.seg.can_prepend(role + lead, obs):
+                tail = self.seg.extend(self._obs_ids(t), obs, PRED_CLOSE)
+                ids = head_ids + tail
+            else:
+                ids, head_idx = project_weights(self.seg, [(role, 0.0), (lead + obs + PRED_CLOSE, 1.0)])
+            start = next((i for i, w in enumerate(head_idx) if w), len(ids))
+            return ids, start
+
+        ids, start = self._memo(("target", t), build)
+        piece = self._message(ids, [0.0] * start + [1.0] * (len(ids) - start), 1.0)
+        piece.span = (1 + start, 1 + len(ids) + 1)
+        return piece
+
+    # -- assembly ------------------------------------------------------------------------------
+
+    def _assemble(self, pieces: list[tuple[Piece, int]]) -> SampleParts:
+        ids: list[int] = []
+        weights: list[float] = []
+        spans: list[tuple[int, int]] = []
+        span_turns: list[int] = []
+        for piece, turn in pieces:
+            if piece.span is not None:
+                spans.append((len(ids) + piece.span[0], len(ids) + piece.span[1]))
+                span_turns.append(turn)
+            ids.extend(piece.ids)
+            weights.extend(piece.weights)
+        return SampleParts(ids, weights, spans, span_turns)
+
+    def _fit(self, head: list[Piece], history: list[list[tuple[Piece, int]]], tail: list[tuple[Piece, int]],
+             limit: int) -> tuple[list[tuple[Piece, int]], int] | None:
+        """Drop whole oldest history turns until the sample fits `limit` tokens; None if it never does."""
+        fixed = sum(len(p.ids) for p in head) + sum(len(p.ids) for p, _ in tail)
+        sizes = [sum(len(p.ids) for p, _ in turn) for turn in history]
+        total = fixed + sum(sizes)
+        dropped = 0
+        while total > limit and dropped < len(history):
+            total -= sizes[dropped]
+            dropped += 1
+        if total > limit:
+            return None
+        out = [(p, 0) for p in head]
+        for turn in history[dropped:]:
+            out.extend(turn)
+        out.extend(tail)
+        return out, dropped
+
+    def cpt(self, limit: int) -> SampleParts | None:
+        """The whole trajectory, every observation weighted by its category."""
+        if self.chat_format == "plain":
+            return self._plain(list(range(1, len(self.traj.turns) + 1)), None, limit)
+        turns = range(1, len(self.traj.turns) + 1)
+        history = [[(self.user_piece(t), t), (self.history_piece(t, True), t)] for t in turns]
+        fitted = self._fit([self.system_piece()], history[:-1], history[-1], limit)
+        return self._finish(fitted)
+
+    def turn_sample(self, t: int, limit: int) -> SampleParts | None:
+        """Turns 1..t-1 as weight-0 context, then action t with the instruction and its target reply."""
+        if self.chat_format == "plain":
+            return self._plain(list(range(1, t)), t, limit)
+        history = [[(self.user_piece(h), h), (self.history_piece(h, False), h)] for h in range(1, t)]
+        tail = [(self.target_user_piece(t), t), (self.target_piece(t), t)]
+        return self._finish(self._fit([self.system_piece()], history, tail, limit))
+
+    def rl_prompt(self, t: int) -> list[int]:
+        """Prompt ids of an rl sample: system, history, target prompt, and the assistant header."""
+        parts = [self.system_piece()]
+        for h in range(1, t):
+            parts += [self.user_piece(h), self.history_piece(h, False)]
+        parts.append(self.target_user_piece(t))
+        ids = [i for p in parts for i in p.ids]
+        if self.chat_format == "chatml":
+            ids += self._start + _cached_encode(self.seg, "assistant\n")
+        return ids
+
+    def _finish(self, fitted) -> SampleParts | None:
+        if fitted is None:
+            return None
+        pieces, dropped = fitted
+        parts = self._assemble(pieces)
+        parts.dropped_turns = dropped
+        return parts
+
+    def _plain(self, history: list[int], target: int | None, limit: int) -> SampleParts | None:
+        """Plain format (no special tokens): the whole text tokenized at once, weights by span."""
+        spans: list[tuple[str, float, int]] = [(plain("system", self.system_text), 0.0, 0)]
+        for t in history:
+            spans.append((plain("user", user_prompt(self.traj, t)), 0.0, 0))
+            w = self.scores[t - 1].keep if target is None else 0.0
+            spans.append((OBSERVATION_HEADER, 0.0, 0))
+            spans.append((self.traj.turns[t - 1].observation + "\n\n", w, t))
+        if target is not None:
+            spans.append((plain("user", target_prompt(self.traj, target)), 0.0, 0))
+            spans.append((target_reply(self.traj.turns[target - 1].observation, self.traj.turns[target - 1].reasoning) + "\n\n", 1.0, target))
+        ids, idx = project_weights(self.seg, [(self.seg.norm(s), 1.0) for s, _, _ in spans], return_index=True)
+        weights, out_spans, span_turns = [], [], []
+        for i, k in enumerate(idx):
+            _text, w, turn = spans[k]
+            if turn and target is None and w:
+                key = masking_key(self.seed, self.traj.traj_id, turn)
+                w = token_weights(self.scores[turn - 1].keep, self.keep_mode, f"{key}\x1f{i}", 1)[0]
+            weights.append(w)
+            if turn and (not out_spans or span_turns[-1] != turn or out_spans[-1][1] != i):
+                out_spans.append((i, i + 1))
+                span_turns.append(turn)
+            elif turn:
+                out_spans[-1] = (out_spans[-1][0], i + 1)
+        if len(ids) > limit:
+            return None
+        return SampleParts(ids, weights, out_spans, span_turns)
+
+    def rendered_text(self, parts_turns: list[int], target: int | None) -> str:
+        """The whole rendered text of a ChatML sample (for the segment-wise check)."""
+        text = chatml("system", self.system_text)
+        for t in parts_turns:
+            text += chatml("user", user_prompt(self.traj, t))
+            text += chatml("assistant", history_reply(self.traj.turns[t - 1].observation))
+        if target is not None:
+            turn = self.traj.turns[target - 1]
+            text += chatml("user", target_prompt(self.traj, target))
+            text += chatml("assistant", target_reply(turn.observation, turn.reasoning))
+        return self.seg.norm(text)
+
+
+_ENCODE_CACHE: dict[tuple[int, str], list[int]] = {}
+
+
+def _cached_encode(seg: SegmentTokenizer, text: str) -> list[int]:
+    """Constant strings are tokenized once per process (not counted as per-sample work)."""
+    key = (id(seg.tok), text)
+    if key not in _ENCODE_CACHE:
+        _ENCODE_CACHE[key] = seg.tok.encode(text)
+    return _ENCODE_CACHE[key]

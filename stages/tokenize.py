@@ -1,0 +1,174 @@
+"""Segment-wise tokenization with per-character-span weights projected onto tokens (SPEC §7–8).
+
+Text is tokenized in *pieces* whose junctions are pre-token boundaries, so the concatenated ids
+equal the ids of the whole text; weights attach to character spans and each token takes the
+weight of the span holding its last byte. Two facts make reuse exact for byte-level BPE with a
+GPT-4/Qwen-style pre-tokenizer (letters, digits, punctuation runs, whitespace runs):
+
+- a special token is always a boundary (ChatML messages are tokenized independently);
+- a text ending in a letter or digit can be followed by anything: the pre-token before the
+  junction ends there. Otherwise only the trailing run of non-alphanumeric characters can merge
+  with what follows, so ``tokens(A + B) = tokens(A)[:n] + tokens(A[s:] + B)`` where ``s`` starts
+  that run and ``n`` tokens cover ``A[:s]`` (`extend`). That is what lets a turn's observation be
+  tokenized once and reused in every sample that contains it.
+
+Tokenizers whose pre-tokenizer is not of that family fall back to tokenizing whole messages.
+`check_segmentwise` compares against whole-text tokenization; the sample stage runs it on the
+first sample of each task and the tests run it everywhere.
+"""
+
+from __future__ import annotations
+
+import json
+import unicodedata
+from dataclasses import dataclass, field
+from functools import lru_cache
+
+import numpy as np
+import regex
+
+from schemas.errors import ConfigError
+
+_ALNUM_END = regex.compile(r"[\p{L}\p{M}\p{N}]\Z")
+_ALNUM_START = regex.compile(r"[\p{L}\p{M}\p{N}]")
+_TRAILING_RUN = regex.compile(r"[^\p{L}\p{M}\p{N}]*\Z")
+_KNOWN_PATTERN_MARKERS = (r"\p{L}", r"\p{N}", r"\s+(?!\S)")
+
+
+@dataclass
+class TokenCounter:
+    """Characters and calls passed to the tokenizer (a deterministic measure of tokenization work)."""
+
+    chars: int = 0
+    calls: int = 0
+
+
+@dataclass
+class SegmentTokenizer:
+    """Wraps a `stages.tokenizer` tokenizer with byte lengths, reuse rules and a work counter."""
+
+    tok: object
+    lengths: np.ndarray
+    splice_ok: bool
+    normalization: str | None
+    counter: TokenCounter = field(default_factory=TokenCounter)
+
+    def norm(self, text: str) -> str:
+        return unicodedata.normalize(self.normalization, text) if self.normalization else text
+
+    def encode(self, text: str) -> list[int]:
+        self.counter.chars += len(text)
+        self.counter.calls += 1
+        return self.tok.encode(text)
+
+    def encode_batch(self, texts: list[str]) -> list[list[int]]:
+        self.counter.chars += sum(len(t) for t in texts)
+        self.counter.calls += 1
+        return self.tok.encode_batch(texts)
+
+    def byte_len(self, ids: list[int]) -> int:
+        return int(self.lengths[ids].sum()) if ids else 0
+
+    def extend(self, ids_a: list[int], text_a: str, text_b: str) -> list[int]:
+        """Ids of ``text_a + text_b`` given the ids of `text_a`, re-tokenizing only the junction."""
+        if not text_b:
+            return list(ids_a)
+        if not text_a:
+            return self.encode(text_b)
+        if not self.splice_ok:
+            return self.encode(text_a + text_b)
+        if _ALNUM_END.search(text_a) and not _ALNUM_START.match(text_b):
+            return list(ids_a) + self.encode(text_b)
+        s = _TRAILING_RUN.search(text_a).start()
+        if s == 0 or s == len(text_a):
+            return self.encode(text_a + text_b)
+        target = len(text_a[:s].encode("utf-8"))
+        cum = np.cumsum(self.lengths[ids_a]) if ids_a else np.zeros(0, dtype=np.int64)
+        n = int(np.searchsorted(cum, target, side="right"))
+        if n == 0 or int(cum[n - 1]) != target:
+            return self.encode(text_a + text_b)
+        return list(ids_a[:n]) + self.encode(text_a[s:] + text_b)
+
+    def can_prepend(self, text_a: str, text_b: str) -> bool:
+        """Whether ``tokens(A + B) == tokens(A) + tokens(B)`` is guaranteed by the junction rule."""
+        if not text_a or not text_b:
+            return True
+        if not self.splice_ok or _starts_with_mark(text_b):
+            return False
+        if _ALNUM_END.search(text_a):
+            return not _ALNUM_START.match(text_b)
+        # After a run that ends in a newline, a following char that is not whitespace/newline
+        # starts a new pre-token (punctuation runs absorb only trailing newlines).
+        return text_a.endswith("\n") and not text_b[0].isspace()
+
+
+def _starts_with_mark(text: str) -> bool:
+    return bool(text) and unicodedata.category(text[0]).startswith("M")
+
+
+@lru_cache(maxsize=8)
+def _lengths_for(key: str, tok) -> tuple[np.ndarray, bool, str | None]:
+    engine = getattr(tok, "engine", "")
+    if engine == "tiktoken":
+        vocab = tok.vocab
+        size = max(max(vocab.ranks.values()), max(vocab.special_tokens.values(), default=0)) + 1
+        lengths = np.zeros(size, dtype=np.int64)
+        for token, rank in vocab.ranks.items():
+            lengths[rank] = len(token)
+        for text, idx in vocab.special_tokens.items():
+            lengths[idx] = len(text.encode("utf-8"))
+        splice = all(m in vocab.pattern for m in _KNOWN_PATTERN_MARKERS)
+        return lengths, splice, vocab.normalization
+    backend = tok._backend
+    doc = json.loads(backend.to_str())
+    if "ByteLevel" not in json.dumps(doc.get("pre_tokenizer")) and "ByteLevel" not in json.dumps(doc.get("decoder")):
+        raise ConfigError(f"tokenizer {tok.name}: only byte-level BPE tokenizer.json files are supported")
+    vocab = backend.get_vocab(with_added_tokens=False)
+    added = {t.content: i for i, t in backend.get_added_tokens_decoder().items()}
+    size = max(max(vocab.values()), max(added.values(), default=0)) + 1
+    lengths = np.zeros(size, dtype=np.int64)
+    for token, idx in vocab.items():
+        lengths[idx] = len(token)  # one byte-level character per byte
+    for text, idx in added.items():
+        lengths[idx] = len(text.encode("utf-8"))
+    pattern = json.dumps(doc.get("pre_tokenizer"))
+    splice = all(m.replace("\\", "\\\\") in pattern for m in _KNOWN_PATTERN_MARKERS)
+    normalizer = json.dumps(doc.get("normalizer"))
+    norm = "NFC" if "NFC" in normalizer else None
+    return lengths, splice, norm
+
+
+def segment_tokenizer(tok) -> SegmentTokenizer:
+    """A `SegmentTokenizer` over a loaded tokenizer (byte-length tables cached per process)."""
+    key = json.dumps(tok.describe(), sort_keys=True)
+    lengths, splice, norm = _lengths_for(key, tok)
+    return SegmentTokenizer(tok, lengths, splice, norm)
+
+
+def project_weights(
+    seg: SegmentTokenizer, spans: list[tuple[str, float]], return_index: bool = False
+) -> tuple[list[int], list]:
+    """Tokenize the concatenated spans at once; each token takes the weight of its last byte's span.
+
+    With `return_index`, the second list holds each token's span index instead of its weight.
+    """
+    text = "".join(t for t, _ in spans)
+    ids = seg.encode(text)
+    ends = np.cumsum(seg.lengths[ids]) if ids else np.zeros(0, dtype=np.int64)
+    bounds = np.cumsum([len(t.encode("utf-8")) for t, _ in spans])
+    idx = np.searchsorted(bounds, ends - 1, side="right")
+    if return_index:
+        return ids, [min(int(i), len(spans) - 1) for i in idx]
+    weights = [float(spans[min(int(i), len(spans) - 1)][1]) for i in idx]
+    return ids, weights
+
+
+def check_segmentwise(seg: SegmentTokenizer, ids: list[int], text: str) -> None:
+    """Raise if segment-wise ids differ from tokenizing the whole rendered text."""
+    whole = seg.tok.encode(text)
+    if whole != list(ids):
+        first = next((i for i, (a, b) in enumerate(zip(whole, ids)) if a != b), min(len(whole), len(ids)))
+        raise AssertionError(
+            f"segment-wise tokenization differs from whole-text tokenization at token {first} "
+            f"({len(ids)} vs {len(whole)} tokens)"
+        )

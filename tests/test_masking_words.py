@@ -1,0 +1,68 @@
+"""Word sets: what counts as a word, case folding, marks, and the ASCII fast path."""
+
+from __future__ import annotations
+
+import regex
+from hypothesis import given
+from hypothesis import strategies as st
+
+from masking.words import WORD_PATTERN, word_set
+
+
+def test_words_are_lowercased_deduplicated_runs():
+    assert word_set("Hello, hello HELLO world_1 x-y") == {"hello", "world_1", "x", "y"}
+
+
+def test_json_and_paths_split_on_punctuation_but_not_underscore():
+    text = '{"name": "send_email", "arguments": {"path": "/data/Top Movies.csv"}}'
+    assert word_set(text) == {"name", "send_email", "arguments", "path", "data", "top", "movies", "csv"}
+
+
+def test_punctuation_and_whitespace_only_have_no_words():
+    assert word_set("") == frozenset()
+    assert word_set('{}[](), ;:\n\t"') == frozenset()
+
+
+def test_combining_mark_stays_inside_its_word():
+    decomposed = "cafe\u0301 au lait"  # e + COMBINING ACUTE ACCENT
+    assert word_set(decomposed) == {"cafe\u0301", "au", "lait"}
+
+
+def test_mark_without_a_base_letter_is_not_a_word():
+    assert word_set("a \u0301 b") == {"a", "b"}
+
+
+def test_devanagari_vowel_signs_do_not_split_words():
+    # हिन्दी contains the vowel signs ि and ी (marks) and the virama ्; without marks in words
+    # it would fall apart into consonant fragments.
+    assert word_set("हिन्दी भाषा") == {"हिन्दी", "भाषा"}
+
+
+def test_dotted_capital_i_lowercases_to_one_word():
+    # "İ".lower() is "i" + COMBINING DOT ABOVE: the mark must not cut the word.
+    assert word_set("İstanbul") == {"i\u0307stanbul"}
+
+
+def test_non_ascii_capital_that_lowers_to_ascii():
+    assert word_set("\u212a") == {"k"}  # KELVIN SIGN
+
+
+def test_unicode_digits_and_scripts_are_word_characters():
+    assert word_set("٣٤ apples²") == {"٣٤", "apples²"}
+    # CJK has no spaces: a run of ideographs is one word.
+    assert word_set("日本語のテキスト。次") == {"日本語のテキスト", "次"}
+
+
+def test_word_set_is_a_frozenset():
+    assert isinstance(word_set("a b"), frozenset)
+
+
+@given(st.text())
+def test_matches_the_documented_pattern_on_any_text(text):
+    assert word_set(text) == frozenset(regex.findall(WORD_PATTERN, text.lower()))
+
+
+@given(st.text(alphabet=st.characters(max_codepoint=127)))
+def test_ascii_fast_path_agrees_with_the_unicode_pattern(text):
+    assert word_set(text) == frozenset(regex.findall(WORD_PATTERN, text.lower()))
+    assert all(word and word in text.lower() for word in word_set(text))
