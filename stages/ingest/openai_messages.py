@@ -1,0 +1,448 @@
+"""``openai-messages``: OpenAI chat-completions conversations with tool calls.
+
+Native record (one JSONL line, abridged)::
+
+    {"messages": [{"role": "user", "content": "Weather in Paris?"}, {"role": "assistant", "content": null, "tool_calls":
+     [{"id": "c1", "function": {"name": "get_weather", "arguments": "{\\"city\\": \\"Paris\\"}"}}]},
+     {"role": "tool", "tool_call_id": "c1", "content": [{"type": "text", "text": "18C, sunny"}]}], "tools": [...]}
+
+Containers: JSONL of ``{messages, tools?}``; a JSON list of runs with a ``messages`` or ``traj`` field; a JSON
+document that is itself one message list; CSV or Parquet with a messages column (JSON text or a list), e.g.
+MCP-Atlas ``TASK, ENABLED_TOOLS, PROMPT, TRAJECTORY``. ``messages_path`` (``a.b.-1``) reaches a conversation
+nested elsewhere in the record.
+
+Mapping to the unified schema:
+
+- each tool call is one turn: action = ``{"name": ..., "arguments": {...}}`` (arguments parsed from their JSON
+  string when valid, else kept as the raw string); observation = the result's text (text parts joined);
+  reasoning = the assistant text sent with the call (on the first of parallel calls only, not repeated);
+- results pair with calls by ``tool_call_id`` (a result without an id takes the oldest unanswered call); the
+  legacy ``function_call`` / ``role=function`` dialect pairs in order by function name. A result whose call is
+  unknown is quarantined as ``orphan_tool_result``, unless ``orphans=skip`` drops it and counts it in
+  ``meta.orphan_tool_results``. A call that never got a result (a run cut short) cannot be a turn: it is
+  counted in ``meta.unanswered_tool_calls``;
+- task_description = the prompt field/column (``PROMPT``/``prompt``) when present, else the first user
+  message; later user messages are kept in ``meta.user_messages``;
+- the system message instructs the agent, not the environment, so it is kept in ``meta.system_prompt`` and
+  never becomes the world model's simulation instruction;
+- action_space = the declared tools (``tools``, or the tools column, where MCP-Atlas lists tool names) as
+  canonical JSON, empty when none is declared;
+- assistant text without a tool call is not a turn; the last such text is ``meta.final_answer``;
+- split_key = the task id (``TASK``/``task_id``/``instance_id``, or ``task_column``), else traj_id; traj_id
+  comes from the native id (``id``/``traj_id``/``session_id``, or ``id_column``), else file + locator.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from schemas.errors import ConfigError, InvalidRecord
+from schemas.trajectory import DOMAINS, SystemPrompt, Trajectory, Turn
+from stages.ingest.common import canonical_json, make_trajectory, records_from_container, strip_ansi, text_of
+from stages.ingest.reading import DEFAULT_MAX_RECORD_BYTES, InputUnit, container_of, read_document
+from stages.ingest.registry import Probe, RawRecord
+
+FORMAT = "openai-messages"
+MESSAGE_FIELDS = ("messages", "traj", "TRAJECTORY", "trajectory")
+TOOLS_FIELDS = ("tools", "ENABLED_TOOLS")
+PROMPT_FIELDS = ("PROMPT", "prompt")
+TASK_FIELDS = ("TASK", "task_id", "instance_id")
+ID_FIELDS = ("id", "traj_id", "session_id", "ID")
+# Unused scalar fields of a record are kept in meta up to this size (MCP-Atlas GTFA_CLAIMS fits); larger ones
+# are only named, so a huge column cannot bloat every trajectory.
+MAX_META_FIELD_CHARS = 16384
+_SYSTEM_ROLES = ("system", "developer")
+
+
+# ---------------------------------------------------------------- tool calls shared with sharegpt and atif
+
+
+def parse_arguments(raw: Any) -> Any:
+    """Tool-call arguments as a value: JSON text is parsed when valid, anything else is kept as given."""
+    if raw is None:
+        return {}
+    if isinstance(raw, str):
+        try:
+            return json.loads(raw)
+        except json.JSONDecodeError:
+            return raw
+    return raw
+
+
+def tool_action(name: str, arguments: Any) -> str:
+    """Canonical action text of one tool call: ``{"name": ..., "arguments": ...}``."""
+    return canonical_json({"name": name, "arguments": parse_arguments(arguments)})
+
+
+def orphans_policy(opts: dict[str, Any]) -> str:
+    """``quarantine`` (default) or ``skip`` from ``opts["orphans"]``; anything else is a `ConfigError`."""
+    value = opts.get("orphans") or "quarantine"
+    if value not in ("quarantine", "skip"):
+        raise ConfigError(f"option orphans must be 'quarantine' or 'skip', not {value!r}")
+    return value
+
+
+@dataclass
+class _Call:
+    name: str
+    action: str
+    call_id: str | None
+    reasoning: str | None
+    observation: str | None = None
+
+
+@dataclass
+class ToolCallPairing:
+    """Tool calls in the order they were made, each waiting for its result; turns come out in call order."""
+
+    calls: list[_Call] = field(default_factory=list)
+
+    def call(self, name: str, arguments: Any, call_id: str | None = None, reasoning: str | None = None) -> None:
+        self.calls.append(_Call(name, tool_action(name, arguments), call_id, reasoning))
+
+    def answer_by_id(self, call_id: str, observation: str) -> bool:
+        """Give the result to the unanswered call with this id; False when there is none."""
+        for c in self.calls:
+            if c.observation is None and c.call_id == call_id:
+                c.observation = observation
+                return True
+        return False
+
+    def answer_next(self, observation: str, name: str | None = None) -> bool:
+        """Give the result to the oldest unanswered call (of this name, if given); False when there is none."""
+        for c in self.calls:
+            if c.observation is None and (name is None or c.name == name):
+                c.observation = observation
+                return True
+        return False
+
+    def turns(self) -> list[Turn]:
+        out = []
+        for c in self.calls:
+            if c.observation is not None:
+                meta = json.dumps({"tool_call_id": c.call_id}) if c.call_id else None
+                out.append(Turn(action=c.action, observation=c.observation, reasoning=c.reasoning, meta=meta))
+        return out
+
+    def unanswered(self) -> int:
+        return sum(1 for c in self.calls if c.observation is None)
+
+
+# ---------------------------------------------------------------- locating the conversation in a record
+
+
+def resolve_path(value: Any, path: str, locator: str) -> Any:
+    """The value at a dotted path with list indices (``answer_generation.train_messages.-1``)."""
+    current = value
+    for part in path.split("."):
+        if isinstance(current, list):
+            try:
+                current = current[int(part)]
+            except (ValueError, IndexError):
+                raise InvalidRecord(
+                    "missing_field", f"messages_path {path!r}: no list item {part!r}", locator
+                ) from None
+        elif isinstance(current, dict) and part in current:
+            current = current[part]
+        else:
+            raise InvalidRecord("missing_field", f"messages_path {path!r}: no field {part!r}", locator)
+    return current
+
+
+def is_chat(value: Any) -> bool:
+    """Whether a value is a non-empty list of chat messages (objects with a ``role``)."""
+    return isinstance(value, list) and bool(value) and all(isinstance(m, dict) and "role" in m for m in value[:8])
+
+
+def uses_tools(messages: list) -> bool:
+    """Whether a message list holds a tool call or a tool result."""
+    return any(m.get("tool_calls") or m.get("function_call") or m.get("role") in ("tool", "function") for m in messages)
+
+
+def find_chat_path(value: Any, wanted: Callable[[Any], bool] = is_chat, depth: int = 4, prefix: str = "") -> str | None:
+    """Dotted path of the first nested value that is `wanted` (a chat list by default), or None.
+
+    The search is bounded: four levels deep, and the first eight items of each list.
+    """
+    if depth < 0:
+        return None
+    if prefix and wanted(value):
+        return prefix
+    if isinstance(value, dict):
+        items = list(value.items())
+    elif isinstance(value, list):
+        items = [(str(i), v) for i, v in enumerate(value[:8])]
+    else:
+        return None
+    for key, child in items:
+        if isinstance(child, dict | list):
+            found = find_chat_path(child, wanted, depth - 1, f"{prefix}.{key}" if prefix else key)
+            if found:
+                return found
+    return None
+
+
+def _pick(record: dict, option: str | None, candidates: tuple[str, ...]) -> tuple[str | None, Any]:
+    if option:
+        return option, record.get(option)
+    for key in candidates:
+        if record.get(key) not in (None, ""):
+            return key, record[key]
+    return None, None
+
+
+def _decoded(value: Any, what: str, locator: str) -> Any:
+    """A field that may hold JSON text (CSV cells) as a value."""
+    if isinstance(value, str) and value.strip()[:1] in ("[", "{"):
+        try:
+            return json.loads(value)
+        except json.JSONDecodeError as exc:
+            raise InvalidRecord("malformed_json", f"{what}: {exc.msg} at column {exc.colno}", locator) from None
+    return value
+
+
+def locate_messages(value: Any, opts: dict[str, Any], locator: str) -> tuple[list, dict, str | None]:
+    """The message list of a record, the record's fields (``{}`` for a bare list) and the field it came from."""
+    fields = value if isinstance(value, dict) else {}
+    if opts.get("messages_path"):
+        messages, used = resolve_path(value, opts["messages_path"], locator), None
+    elif isinstance(value, list):
+        messages, used = value, None
+    elif isinstance(value, dict):
+        used, messages = _pick(value, opts.get("messages_column"), MESSAGE_FIELDS)
+        if used is None or messages is None:
+            hint = find_chat_path(value)
+            where = f"; a chat list was found at {hint!r}: set messages_path" if hint else ""
+            wanted = opts.get("messages_column") or ", ".join(MESSAGE_FIELDS)
+            raise InvalidRecord("missing_field", f"no messages field ({wanted}){where}", locator)
+        messages = _decoded(messages, used, locator)
+        if isinstance(messages, dict) and isinstance(messages.get("messages"), list):
+            messages = messages["messages"]
+    else:
+        raise InvalidRecord(
+            "wrong_type", f"a record must be an object or a message list, not {type(value).__name__}", locator
+        )
+    if not isinstance(messages, list):
+        raise InvalidRecord("wrong_type", f"messages must be a list, not {type(messages).__name__}", locator)
+    return messages, fields, used
+
+
+# ---------------------------------------------------------------- walking the messages
+
+
+@dataclass
+class Conversation:
+    """What a message list holds besides its turns."""
+
+    turns: list[Turn]
+    first_user: str | None = None
+    user_messages: list[str] = field(default_factory=list)
+    system_prompt: str | None = None
+    final_answer: str | None = None
+    orphans: int = 0
+    unanswered: int = 0
+
+
+def _reasoning(message: dict) -> str | None:
+    parts = [text_of(message.get(k)).strip() for k in ("reasoning_content", "content")]
+    text = "\n\n".join(p for p in parts if p)
+    return text or None
+
+
+def _add_calls(pairing: ToolCallPairing, message: dict, where: str, locator: str) -> bool:
+    """Register the message's tool calls (modern or legacy); False when it has none."""
+    calls = message.get("tool_calls")
+    legacy = message.get("function_call")
+    if not calls and not legacy:
+        return False
+    reasoning = _reasoning(message)
+    if legacy:
+        calls = [{"function": legacy}]
+    if not isinstance(calls, list):
+        raise InvalidRecord("malformed_tool_call", f"{where}: tool_calls must be a list", locator)
+    for call in calls:
+        fn = call.get("function", call) if isinstance(call, dict) else None
+        name = fn.get("name") if isinstance(fn, dict) else None
+        if not isinstance(name, str) or not name:
+            raise InvalidRecord("malformed_tool_call", f"{where}: a tool call has no function name", locator)
+        call_id = None if legacy else call.get("id")
+        pairing.call(name, fn.get("arguments"), call_id if isinstance(call_id, str) else None, reasoning)
+        reasoning = None  # parallel calls share one text: it belongs to the first
+    return True
+
+
+def walk_messages(messages: list, locator: str, orphans: str = "quarantine") -> Conversation:
+    """Pair tool calls with their results and collect the task, system prompt and final answer."""
+    pairing = ToolCallPairing()
+    conv = Conversation(turns=[])
+    systems: list[str] = []
+    for i, msg in enumerate(messages):
+        where = f"message {i}"
+        if not isinstance(msg, dict) or not isinstance(msg.get("role"), str):
+            raise InvalidRecord("malformed_message", f"{where}: expected an object with a role", locator)
+        role = msg["role"]
+        if role in _SYSTEM_ROLES:
+            systems.append(text_of(msg.get("content")))
+        elif role == "user":
+            text = text_of(msg.get("content"))
+            if conv.first_user is None:
+                conv.first_user = text
+            else:
+                conv.user_messages.append(text)
+        elif role == "assistant":
+            if not _add_calls(pairing, msg, where, locator) and text_of(msg.get("content")).strip():
+                conv.final_answer = text_of(msg.get("content"))
+        elif role in ("tool", "function"):
+            observation = strip_ansi(text_of(msg.get("content")))
+            call_id, name = msg.get("tool_call_id"), msg.get("name")
+            if role == "tool" and isinstance(call_id, str):
+                paired = pairing.answer_by_id(call_id, observation)
+            else:
+                paired = pairing.answer_next(observation, name if role == "function" else None)
+            if not paired:
+                if orphans == "skip":
+                    conv.orphans += 1
+                    continue
+                ref = f"call id {call_id!r}" if call_id else f"function {name!r}" if name else "no call id"
+                raise InvalidRecord(
+                    "orphan_tool_result", f"{where}: a {role} result ({ref}) has no matching call", locator
+                )
+        else:
+            raise InvalidRecord("malformed_message", f"{where}: unknown role {role!r}", locator)
+    conv.turns = pairing.turns()
+    conv.unanswered = pairing.unanswered()
+    conv.system_prompt = "\n\n".join(s for s in systems if s) or None
+    return conv
+
+
+def action_space_of(tools: Any, locator: str) -> str:
+    """The declared tools as canonical JSON text ('' when none)."""
+    tools = _decoded(tools, "tools", locator)
+    if tools in (None, "", []):
+        return ""
+    return tools if isinstance(tools, str) else canonical_json(tools)
+
+
+def _scalar_fields(fields: dict, used: set[str]) -> tuple[dict, list[str]]:
+    kept, omitted = {}, []
+    for key, value in fields.items():
+        if key in used or not isinstance(value, str | int | float | bool):
+            continue
+        if isinstance(value, str) and len(value) > MAX_META_FIELD_CHARS:
+            omitted.append(key)
+        else:
+            kept[key] = value
+    return kept, omitted
+
+
+def _as_id(value: Any) -> str | None:
+    return str(value) if isinstance(value, str | int) and str(value) else None
+
+
+# ---------------------------------------------------------------- the adapter
+
+
+class OpenAIMessagesAdapter:
+    name = FORMAT
+    description = "OpenAI chat messages with tool_calls / role=tool results (JSONL, JSON, CSV, Parquet)"
+    domains = DOMAINS
+    default_domain = "mcp"
+    options = {
+        "messages_path": "dotted path to the message list, with list indices (answer_generation.train_messages.-1)",
+        "messages_column": "field/column holding the messages (default: messages, traj, TRAJECTORY, trajectory)",
+        "tools_column": "field/column with the declared tools (default: tools, ENABLED_TOOLS)",
+        "prompt_column": "field/column with the task prompt (default: PROMPT, prompt; else the first user message)",
+        "task_column": "field/column with the task id used as split key (default: TASK, task_id, instance_id)",
+        "id_column": "field/column with the native trajectory id (default: id, traj_id, session_id, ID)",
+        "orphans": "quarantine (default) or skip: what to do with a tool result whose call is missing",
+    }
+
+    def sniff(self, probe: Probe) -> float:
+        rec = probe.first_record
+        if not isinstance(rec, dict):
+            return 0.0
+        if probe.container in ("csv", "parquet"):
+            for key in MESSAGE_FIELDS:
+                cell = rec.get(key)
+                if isinstance(cell, str) and '"role"' in cell[:4096]:
+                    return 0.9
+                if is_chat(cell):
+                    return 0.9
+            return 0.0
+        messages = next((rec[k] for k in ("messages", "traj") if k in rec), None)
+        if is_chat(messages):
+            # A declared tool list marks the tool-calling dialect; a bare chat list is generic, so framework
+            # adapters that recognise their own markers in it must win.
+            return 0.9 if isinstance(rec.get("tools"), list) else 0.7
+        if "role" in rec and ("content" in rec or "tool_calls" in rec):
+            return 0.6  # the first message of a JSON document that is one conversation
+        # A nested chat is only claimed when it calls tools: other logs nest plain {role, content} lists too.
+        return 0.55 if find_chat_path(rec, lambda v: is_chat(v) and uses_tools(v)) else 0.0
+
+    def read(self, unit: InputUnit, opts: dict[str, Any]) -> Iterator[RawRecord | InvalidRecord]:
+        if container_of(unit.uri) == "json":
+            return self._read_json(unit, opts)
+        return records_from_container(unit, self.name, opts)
+
+    def _read_json(self, unit: InputUnit, opts: dict[str, Any]) -> Iterator[RawRecord | InvalidRecord]:
+        # A JSON list is either runs (one record each) or one conversation; the generic reader cannot tell.
+        data = read_document(unit.uri, int(opts.get("max_record_bytes") or DEFAULT_MAX_RECORD_BYTES))
+        if isinstance(data, InvalidRecord):
+            yield data
+            return
+        try:
+            value = json.loads(data)
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            yield InvalidRecord("malformed_json", str(exc), "document", unit.uri)
+            return
+        if isinstance(value, list) and not is_chat(value):
+            for i, item in enumerate(value):
+                yield RawRecord(unit.uri, f"item {i}", self.name, json.dumps(item, ensure_ascii=False))
+        else:
+            yield RawRecord(unit.uri, "document", self.name, json.dumps(value, ensure_ascii=False))
+
+    def normalize(self, record: RawRecord, opts: dict[str, Any]) -> Iterator[Trajectory]:
+        yield normalize_openai_messages(record, opts)
+
+
+def normalize_openai_messages(record: RawRecord, opts: dict[str, Any]) -> Trajectory:
+    """One record (conversation + its fields) → one trajectory; raises `InvalidRecord`."""
+    loc = record.locator
+    messages, fields, messages_key = locate_messages(record.value(), opts, loc)
+    conv = walk_messages(messages, loc, orphans_policy(opts))
+    tools_key, tools = _pick(fields, opts.get("tools_column"), TOOLS_FIELDS)
+    prompt_key, prompt = _pick(fields, opts.get("prompt_column"), PROMPT_FIELDS)
+    task_key, task = _pick(fields, opts.get("task_column"), TASK_FIELDS)
+    id_key, native = _pick(fields, opts.get("id_column"), ID_FIELDS)
+    task_description = prompt if isinstance(prompt, str) else conv.first_user or ""
+    user_messages = conv.user_messages
+    if isinstance(prompt, str) and conv.first_user is not None:
+        user_messages = [conv.first_user, *user_messages]
+    kept, omitted = _scalar_fields(fields, {k for k in (messages_key, tools_key, prompt_key, task_key, id_key) if k})
+    meta = {
+        "system_prompt": conv.system_prompt,
+        "final_answer": conv.final_answer,
+        "user_messages": user_messages or None,
+        "orphan_tool_results": conv.orphans or None,
+        "unanswered_tool_calls": conv.unanswered or None,
+        "messages_path": opts.get("messages_path"),
+        "fields": kept or None,
+        "omitted_fields": omitted or None,
+    }
+    native_id = _as_id(native)
+    return make_trajectory(
+        record,
+        domain=opts.get("domain") or OpenAIMessagesAdapter.default_domain,
+        native_key=native_id or f"{record.uri}:{loc}",
+        turns=conv.turns,
+        system=SystemPrompt(task_description=task_description, action_space=action_space_of(tools, loc)),
+        source_kind=opts.get("source_kind") or "public",
+        split_key=_as_id(task),
+        meta={k: v for k, v in meta.items() if v is not None},
+    )
+
+
+ADAPTER = OpenAIMessagesAdapter()

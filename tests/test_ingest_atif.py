@@ -1,0 +1,136 @@
+"""atif: Harbor trajectory documents (Terminus-2 style, parallel tool calls, copied context, bad steps)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from schemas.errors import InvalidRecord
+from schemas.trajectory import make_traj_id
+from stages.ingest import registry
+from stages.ingest.atif import ADAPTER, agent_step_turns, calls_action
+from stages.ingest.reading import InputUnit
+
+
+def run(path, **opts):
+    opts = registry.resolve_opts(ADAPTER, opts)
+    trajs, errors = [], []
+    for item in ADAPTER.read(InputUnit(str(path)), opts):
+        if isinstance(item, InvalidRecord):
+            errors.append(item)
+            continue
+        try:
+            trajs.extend(ADAPTER.normalize(item, opts))
+        except InvalidRecord as exc:
+            errors.append(exc)
+    return trajs, errors
+
+
+@pytest.fixture(scope="module")
+def terminus(fixtures_dir):
+    (t,) = run(fixtures_dir / "atif/terminus.json")[0]
+    return t
+
+
+def test_keystroke_calls_sharing_one_screen_are_one_turn(terminus):
+    assert len(terminus.turns) == 2
+    first = terminus.turns[0]
+    assert json.loads(first.action) == [
+        {"keystrokes": "echo 'Hello, world!' > hello.txt\n", "duration": 0.1},
+        {"keystrokes": "cat hello.txt\n", "duration": 0.1},
+    ]
+    assert first.observation.endswith("cat hello.txt\nHello, world!\nroot@box:/app# ")
+    assert first.reasoning == "Two commands in one go.\n\nWrite the file and show it."
+    assert terminus.turns[1].action == '[{"keystrokes": "wc -c hello.txt\\n", "duration": 0.1}]'
+    assert terminus.turns[1].observation == "14 hello.txt\nroot@box:/app# "  # ANSI colors removed
+    assert terminus.domain == "terminal"
+
+
+def test_copied_context_becomes_context_not_turns(terminus):
+    assert [(d.action, d.observation) for d in terminus.system.demonstrations] == [
+        ('[{"keystrokes": "ls -la\\n", "duration": 0.1}]', "root@box:/app# ls -la\ntotal 0\nroot@box:/app# ")
+    ]
+    assert terminus.system.task_description == "Create hello.txt containing 'Hello, world!' in /app."
+    meta = json.loads(terminus.meta)
+    assert meta["user_messages"] == ["Context was summarized. Continue the task from where you left off."]
+    assert meta["copied_context_steps"] == 3
+    assert meta["unanswered_tool_calls"] == 1  # mark_task_complete has no result
+    assert meta["system_prompt"].startswith("You are an AI assistant solving tasks in a Linux terminal.")
+    assert meta["agent"] == {"name": "terminus-2", "version": "2.0.0", "model_name": "demo-model"}
+    assert "final_answer" not in meta
+
+
+def test_ids_and_split_key_of_a_continuation(terminus):
+    assert terminus.traj_id == make_traj_id("atif", "run-77-cont-1")
+    assert terminus.split_key == make_traj_id("atif", "run-77")
+
+
+def test_parallel_calls_pair_by_source_call_id(fixtures_dir):
+    (t,) = run(fixtures_dir / "atif/tool_calls.json")[0]
+    assert [json.loads(x.action) for x in t.turns[:2]] == [
+        {"name": "financial_search", "arguments": {"ticker": "GOOGL", "metric": "price"}},
+        {"name": "financial_search", "arguments": {"ticker": "GOOGL", "metric": "volume"}},
+    ]
+    # Results came volume first; each still lands on its own call. The volume one is content parts (v1.6).
+    assert [x.observation for x in t.turns[:2]] == ["GOOGL trades at $185.35.", "GOOGL volume: 1.5M shares."]
+    assert [x.reasoning for x in t.turns[:2]] == [
+        "Two independent lookups.\n\nI will query price and volume together.",
+        None,
+    ]
+    # An action taken without the tool-calling format: the message is the action.
+    assert (t.turns[2].action, t.turns[2].observation) == ("open_chart GOOGL 1d", "chart: 184.10 -> 185.35 (+0.7%)")
+    assert json.loads(t.system.action_space)[0]["name"] == "financial_search"
+    meta = json.loads(t.meta)
+    assert meta["final_answer"] == "GOOGL is at $185.35 with 1.5M shares traded."
+    assert meta["system_events"] == ["Context checkpoint created."]
+    assert "system_prompt" not in meta
+    assert t.split_key == t.traj_id == make_traj_id("atif", "025B810F-demo")
+
+
+def test_bad_documents_get_reasons_and_locators(fixtures_dir):
+    trajs, errors = run(fixtures_dir / "atif/runs.jsonl")
+    assert [t.source.locator for t in trajs] == ["line 1"]
+    assert {e.locator: e.reason for e in errors} == {
+        "line 2": "orphan_tool_result",
+        "line 3": "malformed_step",
+        "line 4": "missing_field",
+        "line 5": "malformed_tool_call",
+        "line 6": "malformed_observation",
+        "line 7": "wrong_type",
+    }
+    assert "'c7'" in next(e.detail for e in errors if e.locator == "line 2")
+
+
+def test_orphans_skip(fixtures_dir):
+    trajs, _ = run(fixtures_dir / "atif/runs.jsonl", orphans="skip")
+    t = next(t for t in trajs if t.source.locator == "line 2")
+    assert [x.observation for x in t.turns] == ["hi"]
+    assert json.loads(t.meta)["orphan_tool_results"] == 1
+
+
+def test_idless_results_pair_in_order_when_counts_match():
+    step = {
+        "source": "agent",
+        "message": "",
+        "tool_calls": [
+            {"tool_call_id": "a", "function_name": "read", "arguments": '{"path": "x"}'},
+            {"tool_call_id": "b", "function_name": "read", "arguments": {"path": "y"}},
+        ],
+        "observation": {"results": [{"content": "X"}, {"content": "Y"}]},
+    }
+    got = agent_step_turns(step, "step 1", "document", "quarantine")
+    assert [(json.loads(t.action)["arguments"]["path"], t.observation) for t in got.turns] == [("x", "X"), ("y", "Y")]
+    assert got.unanswered == 0
+
+
+def test_calls_action_forms():
+    one = [{"function_name": "f", "arguments": {"a": 1}}]
+    assert calls_action(one) == '{"name": "f", "arguments": {"a": 1}}'
+    two = [*one, {"function_name": "g", "arguments": {}}]
+    assert json.loads(calls_action(two)) == [{"name": "f", "arguments": {"a": 1}}, {"name": "g", "arguments": {}}]
+
+
+@pytest.mark.parametrize("name", ["terminus.json", "tool_calls.json", "runs.jsonl"])
+def test_registry_sniffs_fixtures(fixtures_dir, name):
+    assert registry.sniff(InputUnit(str(fixtures_dir / "atif" / name))) == ("atif", 0.95)

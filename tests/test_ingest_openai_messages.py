@@ -1,0 +1,230 @@
+"""openai-messages: real MCP-Atlas CSV plus hand-written fixtures for each dialect corner."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from schemas.errors import ConfigError, InvalidRecord
+from stages.ingest import registry
+from stages.ingest.openai_messages import ADAPTER, find_chat_path, parse_arguments, resolve_path, tool_action
+from stages.ingest.reading import InputUnit
+
+ATLAS = "openai-messages/mcp-atlas/sample_tasks.csv"
+
+
+def run(path, **opts):
+    """All trajectories and all InvalidRecords of one file, as the pipeline would see them."""
+    opts = registry.resolve_opts(ADAPTER, opts)
+    trajs, errors = [], []
+    for item in ADAPTER.read(InputUnit(str(path)), opts):
+        if isinstance(item, InvalidRecord):
+            errors.append(item)
+            continue
+        try:
+            trajs.extend(ADAPTER.normalize(item, opts))
+        except InvalidRecord as exc:
+            errors.append(exc)
+    return trajs, errors
+
+
+def by_task(trajs, task):
+    return next(t for t in trajs if t.split_key == task)
+
+
+@pytest.fixture(scope="module")
+def atlas(shared_data):
+    return run(shared_data / ATLAS)
+
+
+# ---------------------------------------------------------------- real data: MCP-Atlas
+
+
+def test_mcp_atlas_normalizes_every_row_without_quarantine(atlas):
+    trajs, errors = atlas
+    assert errors == []
+    assert len(trajs) == 10
+    # Tool calls counted by hand per row: 5 4 4 4 3 5 5 4 4 4.
+    assert [len(t.turns) for t in trajs] == [5, 4, 4, 4, 3, 5, 5, 4, 4, 4]
+    assert {t.domain for t in trajs} == {"mcp"}
+    assert len({t.split_key for t in trajs}) == 10  # the TASK column
+    assert len({t.traj_id for t in trajs}) == 10
+
+
+def test_mcp_atlas_git_history_task(atlas):
+    t = by_task(atlas[0], "688ba1b3e95696e72dd93e8a")
+    assert t.system.task_description.startswith("I'm trying to piece together the history of my old local project")
+    assert [json.loads(x.action)["name"] for x in t.turns] == [
+        "desktop-commander_get_config",
+        "desktop-commander_list_directory",
+        "desktop-commander_list_directory",
+        "git_git_log",
+    ]
+    assert t.turns[0].action == '{"name": "desktop-commander_get_config", "arguments": {}}'
+    assert t.turns[1].action == '{"name": "desktop-commander_list_directory", "arguments": {"path": "/data"}}'
+    assert t.turns[0].reasoning.startswith("To begin, I need to understand my environment")
+    assert "[DIR] repos" in t.turns[1].observation
+    assert "Commit: '0865ef487b8100848fcab25af80e60bffb4f42da'" in t.turns[3].observation
+    assert "Date: 2024-04-03 15:39:04+02:00" in t.turns[3].observation
+    tools = json.loads(t.system.action_space)
+    assert len(tools) == 15 and tools[0] == "desktop-commander_get_config" and "git_git_log" in tools
+    meta = json.loads(t.meta)
+    assert "0865ef487b8100848fcab25af80e60bffb4f42da" in meta["fields"]["GTFA_CLAIMS"]
+    assert t.source.locator == "row 2"
+
+
+def test_mcp_atlas_text_parts_are_joined(atlas):
+    # Row 5's geocode result has two text parts, one place each.
+    t = by_task(atlas[0], "688fb11183792b921381bd14")
+    obs = t.turns[1].observation
+    assert json.loads(t.turns[1].action)["arguments"] == {"address": "Eiffel Tower"}
+    assert obs.count('"place_id"') == 2
+    assert obs.index("88179373") < obs.index("347889171")
+    assert "}\n{" in obs
+
+
+# ---------------------------------------------------------------- fixtures: dialect corners
+
+
+def test_parallel_calls_pair_by_id_and_keep_call_order(fixtures_dir):
+    trajs, errors = run(fixtures_dir / "openai-messages/tool_calls.jsonl")
+    assert errors == []
+    t = trajs[0]
+    assert [x.action for x in t.turns] == [
+        '{"name": "get_weather", "arguments": {"city": "Paris"}}',
+        '{"name": "get_weather", "arguments": {"city": "Oslo"}}',
+        '{"name": "get_time", "arguments": "{city: Oslo"}',  # not JSON: kept as the raw string
+    ]
+    assert [x.observation for x in t.turns] == [
+        "Paris: 18C, sunny",
+        "Oslo: 4C, snow\nwind 20 km/h",
+        "error: arguments are not valid JSON",
+    ]
+    assert [x.reasoning for x in t.turns] == ["I will look up both cities at once.", None, None]
+    assert json.loads(t.turns[1].meta) == {"tool_call_id": "call_b"}
+    assert t.system.task_description == "What is the weather and the time in Paris and Oslo?"
+    assert [x["function"]["name"] for x in json.loads(t.system.action_space)] == ["get_weather", "get_time"]
+    meta = json.loads(t.meta)
+    assert meta["system_prompt"] == "You are a travel assistant. Use the tools."
+    assert meta["final_answer"] == "Paris is sunny at 18C; Oslo has snow at 4C."
+    assert t.system.simulation_instruction is None
+
+
+def test_legacy_function_call_dialect(fixtures_dir):
+    t = run(fixtures_dir / "openai-messages/tool_calls.jsonl")[0][1]
+    assert [json.loads(x.action)["arguments"]["to"] for x in t.turns] == ["USD", "JPY"]
+    assert [x.observation for x in t.turns] == ["10.85", "1598"]
+    assert t.turns[1].reasoning == "Now to JPY."
+    assert t.system.action_space == ""
+    assert json.loads(t.meta)["user_messages"] == ["Thanks!"]
+
+
+def test_orphan_result_is_quarantined_unless_skipped(fixtures_dir):
+    trajs, errors = run(fixtures_dir / "openai-messages/orphan.jsonl")
+    assert trajs == []
+    assert [(e.reason, e.locator) for e in errors] == [("orphan_tool_result", "line 1")]
+    assert "'c9'" in errors[0].detail
+    trajs, errors = run(fixtures_dir / "openai-messages/orphan.jsonl", orphans="skip")
+    assert errors == []
+    (t,) = trajs
+    assert [x.observation for x in t.turns] == ["a.txt\nb.txt"]
+    meta = json.loads(t.meta)
+    assert meta["orphan_tool_results"] == 1
+    assert meta["unanswered_tool_calls"] == 1  # the last call never got its result
+
+
+def test_json_list_of_runs_with_traj_field(fixtures_dir):
+    trajs, errors = run(fixtures_dir / "openai-messages/runs.json")
+    assert errors == []
+    assert [t.source.locator for t in trajs] == ["item 0", "item 1"]
+    assert [len(t.turns) for t in trajs] == [1, 2]
+    assert {t.split_key for t in trajs} == {"task-42"}  # two runs of one task stay in one pool
+    assert trajs[0].traj_id != trajs[1].traj_id
+    assert trajs[1].turns[1].observation == "Lima has about 10 million inhabitants."
+
+
+def test_messages_path_reaches_nested_conversation(fixtures_dir):
+    path = fixtures_dir / "openai-messages/nested.json"
+    trajs, errors = run(path)
+    assert trajs == []
+    assert errors[0].reason == "missing_field"
+    assert "answer_generation.train_messages.0" in errors[0].detail  # the hint names where a chat was found
+    (t,) = run(path, messages_path="answer_generation.train_messages.-1")[0]
+    assert t.system.task_description == "How many stars does the repo have?"
+    assert [json.loads(x.observation)["stars"] for x in t.turns] == [1234, 9]
+    assert json.loads(t.meta)["fields"] == {"question_id": "q-7"}
+    (draft_error,) = run(path, messages_path="answer_generation.train_messages.0")[1]
+    assert draft_error.reason == "no_turns"
+
+
+def test_gzip_json_document_is_one_conversation(fixtures_dir):
+    (t,) = run(fixtures_dir / "openai-messages/single_chat.json.gz")[0]
+    assert t.source.locator == "document"
+    assert t.turns[0].observation == "On branch main\nmodified:   app.py"  # ANSI colors removed
+    assert t.turns[1].action == '{"name": "git_diff", "arguments": {"path": "app.py"}}'
+    assert json.loads(t.meta)["system_prompt"] == "You run shell tools."
+
+
+def test_csv_with_prompt_tools_and_task_columns(fixtures_dir):
+    trajs, errors = run(fixtures_dir / "openai-messages/tasks.csv")
+    assert errors == []
+    assert [t.split_key for t in trajs] == ["task-A", "task-B"]
+    assert trajs[1].system.task_description == "What is near the Colosseum, Rome?"
+    assert trajs[0].system.action_space == '["osm_geocode", "osm_nearby"]'
+    assert trajs[1].turns[0].observation == "41.8902, 12.4922"
+    assert trajs[0].turns[0].reasoning == "Geocoding Louvre, Paris."
+
+
+def test_bad_records_get_reasons_and_locators(fixtures_dir):
+    trajs, errors = run(fixtures_dir / "openai-messages/bad.jsonl")
+    assert len(trajs) == 1
+    assert {e.locator: e.reason for e in errors} == {
+        "line 2": "missing_field",
+        "line 3": "wrong_type",
+        "line 4": "malformed_tool_call",
+        "line 5": "malformed_message",
+        "line 6": "malformed_json",
+        "line 7": "no_turns",
+    }
+
+
+def test_domain_option_overrides_default(fixtures_dir):
+    trajs, _ = run(fixtures_dir / "openai-messages/runs.json", domain="search")
+    assert {t.domain for t in trajs} == {"search"}
+
+
+def test_bad_orphans_value_is_a_config_error(fixtures_dir):
+    with pytest.raises(ConfigError):
+        run(fixtures_dir / "openai-messages/orphan.jsonl", orphans="keep")
+
+
+# ---------------------------------------------------------------- helpers and sniffing
+
+
+def test_arguments_parsing():
+    assert parse_arguments('{"a": [1, 2]}') == {"a": [1, 2]}
+    assert parse_arguments("{a: 1") == "{a: 1"
+    assert parse_arguments(None) == {}
+    assert tool_action("f", {"x": "é"}) == '{"name": "f", "arguments": {"x": "é"}}'
+
+
+def test_paths():
+    doc = {"a": {"b": [[{"role": "user", "content": "x"}]]}, "trajectory": [{"action": "ls"}]}
+    assert find_chat_path(doc) == "a.b.0"
+    assert resolve_path(doc, "a.b.-1.0.content", "line 1") == "x"
+    with pytest.raises(InvalidRecord, match="no list item '5'"):
+        resolve_path(doc, "a.b.5", "line 1")
+    assert find_chat_path({"trajectory": [{"action": "ls", "observation": "a"}]}) is None
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["tool_calls.jsonl", "orphan.jsonl", "runs.json", "nested.json", "single_chat.json.gz", "tasks.csv", "bad.jsonl"],
+)
+def test_registry_sniffs_fixtures(fixtures_dir, name):
+    assert registry.sniff(InputUnit(str(fixtures_dir / "openai-messages" / name)))[0] == "openai-messages"
+
+
+def test_registry_sniffs_mcp_atlas(shared_data):
+    assert registry.sniff(InputUnit(str(shared_data / ATLAS))) == ("openai-messages", 0.9)
