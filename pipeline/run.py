@@ -58,8 +58,8 @@ def adapter_opts(cfg: dict[str, Any]) -> dict[str, Any]:
     opts = dict(cfg["ingest"]["options"])
     if cfg["run"]["domain"]:
         opts["domain"] = cfg["run"]["domain"]
-    opts["source_kind"] = cfg["run"]["source_kind"]
-    opts["max_record_bytes"] = cfg["run"]["max_record_bytes"]
+    opts.setdefault("source_kind", cfg["run"]["source_kind"])
+    opts.setdefault("max_record_bytes", cfg["run"]["max_record_bytes"])
     return opts
 
 

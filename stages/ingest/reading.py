@@ -85,8 +85,48 @@ def open_binary(uri: str) -> io.BufferedIOBase:
 
         return gzip.GzipFile(fileobj=raw)  # type: ignore[return-value]
     if compression == "zstd":
-        return zstandard.ZstdDecompressor().stream_reader(raw, read_across_frames=True, closefd=True)  # type: ignore[return-value]
+        return io.BufferedReader(_ZstdReader(raw), buffer_size=_CHUNK)  # type: ignore[return-value]
     return raw
+
+
+class _ZstdReader(io.RawIOBase):
+    """Streaming zstd decompression that notices a truncated last frame (zstandard's stream
+    reader returns a silent EOF there)."""
+
+    def __init__(self, raw) -> None:
+        self._raw = raw
+        self._dctx = zstandard.ZstdDecompressor()
+        self._dobj = self._dctx.decompressobj()
+        self._buf = b""
+        self._in_frame = False
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, b) -> int:
+        while not self._buf:
+            chunk = self._raw.read(_CHUNK)
+            if not chunk:
+                if self._in_frame and not self._dobj.eof:
+                    raise EOFError("compressed stream ended before the end of its frame")
+                return 0
+            while chunk:
+                self._in_frame = True
+                self._buf += self._dobj.decompress(chunk)
+                if self._dobj.eof:
+                    chunk = self._dobj.unused_data
+                    self._dobj = self._dctx.decompressobj()
+                    self._in_frame = bool(chunk)
+                else:
+                    chunk = b""
+        n = min(len(b), len(self._buf))
+        b[:n] = self._buf[:n]
+        self._buf = self._buf[n:]
+        return n
+
+    def close(self) -> None:
+        self._raw.close()
+        super().close()
 
 
 def read_head(uri: str, size: int = 65536) -> bytes:

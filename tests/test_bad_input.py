@@ -1,0 +1,102 @@
+"""Bad input never crashes a run and never disappears (SPEC §10): quarantine rows and counts."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+
+
+def traj(i: int, turns: int = 2, domain: str = "terminal") -> dict:
+    return {
+        "traj_id": f"t{i}",
+        "domain": domain,
+        "split_key": f"task-{i}",
+        "system": {"task_description": f"task {i}", "action_space": "shell keystrokes"},
+        "turns": [{"action": f'[{{"keystrokes": "echo {i}-{j}\\n"}}]', "observation": f"{i}-{j}\nroot@box:/# "}
+                  for j in range(turns)],
+    }
+
+
+def lwm(*args: str, check: bool = True) -> subprocess.CompletedProcess:
+    cmd = [sys.executable, "-m", "pipeline.cli", *args]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    if check:
+        assert proc.returncode == 0, proc.stderr
+    return proc
+
+
+@pytest.fixture()
+def bad_inputs(tmp_path: Path) -> Path:
+    src = tmp_path / "in"
+    src.mkdir()
+    good = [json.dumps(traj(i)) for i in range(40)]
+    lines = good[:10] + ["{not json"] + good[10:20] + [json.dumps({"domain": "terminal", "turns": "nope"})]
+    lines += good[20:30] + ['{"pad": "' + "z" * 5000 + '"}'] + good[30:]
+    (src / "mixed.jsonl").write_text("\n".join(lines) + "\n")
+    blob = gzip.compress(("\n".join(json.dumps(traj(100 + i)) for i in range(300)) + "\n").encode())
+    (src / "cut.jsonl.gz").write_bytes(blob[: len(blob) * 2 // 3])
+    (src / "other.csv").write_text("a,b\n1,2\n")
+    return src
+
+
+def _quarantine(out: Path) -> list[dict]:
+    rows = []
+    for p in sorted((out / "quarantine").glob("*.parquet")):
+        rows += pq.read_table(p).to_pylist()
+    return rows
+
+
+def test_every_bad_record_is_quarantined_with_locator_and_reason(bad_inputs, tmp_path):
+    out = tmp_path / "out"
+    proc = lwm("run", "--executor", "local", "-i", str(bad_inputs), "-o", str(out), "--format", "lwm-jsonl",
+               "--opt", "max_record_bytes=4096", "--max-quarantine-rate", "0.5")
+    rows = _quarantine(out)
+    by_file = {(Path(r["uri"]).name, r["locator"], r["reason"]) for r in rows}
+    assert ("mixed.jsonl", "line 11", "malformed_json") in by_file
+    assert ("mixed.jsonl", "line 22", "missing_field") in by_file
+    assert ("mixed.jsonl", "line 33", "line_too_long") in by_file
+    truncated = [r for r in rows if r["reason"] == "truncated_stream"]
+    assert len(truncated) == 1 and truncated[0]["uri"].endswith("cut.jsonl.gz")
+    assert truncated[0]["locator"].startswith("line ")
+    wrong = [r for r in rows if r["uri"].endswith("other.csv")]
+    assert wrong and all(r["reason"] in ("missing_field", "no_turns", "wrong_type", "bad_domain") for r in wrong)
+    manifest = json.loads((out / "manifest.json").read_text())
+    c = manifest["counts"]
+    filtered = sum(c.get("filtered", {}).values()) if isinstance(c.get("filtered"), dict) else 0
+    assert c["records"]["read"] == c["records"]["normalized"] + c["records"]["quarantined"]
+    assert c["records"]["quarantined"] == len(rows)
+    assert c["trajectories"]["normalized"] == c["trajectories"]["kept"] + filtered
+    assert c["records"]["read"] == c["trajectories"]["kept"] + c["records"]["quarantined"] + filtered
+    assert c["trajectories"]["kept"] >= 40
+    assert (out / "_SUCCESS").exists()
+    assert "quarantined" in proc.stderr
+
+
+def test_quarantine_rate_over_bound_fails_with_one_line(bad_inputs, tmp_path):
+    out = tmp_path / "out"
+    proc = lwm("run", "--executor", "local", "-i", str(bad_inputs), "-o", str(out), "--format", "lwm-jsonl",
+               "--max-quarantine-rate", "0.001", check=False)
+    assert proc.returncode == 2
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last.startswith("lwm: error: quarantine rate")
+    assert "Traceback" not in proc.stderr
+    assert "worst file" in last and ("mixed.jsonl" in last or "cut.jsonl.gz" in last or "other.csv" in last)
+    assert not (out / "_SUCCESS").exists()
+    assert _quarantine(out), "the quarantine is kept for inspection"
+
+
+def test_unrecognized_file_is_quarantined_not_crashing(tmp_path):
+    src = tmp_path / "in"
+    src.mkdir()
+    (src / "good.jsonl").write_text("\n".join(json.dumps(traj(i)) for i in range(30)) + "\n")
+    (src / "weird.json").write_text(json.dumps({"hello": "world"}))
+    report = json.loads(lwm("validate", str(src), "--json").stdout)
+    assert report["reasons"] == {"unknown_format": 1}
+    assert report["records"] == 31 and report["trajectories"] == 30 and report["turns"] == 60
+    assert report["format"] == "lwm-jsonl"
