@@ -159,7 +159,7 @@ class TrajectorySamples:
             role, lead = "assistant\n", reasoning + PRED_OPEN
             obs = self._obs(t)
             head_ids, head_idx = project_weights(self.seg, [(role, 0.0), (lead, 1.0)])
-            if self.seg.can_prepend(role + lead, obs):
+            if obs and self.seg.can_prepend(role + lead, obs):
                 tail = self.seg.extend(self._obs_ids(t), obs, PRED_CLOSE)
                 ids = head_ids + tail
             else:

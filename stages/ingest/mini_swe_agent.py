@@ -1,0 +1,152 @@
+"""``mini-swe-agent``: mini-swe-agent trajectories (``.traj.json``), a chat of bash commands.
+
+The file is the chat itself, either a bare message list or ``{"messages": [...], "info": {...},
+"trajectory_format": "mini-swe-agent-1"}``. Each assistant message holds exactly one fenced bash
+block; the next user message carries the shell's answer. Native record (two messages)::
+
+    {"role": "assistant", "content": "Let me look around.\\n\\n```bash\\nls -la\\n```"}
+    {"role": "user", "content": "<returncode>0</returncode>\\n<output>\\ntotal 44\\n...</output>"}
+
+Mapping to the unified schema (domain ``terminal``):
+
+- One turn per assistant message with exactly one bash block (fence ``bash``, ``sh`` or
+  ``mswea_bash_command``) and the user message that answers it. The action is keystroke JSON,
+  ``[{"keystrokes": "ls -la\\n"}]`` (no duration: every command runs to completion); the text
+  around the block is ``turn.reasoning``.
+- The observation is the answering message as the agent saw it, ``<returncode>``/``<output>``
+  wrapper included (escape codes removed, ``\\r`` overwrites collapsed); the return code is also
+  kept in ``turn.meta``. The final submission message (a diff, no wrapper) is an observation too.
+- An assistant message with zero or several blocks was rejected by the agent's harness, and the
+  reply is a format complaint, not the shell: that pair is not a turn and is counted in ``meta``
+  (``format_errors``), as is an action left without an answer (``unanswered_actions``).
+- ``system.task_description`` is the task of the first user message (its ``<pr_description>``,
+  or the text before the template's instructions); the system prompt only fixes the response
+  format, so the action space stays the terminal domain's. ``split_key`` is the file name
+  without ``.traj.json`` (mini-swe-agent names runs by instance id); ``info`` goes to ``meta``.
+"""
+
+from __future__ import annotations
+
+import json
+import posixpath
+import re
+from collections.abc import Iterator
+from typing import Any
+
+from schemas.errors import InvalidRecord
+from schemas.trajectory import SystemPrompt, Trajectory, Turn
+from stages.ingest.common import make_trajectory, text_of
+from stages.ingest.reading import DEFAULT_MAX_RECORD_BYTES, InputUnit, read_document, split_compression
+from stages.ingest.registry import Probe, RawRecord
+from stages.ingest.terminal_text import clean_tool_output, keystroke_action
+
+FORMAT = "mini-swe-agent"
+_BASH_BLOCK = re.compile(r"```(?:bash|sh|mswea_bash_command)[ \t]*\n(.*?)\n?```", re.S)
+_RETURNCODE = re.compile(r"<returncode>\s*(-?\d+)\s*</returncode>")
+_PR_DESCRIPTION = re.compile(r"<pr_description>(.*?)</pr_description>", re.S)
+# Where mini-swe-agent's instance templates switch from the task to their own instructions.
+_TEMPLATE_SECTIONS = ("\n## Recommended Workflow", "\n## Important Rules", "\n<instructions>", "\n# Task Instructions")
+
+
+class MiniSweAgentAdapter:
+    name = FORMAT
+    description = "mini-swe-agent .traj.json chats: one bash block per assistant turn, <returncode>/<output> replies"
+    domains = ("terminal",)
+    default_domain = "terminal"
+    options: dict[str, str] = {}
+
+    def sniff(self, probe: Probe) -> float:
+        rec = probe.first_record
+        if isinstance(rec, dict) and str(rec.get("trajectory_format", "")).startswith("mini-swe-agent"):
+            return 0.99
+        looks_like_chat = isinstance(rec, dict) and ("role" in rec or isinstance(rec.get("messages"), list))
+        if not looks_like_chat:
+            return 0.0
+        head = probe.head
+        has_block = "```bash" in head or "```mswea_bash_command" in head
+        if has_block and "<returncode>" in head:
+            return 0.95
+        return 0.8 if split_compression(probe.uri)[0].endswith(".traj.json") and has_block else 0.0
+
+    def read(self, unit: InputUnit, opts: dict[str, Any]) -> Iterator[RawRecord | InvalidRecord]:
+        data = read_document(unit.uri, int(opts.get("max_record_bytes") or DEFAULT_MAX_RECORD_BYTES))
+        if isinstance(data, InvalidRecord):
+            yield data
+            return
+        try:
+            value = json.loads(data)
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            yield InvalidRecord("malformed_json", str(exc), "document", unit.uri)
+            return
+        # The whole file is one run, whether a bare message list or an object around it.
+        yield RawRecord(unit.uri, "document", FORMAT, json.dumps(value, ensure_ascii=False))
+
+    def normalize(self, record: RawRecord, opts: dict[str, Any]) -> Iterator[Trajectory]:
+        value = record.value()
+        messages = value.get("messages") if isinstance(value, dict) else value
+        if not isinstance(messages, list) or not all(isinstance(m, dict) for m in messages):
+            raise InvalidRecord("missing_field", "expected a list of chat messages", record.locator)
+        turns, counts = _turns(messages)
+        info = value.get("info") if isinstance(value, dict) and isinstance(value.get("info"), dict) else {}
+        meta: dict[str, Any] = {"agent": "mini-swe-agent", **{k: v for k, v in counts.items() if v}}
+        meta.update({k: info[k] for k in ("exit_status", "submission", "model_stats", "mini_version") if k in info})
+        yield make_trajectory(
+            record,
+            domain=opts.get("domain") or self.default_domain,
+            native_key=f"{record.uri}:{record.locator}",
+            turns=turns,
+            system=SystemPrompt(task_description=_task_description(messages)),
+            source_kind=opts.get("source_kind") or "public",
+            split_key=_run_name(record.uri),
+            meta=meta,
+        )
+
+
+def _turns(messages: list[dict]) -> tuple[list[Turn], dict[str, int]]:
+    turns: list[Turn] = []
+    counts = {"format_errors": 0, "unanswered_actions": 0}
+    for i, message in enumerate(messages):
+        if message.get("role") != "assistant":
+            continue
+        text = text_of(message.get("content"))
+        blocks = _BASH_BLOCK.findall(text)
+        reply = messages[i + 1] if i + 1 < len(messages) else None
+        if len(blocks) != 1:
+            counts["format_errors"] += 1
+            continue
+        if reply is None or reply.get("role") not in ("user", "tool"):
+            counts["unanswered_actions"] += 1
+            continue
+        command = blocks[0].strip("\n")
+        observation = text_of(reply.get("content"))
+        returncode = _RETURNCODE.search(observation)
+        reasoning = _BASH_BLOCK.sub("", text).strip()
+        turns.append(
+            Turn(
+                action=keystroke_action(command + "\n"),
+                observation=clean_tool_output(observation),
+                reasoning=reasoning or None,
+                meta=json.dumps({"returncode": int(returncode.group(1))}) if returncode else None,
+            )
+        )
+    return turns, counts
+
+
+def _task_description(messages: list[dict]) -> str:
+    first_user = next((text_of(m.get("content")) for m in messages if m.get("role") == "user"), "")
+    described = _PR_DESCRIPTION.search(first_user)
+    if described:
+        return described.group(1).strip()
+    cut = min((first_user.find(s) for s in _TEMPLATE_SECTIONS if s in first_user), default=len(first_user))
+    return first_user[:cut].strip()
+
+
+def _run_name(uri: str) -> str | None:
+    name = posixpath.basename(split_compression(uri)[0])
+    for suffix in (".traj.json", ".json"):
+        if name.endswith(suffix):
+            return name[: -len(suffix)] or None
+    return name or None
+
+
+ADAPTER = MiniSweAgentAdapter()

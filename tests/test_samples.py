@@ -1,0 +1,173 @@
+"""Samples: segment-wise tokenization equals whole-text tokenization; weights sit where SPEC says."""
+
+from __future__ import annotations
+
+import json
+import random
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from masking import score_turn
+from schemas.trajectory import Trajectory
+from stages.ingest.reading import expand_inputs
+from stages.ingest.registry import claims_dir, get_adapter, resolve_opts, sniff
+from stages.render import chatml, history_reply, target_reply, user_prompt
+from stages.samples import TrajectorySamples
+from stages.tokenize import check_segmentwise, segment_tokenizer
+from stages.tokenizer import load_tokenizer
+
+BIG = 10**9
+
+
+@pytest.fixture(scope="module")
+def seg():
+    return segment_tokenizer(load_tokenizer())
+
+
+def make_traj(n_turns: int, seed: int = 0, domain: str = "terminal") -> Trajectory:
+    rng = random.Random(seed)
+    words = ["alpha", "beta", "gamma", "délta", "数据", "😀", "{", "}", "\n", "  ", "\t", "-->", "0x1F", "'s", "é"]
+    turns = []
+    for t in range(n_turns):
+        obs = "".join(rng.choice(words) + rng.choice(["", " ", "\n", "."]) for _ in range(rng.randint(0, 120)))
+        if rng.random() < 0.2:
+            obs = "\n" + obs
+        act = json.dumps([{"keystrokes": f"cmd{t} --flag {rng.randint(0, 99)}\n", "duration": 0.1}])
+        turns.append({"action": act, "observation": obs, "reasoning": "I check." if rng.random() < 0.3 else None})
+    return Trajectory.from_dict({
+        "traj_id": f"t{seed}", "domain": domain, "split_key": "k",
+        "system": {"task_description": "Do the thing.", "action_space": "keystrokes JSON",
+                   "initial_state": "root@box:/app# "},
+        "turns": turns,
+    })
+
+
+def samples_for(traj: Trajectory, seg, fmt: str = "chatml") -> TrajectorySamples:
+    scores = [score_turn(t.action, t.observation) for t in traj.turns]
+    return TrajectorySamples(traj, "You simulate a shell.\n" + traj.system.action_space, scores, seg, fmt)
+
+
+def assert_all_samples_exact(traj: Trajectory, seg) -> None:
+    ts = samples_for(traj, seg)
+    n = len(traj.turns)
+    cpt = ts.cpt(BIG)
+    check_segmentwise(seg, cpt.ids, ts.rendered_text(list(range(1, n + 1)), None))
+    for t in range(1, n + 1):
+        s = ts.turn_sample(t, BIG)
+        check_segmentwise(seg, s.ids, ts.rendered_text(list(range(1, t)), t))
+
+
+def test_segmentwise_equals_whole_text_on_generated(seg):
+    for seed in range(12):
+        assert_all_samples_exact(make_traj(6, seed), seg)
+
+
+def _shared_trajectories(root) -> list[Trajectory]:
+    out = []
+    units = expand_inputs([str(root)], claims_dir=claims_dir)
+    for unit in units:
+        fmt = sniff(unit)[0]
+        if not fmt:
+            continue
+        adapter = get_adapter(fmt)
+        opts = resolve_opts(adapter, {})
+        for rec in adapter.read(unit, opts):
+            if hasattr(rec, "payload"):
+                try:
+                    out.extend(adapter.normalize(rec, opts))
+                except Exception:  # adapters are tested elsewhere; here only their text matters
+                    continue
+    return out
+
+
+def test_segmentwise_equals_whole_text_on_real_data(seg, shared_data):
+    trajs = _shared_trajectories(shared_data)
+    assert len(trajs) >= 10
+    for traj in trajs:
+        assert_all_samples_exact(traj, seg)
+
+
+def test_weights_sit_on_observations_and_never_on_actions(seg):
+    traj = make_traj(5, 3)
+    ts = samples_for(traj, seg)
+    tok = seg.tok
+    cpt = ts.cpt(BIG)
+    assert len(cpt.spans) == 5
+    for (a, b), t in zip(cpt.spans, cpt.span_turns):
+        obs = traj.turns[t - 1].observation
+        text = tok.decode(cpt.ids[a:b])
+        # a token straddling the header/observation junction belongs to the observation
+        assert text.endswith(obs + "<|im_end|>") and not text[: len(text) - len(obs) - 10].strip()
+        keep = ts.scores[t - 1].keep
+        assert all(abs(w - keep) < 1e-9 for w in cpt.weights[a:b])
+    weighted = {i for a, b in cpt.spans for i in range(a, b)}
+    assert all(w == 0 for i, w in enumerate(cpt.weights) if i not in weighted)
+    # every action and the system prompt lie in weight-0 tokens
+    zero_text = tok.decode([i for i, w in zip(cpt.ids, cpt.weights) if w == 0])
+    for turn in traj.turns:
+        assert turn.action in zero_text
+    s = ts.turn_sample(4, BIG)
+    a, b = s.spans[-1]
+    turn = traj.turns[3]
+    assert tok.decode(s.ids[a:b]) == target_reply(turn.observation, turn.reasoning) + "<|im_end|>"
+    assert all(w == 1.0 for w in s.weights[a:b])
+    assert sum(1 for w in s.weights if w > 0) == b - a  # history observations carry no loss
+
+
+def test_context_limit_drops_whole_oldest_turns(seg):
+    traj = make_traj(8, 5)
+    ts = samples_for(traj, seg)
+    full = ts.turn_sample(8, BIG)
+    limit = len(full.ids) - 1
+    cut = ts.turn_sample(8, limit)
+    assert cut.dropped_turns >= 1 and len(cut.ids) <= limit
+    assert cut.span_turns[0] == 1 + cut.dropped_turns and cut.span_turns[-1] == 8
+    check_segmentwise(seg, cut.ids, ts.rendered_text(list(range(1 + cut.dropped_turns, 8)), 8))
+    assert ts.turn_sample(8, 10) is None  # even system + target do not fit
+
+
+def test_all_turn_expansion_costs_about_one_tokenization(seg):
+    traj = make_traj(40, 11)
+    whole = samples_for(traj, seg)
+    cpt_chars = len(whole.rendered_text(list(range(1, 41)), None))
+    fast = samples_for(traj, segment_tokenizer(seg.tok))
+    fast.seg.counter.chars = 0
+    samples = [fast.turn_sample(t, BIG) for t in range(1, 41)]
+    passed = fast.seg.counter.chars
+    naive = sum(len(fast.rendered_text(list(range(1, t)), t)) for t in range(1, 41))
+    assert passed <= 1.3 * cpt_chars, (passed, cpt_chars)
+    assert naive > 15 * cpt_chars  # re-rendering every prefix would pass ~20x
+    for t, s in zip(range(1, 41), samples):  # token for token equal to the slow way
+        assert s.ids == seg.tok.encode(fast.rendered_text(list(range(1, t)), t))
+
+
+def test_plain_format_has_no_special_tokens(seg):
+    traj = make_traj(3, 2)
+    ts = samples_for(traj, seg, "plain")
+    s = ts.cpt(BIG)
+    text = seg.tok.decode(s.ids)
+    assert "<|im_start|>" not in text and traj.turns[0].action in text
+    assert len(s.spans) == 3
+
+
+def test_rendering_follows_agentworldbench_conventions():
+    traj = make_traj(2, 1)
+    first = user_prompt(traj, 1)
+    assert first.startswith("### Turn 1\n**Current State:**\nroot@box:/app# \n\n**Action:**\n```json\n")
+    assert user_prompt(traj, 2).startswith("### Turn 2\n**Action:**\n```json\n")
+    assert history_reply("x") == "**Environment Observation:**\nx"
+    assert target_reply("obs", "why. ") == "why. <predicted_observation>\nobs\n</predicted_observation>"
+    assert chatml("user", "hi") == "<|im_start|>user\nhi<|im_end|>\n"
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.text(max_size=60), st.text(max_size=30))
+def test_extend_is_exact(a, b):
+    seg = segment_tokenizer(load_tokenizer())
+    a, b = seg.norm(a), seg.norm(b)
+    ids = seg.extend(seg.tok.encode(a), a, b)
+    assert ids == seg.tok.encode(a + b)
+    if seg.can_prepend(a, b):
+        assert seg.tok.encode(a) + seg.tok.encode(b) == seg.tok.encode(a + b)
