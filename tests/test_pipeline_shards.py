@@ -1,0 +1,179 @@
+"""End to end through the CLI: shards, manifest, histogram and their agreement (SPEC §9)."""
+
+from __future__ import annotations
+
+import filecmp
+import json
+import random
+import subprocess
+import sys
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+
+from schemas.shard import RL_SCHEMA, SHARD_SCHEMA
+from stages.tokenizer import load_tokenizer
+
+DOMAINS = ("mcp", "terminal", "android", "web")
+
+
+def lwm(*args: str, check: bool = True) -> subprocess.CompletedProcess:
+    proc = subprocess.run([sys.executable, "-m", "pipeline.cli", *args], capture_output=True, text=True, timeout=600)
+    if check:
+        assert proc.returncode == 0, proc.stderr
+    return proc
+
+
+def corpus(path: Path, n: int = 160) -> None:
+    rng = random.Random(7)
+    lines = []
+    for i in range(n):
+        domain = DOMAINS[i % len(DOMAINS)]
+        turns = []
+        for t in range(rng.randint(2, 7)):
+            kind = rng.choice(["read", "echo", "ack", "status"])
+            arg = f"item{rng.randint(0, 999)}"
+            action = json.dumps({"name": "tool", "arguments": {"path": f"/srv/{arg}.txt", "text": f"note {arg}"}})
+            obs = {
+                "read": f"contents of {arg}: " + " ".join(f"w{rng.randint(0, 5000)}" for _ in range(40)),
+                "echo": json.dumps({"path": f"/srv/{arg}.txt", "text": f"note {arg}"}),
+                "ack": "OK",
+                "status": "done",
+            }[kind]
+            turns.append({"action": action, "observation": obs})
+        lines.append(json.dumps({
+            "traj_id": f"t{i}", "domain": domain, "split_key": f"task{i // 2}",
+            "system": {"task_description": f"Task {i}", "action_space": "tool(path, text)"},
+            "turns": turns,
+        }))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("\n".join(lines) + "\n")
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    base = tmp_path_factory.mktemp("e2e")
+    corpus(base / "in" / "a.jsonl")
+    outs = []
+    for name in ("one", "two"):
+        out = base / name
+        lwm("run", "--executor", "local", "-i", str(base / "in"), "-o", str(out), "--progress", "off")
+        outs.append(out)
+    return outs
+
+
+def _files(root: Path, sub: str) -> list[Path]:
+    return sorted(p.relative_to(root) for p in (root / sub).rglob("*") if p.is_file())
+
+
+def test_two_runs_are_byte_identical(runs):
+    a, b = runs
+    for sub in ("shards", "trajectories", "quarantine"):
+        assert _files(a, sub) == _files(b, sub)
+        for rel in _files(a, sub):
+            assert filecmp.cmp(a / rel, b / rel, shallow=False), rel
+    assert (a / "manifest.json").read_bytes() == (b / "manifest.json").read_bytes()
+    assert (a / "_SUCCESS").exists()
+
+
+def test_shard_columns_and_manifest_listing(runs):
+    out = runs[0]
+    manifest = json.loads((out / "manifest.json").read_text())
+    listed = {s["path"]: s for s in manifest["shards"]}
+    assert set(listed) == {str(p) for p in _files(out, "shards")}
+    for rel, info in listed.items():
+        table = pq.read_table(out / rel)
+        pool = rel.split("/")[1]
+        assert table.schema.equals(RL_SCHEMA if pool == "rl" else SHARD_SCHEMA)
+        assert table.num_rows == info["rows"]
+        ids = table.column("sample_id").to_pylist()
+        assert ids == sorted(ids)
+        assert pq.ParquetFile(out / rel).metadata.row_group(0).column(0).compression == "ZSTD"
+    assert manifest["tokenizer"]["engine"] == "tiktoken" and len(manifest["tokenizer"]["vocab_hash"]) == 64
+    assert set(manifest["counts"]["samples"]) <= {"cpt", "sft", "rl", "eval"}
+
+
+def test_hist_json_totals_equal_manifest_and_shard_sums(runs):
+    out = runs[0]
+    manifest = json.loads((out / "manifest.json").read_text())
+    report = json.loads(lwm("hist", str(out), "--json").stdout)
+    records = manifest["histogram"]["records"]
+    assert report["totals"]["turns"] == sum(r["turns"] for r in records)
+    assert report["totals"]["tokens"] == sum(r["tokens"] for r in records)
+    assert abs(report["totals"]["weighted_tokens"] - sum(r["weighted"] for r in records)) < 0.05
+    # the same totals straight from the shards
+    turns = tokens = 0
+    weighted = 0.0
+    for p in sorted((out / "shards").rglob("*.parquet")):
+        for row in pq.read_table(p).to_pylist():
+            if row["pool"] == "rl":
+                turns += 1
+                continue
+            spans = row["turn_spans"] if row["pool"] == "cpt" else row["turn_spans"][-1:]
+            for s in spans:
+                turns += 1
+                tokens += s["end"] - s["start"]
+                weighted += sum(row["loss_weight"][s["start"]:s["end"]])
+            assert row["num_loss_tokens"] == sum(1 for w in row["loss_weight"] if w > 0)
+            assert row["num_tokens"] == len(row["input_ids"]) == len(row["loss_weight"])
+    assert report["totals"]["turns"] == turns and report["totals"]["tokens"] == tokens
+    assert abs(report["totals"]["weighted_tokens"] - weighted) < 0.05
+    by = json.loads(lwm("hist", str(out), "--json", "--by", "domain,pool").stdout)
+    assert any(k.startswith("mcp/") for k in by["groups"])
+    assert json.loads(lwm("hist", str(out), "--json", "--by", "template").stdout)["groups"]
+
+
+def test_decoded_rows_put_observations_under_weights(runs):
+    out = runs[0]
+    tok = load_tokenizer()
+    trajs = {}
+    for p in (out / "trajectories").glob("*.parquet"):
+        for row in pq.read_table(p).to_pylist():
+            trajs[row["traj_id"]] = row
+    checked = 0
+    for p in sorted((out / "shards" / "cpt").glob("*.parquet")):
+        for row in pq.read_table(p).to_pylist()[:40]:
+            traj = trajs[row["traj_id"]]
+            ids, w = row["input_ids"], row["loss_weight"]
+            for k, span in enumerate(row["turn_spans"]):
+                obs = traj["turns"][k]["observation"]
+                text = tok.decode(ids[span["start"]:span["end"]])
+                assert text.endswith(obs + "<|im_end|>")
+                assert all(abs(x - row["turn_keep"][k]) < 1e-6 for x in w[span["start"]:span["end"]])
+            zero = tok.decode([i for i, x in zip(ids, w) if x == 0])
+            for turn in traj["turns"]:
+                assert turn["action"] in zero
+            checked += 1
+    assert checked >= 20
+
+
+def test_masked_categories_reach_the_weights(runs):
+    out = runs[0]
+    keeps = {}
+    for p in sorted((out / "shards" / "cpt").glob("*.parquet")):
+        for row in pq.read_table(p).to_pylist():
+            for cat, keep in zip(row["turn_category"], row["turn_keep"]):
+                keeps[cat] = keep
+    assert keeps.get("echo") == pytest.approx(0.05) or keeps.get("boilerplate") == pytest.approx(0.10)
+    assert keeps.get("retrieval") == 1.0
+
+
+def test_config_errors_are_one_clear_line(tmp_path):
+    corpus(tmp_path / "in" / "a.jsonl", n=8)
+    bad = tmp_path / "bad.toml"
+    bad.write_text('[masking.table]\nshort_chars = 64\n[[masking.table.categories]]\nname = "echo"\nwhen = "ol >= banana"\nkeep = 0.1\n')
+    cases = [
+        ("--config", str(bad)),
+        ("--tokenizer", str(tmp_path / "missing" / "tokenizer.json")),
+    ]
+    for extra in cases:
+        proc = lwm("run", "--executor", "local", "-i", str(tmp_path / "in"), "-o", str(tmp_path / "o"), *extra,
+                   check=False)
+        assert proc.returncode == 2, proc.stderr
+        lines = proc.stderr.strip().splitlines()
+        assert lines[-1].startswith("lwm: error: ") and "Traceback" not in proc.stderr
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    proc = lwm("run", "--executor", "local", "-i", str(tmp_path / "in"), "-o", str(blocker / "out"), check=False)
+    assert proc.returncode == 2 and "not writable" in proc.stderr.strip().splitlines()[-1]
