@@ -31,7 +31,7 @@ def corpus(path: Path, n: int = 160) -> None:
     for i in range(n):
         domain = DOMAINS[i % len(DOMAINS)]
         turns = []
-        for t in range(rng.randint(2, 7)):
+        for _ in range(rng.randint(2, 7)):
             kind = rng.choice(["read", "echo", "ack", "status"])
             arg = f"item{rng.randint(0, 999)}"
             action = json.dumps({"name": "tool", "arguments": {"path": f"/srv/{arg}.txt", "text": f"note {arg}"}})
