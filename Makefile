@@ -20,8 +20,8 @@ $(VENV)/.installed: pyproject.toml
 
 data: $(VENV)/.installed
 	@set -e; if [ -z "$(INPUT)" ]; then \
-	  $(VENV)/bin/lwm demo --domain $(DOMAIN) --native --out $(OUT)/demo-input; \
-	  $(VENV)/bin/lwm run --input $(OUT)/demo-input --domain $(DOMAIN) --out $(OUT) $(if $(EXECUTOR),--executor $(EXECUTOR)); \
+	  $(VENV)/bin/lwm demo --domain $(DOMAIN) --native --out out/demo/$(DOMAIN); \
+	  $(VENV)/bin/lwm run --input out/demo/$(DOMAIN) --domain $(DOMAIN) --out $(OUT) $(if $(EXECUTOR),--executor $(EXECUTOR)); \
 	else \
 	  $(VENV)/bin/lwm run --input "$(INPUT)" --domain $(DOMAIN) --out $(OUT) $(if $(EXECUTOR),--executor $(EXECUTOR)); \
 	fi
