@@ -1,0 +1,246 @@
+"""ShardDataset: finding shards, splitting rows over ranks and workers, shuffling, resuming, re-weighting."""
+
+from __future__ import annotations
+
+import itertools
+import uuid
+from collections import Counter
+
+import fsspec
+import fsspec.config
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+torch = pytest.importorskip("torch")
+
+from tests.training_shards import write_synthetic_shards  # noqa: E402
+from training.dataset import ShardDataset  # noqa: E402
+from training.partition import block_segments, consumer_block, local_order, row_group_order  # noqa: E402
+from training.reweight import apply_category_weights, parse_category_weights  # noqa: E402
+from training.shards import ShardError, plan_row_groups, resolve_shard_files  # noqa: E402
+
+ALL_IDS = [f"cpt-{i:05d}" for i in range(12)]  # rows_per_file=(7, 5) by default
+
+
+@pytest.fixture(scope="module")
+def pool_dir(tmp_path_factory: pytest.TempPathFactory) -> str:
+    return write_synthetic_shards(str(tmp_path_factory.mktemp("run")))
+
+
+def _ids(samples) -> list[str]:
+    return [s["sample_id"] for s in samples]
+
+
+# -- finding shards ----------------------------------------------------------------------------
+
+
+def test_refuses_a_run_without_success_marker(tmp_path):
+    pool = write_synthetic_shards(str(tmp_path), success=False)
+    with pytest.raises(ShardError, match="no _SUCCESS marker"):
+        ShardDataset(pool)
+
+
+def test_marker_at_the_output_root_covers_pool_folder_glob_and_file(tmp_path):
+    pool = write_synthetic_shards(str(tmp_path))
+    assert len(resolve_shard_files([pool])) == 2
+    assert len(resolve_shard_files([f"{tmp_path}/shards/*/part-*.parquet"])) == 2
+    assert resolve_shard_files([f"{pool}/part-00001.parquet"]) == [f"{pool}/part-00001.parquet"]
+
+
+def test_rl_style_shards_without_weights_are_refused(tmp_path):
+    folder = tmp_path / "shards" / "rl"
+    folder.mkdir(parents=True)
+    table = pa.table({"sample_id": ["a"], "input_ids": pa.array([[1, 2]], pa.list_(pa.int32()))})
+    pq.write_table(table, folder / "part-00000.parquet")
+    (tmp_path / "_SUCCESS").write_text("")
+    with pytest.raises(ShardError, match=r"loss_weight.*rl pool"):
+        ShardDataset(str(folder))
+
+
+def test_row_groups_come_from_the_footers(pool_dir):
+    groups = plan_row_groups(resolve_shard_files([pool_dir]))
+    # 7 rows in groups of 3 → 3, 3, 1; 5 rows → 3, 2
+    assert [g.num_rows for g in groups] == [3, 3, 1, 3, 2]
+
+
+def test_reads_from_memory_filesystem():
+    pool = write_synthetic_shards(f"memory://lwm-{uuid.uuid4().hex}")
+    assert pool.startswith("memory://")
+    assert sorted(_ids(ShardDataset(pool))) == ALL_IDS
+
+
+def test_reads_from_s3(monkeypatch):
+    server_module = pytest.importorskip("moto.server")
+    pytest.importorskip("s3fs")
+    server = server_module.ThreadedMotoServer(ip_address="127.0.0.1", port=0)
+    server.start()
+    try:
+        host, port = server.get_host_and_port()
+        for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
+            monkeypatch.setenv(name, "testing")
+        monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
+        monkeypatch.setitem(fsspec.config.conf, "s3", {"client_kwargs": {"endpoint_url": f"http://{host}:{port}"}})
+        fsspec.filesystem("s3", skip_instance_cache=True).mkdir("shards-bucket")
+        pool = write_synthetic_shards("s3://shards-bucket/run")
+        assert pool == "s3://shards-bucket/run/shards/cpt"
+        assert (
+            sorted(_ids(ShardDataset(pool, rank=1, world_size=2)) + _ids(ShardDataset(pool, rank=0, world_size=2)))
+            == ALL_IDS
+        )
+    finally:
+        server.stop()
+
+
+# -- partition -----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("world_size", [1, 2, 3])
+@pytest.mark.parametrize("workers", [0, 1, 2])
+def test_every_row_exactly_once_per_epoch(pool_dir, world_size, workers):
+    for epoch in (0, 1):
+        seen: list[str] = []
+        for rank in range(world_size):
+            dataset = ShardDataset(pool_dir, rank=rank, world_size=world_size, shuffle_buffer=4)
+            dataset.set_epoch(epoch)
+            loader = torch.utils.data.DataLoader(dataset, batch_size=None, num_workers=workers)
+            seen += _ids(loader)
+        counts = Counter(seen)
+        assert sorted(counts) == ALL_IDS
+        assert set(counts.values()) == {1}
+
+
+def test_shuffle_depends_on_seed_and_epoch_only(pool_dir):
+    def order(seed, epoch):
+        dataset = ShardDataset(pool_dir, seed=seed, shuffle_buffer=4)
+        dataset.set_epoch(epoch)
+        return _ids(dataset)
+
+    assert order(0, 0) == order(0, 0)
+    assert order(0, 0) != order(0, 1)
+    assert order(0, 0) != order(1, 0)
+    assert _ids(ShardDataset(pool_dir, shuffle=False)) == ALL_IDS
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    sizes=st.lists(st.integers(1, 9), min_size=1, max_size=8),
+    consumers=st.integers(1, 7),
+    seed=st.integers(0, 2**16),
+    epoch=st.integers(0, 5),
+)
+def test_blocks_cover_the_epoch_row_space_exactly_once(sizes, consumers, seed, epoch):
+    order = row_group_order(len(sizes), seed, epoch, shuffle=True)
+    starts = np.concatenate([[0], np.cumsum(sizes)[:-1]])
+    rows = []
+    for consumer in range(consumers):
+        start, stop = consumer_block(sum(sizes), consumer, consumers)
+        segments = block_segments(sizes, order, start, stop)
+        assert sum(s.row_hi - s.row_lo for s in segments) == stop - start
+        rows += [int(starts[s.group]) + r for s in segments for r in range(s.row_lo, s.row_hi)]
+    assert sorted(rows) == list(range(sum(sizes)))
+
+
+@settings(max_examples=60, deadline=None)
+@given(n=st.integers(0, 300), buffer=st.integers(0, 40), seed=st.integers(0, 2**16))
+def test_local_order_is_a_permutation_with_bounded_displacement(n, buffer, seed):
+    order = local_order(n, buffer, seed, epoch=0, consumer=0)
+    assert sorted(order.tolist()) == list(range(n))
+    if n:
+        assert int(np.abs(order - np.arange(n)).max()) <= max(buffer, 0)
+
+
+# -- resuming -------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("k", [0, 1, 5, 11, 12, 15])
+def test_resume_after_k_samples_continues_with_the_next(pool_dir, k):
+    full = _ids(ShardDataset(pool_dir, shuffle_buffer=4, epochs=2))
+    first = ShardDataset(pool_dir, shuffle_buffer=4, epochs=2)
+    taken = _ids(itertools.islice(iter(first), k))
+    state = first.state_dict()
+    resumed = ShardDataset(pool_dir, shuffle_buffer=4, epochs=None)
+    resumed.load_state_dict(state)
+    rest = _ids(itertools.islice(iter(resumed), 24 - k))
+    assert taken == full[:k]
+    assert rest == full[k:]
+
+
+def test_resume_with_workers_from_recorded_positions(pool_dir):
+    def loader_of(dataset):
+        return torch.utils.data.DataLoader(dataset, batch_size=None, num_workers=2)
+
+    def per_consumer(samples):
+        streams: dict[int, list[str]] = {}
+        for s in samples:
+            streams.setdefault(int(s["position"].consumer), []).append(s["sample_id"])
+        return streams
+
+    full = per_consumer(loader_of(ShardDataset(pool_dir, shuffle_buffer=4)))
+    dataset = ShardDataset(pool_dir, shuffle_buffer=4)
+    taken = list(itertools.islice(iter(loader_of(dataset)), 5))
+    dataset.record_consumed(s["position"] for s in taken)
+    resumed = ShardDataset(pool_dir, shuffle_buffer=4)
+    resumed.load_state_dict(dataset.state_dict())
+    rest = per_consumer(loader_of(resumed))
+    before = per_consumer(taken)
+    for consumer, stream in full.items():
+        assert before.get(consumer, []) + rest.get(consumer, []) == stream
+
+
+def test_state_of_other_consumer_count_is_refused(pool_dir):
+    dataset = ShardDataset(pool_dir)
+    next(iter(dataset))
+    other = ShardDataset(pool_dir, rank=0, world_size=2)
+    other.load_state_dict(dataset.state_dict())
+    with pytest.raises(ShardError, match="saved with 1 consumers"):
+        next(iter(other))
+
+
+def test_state_of_other_seed_is_refused(pool_dir):
+    with pytest.raises(ShardError, match="seed"):
+        ShardDataset(pool_dir, seed=1).load_state_dict(ShardDataset(pool_dir, seed=2).state_dict())
+
+
+# -- category re-weighting ----------------------------------------------------------------------
+
+
+def test_override_replaces_only_nonzero_weights_inside_the_category_spans():
+    weights = np.array([0, 0, 0.05, 0.05, 0, 1, 1, 0], dtype=np.float32)
+    spans = [{"start": 2, "end": 4}, {"start": 5, "end": 7}]
+    zeroed = apply_category_weights(weights, spans, ["echo", "retrieval"], {"echo": 0.0})
+    assert zeroed.tolist() == [0, 0, 0, 0, 0, 1, 1, 0]
+    masked_inside = np.array([0, 0.05, 0, 0.05], dtype=np.float32)
+    raised = apply_category_weights(masked_inside, [{"start": 0, "end": 4}], ["echo"], {"echo": 1.0})
+    assert raised.tolist() == [0, 1, 0, 1]
+    assert weights[2] == np.float32(0.05)  # the input is not modified
+
+
+def test_override_rejects_spans_outside_the_sample():
+    with pytest.raises(ShardError, match=r"turn span \[3, 9\)"):
+        apply_category_weights(np.zeros(5, np.float32), [{"start": 3, "end": 9}], ["echo"], {"echo": 0.0})
+
+
+def test_parse_category_weights():
+    assert parse_category_weights(["echo=0", "boilerplate=0.5"]) == {"echo": 0.0, "boilerplate": 0.5}
+    for bad in ("echo", "echo=x", "=1", "echo=-1"):
+        with pytest.raises(ShardError):
+            parse_category_weights([bad])
+
+
+def test_dataset_applies_overrides_at_load_time(pool_dir):
+    plain = {s["sample_id"]: s["loss_weight"] for s in ShardDataset(pool_dir, shuffle=False)}
+    no_echo = {
+        s["sample_id"]: s["loss_weight"] for s in ShardDataset(pool_dir, shuffle=False, category_weights={"echo": 0})
+    }
+    # the synthetic samples give their second turn the echo category with keep 0.05
+    assert any(np.isclose(w.numpy(), 0.05).any() for w in plain.values())
+    changed = 0
+    for sample_id, weights in plain.items():
+        expected = torch.where(torch.isclose(weights, torch.tensor(0.05)), torch.tensor(0.0), weights)
+        assert torch.equal(no_echo[sample_id], expected)
+        changed += int(not torch.equal(weights, expected))
+    assert changed > 0

@@ -1,0 +1,126 @@
+"""The `lwm train` command (also ``python -m training`` and ``torchrun -m training``).
+
+torch is imported only when the command runs, so the `lwm` CLI works without the ``train`` extra.
+"""
+
+from __future__ import annotations
+
+import click
+
+from schemas.errors import ConfigError
+
+
+@click.command("train")
+@click.option(
+    "--shards",
+    "shards",
+    multiple=True,
+    required=True,
+    help="Shard folder, glob or file (any fsspec URL); repeat for several. Needs the run's _SUCCESS marker.",
+)
+@click.option(
+    "--model",
+    default="tiny",
+    show_default=True,
+    help="'tiny' (built-in CPU decoder) or a Hugging Face causal-LM directory (needs transformers).",
+)
+@click.option(
+    "--out",
+    type=click.Path(file_okay=False),
+    default=None,
+    help="Checkpoint folder; a run resumes from the newest checkpoint found there.",
+)
+@click.option("--max-steps", type=click.IntRange(min=1), required=True, help="Optimizer steps to reach.")
+@click.option("--lr", type=float, default=3e-4, show_default=True, help="Peak learning rate (AdamW).")
+@click.option("--min-lr-ratio", type=float, default=0.1, show_default=True, help="Final lr as a fraction of --lr.")
+@click.option("--warmup-steps", type=click.IntRange(min=0), default=0, show_default=True)
+@click.option("--schedule", type=click.Choice(["cosine", "linear", "constant"]), default="cosine", show_default=True)
+@click.option("--weight-decay", type=float, default=0.0, show_default=True)
+@click.option("--max-grad-norm", type=float, default=1.0, show_default=True, help="Gradient clipping; 0 disables.")
+@click.option("--seed", type=int, default=0, show_default=True, help="Model init and data order.")
+@click.option(
+    "--grad-accum",
+    type=click.IntRange(min=1),
+    default=1,
+    show_default=True,
+    help="Micro-batches per rank per optimizer step.",
+)
+@click.option(
+    "--micro-batch-tokens",
+    type=click.IntRange(min=2),
+    default=4096,
+    show_default=True,
+    help="Token budget of one micro-batch (packed row length with --pack).",
+)
+@click.option(
+    "--pack/--no-pack",
+    default=False,
+    show_default=True,
+    help="Pack samples into one row with a block-diagonal mask instead of padding.",
+)
+@click.option(
+    "--loss-norm",
+    type=click.Choice(["tokens", "weights"]),
+    default="tokens",
+    show_default=True,
+    help="Loss denominator over the global step: count of weights > 0, or their sum.",
+)
+@click.option(
+    "--category-weight",
+    "category_weights",
+    multiple=True,
+    metavar="CATEGORY=WEIGHT",
+    help="Replace the non-zero weights of a category's observations at load time, e.g. echo=0.",
+)
+@click.option(
+    "--num-workers", type=click.IntRange(min=0), default=0, show_default=True, help="Dataloader workers per rank."
+)
+@click.option("--shuffle/--no-shuffle", default=True, show_default=True)
+@click.option(
+    "--shuffle-buffer",
+    type=click.IntRange(min=0),
+    default=512,
+    show_default=True,
+    help="Largest distance a sample moves from its stream position.",
+)
+@click.option("--log-every", type=click.IntRange(min=1), default=10, show_default=True)
+@click.option(
+    "--log-json",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="Append one JSON object per logged step (step, loss, tokens, weighted_tokens, lr, ...).",
+)
+@click.option(
+    "--save-every",
+    type=click.IntRange(min=0),
+    default=0,
+    show_default=True,
+    help="Checkpoint every N steps (0: only at the end).",
+)
+@click.option("--device", type=click.Choice(["auto", "cpu", "cuda"]), default="auto", show_default=True)
+@click.option(
+    "--tiny-vocab",
+    type=click.IntRange(min=2),
+    default=151936,
+    show_default=True,
+    help="Vocabulary of the tiny model; larger ids are folded in by modulo.",
+)
+@click.option("--tiny-dim", type=click.IntRange(min=2), default=64, show_default=True)
+@click.option("--tiny-layers", type=click.IntRange(min=1), default=2, show_default=True)
+@click.option("--tiny-heads", type=click.IntRange(min=1), default=4, show_default=True)
+def train(**options: object) -> None:
+    """Train a causal LM on lwmkit shards with the weighted token loss (runs under torchrun for DDP)."""
+    try:
+        import torch  # noqa: F401  (only to fail early with a clear message)
+    except ImportError as missing:
+        raise click.ClickException("lwm train needs torch: pip install 'lwmkit[train]'") from missing
+    from training.loop import TrainConfig
+    from training.loop import train as run_training
+    from training.reweight import parse_category_weights
+
+    try:
+        options["category_weights"] = parse_category_weights(options["category_weights"])  # type: ignore[arg-type]
+        options["shards"] = tuple(options["shards"])  # type: ignore[arg-type]
+        run_training(TrainConfig(**options), echo=click.echo)  # type: ignore[arg-type]
+    except ConfigError as error:
+        raise click.ClickException(str(error)) from error

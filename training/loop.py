@@ -1,0 +1,226 @@
+"""The training run behind `lwm train`: settings, distributed set-up, the step loop, checkpoints.
+
+Runs as one process, or one process per rank under ``torchrun`` (DistributedDataParallel: gloo
+on CPU, nccl on GPU). Each global step draws ``grad_accum`` micro-batches per rank, computes the
+global loss denominator, accumulates gradients, clips and steps AdamW and the schedule. A run
+given ``out`` resumes from the newest checkpoint there: model, optimizer, schedule, the exact
+data position of every rank, and the step count.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from collections.abc import Callable, Iterator
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any
+
+import torch
+from torch.nn.parallel import DistributedDataParallel
+from torch.utils.data import DataLoader
+
+from schemas.errors import ConfigError
+from training.checkpoint import load_checkpoint, save_checkpoint
+from training.collate import MicroBatch, micro_batches
+from training.dataset import DEFAULT_SHUFFLE_BUFFER, ShardDataset
+from training.loss import LOSS_NORMS
+from training.models import TINY, build_model
+from training.progress import StepLogger
+from training.schedule import SCHEDULES, lr_multiplier
+from training.step import StepResult, accumulate_gradients
+from training.tiny_model import QWEN_VOCAB_SIZE, TinyConfig
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """Every setting of a run (the `lwm train` flags)."""
+
+    shards: tuple[str, ...]
+    max_steps: int
+    model: str = TINY
+    out: str | None = None
+    lr: float = 3e-4
+    min_lr_ratio: float = 0.1
+    warmup_steps: int = 0
+    schedule: str = "cosine"
+    weight_decay: float = 0.0
+    max_grad_norm: float = 1.0
+    seed: int = 0
+    grad_accum: int = 1
+    micro_batch_tokens: int = 4096
+    pack: bool = False
+    loss_norm: str = "tokens"
+    category_weights: dict[str, float] = field(default_factory=dict)
+    num_workers: int = 0
+    shuffle: bool = True
+    shuffle_buffer: int = DEFAULT_SHUFFLE_BUFFER
+    log_every: int = 10
+    log_json: str | None = None
+    save_every: int = 0
+    device: str = "auto"
+    tiny_vocab: int = QWEN_VOCAB_SIZE
+    tiny_dim: int = 64
+    tiny_layers: int = 2
+    tiny_heads: int = 4
+
+
+@dataclass(frozen=True)
+class Distributed:
+    """This process's place in the run."""
+
+    rank: int
+    world_size: int
+    device: torch.device
+
+
+def check_config(config: TrainConfig) -> None:
+    """Refuse settings that cannot run, with one line each."""
+    if config.max_steps < 1 or config.grad_accum < 1:
+        raise ConfigError("--max-steps and --grad-accum must be at least 1")
+    if config.micro_batch_tokens < 2:
+        raise ConfigError("--micro-batch-tokens must be at least 2")
+    if config.loss_norm not in LOSS_NORMS:
+        raise ConfigError(f"--loss-norm must be one of {', '.join(LOSS_NORMS)}")
+    if config.schedule not in SCHEDULES:
+        raise ConfigError(f"--schedule must be one of {', '.join(SCHEDULES)}")
+    if config.device not in ("auto", "cpu", "cuda"):
+        raise ConfigError("--device must be auto, cpu or cuda")
+
+
+def init_distributed(device_choice: str) -> Distributed:
+    """Join the process group when launched by torchrun (WORLD_SIZE > 1) and pick the device."""
+    world_size = int(os.environ.get("WORLD_SIZE", "1"))
+    rank = int(os.environ.get("RANK", "0"))
+    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    use_cuda = device_choice == "cuda" or (device_choice == "auto" and torch.cuda.is_available())
+    if use_cuda and not torch.cuda.is_available():
+        raise ConfigError("--device cuda asked for, but torch sees no CUDA device")
+    device = torch.device("cuda", local_rank) if use_cuda else torch.device("cpu")
+    if use_cuda:
+        torch.cuda.set_device(device)
+    if world_size > 1 and not torch.distributed.is_initialized():
+        torch.distributed.init_process_group("nccl" if use_cuda else "gloo")
+    return Distributed(rank, world_size, device)
+
+
+def _gather(value: Any, dist: Distributed) -> list[Any]:
+    if dist.world_size == 1:
+        return [value]
+    gathered: list[Any] = [None] * dist.world_size
+    torch.distributed.all_gather_object(gathered, value)
+    return gathered
+
+
+def _fold_ids(batch: MicroBatch, vocab: int) -> MicroBatch:
+    """Ids of a larger vocabulary folded into the tiny model's by modulo (for CPU smoke runs)."""
+    return replace(batch, input_ids=batch.input_ids.remainder(vocab), labels=batch.labels.remainder(vocab))
+
+
+def _draw(batches: Iterator[MicroBatch], count: int) -> list[MicroBatch]:
+    drawn = []
+    for _ in range(count):
+        batch = next(batches, None)
+        if batch is None:
+            raise ConfigError("the shards ran out of samples")  # only with a finite dataset
+        drawn.append(batch)
+    return drawn
+
+
+def _resume(config: TrainConfig, dist: Distributed, model: Any, optimizer: Any, scheduler: Any, dataset: Any) -> int:
+    checkpoint = load_checkpoint(config.out) if config.out else None
+    if checkpoint is None:
+        return 0
+    saved = (checkpoint.trainer.get("world_size"), checkpoint.trainer.get("num_workers"))
+    if saved != (dist.world_size, config.num_workers):
+        raise ConfigError(
+            f"{config.out}: the checkpoint was written by {saved[0]} ranks with {saved[1]} dataloader workers each; "
+            f"resume with the same, not {dist.world_size} and {config.num_workers}"
+        )
+    model.load_state_dict(checkpoint.model)
+    optimizer.load_state_dict(checkpoint.optimizer)
+    scheduler.load_state_dict(checkpoint.scheduler)
+    dataset.load_state_dict(checkpoint.data_states[dist.rank])
+    return checkpoint.step
+
+
+def _save(
+    config: TrainConfig, dist: Distributed, step: int, model: Any, optimizer: Any, scheduler: Any, dataset: Any
+) -> None:
+    data_states = _gather(dataset.state_dict(), dist)
+    if dist.rank == 0:
+        trainer = {"world_size": dist.world_size, "num_workers": config.num_workers, "config": asdict(config)}
+        save_checkpoint(
+            config.out, step, model.state_dict(), optimizer.state_dict(), scheduler.state_dict(), trainer, data_states
+        )
+    if dist.world_size > 1:
+        torch.distributed.barrier()
+
+
+def train(config: TrainConfig, echo: Callable[[str], None] = print) -> list[dict[str, Any]]:
+    """Run (or resume) training; returns the logged step objects of rank 0 (empty on other ranks)."""
+    check_config(config)
+    dist = init_distributed(config.device)
+    try:
+        return _train(config, dist, echo if dist.rank == 0 else (lambda _line: None))
+    finally:
+        if dist.world_size > 1 and torch.distributed.is_initialized():
+            torch.distributed.destroy_process_group()
+
+
+def _train(config: TrainConfig, dist: Distributed, echo: Callable[[str], None]) -> list[dict[str, Any]]:
+    torch.manual_seed(config.seed)
+    tiny = TinyConfig(config.tiny_vocab, config.tiny_dim, config.tiny_layers, config.tiny_heads)
+    model = build_model(config.model, tiny).to(dist.device)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=config.lr, betas=(0.9, 0.95), weight_decay=config.weight_decay)
+    schedule = functools.partial(
+        lr_multiplier,
+        warmup_steps=config.warmup_steps,
+        max_steps=config.max_steps,
+        kind=config.schedule,
+        min_ratio=config.min_lr_ratio,
+    )
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, schedule)
+    dataset = ShardDataset(
+        config.shards,
+        seed=config.seed,
+        shuffle=config.shuffle,
+        shuffle_buffer=config.shuffle_buffer,
+        epochs=None,
+        category_weights=config.category_weights,
+        rank=dist.rank,
+        world_size=dist.world_size,
+    )
+    step = _resume(config, dist, model, optimizer, scheduler, dataset)
+    if step:
+        echo(f"resumed from {config.out} at step {step}")
+    if step >= config.max_steps:
+        echo(f"nothing to do: step {step} already reached --max-steps {config.max_steps}")
+        return []
+    echo(f"training {config.model} on {dataset.total_rows} samples, {dist.world_size} rank(s), device {dist.device}")
+    wrapped = model
+    if dist.world_size > 1:
+        wrapped = DistributedDataParallel(model, device_ids=[dist.device.index] if dist.device.type == "cuda" else None)
+    loader = DataLoader(dataset, batch_size=None, num_workers=config.num_workers)
+    batches = micro_batches(iter(loader), config.micro_batch_tokens, config.pack)
+    logger = StepLogger(config.log_every, config.log_json if dist.rank == 0 else None, echo, config.max_steps)
+    logged: list[dict[str, Any]] = []
+    while step < config.max_steps:
+        micro = [b.to(dist.device) for b in _draw(batches, config.grad_accum)]
+        if config.model == TINY:
+            micro = [_fold_ids(b, config.tiny_vocab) for b in micro]
+        result: StepResult = accumulate_gradients(wrapped, micro, config.loss_norm)
+        if config.max_grad_norm > 0:
+            torch.nn.utils.clip_grad_norm_(model.parameters(), config.max_grad_norm)
+        lr = optimizer.param_groups[0]["lr"]
+        optimizer.step()
+        scheduler.step()
+        optimizer.zero_grad(set_to_none=True)
+        for batch in micro:
+            dataset.record_consumed(batch.positions)
+        step += 1
+        entry = logger.record(step, result, lr)
+        if entry is not None:
+            logged.append(entry)
+        if config.out and (step == config.max_steps or (config.save_every and step % config.save_every == 0)):
+            _save(config, dist, step, model, optimizer, scheduler, dataset)
+    return logged

@@ -1,0 +1,55 @@
+"""Training progress: one line per logged step, and optionally one JSON object per logged step.
+
+Fields: ``step``, ``loss`` (that step's Σ w·ℓ / D), ``tokens`` (real input tokens of the global
+step, all ranks), ``weighted_tokens`` (Σ w over its targets), ``loss_tokens`` (targets with
+w > 0), ``lr`` (the rate the step used), and ``tokens_per_s`` / ``weighted_tokens_per_s``
+measured since the previous logged step.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from typing import Any
+
+from training.step import StepResult
+
+
+class StepLogger:
+    """Reports steps every `every` steps through `echo`, and appends them to `json_path` when given."""
+
+    def __init__(self, every: int, json_path: str | None, echo: Callable[[str], None], max_steps: int) -> None:
+        self.every, self.json_path, self.echo, self.max_steps = max(1, every), json_path, echo, max_steps
+        self._since = time.perf_counter()
+        self._tokens = 0
+        self._weighted = 0.0
+
+    def record(self, step: int, result: StepResult, lr: float) -> dict[str, Any] | None:
+        """Count the step; on a logged step report it and return the logged object."""
+        self._tokens += result.tokens
+        self._weighted += result.weighted_tokens
+        if step % self.every and step != self.max_steps:
+            return None
+        now = time.perf_counter()
+        elapsed = max(now - self._since, 1e-9)
+        entry = {
+            "step": step,
+            "loss": result.loss,
+            "tokens": result.tokens,
+            "weighted_tokens": result.weighted_tokens,
+            "loss_tokens": result.loss_tokens,
+            "lr": lr,
+            "tokens_per_s": self._tokens / elapsed,
+            "weighted_tokens_per_s": self._weighted / elapsed,
+        }
+        self._since, self._tokens, self._weighted = now, 0, 0.0
+        truncated = f" truncated {result.truncated}" if result.truncated else ""
+        self.echo(
+            f"step {step}/{self.max_steps} loss {result.loss:.4f} lr {lr:.2e} "
+            f"tok/s {entry['tokens_per_s']:.0f} weighted tok/s {entry['weighted_tokens_per_s']:.0f}{truncated}"
+        )
+        if self.json_path:
+            with open(self.json_path, "a", encoding="utf-8") as handle:
+                handle.write(json.dumps(entry) + "\n")
+        return entry

@@ -1,0 +1,55 @@
+"""Re-weighting turn categories at load time, from the ``turn_spans`` and ``turn_category`` columns.
+
+Rule (replace, not multiply): inside the token span ``[start, end)`` of an observation whose
+category has an override, every token whose stored weight is above zero gets the override value;
+tokens stored with weight 0 stay 0, because a zero there means the token is masked for another
+reason (a history turn of an sft sample, a token dropped by the ``token`` keep mode). So
+``echo=0`` removes echo observations from the loss, and ``echo=1`` trains on them at full weight
+instead of their keep ratio. Tokens outside every overridden span are never touched.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping, Sequence
+
+import numpy as np
+
+from training.shards import ShardError
+
+
+def parse_category_weights(items: Iterable[str]) -> dict[str, float]:
+    """``["echo=0", "boilerplate=0.5"]`` → ``{"echo": 0.0, "boilerplate": 0.5}``."""
+    weights: dict[str, float] = {}
+    for item in items:
+        name, sep, value = item.partition("=")
+        name = name.strip()
+        try:
+            number = float(value)
+        except ValueError:
+            number = math.nan
+        if not sep or not name or not math.isfinite(number) or number < 0:
+            raise ShardError(f"category weight {item!r}: expected CATEGORY=WEIGHT with a finite weight >= 0")
+        weights[name] = number
+    return weights
+
+
+def apply_category_weights(
+    weights: np.ndarray,
+    spans: Sequence[Mapping[str, int]],
+    categories: Sequence[str],
+    overrides: Mapping[str, float],
+    where: str = "",
+) -> np.ndarray:
+    """A copy of `weights` with the overridden categories' non-zero span weights replaced."""
+    if len(spans) != len(categories):
+        raise ShardError(f"{where}: {len(spans)} turn_spans but {len(categories)} turn_category values")
+    result = weights.copy()
+    for span, category in zip(spans, categories):
+        start, end = int(span["start"]), int(span["end"])
+        if not 0 <= start <= end <= len(weights):
+            raise ShardError(f"{where}: turn span [{start}, {end}) outside the sample's {len(weights)} tokens")
+        if category in overrides:
+            piece = result[start:end]
+            piece[piece > 0] = overrides[category]
+    return result

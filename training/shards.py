@@ -1,0 +1,142 @@
+"""Finding shard files through fsspec and planning their row groups (no torch needed).
+
+A shard source is a directory (an output root, its ``shards/`` folder or one pool folder such as
+``out/shards/sft``), a glob (``s3://bucket/run/shards/*/part-*.parquet``) or one Parquet file, on
+any filesystem fsspec reaches. The pipeline writes ``_SUCCESS`` last, so a source is read only
+when that marker sits in its folder or in one of the two folders above it (pool folder →
+``shards/`` → output root); anything else is an unfinished run and is refused.
+"""
+
+from __future__ import annotations
+
+import posixpath
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import fsspec
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from schemas.errors import ConfigError
+
+SUCCESS_MARKER = "_SUCCESS"
+# The marker may sit in the source folder or this many folders above it.
+SUCCESS_SEARCH_DEPTH = 2
+REQUIRED_COLUMNS = ("sample_id", "input_ids", "loss_weight")
+CATEGORY_COLUMNS = ("turn_spans", "turn_category")
+_GLOB_CHARS = "*?["
+
+
+class ShardError(ConfigError):
+    """Shards that cannot be trained on: missing, unfinished (no ``_SUCCESS``) or of the wrong shape."""
+
+
+@dataclass(frozen=True)
+class RowGroup:
+    """One Parquet row group: the unit the loader reads and the epoch shuffle permutes."""
+
+    uri: str
+    index: int
+    num_rows: int
+
+
+def _protocol_of(fs: fsspec.AbstractFileSystem) -> str:
+    protocol = fs.protocol
+    return protocol if isinstance(protocol, str) else protocol[0]
+
+
+def _full_uri(fs: fsspec.AbstractFileSystem, path: str) -> str:
+    """A URI that `fsspec.open` resolves again in another process (local files stay plain paths)."""
+    if _protocol_of(fs) in ("file", "local"):
+        return path
+    return fs.unstrip_protocol(path)
+
+
+def _has_glob(path: str) -> bool:
+    return any(ch in path for ch in _GLOB_CHARS)
+
+
+def _glob_anchor(path: str) -> str:
+    """The deepest folder of a glob pattern that has no wildcard in it."""
+    parts = path.split("/")
+    for i, part in enumerate(parts):
+        if _has_glob(part):
+            return "/".join(parts[:i]) or "/"
+    return posixpath.dirname(path)
+
+
+def find_success_marker(fs: fsspec.AbstractFileSystem, folder: str) -> str | None:
+    """Path of the ``_SUCCESS`` marker in `folder` or up to two folders above it, or None."""
+    current = folder.rstrip("/")
+    for _ in range(SUCCESS_SEARCH_DEPTH + 1):
+        candidate = posixpath.join(current, SUCCESS_MARKER)
+        if fs.exists(candidate):
+            return candidate
+        parent = posixpath.dirname(current)
+        if not parent or parent == current:
+            break
+        current = parent
+    return None
+
+
+def _files_of_source(source: str) -> list[str]:
+    fs, path = fsspec.core.url_to_fs(source)
+    if _has_glob(path):
+        anchor, files = _glob_anchor(path), [p for p in fs.glob(path) if p.endswith(".parquet")]
+    elif fs.isdir(path):
+        anchor, files = path, [p for p in fs.find(path) if p.endswith(".parquet")]
+    elif fs.isfile(path):
+        anchor, files = posixpath.dirname(path), [path]
+    else:
+        raise ShardError(f"shard source {source} does not exist")
+    if find_success_marker(fs, anchor) is None:
+        raise ShardError(
+            f"{source}: no {SUCCESS_MARKER} marker in {anchor} or the {SUCCESS_SEARCH_DEPTH} folders above it; "
+            "the pipeline run that wrote these shards did not finish, refusing to read them"
+        )
+    if not files:
+        raise ShardError(f"shard source {source} holds no .parquet files")
+    return sorted(_full_uri(fs, p) for p in files)
+
+
+def resolve_shard_files(sources: Sequence[str]) -> list[str]:
+    """All Parquet files of the given sources, sorted and deduplicated; each source must be finished."""
+    if not sources:
+        raise ShardError("no shard source given")
+    files: set[str] = set()
+    for source in sources:
+        files.update(_files_of_source(source))
+    return sorted(files)
+
+
+def open_parquet(uri: str) -> pq.ParquetFile:
+    """A `ParquetFile` over an fsspec URI, reading only the byte ranges it needs."""
+    fs, path = fsspec.core.url_to_fs(uri)
+    return pq.ParquetFile(fs.open(path, "rb"))
+
+
+def _check_schema(uri: str, schema: pa.Schema, extra_columns: Sequence[str]) -> None:
+    names = set(schema.names)
+    missing = [c for c in (*REQUIRED_COLUMNS, *extra_columns) if c not in names]
+    if missing:
+        hint = (
+            " (rl pool shards store prompts, not weights: point at a cpt, sft or eval pool)"
+            if ("loss_weight" in missing)
+            else ""
+        )
+        raise ShardError(f"{uri}: missing column(s) {', '.join(missing)}{hint}")
+    for column in ("input_ids", "loss_weight"):
+        kind = schema.field(column).type
+        if not (pa.types.is_list(kind) or pa.types.is_large_list(kind)):
+            raise ShardError(f"{uri}: column {column} must be a list, found {kind}")
+
+
+def plan_row_groups(files: Sequence[str], extra_columns: Sequence[str] = ()) -> list[RowGroup]:
+    """The row groups of every file, in file order, read from the Parquet footers only."""
+    groups: list[RowGroup] = []
+    for uri in files:
+        parquet = open_parquet(uri)
+        _check_schema(uri, parquet.schema_arrow, extra_columns)
+        meta = parquet.metadata
+        groups.extend(RowGroup(uri, i, meta.row_group(i).num_rows) for i in range(meta.num_row_groups))
+    return [g for g in groups if g.num_rows > 0]
