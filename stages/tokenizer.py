@@ -305,6 +305,12 @@ def hf_tokenizer_hash(document: Mapping[str, Any]) -> str:
     return hashlib.sha256(b"tokenizer.json\n" + canonical.encode()).hexdigest()
 
 
+def first_line(err: BaseException) -> str:
+    """The first line of an error's message (the Rust side's messages can span lines), or its type."""
+    lines = str(err).strip().splitlines()
+    return lines[0] if lines else type(err).__name__
+
+
 def resolve_spec(spec: str | None, engine: str | None = None) -> tuple[str, str]:
     """(canonical spec, engine): ``qwen3.6`` or the absolute path of a tokenizer.json file.
 
@@ -355,5 +361,5 @@ def _load_resolved(canonical: str, engine: str) -> Tokenizer:
     try:
         backend = tokenizers.Tokenizer.from_file(canonical)
     except Exception as err:  # the Rust side raises plain Exception for any parse error
-        raise ConfigError(f"cannot read tokenizer {canonical}: {str(err).splitlines()[0]}") from err
+        raise ConfigError(f"cannot read tokenizer {canonical}: {first_line(err)}") from err
     return HFTokenizer(backend, name=canonical, spec=canonical, source=Path(canonical))

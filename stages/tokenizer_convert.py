@@ -30,7 +30,7 @@ from typing import Any
 
 import tokenizers
 
-from stages.tokenizer import RankVocabulary
+from stages.tokenizer import RankVocabulary, first_line
 
 # Bump when the produced tokenizer.json changes, so stale cache entries are not reused.
 CONVERTER_VERSION = 1
@@ -157,7 +157,7 @@ def convert_rank_vocabulary(vocab: RankVocabulary, cache_dir: Path | None = None
         try:
             return tokenizers.Tokenizer.from_file(str(path))
         except Exception as err:  # the Rust side raises plain Exception; the entry is rebuilt below
-            warnings.warn(f"rebuilding unreadable tokenizer cache {path}: {str(err).splitlines()[0]}", stacklevel=2)
+            warnings.warn(f"rebuilding unreadable tokenizer cache {path}: {first_line(err)}", stacklevel=2)
     text = json.dumps(tokenizer_document(vocab), ensure_ascii=False)
     try:
         write_atomically(path, text)

@@ -1,0 +1,198 @@
+"""``lwm export agentworldbench``: the eval pool of a finished run as AgentWorldBench JSONL (SPEC §7).
+
+One JSON line per eval sample, with exactly the fields ``task, id, prompt, response, current_prompt,
+system_str, turn_idx, total_turns``::
+
+    {"task": "terminal", "id": "3f9c...", "system_str": "You are the environment...", "turn_idx": 2, "total_turns": 3,
+     "prompt": [{"role": "user", "content": "### Turn 1\\n..."}, {"role": "assistant", "content": "**Environment
+     Observation:**\\n..."}], "current_prompt": "### Turn 2\\n...<predicted_observation>.", "response": ["a b"]}
+
+How a row is built from a shard row (``sample_id, traj_id, template, turn_idx``) and its trajectory:
+
+- ``system_str``: the trajectory's system prompt under the shard row's template, with the run's
+  template directories — the same call the sample stage made, so the text is the one the sample
+  was rendered from;
+- ``prompt``: turns 1..t-1 as ``user_prompt`` / ``history_reply`` messages, ``current_prompt``:
+  ``target_prompt`` of turn t — the same strings the sample's ChatML holds;
+- ``response``: ``[observation of turn t]``, bare, as the evaluator's reference (the ingest side
+  accepts a bare or a ``<predicted_observation>``-wrapped reference and unwraps it);
+- ``task``: the trajectory's domain (the ingest side reads the domain back from it);
+- ``id``: the sample id, so the same run exports the same ids; rows are ordered by it.
+
+The history is always whole: a sample whose oldest turns were dropped to fit the context limit
+still exports all of turns 1..t-1 (a benchmark row states the full task); such rows are counted.
+The eval pool's trajectories are held in memory while the file is written.
+"""
+
+from __future__ import annotations
+
+import json
+import posixpath
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import click
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from schemas.errors import ConfigError
+from schemas.trajectory import Trajectory
+from stages.render import history_reply, target_prompt, user_prompt
+from stages.templates import render_system
+
+EXPORT_FIELDS = ("task", "id", "prompt", "response", "current_prompt", "system_str", "turn_idx", "total_turns")
+_SAMPLE_COLUMNS = ["sample_id", "traj_id", "template", "turn_idx", "total_turns", "turn_spans"]
+
+
+@dataclass(frozen=True)
+class EvalSample:
+    """What the export needs of one eval shard row."""
+
+    sample_id: str
+    traj_id: str
+    template: str
+    turn_idx: int
+    total_turns: int
+    history_kept: int  # history turns the tokenized sample holds (fewer than turn_idx - 1 when truncated)
+
+
+@dataclass
+class ExportSummary:
+    rows: int
+    truncated_history: int
+
+
+def _parquet_files(fs, base: str) -> list[str]:
+    if not fs.exists(base):
+        return []
+    return sorted(p for p in fs.find(base) if p.endswith(".parquet"))
+
+
+def finished_run_config(fs, root: str, run_dir: str) -> dict[str, Any]:
+    """The resolved config of a finished run; `ConfigError` when the run has no ``_SUCCESS``."""
+    if not fs.exists(posixpath.join(root, "_SUCCESS")):
+        raise ConfigError(f"{run_dir}: not a finished run (no _SUCCESS); run `lwm run` to completion first")
+    with fs.open(posixpath.join(root, "manifest.json"), "rb") as f:
+        return json.loads(f.read())["config"]
+
+
+def eval_samples(fs, root: str) -> list[EvalSample]:
+    """Every row of the eval shards, ordered by sample id."""
+    samples = []
+    for path in _parquet_files(fs, posixpath.join(root, "shards", "eval")):
+        with fs.open(path, "rb") as f:
+            table = pq.read_table(f, columns=_SAMPLE_COLUMNS)
+        for row in table.to_pylist():
+            samples.append(
+                EvalSample(row["sample_id"], row["traj_id"], row["template"], row["turn_idx"], row["total_turns"],
+                           len(row["turn_spans"]) - 1)
+            )
+    return sorted(samples, key=lambda s: s.sample_id)
+
+
+def load_trajectories(fs, root: str, wanted: set[str]) -> dict[str, Trajectory]:
+    """The trajectories of the `wanted` ids from the trajectories layer; `ConfigError` for a missing one."""
+    found: dict[str, Trajectory] = {}
+    keys = pa.array(sorted(wanted), pa.string())
+    for path in _parquet_files(fs, posixpath.join(root, "trajectories")):
+        with fs.open(path, "rb") as f:
+            for batch in pq.ParquetFile(f).iter_batches(batch_size=256):
+                hits = batch.filter(pc.is_in(batch.column("traj_id"), value_set=keys))
+                for d in hits.to_pylist():
+                    found[d["traj_id"]] = Trajectory.from_dict(d)
+    missing = wanted - found.keys()
+    if missing:
+        raise ConfigError(f"{len(missing)} eval trajectories missing from the trajectories layer, e.g. {min(missing)}")
+    return found
+
+
+def history_messages(traj: Trajectory, turn_idx: int) -> list[dict[str, str]]:
+    """Turns before `turn_idx` as alternating user / assistant messages."""
+    messages = []
+    for h in range(1, turn_idx):
+        messages.append({"role": "user", "content": user_prompt(traj, h)})
+        messages.append({"role": "assistant", "content": history_reply(traj.turns[h - 1].observation)})
+    return messages
+
+
+def export_row(traj: Trajectory, sample: EvalSample, system_text: str) -> dict[str, Any]:
+    """The AgentWorldBench row of one eval sample."""
+    t = sample.turn_idx
+    row = {
+        "task": traj.domain,
+        "id": sample.sample_id,
+        "prompt": history_messages(traj, t),
+        "response": [traj.turns[t - 1].observation],
+        "current_prompt": target_prompt(traj, t),
+        "system_str": system_text,
+        "turn_idx": t,
+        "total_turns": len(traj.turns),
+    }
+    return row
+
+
+def agentworldbench_rows(run_dir: str) -> Iterator[tuple[EvalSample, dict[str, Any]]]:
+    """The rows of a finished run's eval pool, in sample id order."""
+    from pipeline.outputs import out_fs
+
+    fs, root = out_fs(run_dir)
+    cfg = finished_run_config(fs, root, run_dir)
+    samples = eval_samples(fs, root)
+    if not samples:
+        raise ConfigError(f"{run_dir}: the eval pool is empty (pools.ratios.eval, eval_subsample?)")
+    trajs = load_trajectories(fs, root, {s.traj_id for s in samples})
+    dirs = tuple(cfg["templates"]["dirs"])
+    for sample in samples:
+        traj = trajs[sample.traj_id]
+        if sample.total_turns != len(traj.turns):
+            raise ConfigError(f"sample {sample.sample_id}: {sample.total_turns} turns in the shard, "
+                              f"{len(traj.turns)} in the trajectories layer")
+        yield sample, export_row(traj, sample, render_system(traj, sample.template, dirs))
+
+
+def write_agentworldbench(run_dir: str, out: str) -> ExportSummary:
+    """Write the eval pool of `run_dir` to `out` (local path or fsspec URL), atomically."""
+    import fsspec
+
+    fs, path = fsspec.core.url_to_fs(out)
+    parent = posixpath.dirname(path)
+    if parent:
+        fs.makedirs(parent, exist_ok=True)
+    tmp = f"{path}.tmp-{uuid.uuid4().hex[:8]}"
+    summary = ExportSummary(0, 0)
+    try:
+        with fs.open(tmp, "w", encoding="utf-8") as f:
+            for sample, row in agentworldbench_rows(run_dir):
+                f.write(json.dumps(row, ensure_ascii=False) + "\n")
+                summary.rows += 1
+                summary.truncated_history += sample.history_kept < sample.turn_idx - 1
+    except BaseException:
+        if fs.exists(tmp):
+            fs.rm(tmp)
+        raise
+    fs.mv(tmp, path)
+    return summary
+
+
+@click.group("export")
+def export_group() -> None:
+    """Export a finished run in other formats."""
+
+
+@export_group.command("agentworldbench")
+@click.argument("run_dir")
+@click.argument("out")
+def agentworldbench_cmd(run_dir: str, out: str) -> None:
+    """Write the eval pool of RUN_DIR as AgentWorldBench JSONL to OUT (one row per evaluated turn)."""
+    from pipeline.cli import handle_errors
+
+    @handle_errors
+    def go() -> None:
+        summary = write_agentworldbench(run_dir, out)
+        note = f" ({summary.truncated_history} with history the shard sample truncated)" if summary.truncated_history else ""
+        click.echo(f"wrote {summary.rows} AgentWorldBench rows to {out}{note}", err=True)
+
+    go()

@@ -1,0 +1,211 @@
+"""``lwm export agentworldbench``: evaluator-format rows that match the shards and round-trip through ingest.
+
+What round-trips (AgentWorldBench rows → ``lwm run --format agentworldbench`` with every trajectory in
+eval and a template that is just ``{simulation_instruction}`` → export): the rows themselves (same count,
+task, histories, current prompts, bare responses, turn_idx, total_turns), when the input rows follow
+lwmkit's conventions (its prediction instruction, bare references) and cover every eval turn (trajectories
+of at most five turns; eval_subsample 1.0). What does not: ``id`` (a new sample id), and ``system_str``
+whenever the first turn carries a Current State or Task Instruction — ingest turns those into
+``initial_state`` / ``task_description``, and the template appends every non-empty field it does not
+mention, so the exported system prompt gains an ``## Initial state`` (``## Task``) section.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import unicodedata
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+
+from pipeline.export import EXPORT_FIELDS
+from stages.render import PREDICT_INSTRUCTION
+from stages.tokenizer import load_tokenizer
+
+EVAL_ONLY = '[pools]\nratios = {cpt = 0.0, sft = 0.0, rl = 0.0, eval = 1.0}\neval_subsample = 1.0\n'
+
+
+def lwm(*args: str, check: bool = True) -> subprocess.CompletedProcess:
+    proc = subprocess.run([sys.executable, "-m", "pipeline.cli", *args], capture_output=True, text=True, timeout=300)
+    if check:
+        assert proc.returncode == 0, proc.stderr
+    return proc
+
+
+def read_jsonl(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
+
+
+def shard_rows(run: Path) -> list[dict]:
+    rows = []
+    for path in sorted((run / "shards" / "eval").glob("*.parquet")):
+        rows.extend(pq.read_table(path).to_pylist())
+    return rows
+
+
+def chatml(role: str, content: str) -> str:
+    return f"<|im_start|>{role}\n{content}<|im_end|>\n"
+
+
+# ------------------------------------------------------------------ a hand-written AgentWorldBench file
+
+def turn_prompt(n: int, action: str, state: str | None = None) -> str:
+    """The turn prompt layout of SPEC §7, written out independently of the renderer."""
+    head = f"### Turn {n}\n" + (f"**Current State:**\n{state}\n\n" if state is not None else "")
+    return head + f"**Action:**\n```json\n{action}\n```"
+
+
+TRAJECTORIES = {
+    # name: (task, system_str, first-turn state, [(action, observation)])
+    "notes": ("mcp", "You simulate an MCP server that stores notes. Reply with the tool result as JSON.", None, [
+        ('{"name": "list_notes", "arguments": {}}', '{"notes": ["groceries", "trip plan"]}'),
+        ('{"name": "read_note", "arguments": {"title": "groceries"}}', '{"title": "groceries", "body": "eggs, flour"}'),
+        ('{"name": "delete_note", "arguments": {"title": "trip plan"}}', '{"deleted": true}'),
+    ]),
+    "lighthouse": ("search", "You simulate a web search engine. Return ranked result lists.", None, [
+        ('{"tool": "search", "query": "tallest lighthouse europe"}', "1. Ile Vierge lighthouse - 82.5 m, Brittany"),
+        ('{"tool": "open", "id": 1}', "Ile Vierge: built 1902, granite, the tallest stone lighthouse"),
+        ('{"tool": "search", "query": "Ile Vierge visiting hours"}', "1. Visits April to September by boat"),
+        ('{"tool": "open", "id": 1}', "Boats leave Lilia harbour at 10:00 and 14:00."),
+    ]),
+    "srv": ("terminal", "You simulate a Linux shell. Print exactly what the terminal shows.", "root@box:/srv# ", [
+        ('[{"keystrokes": "pwd\\n", "duration": 0.1}]', "/srv\nroot@box:/srv# "),
+        ('[{"keystrokes": "ls -1\\n", "duration": 0.1}]', "backup.tar\nlogs\nroot@box:/srv# "),
+    ]),
+}
+
+
+def awb_rows() -> list[dict]:
+    """One row per turn of every trajectory (all of them are eval turns at five turns or fewer)."""
+    rows = []
+    for name, (task, system_str, state, turns) in TRAJECTORIES.items():
+        for t in range(1, len(turns) + 1):
+            history = []
+            for h in range(1, t):
+                history.append({"role": "user", "content": turn_prompt(h, turns[h - 1][0], state if h == 1 else None)})
+                history.append({"role": "assistant", "content": "**Environment Observation:**\n" + turns[h - 1][1]})
+            rows.append({
+                "task": task, "id": f"{name}-{t}", "prompt": history, "response": [turns[t - 1][1]],
+                "current_prompt": turn_prompt(t, turns[t - 1][0], state if t == 1 else None) + PREDICT_INSTRUCTION,
+                "system_str": system_str, "turn_idx": t, "total_turns": len(turns),
+            })
+    return rows
+
+
+@pytest.fixture(scope="module")
+def round_trip(tmp_path_factory):
+    base = tmp_path_factory.mktemp("awb")
+    rows = awb_rows()
+    (base / "in.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (base / "tpl").mkdir()
+    (base / "tpl" / "echo.txt").write_text("{simulation_instruction}\n")
+    (base / "cfg.toml").write_text(EVAL_ONLY + f'[templates]\ndirs = ["{base / "tpl"}"]\nmapping = {{eval = ["echo"]}}\n')
+    lwm("run", "--executor", "local", "-i", str(base / "in.jsonl"), "-o", str(base / "run"),
+        "--format", "agentworldbench", "--config", str(base / "cfg.toml"))
+    proc = lwm("export", "agentworldbench", str(base / "run"), str(base / "out.jsonl"))
+    return base, rows, read_jsonl(base / "out.jsonl"), proc
+
+
+def test_round_trip_reproduces_every_row(round_trip):
+    _, rows, exported, _ = round_trip
+    assert len(exported) == len(rows) == 9
+    by_turn = {(r["task"], r["current_prompt"]): r for r in exported}
+    assert len(by_turn) == 9
+    states = {task: (system_str, state) for task, system_str, state, _ in TRAJECTORIES.values()}
+    exact = 0
+    for row in rows:
+        out = by_turn[(row["task"], row["current_prompt"])]
+        for field in ("prompt", "response", "turn_idx", "total_turns"):
+            assert out[field] == row[field], (row["id"], field)
+        system_str, state = states[row["task"]]
+        # The first turn's state became initial_state; the echo template appends it (module docstring).
+        expected = system_str if state is None else f"{system_str}\n\n## Initial state\n{state}"
+        assert out["system_str"] == expected
+        exact += out["system_str"] == row["system_str"]
+    assert exact == 7  # the mcp and search rows; the two terminal rows gained the state section
+
+
+def test_export_fields_ids_and_order(round_trip):
+    base, _, exported, proc = round_trip
+    assert all(tuple(r) == EXPORT_FIELDS for r in exported)
+    ids = [r["id"] for r in exported]
+    assert ids == sorted(ids)
+    assert ids == sorted(s["sample_id"] for s in shard_rows(base / "run"))
+    assert sorted((r["task"], r["turn_idx"]) for r in exported) == sorted(
+        [("mcp", t) for t in (1, 2, 3)] + [("search", t) for t in (1, 2, 3, 4)] + [("terminal", 1), ("terminal", 2)]
+    )
+    assert "wrote 9 AgentWorldBench rows" in proc.stderr
+
+
+def test_export_is_byte_identical_when_repeated(round_trip):
+    base, _, _, _ = round_trip
+    lwm("export", "agentworldbench", str(base / "run"), str(base / "again.jsonl"))
+    assert (base / "again.jsonl").read_bytes() == (base / "out.jsonl").read_bytes()
+
+
+def test_unfinished_run_is_one_clear_error(round_trip, tmp_path):
+    base, _, _, _ = round_trip
+    run = tmp_path / "run"
+    run.mkdir()
+    for name in ("manifest.json", "shards", "trajectories"):
+        src = base / "run" / name
+        (run / name).symlink_to(src, target_is_directory=src.is_dir())
+    proc = lwm("export", "agentworldbench", str(run), str(tmp_path / "x.jsonl"), check=False)
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines() == [f"lwm: error: {run}: not a finished run (no _SUCCESS); "
+                                                "run `lwm run` to completion first"]
+    assert not (tmp_path / "x.jsonl").exists()
+
+
+# ------------------------------------------------------------------ the rows match what the shards were rendered from
+
+@pytest.fixture(scope="module")
+def mixed_templates(tmp_path_factory, fixtures_dir):
+    base = tmp_path_factory.mktemp("tpl")
+    (base / "cfg.toml").write_text(EVAL_ONLY + '[templates]\nmapping = {eval = ["v0", "v4", "v11"]}\n')
+    lwm("run", "--executor", "local", "-i", str(fixtures_dir / "agentworldbench" / "eval.jsonl"), "-o",
+        str(base / "run"), "--config", str(base / "cfg.toml"))
+    lwm("export", "agentworldbench", str(base / "run"), str(base / "out.jsonl"))
+    return base, read_jsonl(base / "out.jsonl"), shard_rows(base / "run")
+
+
+def test_evaluator_messages_equal_the_tokenized_samples(mixed_templates):
+    _, exported, shards = mixed_templates
+    tok = load_tokenizer()
+    by_id = {s["sample_id"]: s for s in shards}
+    assert len(exported) == len(shards) == 9
+    assert len({s["template"] for s in shards}) > 1  # the export must follow each row's own template
+    for row in exported:
+        # The official evaluator's message list: system, alternating history, current prompt.
+        messages = [{"role": "system", "content": row["system_str"]}, *row["prompt"],
+                    {"role": "user", "content": row["current_prompt"]}]
+        assert [m["role"] for m in messages[1:-1]] == ["user", "assistant"] * (row["turn_idx"] - 1)
+        prompt_text = "".join(chatml(m["role"], m["content"]) for m in messages)
+        # The default vocabulary normalizes to NFC before encoding.
+        decoded = tok.decode(by_id[row["id"]]["input_ids"])
+        assert decoded.startswith(unicodedata.normalize("NFC", prompt_text)), row["id"]
+        reply = "<predicted_observation>\n" + row["response"][0] + "\n</predicted_observation>"
+        assert decoded[len(prompt_text):] == chatml("assistant", reply)
+
+
+
+# ------------------------------------------------------------------ truncated samples still export whole histories
+
+def test_history_truncated_in_the_shard_is_whole_in_the_export(round_trip, tmp_path):
+    base, _, exported, _ = round_trip
+    longest = max(shard_rows(base / "run"), key=lambda s: s["num_tokens"])
+    assert longest["turn_idx"] > 1
+    cfg = (base / "cfg.toml").read_text().replace("eval_subsample = 1.0\n", "eval_subsample = 1.0\n"
+                                                  f"context_limit = {longest['num_tokens'] - 1}\n")
+    (tmp_path / "cfg.toml").write_text(cfg)
+    lwm("run", "--executor", "local", "-i", str(base / "in.jsonl"), "-o", str(tmp_path / "run"),
+        "--format", "agentworldbench", "--config", str(tmp_path / "cfg.toml"))
+    proc = lwm("export", "agentworldbench", str(tmp_path / "run"), str(tmp_path / "out.jsonl"))
+    assert "(1 with history the shard sample truncated)" in proc.stderr
+    truncated = [s for s in shard_rows(tmp_path / "run") if len(s["turn_spans"]) < s["turn_idx"]]
+    assert [s["sample_id"] for s in truncated] == [longest["sample_id"]]
+    again = read_jsonl(tmp_path / "out.jsonl")
+    assert again == exported
