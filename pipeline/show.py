@@ -88,7 +88,7 @@ def show_cmd(run_dir: str, sample: str | None, index: int | None, pool: str | No
         click.echo(f"observations: {cats}")
         if not plain:
             click.echo("legend: \x1b[90mgrey w=0\x1b[0m \x1b[34mblue w<0.25\x1b[0m \x1b[33myellow w<0.75\x1b[0m "
-                       "\x1b[32mgreen w≥0.75\x1b[0m")
-        click.echo(render_sample(row, tok, plain))
+                       "\x1b[32mgreen w≥0.75\x1b[0m", color=True)
+        click.echo(render_sample(row, tok, plain), color=not plain)
 
     go()
