@@ -177,3 +177,21 @@ def test_config_errors_are_one_clear_line(tmp_path):
     blocker.write_text("x")
     proc = lwm("run", "--executor", "local", "-i", str(tmp_path / "in"), "-o", str(blocker / "out"), check=False)
     assert proc.returncode == 2 and "not writable" in proc.stderr.strip().splitlines()[-1]
+
+
+def test_rl_pool_has_one_sample_per_trajectory_and_counts_the_cap(runs, tmp_path):
+    out = runs[0]
+    manifest = json.loads((out / "manifest.json").read_text())
+    rl_rows = [r for p in (out / "shards" / "rl").glob("*.parquet") for r in pq.read_table(p).to_pylist()]
+    n_rl = manifest["counts"]["pools"]["rl"]["trajectories"]
+    assert len(rl_rows) == n_rl > 0
+    assert len({r["traj_id"] for r in rl_rows}) == n_rl
+    assert all(r["reference"] and r["messages"][-1]["role"] == "user" for r in rl_rows)
+    cfg = tmp_path / "cap.toml"
+    cfg.write_text("[pools]\nrl_prompt_cap = 50\n")
+    capped = tmp_path / "capped"
+    lwm("run", "--executor", "local", "-i", str(out.parent / "in"), "-o", str(capped), "--config", str(cfg),
+        "--progress", "off")
+    m2 = json.loads((capped / "manifest.json").read_text())
+    assert m2["counts"]["filtered"]["rl_prompt_cap"] == n_rl
+    assert m2["counts"]["samples"].get("rl", 0) == 0
