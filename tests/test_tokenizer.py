@@ -422,3 +422,22 @@ def test_broken_rank_vocabularies_are_config_errors(tmp_path):
     rank_file.write_text("IQ== 0\nnot-base64! 1\n", encoding="utf-8")
     with pytest.raises(ConfigError, match=r"bad\.tiktoken:2: expected"):
         read_rank_file(rank_file)
+
+
+@pytest.mark.parametrize("engine", ["tiktoken", "tokenizers"])
+def test_engine_matches_reference_on_the_demo_corpus(engines, reference, engine):
+    """Every text field of a small demo corpus of each domain, rendered special tokens included."""
+    from pipeline.demo import generate
+
+    tok = engines[engine]
+    checked = 0
+    for domain in ("mcp", "search", "terminal", "swe", "android", "web", "os"):
+        for traj in generate(domain, seed=3, n=12):
+            s = traj["system"]
+            texts = [s["task_description"], s["action_space"], s.get("initial_state") or ""]
+            for turn in traj["turns"]:
+                texts += [turn["action"], f"<|im_start|>assistant\n{turn['observation']}<|im_end|>\n"]
+            for text in texts:
+                assert tok.encode(text) == reference.encode(text)
+                checked += len(text)
+    assert checked > 200_000
