@@ -66,3 +66,10 @@ def test_hist_png_and_show(shared_run, tmp_path):
     assert "⟦w=0⟧<|im_start|>system" in shown and "observations:" in shown
     colored = lwm("show", str(shared_run), "--index", "0").stdout
     assert "\x1b[90m" in colored
+
+
+def test_validate_single_screens_are_not_trajectories(shared_data):
+    """The uiautomator-xml samples are single screens without actions: 21 files, each quarantined as no_actions."""
+    report = json.loads(lwm("validate", str(shared_data / "uiautomator-xml"), "--json").stdout)
+    assert report == {"format": "uiautomator", "quarantined": 21, "reasons": {"no_actions": 21}, "records": 21,
+                      "trajectories": 0, "turns": 0}
