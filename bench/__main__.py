@@ -8,7 +8,7 @@ import os
 import sys
 import tempfile
 
-from bench import expansion, loader, naive, processes, tokenizer_floor
+from bench import dedup, expansion, loader, naive, processes, tokenizer_floor
 from bench.common import not_measured
 from bench.profile import profile_pipeline
 from bench.results import render_results
@@ -41,8 +41,8 @@ def main(argv: list[str] | None = None) -> int:
         figures += processes.ray_scaling(work, n_ray, ray_files, runs)
         _say("6. loader")
         figures.append(loader.run(out, runs))
-        figures.append(not_measured("7. near-dup signatures per second per core", 1000, True,
-                                    "no signature benchmark (stages.dedup.bench_signatures) in the tree yet", "/s"))
+        _say("7. dedup signatures")
+        figures.append(dedup.run(500 if args.quick else 2000, runs))
         figures.append(not_measured("8. peer: datatrove tokenizer step", None, True,
                                     "datatrove is not installed (no time to install and set it up offline)"))
         if floor.met is False:

@@ -48,6 +48,8 @@ DEFAULTS: dict[str, Any] = {
         "seed": 1,
         "decontaminate": [],
         "ngram": 13,
+        "ngram_max_docs": 20,  # an n-gram in more training trajectories than this is boilerplate
+        "buckets": 0,  # 0 = derived from the input counts
     },
     "pools": {
         "ratios": {"cpt": 0.80, "sft": 0.10, "rl": 0.05, "eval": 0.05},

@@ -169,6 +169,9 @@ def _run(cfg: dict[str, Any], fs, root: str, executor: Executor, echo: Echo) -> 
         "layers": _layer_listing(fs, root, ("trajectories", "quarantine")),
         "versions": _versions(),
     }
+    from pipeline.dedup_stage import run_dedup_stage
+
+    run_dedup_stage(cfg, fs, root, executor, ingest_results, manifest, stage_runs, echo)
     from pipeline import later_stages
 
     later_stages.run(cfg, fs, root, executor, ingest_results, manifest, stage_runs, echo)

@@ -65,7 +65,7 @@ def _account(stats: Stats, traj: Trajectory, pool: str, template: str, parts: Sa
     stats.add(f"samples.{pool}")
     stats.add(f"templates.{pool}.{template}")
     stats.add(f"tokens.{pool}.total", len(parts.ids))
-    stats.add(f"tokens.{pool}.loss", sum(1 for w in parts.weights if w > 0))
+    stats.add(f"tokens.{pool}.loss", row["num_loss_tokens"])
     stats.add(f"tokens.{pool}.weighted", float(sum(parts.weights)))
     spans = list(range(len(parts.spans))) if pool == "cpt" else [len(parts.spans) - 1]
     for k in spans:
@@ -141,7 +141,7 @@ def build_rows(traj: Trajectory, cfg: dict[str, Any], seg, table, stats: Stats, 
             "turn_keep": [scores[k - 1].keep for k in parts.span_turns],
             "turn_stats": [_stats_struct(scores[k - 1]) for k in parts.span_turns],
             "num_tokens": len(parts.ids),
-            "num_loss_tokens": sum(1 for w in parts.weights if w > 0),
+            "num_loss_tokens": len(parts.weights) - parts.weights.count(0.0),
         }
         _account(stats, traj, pool, template, parts, row)
         yield pool, row

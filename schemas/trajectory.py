@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow as pa
@@ -126,7 +126,27 @@ class Trajectory:
 
     def to_dict(self) -> dict[str, Any]:
         """Plain dict in the exact field layout of `TRAJECTORY_SCHEMA` (and of lwm-jsonl)."""
-        return asdict(self)
+        # Written out by hand: `dataclasses.asdict` deep-copies every string and was a hot spot.
+        src, sy, out = self.source, self.system, self.outcome
+        return {
+            "traj_id": self.traj_id,
+            "domain": self.domain,
+            "split_key": self.split_key,
+            "source": {"kind": src.kind, "format": src.format, "uri": src.uri, "locator": src.locator},
+            "system": {
+                "task_description": sy.task_description,
+                "action_space": sy.action_space,
+                "initial_state": sy.initial_state,
+                "demonstrations": [{"action": d.action, "observation": d.observation} for d in sy.demonstrations],
+                "simulation_instruction": sy.simulation_instruction,
+            },
+            "turns": [
+                {"action": t.action, "observation": t.observation, "reasoning": t.reasoning, "meta": t.meta}
+                for t in self.turns
+            ],
+            "outcome": None if out is None else {"success": out.success, "reward": out.reward},
+            "meta": self.meta,
+        }
 
     @classmethod
     def from_dict(cls, d: dict[str, Any], locator: str = "") -> Trajectory:

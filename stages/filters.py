@@ -62,6 +62,10 @@ REJECTION_MARKERS = re.compile(
     r"|\bjsondecodeerror\b"
     r"|\b(?:failed to|could not|unable to) parse\b"
 )
+# Every alternative of REJECTION_MARKERS contains one of these (lowercase): a cheap substring test
+# that skips the regex on almost every observation.
+_REJECTION_KEYWORDS = ("invalid", "format error", "cannot be exec", "syntax error", "command not found",
+                       "traceback", "unknown", "validation error", "jsondecodeerror", "parse")
 COMMAND_NOT_FOUND = re.compile(r"(?im)\bcommand not found\s*$")
 
 # Missing state: the whole observation is a placeholder (matched in full, so page text that
@@ -255,7 +259,8 @@ def empty_action_marks(traj: Trajectory) -> list[bool]:
 
 
 def _is_rejection(observation: str) -> bool:
-    if REJECTION_MARKERS.search(observation):
+    low = observation.lower()
+    if any(k in low for k in _REJECTION_KEYWORDS) and REJECTION_MARKERS.search(observation):
         return True
     text = observation.strip()
     value = parse_action(text) if text.startswith("{") else None

@@ -15,6 +15,7 @@ from schemas.errors import InvalidRecord
 from schemas.trajectory import Trajectory
 from stages.ingest.reading import InputUnit
 from stages.ingest.registry import Adapter, RawRecord
+from stages.redact import redact_text
 
 
 @dataclass
@@ -27,13 +28,14 @@ class Normalized:
 
 
 def quarantine_row(err: InvalidRecord, uri: str, fmt: str, stage: str = "normalize") -> dict[str, Any]:
+    # The detail may quote input text (a bad field value): it is redacted like everything past raw/.
     return {
-        "uri": err.uri or uri,
+        "uri": redact_text(err.uri or uri)[0],
         "locator": err.locator or "",
         "format": fmt,
         "stage": stage,
         "reason": err.reason,
-        "detail": err.detail,
+        "detail": redact_text(err.detail)[0],
     }
 
 

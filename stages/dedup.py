@@ -1,0 +1,407 @@
+"""Exact and near-duplicate trajectories: normalization, content hashes, MinHash signatures, LSH bands, clusters.
+
+Pure functions; the distributed stage (pipeline/dedup_stage.py) runs them as map (hashes per trajectories
+part) → shuffle (rows hashed into buckets) → reduce (candidate pairs per bucket) → connected components.
+
+**Normalization** (`normalize_text`) removes what differs between two runs of the same episode, so such
+runs hash alike. In this order, each replaced by a fixed token:
+
+- ISO timestamps ``2024-05-01T12:00:03.123Z`` / ``2024-05-01 12:00:03+02:00`` → ``<TS>``;
+- dates ``2024-05-01``, ``2024/05/01``, ``5/1/24`` → ``<DATE>``; clock times ``12:00``, ``12:00:03.5`` →
+  ``<TIME>``; log dates ``May  1`` / ``May 1, 2024`` (optionally after a weekday) → ``<DATE>``;
+- hex addresses of 6+ digits ``0x7f3a2b1c`` → ``0x<ADDR>``; durations ``0.23s``, ``12ms``, ``3µs``,
+  ``1m2.5s``, ``1.5 seconds`` → ``<DUR>``; epoch seconds or milliseconds (10 or 13 digits starting with 1,
+  as a whole number) → ``<EPOCH>``;
+- process ids ``pid=1234`` / ``PID: 1234`` → ``pid=<PID>`` and ``sshd[1234]`` (2–7 digits in brackets right
+  after a name) → ``sshd[<PID>]``; element indices like ``[12] button`` are kept (they are content);
+- temporary paths ``/tmp/tmpab12cd``, ``/tmp/tmp.XyZ123``, ``/var/folders/xx/…/T/``,
+  ``pytest-of-user/pytest-12`` → ``<TMP>``;
+- every whitespace run → one space.
+
+**Exact key**: blake2b-128 of domain ⊕ the five system fields ⊕ every turn's action and observation, each
+normalized, with separators (so the turn structure counts). **Near duplicates**: MinHash over word
+shingles (k words, lowercased) of the turns' actions and observations; signatures are datasketch's
+``affine32`` scheme (same permutations, same values as ``datasketch.MinHash(scheme="affine32")`` fed with
+our shingle hashes), computed for all shingles at once with numpy. LSH: b bands of r rows (b = 0 in the
+config → datasketch's optimal parameters for the threshold); a candidate pair shares a band key and is
+kept when its estimated Jaccard (share of equal signature values) reaches the threshold.
+
+**Survivor rule** of a cluster: most turns, then the longest normalized text, then the smallest traj_id.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import random
+import re
+import time
+import zlib
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+# --- normalization -----------------------------------------------------------------------------------------
+
+# Every alternative starts after a first digit that is not inside a word or a number: the leading
+# character class lets the regex engine skip non-digits quickly (~40 MB/s instead of ~5).
+_DIGIT_VOLATILE = re.compile(
+    r"\d(?<![A-Za-z0-9_.]\d)(?:"
+    r"(?P<ts>\d{3}-\d{2}-\d{2}[T ]\d{2}:\d{2}(?::\d{2}(?:[.,]\d+)?)?(?:Z|[+-]\d{2}:?\d{2})?)"
+    r"|(?P<date>\d{3}[-/]\d{2}[-/]\d{2}(?!\d)|\d?/\d{1,2}/\d{2,4}(?!\d))"
+    r"|(?P<time>\d?:\d{2}(?::\d{2}(?:[.,]\d+)?)?(?![\d:]))"
+    r"|(?P<addr>(?<=0)x[0-9a-fA-F]{6,16}(?![0-9a-zA-Z]))"
+    r"|(?P<dur>(?:\d*m\d+(?:\.\d+)?s|\d*(?:\.\d+)? ?(?:ms|µs|us|ns)|\d*\.\d+ ?(?:s|sec|secs|seconds))(?![\w=]))"
+    r"|(?P<epoch>(?<=1)\d{9}(?:\d{3})?(?:\.\d+)?(?![\d.])))"
+)
+_DIGIT_TOKENS = {"ts": "<TS>", "date": "<DATE>", "time": "<TIME>", "addr": "0x<ADDR>", "dur": "<DUR>",
+                 "epoch": "<EPOCH>"}
+_MONTH_DAY = re.compile(
+    r"[ADFJMNOS](?<![A-Za-z][ADFJMNOS])(?:(?<=J)an|(?<=F)eb|(?<=M)ar|(?<=A)pr|(?<=M)ay|(?<=J)u[nl]|(?<=A)ug"
+    r"|(?<=S)ep|(?<=O)ct|(?<=N)ov|(?<=D)ec)\.? {1,2}\d{1,2}(?!\d)(?:,? \d{4}(?!\d))?"
+)
+_WEEKDAY_DATE = re.compile(r"(?:Mon|Tue|Wed|Thu|Fri|Sat|Sun)[a-z]*,? <DATE>")
+_PID = re.compile(r"(?i:pid)(?<![A-Za-z]...)[=: ]+\d+")
+_BRACKET_PID = re.compile(r"\[(?<=[A-Za-z0-9_)]\[)\d{2,7}\]")
+_TMP = re.compile(
+    r"/tmp/tmp[._]?[A-Za-z0-9_]{6,}|/var/folders/[A-Za-z0-9_]{2}/[A-Za-z0-9_+\-]+/T(?=/)|pytest-of-[\w.-]+/pytest-\d+"
+)
+
+
+def _digit_token(m: re.Match) -> str:
+    return _DIGIT_TOKENS[m.lastgroup]
+
+
+def normalize_text(text: str) -> str:
+    """`text` with volatile fields replaced and whitespace collapsed (see the module docstring)."""
+    if not text:
+        return ""
+    text = _DIGIT_VOLATILE.sub(_digit_token, text)
+    text = _MONTH_DAY.sub("<DATE>", text)
+    if "<DATE>" in text:
+        text = _WEEKDAY_DATE.sub("<DATE>", text)
+    if "pid" in text or "PID" in text or "Pid" in text:
+        text = _PID.sub("pid=<PID>", text)
+    if "[" in text:
+        text = _BRACKET_PID.sub("[<PID>]", text)
+    if "/tmp/tmp" in text or "/var/folders/" in text or "pytest-of-" in text:
+        text = _TMP.sub("<TMP>", text)
+    return " ".join(text.split())
+
+
+def turn_texts(turns: Iterable[dict]) -> list[str]:
+    """Actions and observations of the turns, in order (the text shingles and n-grams are taken from)."""
+    out = []
+    for t in turns:
+        out.append(t.get("action") or "")
+        out.append(t.get("observation") or "")
+    return out
+
+
+def words_of(texts: Iterable[str], normalized: bool = False) -> list[bytes]:
+    """Lowercased words (UTF-8 bytes) of the texts, normalized first unless they already are, in order."""
+    words: list[bytes] = []
+    for text in texts:
+        if text:
+            text = text if normalized else normalize_text(text)
+            words.extend(text.lower().encode("utf-8", "surrogatepass").split())
+    return words
+
+
+def exact_content(domain: str, system: dict, turns: Sequence[dict], normalized_turns: Sequence[str] | None = None) -> str:
+    """The normalized text the exact key hashes (also measured for the survivor rule).
+
+    `normalized_turns`: `turn_texts(turns)` already normalized, when the caller has them.
+    """
+    norm = list(normalized_turns) if normalized_turns is not None else [normalize_text(t) for t in turn_texts(turns)]
+    parts = [domain]
+    for name in ("task_description", "action_space", "initial_state", "simulation_instruction"):
+        parts.append(normalize_text(system.get(name) or ""))
+    for d in system.get("demonstrations") or []:
+        parts.append(normalize_text(d.get("action") or "") + "\x1e" + normalize_text(d.get("observation") or ""))
+    parts += [norm[i] + "\x1e" + norm[i + 1] for i in range(0, len(norm), 2)]
+    return "\x1f".join(parts)
+
+
+def exact_key(content: str) -> tuple[int, int]:
+    """A 128-bit key of the exact content, as two unsigned 64-bit integers."""
+    digest = hashlib.blake2b(content.encode("utf-8", "surrogatepass"), digest_size=16).digest()
+    return int.from_bytes(digest[:8], "little"), int.from_bytes(digest[8:], "little")
+
+
+# --- word-window hashes --------------------------------------------------------------------------------------
+
+_M1 = np.uint64(0x9E3779B97F4A7C15)
+_M2 = np.uint64(0xC2B2AE3D27D4EB4F)
+
+
+def _fmix64(h: np.ndarray) -> np.ndarray:
+    h = h ^ (h >> np.uint64(33))
+    h = h * np.uint64(0xFF51AFD7ED558CCD)
+    h = h ^ (h >> np.uint64(33))
+    h = h * np.uint64(0xC4CEB9FE1A85EC53)
+    return h ^ (h >> np.uint64(33))
+
+
+def word_hashes(words: Sequence[bytes]) -> np.ndarray:
+    """A 64-bit hash per word (crc32 and adler32 side by side), the same on every machine and process."""
+    crc = np.fromiter(map(zlib.crc32, words), dtype=np.uint64, count=len(words))
+    adler = np.fromiter(map(zlib.adler32, words), dtype=np.uint64, count=len(words))
+    return (crc << np.uint64(32)) | adler
+
+
+def window_hashes(hashes: np.ndarray, k: int, multiplier: np.uint64 = _M1) -> np.ndarray:
+    """A mixed 64-bit hash of every run of k consecutive word hashes (the whole text when it is shorter)."""
+    n = len(hashes)
+    if n == 0:
+        return np.zeros(0, dtype=np.uint64)
+    k = min(k, n)
+    h = np.zeros(n - k + 1, dtype=np.uint64)
+    with np.errstate(over="ignore"):
+        for i in range(k):
+            h = h * multiplier + hashes[i : n - k + 1 + i]
+    return _fmix64(h + np.uint64(k))
+
+
+def shingle_hashes(hashes: np.ndarray, k: int) -> np.ndarray:
+    """32-bit hashes of the k-word shingles, from `word_hashes` (what a MinHash is updated with; repeats are harmless)."""
+    return (window_hashes(hashes, k) >> np.uint64(32)).astype(np.uint32)
+
+
+def ngram_keys(hashes: np.ndarray, n: int) -> np.ndarray:
+    """Distinct 128-bit keys of the n-word n-grams, from `word_hashes`, as an (m, 2) uint64 array.
+
+    A text shorter than n words has none.
+    """
+    if len(hashes) < n:
+        return np.zeros((0, 2), dtype=np.uint64)
+    first = window_hashes(hashes, n, _M1)
+    # Distinct by the first half: two different n-grams of one text agreeing on 64 bits do not happen in practice.
+    _, index = np.unique(first, return_index=True)
+    return np.stack([first[index], window_hashes(hashes, n, _M2)[index]], axis=1)
+
+
+# --- MinHash ---------------------------------------------------------------------------------------------
+
+_MAX32 = np.uint32(0xFFFFFFFF)
+_CHUNK = 4096
+
+
+def _fmix32(h: np.ndarray) -> np.ndarray:
+    h = h ^ (h >> np.uint32(16))
+    h = h * np.uint32(0x85EBCA6B)
+    h = h ^ (h >> np.uint32(13))
+    h = h * np.uint32(0xC2B2AE35)
+    return h ^ (h >> np.uint32(16))
+
+
+@functools.lru_cache(maxsize=8)
+def permutations(num_perm: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """datasketch's affine32 permutation parameters (a odd, b) for (num_perm, seed)."""
+    gen = np.random.RandomState(seed)
+    a = gen.randint(0, 1 << 31, num_perm, dtype=np.uint32) * np.uint32(2) + np.uint32(1)
+    b = gen.randint(0, 1 << 32, num_perm, dtype=np.uint32)
+    return a, b
+
+
+def minhash(values: np.ndarray, num_perm: int, seed: int) -> np.ndarray:
+    """The MinHash signature (uint32 × num_perm) of a set of 32-bit values; all-max for an empty set."""
+    a, b = permutations(num_perm, seed)
+    sig = np.full(num_perm, _MAX32, dtype=np.uint32)
+    with np.errstate(over="ignore"):
+        for start in range(0, len(values), _CHUNK):
+            # (num_perm, chunk) with in-place updates: contiguous rows reduce several times faster.
+            table = np.multiply.outer(a, _fmix32(values[start : start + _CHUNK].astype(np.uint32)))
+            table += b[:, None]
+            sig = np.minimum(sig, table.min(axis=1))
+    return sig
+
+
+def jaccard(sig_a: np.ndarray, sig_b: np.ndarray) -> float:
+    """Estimated Jaccard similarity: the share of equal signature values."""
+    return float(np.count_nonzero(sig_a == sig_b)) / len(sig_a)
+
+
+def pairwise_jaccard(sigs: np.ndarray, others: np.ndarray | None = None, rows: int = 64) -> np.ndarray:
+    """Estimated Jaccard of every row of `sigs` against every row of `others` (default: itself)."""
+    others = sigs if others is None else others
+    out = np.empty((len(sigs), len(others)), dtype=np.float32)
+    for start in range(0, len(sigs), rows):
+        block = sigs[start : start + rows, None, :] == others[None, :, :]
+        out[start : start + rows] = block.mean(axis=2)
+    return out
+
+
+@functools.lru_cache(maxsize=32)
+def lsh_params(threshold: float, num_perm: int, bands: int = 0) -> tuple[int, int]:
+    """(bands, rows per band): given, or datasketch's optimum for the threshold (equal error weights)."""
+    if bands:
+        if bands > num_perm:
+            raise ValueError(f"dedup.bands ({bands}) exceeds dedup.num_perm ({num_perm})")
+        return bands, num_perm // bands
+    from datasketch.lsh import _optimal_param
+
+    b, r = _optimal_param(threshold, num_perm, 0.5, 0.5)
+    return int(b), int(r)
+
+
+def band_keys(sigs: np.ndarray, bands: int, rows: int) -> np.ndarray:
+    """A 64-bit key per band of each signature: (n, bands) for an (n, num_perm) signature matrix."""
+    sigs = np.atleast_2d(sigs)
+    n = len(sigs)
+    view = sigs[:, : bands * rows].reshape(n, bands, rows).astype(np.uint64)
+    h = np.broadcast_to(np.arange(1, bands + 1, dtype=np.uint64), (n, bands)).copy()
+    with np.errstate(over="ignore"):
+        for j in range(rows):
+            h = h * _M1 + view[:, :, j]
+    return _fmix64(h)
+
+
+@dataclass(frozen=True)
+class Signer:
+    """Signature settings of one run: shingle length, permutations, LSH bands."""
+
+    shingle: int = 5
+    num_perm: int = 128
+    seed: int = 1
+    bands: int = 9
+    rows: int = 13
+
+    @classmethod
+    def from_config(cls, dedup: dict) -> Signer:
+        b, r = lsh_params(float(dedup["threshold"]), int(dedup["num_perm"]), int(dedup.get("bands") or 0))
+        return cls(int(dedup["shingle"]), int(dedup["num_perm"]), int(dedup["seed"]), b, r)
+
+    def signature(self, words: Sequence[bytes] | np.ndarray) -> np.ndarray:
+        """MinHash of a text's shingles, from its words or their `word_hashes`."""
+        hashes = words if isinstance(words, np.ndarray) else word_hashes(words)
+        return minhash(shingle_hashes(hashes, self.shingle), self.num_perm, self.seed)
+
+
+# --- clusters ------------------------------------------------------------------------------------------------
+
+
+class UnionFind:
+    """Disjoint sets over hashable nodes (path halving, union by size)."""
+
+    def __init__(self) -> None:
+        self.parent: dict = {}
+        self.size: dict = {}
+
+    def find(self, x):
+        parent = self.parent
+        if x not in parent:
+            parent[x] = x
+            self.size[x] = 1
+            return x
+        while parent[x] != x:
+            parent[x] = parent[parent[x]]
+            x = parent[x]
+        return x
+
+    def union(self, a, b) -> bool:
+        ra, rb = self.find(a), self.find(b)
+        if ra == rb:
+            return False
+        if self.size[ra] < self.size[rb]:
+            ra, rb = rb, ra
+        self.parent[rb] = ra
+        self.size[ra] += self.size[rb]
+        return True
+
+    def groups(self) -> list[list]:
+        """Every set of two or more nodes, each sorted, in order of its first node."""
+        out: dict = {}
+        for x in self.parent:
+            out.setdefault(self.find(x), []).append(x)
+        return sorted((sorted(g) for g in out.values() if len(g) > 1), key=lambda g: g[0])
+
+
+def connected_components(edges: Iterable[tuple[str, str]]) -> list[list[str]]:
+    """Clusters (sorted lists of two or more nodes) of an undirected edge list."""
+    uf = UnionFind()
+    for a, b in edges:
+        uf.union(a, b)
+    return uf.groups()
+
+
+def band_group_edges(ids: list[str], roles: list[int], sigs: np.ndarray, threshold: float, near: bool) -> list[tuple]:
+    """Verified edges among the members of one LSH band group (distinct ids; roles 0 train, 1 eval, 2 reference).
+
+    ``near`` (when `near`): pairs on the same side (train–train, eval–eval) with estimated Jaccard ≥
+    `threshold`, reduced to a spanning forest (the clusters are the same, the edge list is linear).
+    ``decontam_near``: each training member → the smallest eval/reference member at ≥ `threshold`.
+    Members with identical signatures are compared once (a class), so a group of many copies stays linear.
+    """
+    order = sorted(range(len(ids)), key=ids.__getitem__)
+    ids = [ids[i] for i in order]
+    roles = [roles[i] for i in order]
+    classes, inverse = np.unique(sigs[order], axis=0, return_inverse=True)
+    inverse = inverse.reshape(-1)
+    sim = pairwise_jaccard(classes)
+    members: dict[int, list[int]] = {}
+    for i, c in enumerate(inverse.tolist()):
+        members.setdefault(c, []).append(i)
+    edges: list[tuple] = []
+    if near:
+        for side in (0, 1):
+            firsts: dict[int, int] = {}
+            for c in sorted(members):
+                same = [i for i in members[c] if roles[i] == side]
+                if same:
+                    firsts[c] = same[0]
+                    edges += [("near", ids[same[0]], ids[i], 1.0) for i in same[1:]]
+            uf = UnionFind()
+            cls = sorted(firsts)
+            for x, c1 in enumerate(cls):
+                for c2 in cls[x + 1 :]:
+                    if sim[c1, c2] >= threshold and uf.union(c1, c2):
+                        a, b = sorted((ids[firsts[c1]], ids[firsts[c2]]))
+                        edges.append(("near", a, b, float(sim[c1, c2])))
+    ref_min = {c: min(ids[i] for i in m if roles[i] != 0) for c, m in members.items() if any(roles[i] != 0 for i in m)}
+    for c, m in sorted(members.items()):
+        trains = [i for i in m if roles[i] == 0]
+        hits = [(ref_min[r], float(sim[c, r])) for r in ref_min if sim[c, r] >= threshold]
+        if trains and hits:
+            witness, jac = min(hits)
+            edges += [("decontam_near", ids[i], witness, jac) for i in trains]
+    return edges
+
+
+def survivor_rank(node: str, turns: int, text_len: int) -> tuple[int, int, str]:
+    """Sort key of the survivor rule: most turns, then longest normalized text, then smallest id."""
+    return (-turns, -text_len, node)
+
+
+def cluster_id(members: Iterable[str]) -> str:
+    """A stable id of a cluster: a hash of its sorted member ids."""
+    return hashlib.sha256("\n".join(sorted(members)).encode()).hexdigest()[:16]
+
+
+# --- benchmark -------------------------------------------------------------------------------------------
+
+
+def _synthetic_turns(rng: random.Random, vocab: list[str], turns: int, words: int) -> list[dict]:
+    def text(n: int) -> str:
+        return " ".join(rng.choice(vocab) for _ in range(n))
+
+    return [{"action": text(12), "observation": f"2024-05-01T12:00:0{i % 10}Z " + text(words)} for i in range(turns)]
+
+
+def bench_signatures(n: int = 2000, turns: int = 8, words: int = 120) -> float:
+    """Trajectories per second (one core) for normalization + shingles + MinHash + band keys.
+
+    Synthetic trajectories of `turns` turns with `words`-word observations (~6 KB of text each).
+    """
+    rng = random.Random(0)
+    vocab = [f"w{rng.randrange(50_000)}" for _ in range(5000)]
+    trajs = [_synthetic_turns(rng, vocab, turns, words) for _ in range(n)]
+    signer = Signer()
+    start = time.perf_counter()
+    for turns_ in trajs:
+        sig = signer.signature(words_of(turn_texts(turns_)))
+        band_keys(sig, signer.bands, signer.rows)
+    rate = n / (time.perf_counter() - start)
+    print(f"near-dup signatures: {rate:.0f} trajectories/s per core")
+    return rate

@@ -1,0 +1,506 @@
+"""Secret redaction (SPEC §10): credentials in any text field become typed placeholders ``<SECRET:kind>``.
+
+It runs in the ingest task before the trajectories layer is written, so ``raw/`` keeps the original
+bytes and every later layer (trajectories, samples, shards) sees only placeholders. A placeholder keeps
+the surrounding text readable: ``export AWS_SECRET_ACCESS_KEY=<SECRET:aws_secret_key>``,
+``https://deploy:<SECRET:url_password>@git.example.com/``, ``Authorization: Bearer <SECRET:jwt>``.
+
+Kinds (each rule sits behind a gate — a substring or a literal-anchored pattern that one C-level scan
+of the text's UTF-8 bytes decides — so the common case, no secret anywhere, costs about fifteen fast
+scans per text and no rule regex at all):
+
+- ``private_key`` — PEM/OpenSSH/PGP private key blocks, also with escaped ``\\n`` inside JSON strings,
+  and truncated blocks without their END line; ``gcp_private_key_id`` — the ``private_key_id`` of a
+  Google service-account JSON (its ``private_key`` is a PEM block);
+- ``aws_access_key`` (``AKIA``/``ASIA``/``ABIA``/``ACCA`` + 16), ``gcp_api_key`` (``AIza…``),
+  ``azure_storage_key`` (``AccountKey=``/``SharedAccessKey=`` in connection strings);
+- tokens: ``github_token``, ``gitlab_token``, ``slack_token``, ``slack_webhook``, ``anthropic_key``,
+  ``openai_key`` (``sk-…``, ``sk-proj-…``; the body must look generated — digits and capitals, or 32+
+  characters without dashes — so slugs like ``sk-learn-tutorial-2`` stay), ``huggingface_token``,
+  ``stripe_key``, ``npm_token``, ``pypi_token``, ``jwt`` (``eyJ….eyJ….…``);
+- ``url_password`` (``scheme://user:PASS@``), ``bearer_token``/``basic_auth`` (``Authorization:``
+  headers and a bare ``Bearer <long token>``);
+- command-line passwords: ``--password X``, ``--password=X``, ``--api-key X`` …; ``-pSECRET`` only
+  after ``mysql``/``mariadb`` tools and ``-p``/``-a`` after ``sshpass``/``redis-cli`` (a bare ``-p``
+  is a port, a path or a parent flag far more often than a password); ``curl -u user:PASS``;
+- assignments ``KEY=…``, ``export KEY=…``, ``KEY: …``, ``"key": "…"`` whose key names a secret
+  (secret, password, passwd, passphrase, token, api_key/apikey, access_key, secret_key, private_key,
+  credential, auth_key, client_secret): ``aws_secret_key``, ``azure_client_secret``, ``password``,
+  ``token``, ``api_key`` or ``secret`` by the key's name;
+- ``email`` — only when asked (``emails=True``).
+
+What stays, by decision: values that are not secrets but references or descriptions — empty values,
+placeholders, ``$VAR``/``${VAR}``/``{var}``/``%(x)s``/``<your-token>`` references, masked values
+(``***``), booleans and null words, numbers (except 4+ digits under a password key), paths
+(``PASSWORD_FILE=/run/secrets/db`` — keys ending in ``_file``, ``_path``, ``_url``, ``_type``,
+``_count``, ``_id`` … name something else); unquoted code (``password=self.password``,
+``token=os.environ["T"]``, ``password: str``): a bare word of letters is a name, not a secret (so an
+unquoted all-letters password like ``letmein`` is not caught — catching it would break every typed
+parameter in code). Look-alikes never match: git SHAs and hex digests, UUIDs, base64 images, version
+strings, ``password`` in prose, ``sk-`` inside words (``task-list``), URLs without credentials.
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from typing import Any
+
+from pipeline.stats import Stats
+from schemas.trajectory import Demonstration, Trajectory
+
+PLACEHOLDER = "<SECRET:{}>"
+
+# A replacer gets a match and returns (replacement, kind), or None to leave the match as it is.
+Replacer = Callable[[re.Match], tuple[str, str] | None]
+
+
+_AWS_GATE = re.compile(rb"A(?:KIA|SIA|BIA|CCA|Iza)")
+_UNDERSCORE_TOKEN_GATE = re.compile(rb"_[A-Za-z0-9]{16}")
+_DASH_TOKEN_GATE = re.compile(rb"-[A-Za-z0-9_\-]{20}")
+_CLI_TOOL_GATE = re.compile(rb"m(?:ysql|ariadb)")
+_KEYWORDS = ("secret", "pass", "token", "key", "credential")
+_KEYWORD_BYTES = tuple(w.encode("ascii") for w in _KEYWORDS)
+
+
+def open_gates(text: str) -> set[str]:
+    """The gates `text` opens: one C-level scan each over its UTF-8 bytes (raw, or ASCII-lowercased)."""
+    raw = text.encode("utf-8", "surrogatepass")
+    low = raw.lower()
+    gates = set()
+    if b"key" in low:
+        gates.add("keyword")
+        if b"PRIVATE KEY" in raw:
+            gates.add("private_key")
+        if b"private_key_id" in raw:
+            gates.add("private_key_id")
+        if b"accountkey=" in low or b"sharedaccesskey=" in low:
+            gates.add("azure")
+    elif b"pass" in low or b"token" in low or b"secret" in low or b"credential" in low:
+        gates.add("keyword")
+    if "keyword" in gates:
+        if b"-" in raw:
+            gates.add("flag")
+        if b"sshpass" in low:
+            gates.add("cli_tool")
+    if _AWS_GATE.search(raw):
+        gates.add("aws")
+    if _UNDERSCORE_TOKEN_GATE.search(raw):
+        gates.add("underscore_token")
+    if _DASH_TOKEN_GATE.search(raw):
+        gates.add("dash_token")
+    if b"eyJ" in raw:
+        gates.add("jwt")
+    has_at = b"@" in raw
+    if has_at:
+        gates.add("email")
+    if b"://" in raw:
+        if has_at:
+            gates.add("url")
+        if b"hooks.slack.com" in raw:
+            gates.add("slack_webhook")
+    if b"authoriz" in low:
+        gates.add("authorization")
+    if b"bearer" in low:
+        gates.add("bearer")
+    if _CLI_TOOL_GATE.search(low) or b"redis-cli" in low:
+        gates.add("cli_tool")
+    if b"curl" in low:
+        gates.add("curl")
+    return gates
+
+
+@dataclass(frozen=True)
+class SecretRule:
+    """One way of finding a secret: a gate name and a regex with its replacer (or a whole-text function)."""
+
+    gate: str
+    pattern: re.Pattern | None
+    replace: Replacer | None = None
+    scan: Callable[[str, Counter], str] | None = None  # for rules that are not a single regex
+
+    def apply(self, text: str, counts: Counter) -> str:
+        if self.scan is not None:
+            return self.scan(text, counts)
+
+        def sub(m: re.Match) -> str:
+            out = self.replace(m)
+            if out is None:
+                return m.group(0)
+            counts[out[1]] += 1
+            return out[0]
+
+        return self.pattern.sub(sub, text)
+
+
+def _whole(kind: str, check: Callable[[str], bool] | None = None) -> Replacer:
+    """Replace the whole match (or only when `check` accepts it)."""
+
+    def repl(m: re.Match) -> tuple[str, str] | None:
+        if check is not None and not check(m.group(0)):
+            return None
+        return PLACEHOLDER.format(kind), kind
+
+    return repl
+
+
+def _value(group: str, kind: str | Callable[[re.Match], str], keep: Callable[[re.Match], bool] | None = None) -> Replacer:
+    """Replace one named group and keep the rest of the match."""
+
+    def repl(m: re.Match) -> tuple[str, str] | None:
+        if keep is not None and keep(m):
+            return None
+        k = kind(m) if callable(kind) else kind
+        start, end = m.span(group)
+        s0 = m.start()
+        text = m.group(0)
+        return text[: start - s0] + PLACEHOLDER.format(k) + text[end - s0 :], k
+
+    return repl
+
+
+def _random_like(body: str) -> bool:
+    """Digits plus mixed case, or a long dash-free run: how generated keys look, unlike slugs."""
+    has_digit = any(c.isdigit() for c in body)
+    has_upper = any(c.isupper() for c in body)
+    return has_digit and (has_upper or (len(body) >= 32 and "-" not in body and "_" not in body))
+
+
+def _mixed_case(body: str) -> bool:
+    return any(c.isupper() for c in body) and any(c.islower() for c in body)
+
+
+def _has_digit(body: str) -> bool:
+    return any(c.isdigit() for c in body)
+
+
+# --- values that are references, descriptions or code, not secrets --------------------------------------
+
+_MASKED = re.compile(r"[*xX.•#_-]+|(?i:redacted|hidden|masked|none|null|nil|true|false|yes|no|undefined|required|optional)")
+_NUMBER = re.compile(r"-?\d+(?:\.\d+)?")
+_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*")
+_REFERENCE_STARTS = ("$", "{", "%(", "%s", "<", "process.env", "os.environ", "os.getenv", "getenv(")
+_PATH_STARTS = ("/", "./", "../", "~/")
+
+
+def _is_reference_or_masked(value: str) -> bool:
+    v = value.strip()
+    return not v or v.startswith(_REFERENCE_STARTS) or bool(_MASKED.fullmatch(v))
+
+
+def _case_switches(word: str) -> int:
+    return sum(1 for a, b in itertools.pairwise(word) if a.isalpha() and b.isalpha() and a.isupper() != b.isupper())
+
+
+def _is_code_name(value: str, following: str) -> bool:
+    """An unquoted name: a dotted identifier, a call/subscript, or a word of letters (``str``, ``password``)."""
+    if not _IDENTIFIER.fullmatch(value):
+        return False
+    if "." in value or following[:1] in ("(", "["):
+        return True
+    if any(c.isdigit() for c in value):
+        return False
+    # A long letters-only run switching case all the time is a generated key, not a name.
+    return not (len(value) >= 16 and _case_switches(value) * 4 >= len(value))
+
+
+def keep_value(value: str, quoted: bool, kind: str, following: str = "") -> bool:
+    """Whether an assigned value is not a secret (see the module docstring for the decisions)."""
+    if value.startswith("<SECRET:") or _is_reference_or_masked(value):
+        return True
+    if _NUMBER.fullmatch(value):
+        return kind != "password" or len(value) < 4
+    if value.startswith(_PATH_STARTS):
+        return True
+    return not quoted and _is_code_name(value, following)
+
+
+# --- assignments: found from their key word, then the separator and value are matched ----------------------
+
+_SECRET_NAME = re.compile(
+    r"(?:client[_.-]?secret|secret[_.-]?key|secret|passwd|password|passphrase|token|api[_.-]?key|apikey"
+    r"|access[_.-]?key|private[_.-]?key|auth[_.-]?key|credentials?)(?![a-z])",
+    re.IGNORECASE,
+)
+_NOT_SECRET_SUFFIXES = (
+    "_file", "_path", "_dir", "_url", "_uri", "_endpoint", "_length", "_len", "_count", "_size", "_limit",
+    "_type", "_ttl", "_timeout", "_expiry", "_expires", "_expires_in", "_expires_at", "_expiration", "_name",
+    "_hint", "_env", "_var", "_policy", "_prompt", "_field", "_header", "_required", "_enabled", "_min",
+    "_max", "_format", "_pattern", "_regex", "_id", "_ids", "_arn", "_version", "_source", "_location",
+)
+_SEPARATOR_VALUE = re.compile(
+    r"\\*[\"']?[ \t]*(?::=|=>|[:=])(?![=>])[ \t]*"
+    r"(?:(?P<q>\\*[\"'`])(?P<qv>(?:(?!(?P=q))[^\n]){1,512}?)(?P=q)|(?P<uv>[^\s\"'`\\,;&|<>(){}\[\]]{1,512}))"
+)
+_KEY_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.-")
+_MAX_KEY = 128
+
+
+def assignment_kind(key: str) -> str:
+    """The placeholder kind a key name implies (``AWS_SECRET_ACCESS_KEY`` → ``aws_secret_key``)."""
+    k = key.lower()
+    if "secret" in k and "aws" in k:
+        return "aws_secret_key"
+    if "secret" in k and ("azure" in k or k.startswith("arm_")):
+        return "azure_client_secret"
+    if "pass" in k:
+        return "password"
+    if "token" in k:
+        return "token"
+    if "api" in k:
+        return "api_key"
+    return "secret"
+
+
+def _key_spans(text: str) -> list[tuple[int, int]]:
+    """Spans of key-like runs (``[A-Za-z0-9_.-]``) that contain one of the keywords."""
+    # One byte per character ('?' for non-ASCII), so byte offsets are character offsets; bytes scan fastest.
+    folded = text.encode("ascii", "replace").lower()
+    spans = set()
+    n = len(text)
+    for word in _KEYWORD_BYTES:
+        pos = folded.find(word)
+        while pos >= 0:
+            start, end = pos, pos + len(word)
+            while start > 0 and text[start - 1] in _KEY_CHARS and pos - start < _MAX_KEY:
+                start -= 1
+            while end < n and text[end] in _KEY_CHARS and end - pos < _MAX_KEY:
+                end += 1
+            spans.add((start, end))
+            pos = folded.find(word, end)
+    return sorted(spans)
+
+
+def _scan_assignments(text: str, counts: Counter) -> str:
+    edits: list[tuple[int, int, str]] = []
+    for start, end in _key_spans(text):
+        if edits and start < edits[-1][1]:
+            continue  # a key-like word inside a value already replaced (``password=token=…``)
+        key = text[start:end]
+        if not _SECRET_NAME.search(key) or key.lower().replace(".", "_").replace("-", "_").endswith(_NOT_SECRET_SUFFIXES):
+            continue
+        m = _SEPARATOR_VALUE.match(text, end)
+        if m is None:
+            continue
+        quoted = m.group("qv") is not None
+        group = "qv" if quoted else "uv"
+        kind = assignment_kind(key)
+        if keep_value(m.group(group), quoted, kind, text[m.end() : m.end() + 1]):
+            continue
+        edits.append((*m.span(group), kind))
+    for vs, ve, kind in reversed(edits):
+        text = text[:vs] + PLACEHOLDER.format(kind) + text[ve:]
+        counts[kind] += 1
+    return text
+
+
+def _flag_kind(m: re.Match) -> str:
+    return assignment_kind(m.group("flag"))
+
+
+def _keep_flag(m: re.Match) -> bool:
+    return keep_value(m.group("v"), bool(m.group("q")), _flag_kind(m))
+
+
+def _keep_plain(group: str) -> Callable[[re.Match], bool]:
+    return lambda m: keep_value(m.group(group), True, "password")
+
+
+def _auth_kind(m: re.Match) -> str:
+    scheme = (m.group("scheme") or "").lower()
+    return "basic_auth" if scheme == "basic" else "bearer_token"
+
+
+# --- the rules, in order: specific formats first, so generic rules see their placeholders -----------------------
+
+_B64 = r"[A-Za-z0-9+/]"
+_RULES: list[SecretRule] = [
+    SecretRule(
+        "private_key",
+        re.compile(
+            r"-----BEGIN[ A-Z0-9]{0,20}PRIVATE KEY(?: BLOCK)?-----"
+            r"(?:[^\x00]{0,65536}?-----END[ A-Z0-9]{0,20}PRIVATE KEY(?: BLOCK)?-----"
+            r"|(?:(?:\s|\\[nr])+(?:" + _B64 + r"{16,}={0,2}|Proc-Type:[^\n\\]*|DEK-Info:[^\n\\]*|Comment:[^\n\\]*))*)"
+        ),
+        _whole("private_key"),
+    ),
+    SecretRule(
+        "private_key_id",
+        re.compile(r"\"private_key_id\\*\"[ \t]*:[ \t]*\\*\"(?P<v>[0-9a-fA-F]{16,64})"),
+        _value("v", "gcp_private_key_id"),
+    ),
+    SecretRule("aws", re.compile(r"A(?<![A-Za-z0-9]A)(?:KIA|SIA|BIA|CCA)[A-Z0-9]{16}(?![A-Za-z0-9])"),
+               _whole("aws_access_key")),
+    SecretRule("aws", re.compile(r"AIza(?<![A-Za-z0-9_-]AIza)[0-9A-Za-z_\-]{35}(?![A-Za-z0-9_-])"), _whole("gcp_api_key")),
+    SecretRule("azure", re.compile(r"(?P<k>AccountKey|SharedAccessKey)=(?P<v>" + _B64 + r"{20,}={0,2})", re.IGNORECASE),
+               _value("v", "azure_storage_key")),
+    SecretRule("underscore_token", re.compile(r"gh(?<![A-Za-z0-9_]gh)[pousr]_[A-Za-z0-9]{36,251}(?![A-Za-z0-9_])"),
+               _whole("github_token")),
+    SecretRule("underscore_token", re.compile(r"github_pat_(?<![A-Za-z0-9_]github_pat_)[A-Za-z0-9_]{22,244}"),
+               _whole("github_token")),
+    SecretRule("dash_token", re.compile(r"gl(?<![A-Za-z0-9_-]gl)(?:pat|dt|rt|ptt)-[A-Za-z0-9_\-]{20,}"),
+               _whole("gitlab_token")),
+    SecretRule(
+        "slack_webhook",
+        re.compile(r"(?P<pre>https://hooks\.slack\.com/(?:services|workflows|triggers)/)(?P<v>[A-Za-z0-9/_\-]{8,})"),
+        _value("v", "slack_webhook"),
+    ),
+    SecretRule("dash_token", re.compile(r"x(?<![A-Za-z0-9_-]x)(?:ox[abposer]-|app-\d-)[A-Za-z0-9\-]{20,}"),
+               _whole("slack_token")),
+    SecretRule("dash_token", re.compile(r"sk-ant-(?<![A-Za-z0-9_-]sk-ant-)[A-Za-z0-9_\-]{20,}"), _whole("anthropic_key")),
+    SecretRule(
+        "dash_token",
+        re.compile(r"sk-(?<![A-Za-z0-9_-]sk-)(?:(?:proj|svcacct|admin|None)-)?(?P<body>[A-Za-z0-9_\-]{20,})(?![A-Za-z0-9_-])"),
+        lambda m: _whole("openai_key")(m) if _random_like(m.group("body")) else None,
+    ),
+    SecretRule("underscore_token", re.compile(r"hf_(?<![A-Za-z0-9_]hf_)[A-Za-z0-9]{30,}(?![A-Za-z0-9_])"),
+               _whole("huggingface_token", lambda s: _mixed_case(s[3:]))),
+    *(
+        SecretRule("underscore_token", re.compile(prefix + r"(?<![A-Za-z0-9_]" + prefix + r")(?:live|test)_[A-Za-z0-9]{16,}"),
+                   _whole("stripe_key"))
+        for prefix in ("sk_", "rk_")
+    ),
+    SecretRule("underscore_token", re.compile(r"whsec_(?<![A-Za-z0-9_]whsec_)[A-Za-z0-9]{24,}"), _whole("stripe_key")),
+    SecretRule("underscore_token", re.compile(r"npm_(?<![A-Za-z0-9_]npm_)[A-Za-z0-9]{36}(?![A-Za-z0-9_])"),
+               _whole("npm_token", lambda s: _has_digit(s[4:]))),
+    SecretRule("dash_token", re.compile(r"pypi-Ag[A-Za-z0-9_\-]{50,}"), _whole("pypi_token")),
+    SecretRule("jwt", re.compile(r"eyJ(?<![A-Za-z0-9_-]eyJ)[A-Za-z0-9_\-]{8,}\.eyJ[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]*"),
+               _whole("jwt")),
+    SecretRule(
+        "url",
+        re.compile(r"://(?<=[A-Za-z]://)(?P<user>[^\s:/@'\"<>]{0,256}):(?P<v>[^\s@/'\"<>]{1,256})@"),
+        _value("v", "url_password", lambda m: _is_reference_or_masked(m.group("v"))),
+    ),
+    SecretRule(
+        "authorization",
+        re.compile(
+            r"(?P<pre>authorization\\*[\"']?[ \t]*[:=][ \t]*\\*[\"']?[ \t]*"
+            r"(?:(?P<scheme>bearer|basic|token|digest|apikey)[ \t]+)?)(?P<v>[^\s\"'\\,;}]{4,})",
+            re.IGNORECASE,
+        ),
+        _value("v", _auth_kind, lambda m: _is_reference_or_masked(m.group("v"))),
+    ),
+    SecretRule(
+        "bearer",
+        re.compile(r"(?P<pre>\bbearer[ \t]+)(?P<v>[A-Za-z0-9._~+/\-]{20,}=*)", re.IGNORECASE),
+        _value("v", "bearer_token", lambda m: not _has_digit(m.group("v"))),
+    ),
+    SecretRule(
+        "flag",
+        re.compile(
+            r"-(?<![\w-]-)(?P<flag>-?(?:[A-Za-z0-9]+[-_])*(?:password|passwd|pass|token|secret|api-?key|apikey"
+            r"|access-?key|secret-?key|client-?secret|credentials?))(?:=|[ \t]+)(?!-)(?P<q>[\"']?)(?P<v>[^\s\"']+)(?P=q)"
+        ),
+        _value("v", _flag_kind, _keep_flag),
+    ),
+    SecretRule(
+        "cli_tool",
+        re.compile(
+            r"(?<![\w-])(?:mysql|mysqldump|mysqladmin|mysqlimport|mysqlsh|mariadb|mariadb-dump)\b[^\n|;&]*?[ \t]-p"
+            r"(?P<q>['\"]?)(?P<v>[^\s'\"-][^\s'\"]*)(?P=q)"
+        ),
+        _value("v", "password", _keep_plain("v")),
+    ),
+    SecretRule(
+        "cli_tool",
+        re.compile(r"(?<![\w-])(?:sshpass\b[^\n|;&]*?[ \t]-p[ \t]*|redis-cli\b[^\n|;&]*?[ \t]-a[ \t]+)"
+                   r"(?P<q>['\"]?)(?P<v>[^\s'\"-][^\s'\"]*)(?P=q)"),
+        _value("v", "password", _keep_plain("v")),
+    ),
+    SecretRule(
+        "curl",
+        re.compile(r"\bcurl\b[^\n|;&]*?[ \t](?:-u|--user)[ \t]*(?P<q>[\"']?)[^\s:'\"]+:(?P<v>[^\s'\"]+)(?P=q)"),
+        _value("v", "password", _keep_plain("v")),
+    ),
+    SecretRule("keyword", None, scan=_scan_assignments),
+]
+_EMAIL_RULE = SecretRule(
+    "email",
+    re.compile(r"(?<![A-Za-z0-9._%+\-])[A-Za-z0-9._%+\-]{1,64}@[A-Za-z0-9\-]{1,63}(?:\.[A-Za-z0-9\-]{1,63})*"
+               r"\.[A-Za-z]{2,24}(?![A-Za-z0-9\-])"),
+    _whole("email"),
+)
+
+
+def redact_text(text: str, emails: bool = False) -> tuple[str, Counter]:
+    """`text` with every secret replaced by ``<SECRET:kind>``, and the count of replacements per kind."""
+    counts: Counter = Counter()
+    if not text:
+        return text, counts
+    # Gates are decided on the original text: a replacement only removes secrets, it never creates one.
+    gates = open_gates(text)
+    if not gates:
+        return text, counts
+    for rule in _RULES:
+        if rule.gate in gates:
+            text = rule.apply(text, counts)
+    if emails and "email" in gates:
+        text = _EMAIL_RULE.apply(text, counts)
+    return text, counts
+
+
+# Fields are redacted as one text joined by this separator: no pattern can match across it (every class that
+# could reach it stops at a newline or NUL), so one gate scan serves the whole trajectory.
+_FIELD_SEPARATOR = "\n\x00\n"
+
+
+def _text_fields(traj: Trajectory) -> list[str | None]:
+    s = traj.system
+    out = [s.task_description, s.action_space, s.initial_state, s.simulation_instruction, traj.meta]
+    for d in s.demonstrations:
+        out += [d.action, d.observation]
+    for t in traj.turns:
+        out += [t.action, t.observation, t.reasoning, t.meta]
+    return out
+
+
+def _with_text_fields(traj: Trajectory, values: list[str | None]) -> Trajectory:
+    it = iter(values)
+    task, space, state, instruction, meta = (next(it) for _ in range(5))
+    demos = [Demonstration(next(it), next(it)) for _ in traj.system.demonstrations]
+    turns = [replace(t, action=next(it), observation=next(it), reasoning=next(it), meta=next(it)) for t in traj.turns]
+    system = replace(traj.system, task_description=task, action_space=space, initial_state=state,
+                     demonstrations=demos, simulation_instruction=instruction)
+    return replace(traj, system=system, turns=turns, meta=meta)
+
+
+def redact_trajectory(traj: Trajectory, emails: bool = False) -> tuple[Trajectory, Counter]:
+    """`traj` with every text field redacted (system, demonstrations, turns, meta) and the counts per kind.
+
+    Returns the same object when nothing was found.
+    """
+    fields = _text_fields(traj)
+    present = [f for f in fields if f]
+    out, counts = redact_text(_FIELD_SEPARATOR.join(present), emails)
+    if not counts:
+        return traj, counts
+    parts = out.split(_FIELD_SEPARATOR)
+    if len(parts) != len(present):  # a field holds the separator itself: redact field by field
+        parts, counts = [], Counter()
+        for f in present:
+            text, c = redact_text(f, emails)
+            parts.append(text)
+            counts.update(c)
+    redacted = iter(parts)
+    return _with_text_fields(traj, [next(redacted) if f else f for f in fields]), counts
+
+
+def build_redactor(cfg: dict[str, Any]) -> list[Callable[[Trajectory, Stats], Trajectory]]:
+    """The redaction step for the ingest transforms (``[]`` when ``redact.enabled`` is false)."""
+    section = cfg.get("redact", {})
+    if not section.get("enabled", True):
+        return []
+    emails = bool(section.get("emails", False))
+
+    def redact_step(traj: Trajectory, stats: Stats) -> Trajectory:
+        out, counts = redact_trajectory(traj, emails)
+        for kind, n in sorted(counts.items()):
+            stats.add(f"redacted.{kind}", n)
+        if counts:
+            stats.add("trajectories.redacted")
+        return out
+
+    return [redact_step]

@@ -1,0 +1,161 @@
+"""Pure dedup functions: normalization, exact keys, MinHash equal to datasketch, LSH bands, clusters."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from datasketch import MinHash
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from stages import dedup
+
+NORMALIZED = [
+    ("started 2024-05-01T12:00:03.123Z done", "started <TS> done"),
+    ("at 2024-05-01 12:00:03+02:00 ok", "at <TS> ok"),
+    ("on 2024-05-01 and 2024/05/02 and 5/1/24", "on <DATE> and <DATE> and <DATE>"),
+    ("took 12:00 then 09:15:30.5", "took <TIME> then <TIME>"),
+    ("-rw-r--r-- 1 root root 220 May  1 10:33 a.txt", "-rw-r--r-- 1 root root 220 <DATE> <TIME> a.txt"),
+    ("Tue Jan 14 10:00:00 UTC 2025", "<DATE> <TIME> UTC 2025"),
+    ("<obj at 0x7f3a2b1c9d40> and flag 0x1F", "<obj at 0x<ADDR>> and flag 0x1F"),
+    ("5 passed in 0.23s; step 12ms; 3µs; real 1m2.5s; 1.5 seconds", "5 passed in <DUR>; step <DUR>; <DUR>; real <DUR>; <DUR>"),
+    ("ts=1714567890 ms=1714567890123 id=2714567890", "ts=<EPOCH> ms=<EPOCH> id=2714567890"),
+    ("server pid=4242 PID: 17", "server pid=<PID> pid=<PID>"),
+    ("sshd[31337]: accepted; [12] button; [ 3] view", "sshd[<PID>]: accepted; [12] button; [ 3] view"),
+    ("wrote /tmp/tmpab12cd_x/out and /tmp/tmp.XyZ123abc", "wrote <TMP>/out and <TMP>"),
+    ("/var/folders/8x/abc_123/T/x and pytest-of-root/pytest-12/test_a0", "<TMP>/x and <TMP>/test_a0"),
+    ("  many\t\tspaces \n\n and lines  ", "many spaces and lines"),
+    ("numpy 1.26.4 and v2.0.1 and 3.11", "numpy 1.26.4 and v2.0.1 and 3.11"),
+]
+
+
+@pytest.mark.parametrize(("text", "expected"), NORMALIZED, ids=[e[:25] for _, e in NORMALIZED])
+def test_normalize_text(text, expected):
+    assert dedup.normalize_text(text) == expected
+
+
+def _turns(*pairs: tuple[str, str]) -> list[dict]:
+    return [{"action": a, "observation": o} for a, o in pairs]
+
+
+SYSTEM = {"task_description": "fix the bug", "action_space": "bash", "demonstrations": []}
+
+
+def test_exact_key_ignores_timestamps_pids_and_whitespace():
+    a = _turns(("ls", "2024-05-01T10:00:00Z pid=10 a b"), ("cat a", "took 0.5s"))
+    b = _turns(("ls", "2025-12-31T23:59:59Z  pid=99999\na  b"), ("cat  a", "took 1.25s"))
+    key_a = dedup.exact_key(dedup.exact_content("terminal", SYSTEM, a))
+    assert key_a == dedup.exact_key(dedup.exact_content("terminal", SYSTEM, b))
+    assert key_a != dedup.exact_key(dedup.exact_content("swe", SYSTEM, a))
+    assert key_a != dedup.exact_key(dedup.exact_content("terminal", {**SYSTEM, "task_description": "x"}, a))
+    moved = _turns(("ls", "2024-05-01T10:00:00Z pid=10 a"), ("b cat a", "took 0.5s"))
+    assert key_a != dedup.exact_key(dedup.exact_content("terminal", SYSTEM, moved))
+
+
+def test_words_are_lowercased_normalized_bytes():
+    assert dedup.words_of(["Hello  World 12:00", "", "ÉTÉ ok"]) == [b"hello", b"world", b"<time>", "été".encode(), b"ok"]
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.lists(st.integers(0, 2**32 - 1), min_size=1, max_size=300), st.sampled_from([16, 128]), st.integers(0, 5))
+def test_minhash_equals_datasketch_affine32(values, num_perm, seed):
+    expected = MinHash(num_perm=num_perm, seed=seed, scheme="affine32", hashfunc=lambda x: x)
+    expected.update_batch(values)
+    got = dedup.minhash(np.array(values, dtype=np.uint32), num_perm, seed)
+    assert np.array_equal(got, expected.hashvalues)
+
+
+def test_minhash_over_chunks_matches_one_pass():
+    values = np.arange(10_000, dtype=np.uint32) * np.uint32(2654435761)
+    one = MinHash(num_perm=64, seed=3, scheme="affine32", hashfunc=lambda x: x)
+    one.update_batch(values.tolist())
+    assert np.array_equal(dedup.minhash(values, 64, 3), one.hashvalues)
+
+
+def test_estimated_jaccard_tracks_the_true_one():
+    a = np.arange(0, 1000, dtype=np.uint32)
+    b = np.arange(100, 1100, dtype=np.uint32)  # true Jaccard 900 / 1100 = 0.818
+    est = dedup.jaccard(dedup.minhash(a, 256, 1), dedup.minhash(b, 256, 1))
+    assert abs(est - 900 / 1100) < 0.08
+    assert dedup.jaccard(dedup.minhash(a, 128, 1), dedup.minhash(a[::-1], 128, 1)) == 1.0
+
+
+def test_empty_set_signature_is_all_max():
+    assert (dedup.minhash(np.zeros(0, np.uint32), 8, 1) == 0xFFFFFFFF).all()
+
+
+def test_shingles_and_ngrams():
+    words = [w.encode() for w in "abcdefg"]
+    hashes = dedup.word_hashes(words)
+    assert len(dedup.shingle_hashes(hashes, 5)) == 3
+    assert len(dedup.shingle_hashes(hashes[:2], 5)) == 1  # shorter than k: the whole text is one shingle
+    assert dedup.ngram_keys(hashes, 13).shape == (0, 2)
+    keys = dedup.ngram_keys(dedup.word_hashes(words + words), 3)  # 12 windows, 7 distinct: a b c … g a b … repeats 5
+    assert keys.shape == (7, 2)
+    other = dedup.ngram_keys(dedup.word_hashes([b"x", *words[:3], b"y"]), 3)
+    assert len({tuple(k) for k in keys} & {tuple(k) for k in other}) == 1
+
+
+def test_lsh_params():
+    assert dedup.lsh_params(0.8, 128, 0) == (9, 13)
+    assert dedup.lsh_params(0.5, 128, 0) == (25, 5)
+    assert dedup.lsh_params(0.8, 128, 16) == (16, 8)
+    with pytest.raises(ValueError):
+        dedup.lsh_params(0.8, 128, 200)
+
+
+def test_band_keys_change_only_in_the_touched_band():
+    sig = dedup.minhash(np.arange(50, dtype=np.uint32), 128, 1)
+    other = sig.copy()
+    other[30] ^= 1  # row 30 lies in band 2 of 9 × 13
+    ka, kb = dedup.band_keys(sig, 9, 13)[0], dedup.band_keys(other, 9, 13)[0]
+    assert [i for i in range(9) if ka[i] != kb[i]] == [2]
+    assert len(set(ka.tolist())) == 9  # the band index is mixed in
+
+
+def _sig(values) -> np.ndarray:
+    return dedup.minhash(np.array(values, dtype=np.uint32), 128, 1)
+
+
+def test_band_group_edges_near_forest_and_decontamination():
+    base = list(range(1000))
+    near = base[:980] + list(range(5000, 5020))  # Jaccard 980 / 1020 ≈ 0.96
+    far = list(range(9000, 10000))
+    ids = ["t3", "t1", "t2", "e1", "r1", "t4"]
+    roles = [0, 0, 0, 1, 2, 0]
+    sigs = np.stack([_sig(base), _sig(base), _sig(near), _sig(near), _sig(far), _sig(far)])
+    edges = dedup.band_group_edges(ids, roles, sigs, 0.8, near=True)
+    kinds = sorted((k, a, b) for k, a, b, _ in edges)
+    # t1, t3 (identical), t2 (near): a spanning forest of two edges; t4 and r1 are alike but r1 is a reference.
+    assert [e for e in kinds if e[0] == "near"] == [("near", "t1", "t2"), ("near", "t1", "t3")]
+    # Every training member close to the eval member e1 (or reference r1) names the smallest one.
+    assert [e for e in kinds if e[0] == "decontam_near"] == [
+        ("decontam_near", "t1", "e1"), ("decontam_near", "t2", "e1"), ("decontam_near", "t3", "e1"),
+        ("decontam_near", "t4", "r1")]
+    assert all(k == "decontam_near" for k, *_ in dedup.band_group_edges(ids, roles, sigs, 0.8, near=False))
+
+
+def test_many_identical_copies_give_a_star_not_all_pairs():
+    ids = [f"t{i:03d}" for i in range(300)]
+    sigs = np.repeat(_sig(range(100))[None, :], 300, axis=0)
+    edges = dedup.band_group_edges(ids, [0] * 300, sigs, 0.8, near=True)
+    assert len(edges) == 299 and {a for _, a, _, _ in edges} == {"t000"}
+
+
+def test_union_find_and_components():
+    comps = dedup.connected_components([("b", "c"), ("x", "y"), ("a", "b"), ("y", "z"), ("q", "q")])
+    assert comps == [["a", "b", "c"], ["x", "y", "z"]]
+
+
+def test_survivor_rule_and_cluster_id():
+    nodes = {"b": (3, 100), "a": (3, 100), "c": (5, 10), "d": (3, 200)}
+    order = sorted(nodes, key=lambda n: dedup.survivor_rank(n, *nodes[n]))
+    assert order == ["c", "d", "a", "b"]
+    assert dedup.cluster_id(["b", "a"]) == dedup.cluster_id(["a", "b"]) != dedup.cluster_id(["a", "c"])
+
+
+def test_signer_from_config_and_bench(capsys):
+    signer = dedup.Signer.from_config({"threshold": 0.8, "num_perm": 64, "seed": 2, "shingle": 3, "bands": 0})
+    assert (signer.num_perm, signer.shingle, signer.bands * signer.rows <= 64) == (64, 3, True)
+    assert dedup.bench_signatures(20) > 0
+    assert "trajectories/s per core" in capsys.readouterr().out

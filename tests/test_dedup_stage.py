@@ -1,0 +1,222 @@
+"""The distributed dedup stage: planted duplicates go, distinct runs stay, the same answer everywhere.
+
+One local Ray session (2 CPUs, no dashboard) serves the module. The corpus: 40 distinct terminal
+trajectories sharing one long system prompt, plus exact copies (other timestamps, PIDs, whitespace) and
+near copies (one word per turn replaced by another of the same length, ~1% of the words).
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import logging
+import random
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from pipeline.config import resolve
+from pipeline.dedup_stage import EDGE_SCHEMA, dedup_settings, removed_rows
+from pipeline.executors import LocalExecutor
+from pipeline.run import run_pipeline
+from pipeline.stats import Stats
+from schemas.errors import ConfigError
+from stages import dedup
+
+SYSTEM_PROMPT = "You operate a Linux shell in a sandbox. " * 30  # shared boilerplate, ~200 words
+EXACT_COPIES = {"t003": ["u-exact-003a", "u-exact-003b"], "t011": ["u-exact-011"]}
+NEAR_COPIES = {"t005": "u-near-005", "t017": "u-near-017", "t029": "u-near-029"}
+CONFIG = {"pools": {"ratios": {"cpt": 0.7, "sft": 0.2, "rl": 0.1}}}  # no eval pool: dedup only here
+
+
+def _corpus() -> list[dict]:
+    rnd = random.Random(7)
+    vocab = [f"{rnd.choice('bcdfghklmnprst')}{rnd.choice('aeiou')}{rnd.randrange(10**4):04d}" for _ in range(6000)]
+    trajs = []
+    for i in range(40):
+        turns = []
+        for t in range(3 + i % 3):
+            words = " ".join(rnd.choice(vocab) for _ in range(70))
+            turns.append({"action": json.dumps([{"keystrokes": f"run {rnd.choice(vocab)}\n"}]),
+                          "observation": f"[2024-05-01T10:0{t}:00Z] worker[{3000 + i}]: {words}\ndone in 0.{t}4s"})
+        trajs.append({"traj_id": f"t{i:03d}", "domain": "terminal", "split_key": f"task-{i:03d}",
+                      "system": {"task_description": SYSTEM_PROMPT, "action_space": "keystrokes"}, "turns": turns})
+    by_id = {t["traj_id"]: t for t in trajs}
+    for orig, copies in EXACT_COPIES.items():
+        for n, cid in enumerate(copies):
+            dup = copy.deepcopy(by_id[orig])
+            dup.update(traj_id=cid, split_key=f"task-{cid}")
+            for t in dup["turns"]:
+                t["observation"] = (t["observation"].replace("2024-05-01T10", f"2025-0{n + 2}-11T23")
+                                    .replace("worker[", "worker[9").replace(" ", "  "))
+            trajs.append(dup)
+    for orig, cid in NEAR_COPIES.items():
+        dup = copy.deepcopy(by_id[orig])
+        dup.update(traj_id=cid, split_key=f"task-{cid}")
+        for t in dup["turns"]:
+            words = t["observation"].split(" ")
+            words[20] = "x" * len(words[20])
+            t["observation"] = " ".join(words)
+        trajs.append(dup)
+    rnd.shuffle(trajs)
+    return trajs
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory) -> Path:
+    path = tmp_path_factory.mktemp("dedup") / "runs.jsonl"
+    path.write_text("".join(json.dumps(t) + "\n" for t in _corpus()))
+    return path
+
+
+def _config(corpus: Path, out: Path, buckets: int = 0) -> dict:
+    cfg = resolve(CONFIG, {"run": {"input": [str(corpus)], "out": str(out)}, "executor": {"kind": "local",
+                                                                                           "progress": "off"}})
+    cfg["dedup"]["buckets"] = buckets  # not a user key: forces the number of reduce buckets
+    return cfg
+
+
+def _removed(out: Path) -> list[dict]:
+    return pq.read_table(out / "dedup" / "removed.parquet").to_pylist()
+
+
+@pytest.fixture(scope="module")
+def cli_run(corpus, tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("cli") / "out"
+    toml = out.parent / "cfg.toml"
+    toml.write_text("[pools.ratios]\ncpt = 0.7\nsft = 0.2\nrl = 0.1\n")
+    proc = subprocess.run([sys.executable, "-m", "pipeline.cli", "run", "--executor", "local", "--config", str(toml),
+                           "-i", str(corpus), "-o", str(out), "--progress", "off"], capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    return out
+
+
+def test_planted_copies_are_removed_and_distinct_runs_kept(cli_run):
+    rows = _removed(cli_run)
+    expected = sorted([(c, "exact_duplicate", o) for o, cs in EXACT_COPIES.items() for c in cs]
+                      + [(c, "near_duplicate", o) for o, c in NEAR_COPIES.items()])
+    assert [(r["traj_id"], r["reason"], r["survivor"]) for r in rows] == expected
+    assert len({r["cluster_id"] for r in rows}) == 5
+    counts = json.loads((cli_run / "manifest.json").read_text())["counts"]["dedup"]
+    assert (counts["exact_removed"], counts["near_removed"], counts["clusters"], counts["removed"]) == (3, 3, 5, 6)
+    assert counts["example_clusters"][0] == rows[0]["cluster_id"]  # the largest cluster: t003 and its two copies
+
+
+def test_shards_hold_every_kept_trajectory_and_no_removed_one(cli_run):
+    in_shards = {t for p in (cli_run / "shards").rglob("*.parquet") for t in pq.read_table(p, columns=["traj_id"])
+                 .column("traj_id").to_pylist()}
+    removed = {r["traj_id"] for r in _removed(cli_run)}
+    kept = {f"t{i:03d}" for i in range(40)}
+    assert in_shards == kept and not (in_shards & removed)
+
+
+def _in_memory_reference(out: Path, cfg: dict) -> list[tuple[str, str, str]]:
+    """All pairs, no LSH: exact keys, estimated Jaccard ≥ threshold, components, the survivor rule."""
+    rows = [r for p in sorted((out / "trajectories").glob("*.parquet")) for r in pq.read_table(p).to_pylist()]
+    signer = dedup.Signer.from_config(cfg["dedup"])
+    ids = [r["traj_id"] for r in rows]
+    contents = [dedup.exact_content(r["domain"], r["system"], r["turns"]) for r in rows]
+    keys = [dedup.exact_key(c) for c in contents]
+    sigs = np.stack([signer.signature(dedup.words_of(dedup.turn_texts(r["turns"]))) for r in rows])
+    sim = dedup.pairwise_jaccard(sigs)
+    every, exact = dedup.UnionFind(), dedup.UnionFind()
+    for i in range(len(rows)):
+        for j in range(i + 1, len(rows)):
+            if keys[i] == keys[j]:
+                exact.union(ids[i], ids[j])
+                every.union(ids[i], ids[j])
+            if sim[i, j] >= cfg["dedup"]["threshold"]:
+                every.union(ids[i], ids[j])
+    size = {i: (len(r["turns"]), len(c)) for i, r, c in zip(ids, rows, contents)}
+    out_rows = []
+    for members in every.groups():
+        ranked = sorted(members, key=lambda n: dedup.survivor_rank(n, *size[n]))
+        firsts = {}
+        for n in ranked:
+            firsts.setdefault(exact.find(n), n)
+        out_rows += [(n, "exact_duplicate" if firsts[exact.find(n)] != n else "near_duplicate", ranked[0])
+                     for n in ranked[1:]]
+    return sorted(out_rows)
+
+
+@pytest.fixture(scope="module")
+def ray_session():
+    ray = pytest.importorskip("ray")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.delenv("RAY_ADDRESS", raising=False)
+        ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False,
+                 logging_level=logging.WARNING)
+        yield
+        ray.shutdown()
+
+
+def test_map_reduce_equals_in_memory_all_pairs_and_ray_equals_local(corpus, tmp_path, ray_session):
+    from pipeline.ray_executor import RayExecutor
+
+    local_cfg = _config(corpus, tmp_path / "local", buckets=7)
+    run_pipeline(local_cfg, echo=lambda m: None, executor=LocalExecutor())
+    local = [(r["traj_id"], r["reason"], r["survivor"]) for r in _removed(tmp_path / "local")]
+    assert local == _in_memory_reference(tmp_path / "local", local_cfg)
+    assert len(local) == 6
+
+    ray_cfg = _config(corpus, tmp_path / "ray", buckets=1)
+    executor = RayExecutor()
+    run_pipeline(ray_cfg, echo=lambda m: None, executor=executor)
+    # Same rows (cluster ids and survivors included) whatever the executor, workers and bucket count.
+    assert _removed(tmp_path / "ray") == _removed(tmp_path / "local")
+
+
+def test_rerun_resumes_and_gives_identical_output(corpus, tmp_path):
+    cfg = _config(corpus, tmp_path / "out", buckets=3)
+    run_pipeline(cfg, echo=lambda m: None, executor=LocalExecutor())
+    first = (tmp_path / "out" / "dedup" / "removed.parquet").read_bytes()
+    run_pipeline(cfg, echo=lambda m: None, executor=LocalExecutor())
+    timings = json.loads((tmp_path / "out" / "_timings.json").read_text())
+    assert timings["dedup-map"]["ran"] == 0 and timings["dedup-reduce"]["ran"] == 0
+    assert (tmp_path / "out" / "dedup" / "removed.parquet").read_bytes() == first
+
+
+def test_disabled_dedup_removes_nothing(corpus, tmp_path):
+    cfg = _config(corpus, tmp_path / "out")
+    cfg["dedup"].update(exact=False, near=False)
+    manifest = run_pipeline(cfg, echo=lambda m: None, executor=LocalExecutor())
+    assert _removed(tmp_path / "out") == []
+    assert manifest["counts"]["dedup"]["clusters"] == 0
+    assert "dedup-map" not in json.loads((tmp_path / "out" / "_timings.json").read_text())
+
+
+def _edges(*rows: tuple) -> pa.Table:
+    cols = list(zip(*rows))
+    return pa.Table.from_arrays([pa.array(c, type=f.type) for c, f in zip(cols, EDGE_SCHEMA)], schema=EDGE_SCHEMA)
+
+
+def test_removed_rows_from_edges():
+    edges = _edges(
+        ("exact", "a", "b", 1.0, 3, 100, 3, 100),
+        ("near", "b", "c", 0.9, 3, 100, 4, 90),  # c has more turns: the survivor of {a, b, c}
+        ("near", "d", "e", 0.85, 2, 50, 2, 60),
+        ("decontam_ngram", "e", "ref:x#1", 1.0, 0, 0, 0, 0),
+        ("decontam_near", "f", "ref:x#2", 0.9, 0, 0, 0, 0),
+        ("decontam_ngram", "f", "ref:x#0", 1.0, 0, 0, 0, 0),  # near wins over n-gram for the reason
+    )
+    rows, counts = removed_rows(edges)
+    assert [(r["traj_id"], r["reason"], r["survivor"]) for r in rows] == [
+        ("a", "near_duplicate", "c"), ("b", "exact_duplicate", "c"),
+        ("e", "decontaminated_ngram", "ref:x#1"), ("f", "decontaminated_near", "ref:x#2")]
+    # d's only partner was decontaminated, so d stands alone and stays.
+    assert counts == {"exact_removed": 1, "near_removed": 1, "decontaminated_near": 1, "decontaminated_ngram": 1,
+                      "clusters": 1, "example_clusters": [dedup.cluster_id(["a", "b", "c"])]}
+
+
+@pytest.mark.parametrize(("key", "value", "message"), [("threshold", 1.5, "dedup.threshold"), ("bands", 200, "dedup.bands"),
+                                                       ("shingle", 0, "dedup.shingle")])
+def test_bad_dedup_settings_are_config_errors(key, value, message):
+    cfg = resolve({"dedup": {key: value}})
+    with pytest.raises(ConfigError, match=message):
+        dedup_settings(cfg, Stats())

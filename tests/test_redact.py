@@ -1,0 +1,373 @@
+"""Secret redaction: every planted kind becomes its placeholder, look-alikes stay, nothing leaks end to end.
+
+Secret-shaped strings are assembled from pieces at run time so this file itself holds no token a scanner
+would flag.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from pipeline.stats import Stats
+from schemas.trajectory import Demonstration, Source, SystemPrompt, Trajectory, Turn
+from stages.redact import build_redactor, redact_text, redact_trajectory
+
+
+def _j(*parts: str) -> str:
+    return "".join(parts)
+
+
+AWS_ID = _j("AK", "IA", "Q3XAMPLE7KEY2ID4")
+AWS_SECRET = _j("wJalrXUtnFEMI/K7MDENG/", "bPxRfiCYzEXAMPLEKEY")
+GITHUB = _j("gh", "p_", "A1b2C3d4E5f6G7h8I9j0K1l2M3n4O5p6Q7r8")
+GITHUB_PAT = _j("github", "_pat_", "11ABCDEFG0abcdefghijkl_", "mnopqrstuvwxyz0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefg")
+GITLAB = _j("gl", "pat-", "x8Yz3AbCdEfGhIjKlMnOp")
+SLACK = _j("xo", "xb-", "123456789012-1234567890123-AbCdEfGhIjKlMnOpQrStUvWx")
+SLACK_HOOK_PATH = _j("T0ABCDEF1/B0GHIJKL2/", "aBcDeFgHiJkLmNoPqRsTuVwX")
+OPENAI = _j("sk", "-proj-", "Ab12Cd34Ef56Gh78Ij90Kl12Mn34Op56Qr78St90")
+ANTHROPIC = _j("sk", "-ant-", "api03-Zx9Yw8Vu7Ts6Rq5Po4Nm3Lk2Ji1Hg0Fe")
+HF = _j("hf", "_", "AbCdEfGhIjKlMnOpQrStUvWxYz01234567")
+STRIPE = _j("sk", "_live_", "51Hx2Yz3Ab4Cd5Ef6Gh7Ij8Kl")
+NPM = _j("np", "m_", "a1B2c3D4e5F6g7H8i9J0k1L2m3N4o5P6q7R8")
+PYPI = _j("pypi", "-AgEIcHlwaS5vcmc", "CJDk0NTI3YTMtNmE3Zi00YjQ1LWE2OTMtZTQ3MTgwYjE5ZTg0AAIq")
+GCP_API = _j("AI", "za", "SyA1b2C3d4E5f6G7h8I9j0K1l2M3n4O5p6Q")
+JWT = _j("ey", "JhbGciOiJIUzI1NiJ9", ".", "eyJzdWIiOiIxMjM0NTY3ODkwIn0", ".", "dozjgNryP4J3jVmNHl0w5N_XgL0n3I9PlFUP0THsR8U")
+AZURE_KEY = _j("Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq", "/K1SZFPTOtr/KBHBeksoGMGw==")
+KEY_BODY = "MIIEvQIBADANBgkqhkiG9w0BAQEFAASCBKcwggSjAgEAAoIBAQC7VJTUt9Us8cKj"
+PEM = _j("-----BEGIN ", "PRIVATE KEY-----\n", KEY_BODY, "\n", KEY_BODY[::-1], "\n-----END ", "PRIVATE KEY-----")
+KEY_ID = "0123456789abcdef0123456789abcdef01234567"
+
+# (text with a secret, the text expected after redaction)
+CASES = [
+    (f"export AWS_ACCESS_KEY_ID={AWS_ID}", "export AWS_ACCESS_KEY_ID=<SECRET:aws_access_key>"),
+    (f"export AWS_SECRET_ACCESS_KEY={AWS_SECRET}", "export AWS_SECRET_ACCESS_KEY=<SECRET:aws_secret_key>"),
+    (f"aws_secret_access_key = {AWS_SECRET}", "aws_secret_access_key = <SECRET:aws_secret_key>"),
+    (f"git push https://{GITHUB}@github.com/o/r", "git push https://<SECRET:github_token>@github.com/o/r"),
+    (f"token: {GITHUB_PAT}", "token: <SECRET:github_token>"),
+    (f"GITLAB_TOKEN={GITLAB}", "GITLAB_TOKEN=<SECRET:gitlab_token>"),
+    (f"slack {SLACK} posted", "slack <SECRET:slack_token> posted"),
+    (f"curl https://hooks.slack.com/services/{SLACK_HOOK_PATH}", "curl https://hooks.slack.com/services/<SECRET:slack_webhook>"),
+    (f"client = OpenAI(api_key='{OPENAI}')", "client = OpenAI(api_key='<SECRET:openai_key>')"),
+    (f"key {ANTHROPIC}", "key <SECRET:anthropic_key>"),
+    (f"huggingface-cli login --token {HF}", "huggingface-cli login --token <SECRET:huggingface_token>"),
+    (f"stripe.api_key = \"{STRIPE}\"", "stripe.api_key = \"<SECRET:stripe_key>\""),
+    (f"//registry.npmjs.org/:_authToken={NPM}", "//registry.npmjs.org/:_authToken=<SECRET:npm_token>"),
+    (f"password = {PYPI}", "password = <SECRET:pypi_token>"),
+    (f"maps key {GCP_API}&q=x", "maps key <SECRET:gcp_api_key>&q=x"),
+    (f"Authorization: Bearer {JWT}", "Authorization: Bearer <SECRET:jwt>"),
+    ("Authorization: Basic dXNlcjpodW50ZXIy", "Authorization: Basic <SECRET:basic_auth>"),
+    ("-H 'authorization: token 9f8e7d6c5b4a39281706f5e4d3c2b1a0'", "-H 'authorization: token <SECRET:bearer_token>'"),
+    (f"AccountName=acct;AccountKey={AZURE_KEY};EndpointSuffix=core.windows.net",
+     "AccountName=acct;AccountKey=<SECRET:azure_storage_key>;EndpointSuffix=core.windows.net"),
+    ("AZURE_CLIENT_SECRET=Qx8~abc.DEF_12345-ghijklMNOP", "AZURE_CLIENT_SECRET=<SECRET:azure_client_secret>"),
+    (f"key:\n{PEM}\ndone", "key:\n<SECRET:private_key>\ndone"),
+    (json.dumps({"private_key_id": KEY_ID, "private_key": PEM + "\n"}),
+     '{"private_key_id": "<SECRET:gcp_private_key_id>", "private_key": "<SECRET:private_key>\\n"}'),
+    ("git clone https://deploy:s3cr3t-Pa55@git.example.com/repo.git",
+     "git clone https://deploy:<SECRET:url_password>@git.example.com/repo.git"),
+    ("postgres://app:Xy9!pw@db:5432/app", "postgres://app:<SECRET:url_password>@db:5432/app"),
+    ('{"password": "hunter2!", "user": "bob"}', '{"password": "<SECRET:password>", "user": "bob"}'),
+    ('{\\"db_password\\": \\"hunter2!\\"}', '{\\"db_password\\": \\"<SECRET:password>\\"}'),
+    ("DB_PASSWORD=Tr0ub4dor&3", "DB_PASSWORD=<SECRET:password>&3"),
+    ("password=token=abc123", "password=<SECRET:password>"),
+    ("secret_key: 'django-insecure-9x8y7z'", "secret_key: '<SECRET:secret>'"),
+    ("X-Api-Key: 5f4dcc3b5aa765d61d8327deb882cf99", "X-Api-Key: <SECRET:api_key>"),
+    ("docker login -u bob --password Hunter22 registry", "docker login -u bob --password <SECRET:password> registry"),
+    ("app --api-key=abc123DEF456ghi", "app --api-key=<SECRET:api_key>"),
+    ("mysql -u root -pS3cretPw shop", "mysql -u root -p<SECRET:password> shop"),
+    ("sshpass -p 'Pa55word' ssh host", "sshpass -p '<SECRET:password>' ssh host"),
+    ("curl -u admin:Adm1nPw https://x", "curl -u admin:<SECRET:password> https://x"),
+]
+
+LOOKALIKES = [
+    "commit 3f786850e387550fdab836ed7e6dc881de23001b (HEAD -> main)",
+    "sha256:e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855",
+    "request id 123e4567-e89b-12d3-a456-426614174000",
+    "data:image/png;base64," + "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNkYPhfDwAChwGA60e6kgAAAABJRU5ErkJggg==" * 3,
+    "numpy==1.26.4, torch 2.3.0+cu121, version v1.2.3-rc.1",
+    "The password must be at least 8 characters. Reset your password or token in Settings.",
+    "open the task-list-of-the-weekly-sprint-planning-board and risk-assessment-document-2024",
+    "see https://docs.python.org/3/library/secrets.html and http://localhost:8080/api/v1/items?id=42",
+    "PASSWORD_FILE=/run/secrets/db_password TOKEN_URL=https://oauth2.example.com/token",
+    "def login(self, password: str, token: Optional[str] = None) -> bool:",
+    "self.token = token; password = getpass.getpass(); api_key = os.environ['OPENAI_API_KEY']",
+    '{"max_tokens": 1024, "token_type": "Bearer", "expires_in": 3600, "password_required": true}',
+    "mysql -u root -p shop",
+    "export GITHUB_TOKEN=$GITHUB_TOKEN && curl -H \"Authorization: Bearer ${TOKEN}\" https://api",
+    "hf_hub_download(repo_id='gpt2', filename='config.json') and sk-learn is not a key",
+    "AKIAshort is not a key, nor is xAKIAIOSFODNN7EXAMPLEx",
+    "Password: \nSorry, try again.",
+]
+
+
+@pytest.mark.parametrize(("text", "expected"), CASES, ids=[c[1][:40] for c in CASES])
+def test_planted_secret_becomes_its_placeholder(text, expected):
+    out, counts = redact_text(text)
+    assert out == expected
+    assert sum(counts.values()) == expected.count("<SECRET:")
+
+
+def test_at_least_fifteen_kinds_are_covered():
+    kinds = Counter()
+    for text, _ in CASES:
+        kinds.update(redact_text(text)[1])
+    assert len(kinds) >= 20, sorted(kinds)
+
+
+@pytest.mark.parametrize("text", LOOKALIKES, ids=[t[:30] for t in LOOKALIKES])
+def test_lookalike_is_unchanged(text):
+    assert redact_text(text) == (text, Counter())
+
+
+def test_emails_only_when_asked():
+    text = "Signed-off-by: Ada Lovelace <ada@example.org>, cc bob.smith+ci@mail.example.co.uk"
+    assert redact_text(text)[0] == text
+    out, counts = redact_text(text, emails=True)
+    assert out == "Signed-off-by: Ada Lovelace <<SECRET:email>>, cc <SECRET:email>"
+    assert counts == Counter(email=2)
+
+
+def test_json_text_stays_valid_json():
+    meta = json.dumps({"env": {"OPENAI_API_KEY": OPENAI, "HOME": "/root"}, "cmd": f"git clone https://u:pw9@h/r {GITHUB}",
+                       "key": PEM})
+    out, counts = redact_text(meta)
+    value = json.loads(out)
+    assert value == {"env": {"OPENAI_API_KEY": "<SECRET:openai_key>", "HOME": "/root"},
+                     "cmd": "git clone https://u:<SECRET:url_password>@h/r <SECRET:github_token>",
+                     "key": "<SECRET:private_key>"}
+    assert counts == Counter(openai_key=1, url_password=1, github_token=1, private_key=1)
+
+
+def test_truncated_private_key_is_removed_up_to_its_last_base64_line():
+    text = f"-----BEGIN RSA PRIVATE KEY-----\n{KEY_BODY}\n{KEY_BODY}\n(output truncated)"
+    assert redact_text(text)[0] == "<SECRET:private_key>\n(output truncated)"
+
+
+def _trajectory(**texts: str) -> Trajectory:
+    return Trajectory(
+        traj_id="t1",
+        domain="terminal",
+        split_key="t1",
+        source=Source(),
+        system=SystemPrompt(
+            task_description=texts.get("task", "plain"),
+            action_space=texts.get("space", "plain"),
+            initial_state=texts.get("state"),
+            demonstrations=[Demonstration(texts.get("demo_action", "ls"), texts.get("demo_obs", "a b"))],
+            simulation_instruction=texts.get("instruction"),
+        ),
+        turns=[
+            Turn(texts.get("action", "ls"), texts.get("obs", "x"), texts.get("reasoning"), texts.get("turn_meta")),
+            Turn("pwd", "/app"),
+        ],
+        meta=texts.get("meta"),
+    )
+
+
+def test_every_text_field_of_a_trajectory_is_redacted():
+    fields = {"task": f"use {GITHUB}", "space": f"key {OPENAI}", "state": f"GITLAB={GITLAB}",
+              "demo_action": f"echo {HF}", "demo_obs": f"{NPM} ok", "instruction": f"jwt {JWT}",
+              "action": f"export AWS_SECRET_ACCESS_KEY={AWS_SECRET}", "obs": f"id {AWS_ID}",
+              "reasoning": f"the key is {ANTHROPIC}", "turn_meta": json.dumps({"password": "Zz9!zz"}),
+              "meta": json.dumps({"auth": f"Bearer {JWT}"})}
+    out, counts = redact_trajectory(_trajectory(**fields))
+    dumped = json.dumps(out.to_dict())
+    for secret in (GITHUB, OPENAI, GITLAB, HF, NPM, JWT, AWS_SECRET, AWS_ID, ANTHROPIC, "Zz9!zz"):
+        assert secret not in dumped
+    assert sum(counts.values()) == 11 and counts["jwt"] == 2  # one secret per field, the JWT in two
+    assert out.system.initial_state == "GITLAB=<SECRET:gitlab_token>"
+    assert out.turns[0].reasoning == "the key is <SECRET:anthropic_key>"
+    assert out.turns[1] == Turn("pwd", "/app")
+
+
+def test_clean_trajectory_is_returned_as_is():
+    traj = _trajectory(obs="nothing to see", meta='{"model": "m"}')
+    out, counts = redact_trajectory(traj)
+    assert out is traj and not counts
+
+
+def test_field_holding_the_join_separator_is_still_redacted_field_by_field():
+    out, counts = redact_trajectory(_trajectory(obs=f"a\n\x00\nb {GITHUB}", action="export PASSWORD=Pw12345!"))
+    assert out.turns[0].observation == "a\n\x00\nb <SECRET:github_token>"
+    assert out.turns[0].action == "export PASSWORD=<SECRET:password>"
+    assert counts == Counter(github_token=1, password=1)
+
+
+def test_build_redactor_counts_kinds_and_can_be_disabled():
+    assert build_redactor({"redact": {"enabled": False, "emails": False}}) == []
+    (step,) = build_redactor({"redact": {"enabled": True, "emails": True}})
+    stats = Stats()
+    out = step(_trajectory(obs=f"{AWS_ID} mail ada@example.org", action=f"x {AWS_ID}"), stats)
+    assert out.turns[0].observation == "<SECRET:aws_access_key> mail <SECRET:email>"
+    assert stats.to_dict() == {"redacted.aws_access_key": 2, "redacted.email": 1, "trajectories.redacted": 1}
+
+
+_SECRETS = [text for text, _ in CASES if text.startswith(("export", "GITLAB", "slack", "key ", "token:"))]
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.sampled_from(_SECRETS + LOOKALIKES[:8]), min_size=1, max_size=8), st.sampled_from(["\n", " ", "; "]))
+def test_mixed_text_loses_every_secret_and_keeps_every_lookalike(pieces, sep):
+    out, _ = redact_text(sep.join(pieces))
+    for piece in pieces:
+        if piece in LOOKALIKES:
+            assert piece in out
+    for secret in (AWS_ID, AWS_SECRET, GITLAB, SLACK, ANTHROPIC, GITHUB_PAT):
+        assert secret not in out
+    assert redact_text(out)[0] == out  # placeholders are stable
+
+
+def test_real_logs_only_lose_their_page_tokens(shared_data):
+    """3.6 MB of real agent logs: the only hits are five web-page meta tokens (hand-checked)."""
+    hits = Counter()
+    for path in sorted(shared_data.rglob("*")):
+        if path.is_file():
+            try:
+                text = path.read_text()
+            except UnicodeDecodeError:
+                continue
+            counts = redact_text(text)[1]
+            hits.update(counts)
+            if counts:
+                assert "OriginTrialToken" in text or "csrf-token" in text, path
+    assert hits == Counter(token=5)
+
+
+# --- end to end: every domain through `lwm run` ------------------------------------------------------------
+
+PLANTED = [AWS_ID, AWS_SECRET, GITHUB, GITLAB, SLACK, SLACK_HOOK_PATH, OPENAI, ANTHROPIC, HF, STRIPE, NPM, PYPI,
+           GCP_API, JWT, AZURE_KEY, KEY_BODY, KEY_ID, "s3cr3t-Pa55", "hunter2!", "S3cretPw", "Hunter22", "Adm1nPw"]
+KEPT = ["3f786850e387550fdab836ed7e6dc881de23001b", "123e4567-e89b-12d3-a456-426614174000",
+        "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNkYPhfDwAChwGA60e6kgAAAABJRU5ErkJggg==",
+        "task-list-of-the-weekly-sprint", "version v1.2.3-rc.1"]
+
+
+def _tool(name: str, **args) -> str:
+    return json.dumps({"name": name, "arguments": args})
+
+
+def _tools(*names: str) -> str:
+    return json.dumps([{"name": n, "description": f"{n} tool"} for n in names])
+
+
+def _domain_records() -> list[dict]:
+    """One trajectory per domain; secrets in commands, tool arguments, observations and system prompts."""
+    keys = lambda text: json.dumps([{"keystrokes": text + "\n", "duration": 0.5}])  # noqa: E731
+    recs = {
+        "terminal": ([(keys(f"export AWS_ACCESS_KEY_ID={AWS_ID}"), "root@box:/app# "),
+                      (keys("env | grep -i key"), f"AWS_SECRET_ACCESS_KEY={AWS_SECRET}\nOPENAI_API_KEY={OPENAI}"),
+                      (keys("mysql -u root -pS3cretPw shop"), "mysql> commit 3f786850e387550fdab836ed7e6dc881de23001b")],
+                     f"Shell on a box. Never print {GITHUB}.", "keystrokes"),
+        "mcp": ([(_tool("http_get", url="https://api.x.io", headers={"Authorization": f"Bearer {JWT}"}), '{"ok": true}'),
+                 (_tool("notify", url=f"https://hooks.slack.com/services/{SLACK_HOOK_PATH}"), "sent, request id "
+                  "123e4567-e89b-12d3-a456-426614174000"),
+                 (_tool("http_get", url="https://deploy:s3cr3t-Pa55@git.example.com/info"), f"token {SLACK}")],
+                "Call web APIs for the user.", _tools("http_get", "notify")),
+        "search": ([(_tool("search", query="stripe test key format"), f"Example: {STRIPE} is a live key"),
+                    (_tool("search", query="npm token"), f"//registry.npmjs.org/:_authToken={NPM}"),
+                    (_tool("open", url="https://pypi.org/help"), f"password = {PYPI}\nversion v1.2.3-rc.1")],
+                   f"Research assistant; maps key {GCP_API}", "search, open"),
+        "swe": ([(_tool("bash", command="cat .env"), f"ANTHROPIC_API_KEY={ANTHROPIC}\nHF_TOKEN={HF}"),
+                 (_tool("bash", command="cat sa.json"), json.dumps({"private_key_id": KEY_ID, "private_key": PEM})),
+                 (_tool("bash", command="docker login --password Hunter22 reg"), "Login Succeeded")],
+                "Fix the failing test in the repo.", _tools("bash")),
+        "android": ([('{"action_type": "click", "index": 3}', f'[ 3] | android.widget.EditText | res=app:id/key | text="{GITLAB}"'),
+                     ('{"action_type": "click", "index": 4}', '[ 4] | android.widget.Button | text="Save key"'),
+                     ('{"action_type": "click", "index": 5}', '[ 5] | android.widget.TextView | text="Saved task-list-of-the-weekly-sprint"')],
+                    "Store the API token in the settings screen.", "click, type, scroll"),
+        "web": ([('{"action": "type", "id": 7, "text": "https://admin:hunter2!@router.local/"}',
+                  'textbox "password" value="••••••••"'),
+                 ('{"action": "click", "id": 9}', f'img "logo" src="data:image/png;base64,{KEPT[2]}"'),
+                 ('{"action": "click", "id": 11}', f"AccountName=acct;AccountKey={AZURE_KEY};EndpointSuffix=core.windows.net")],
+                "Log in and copy the storage connection string.", "click, type"),
+        "os": ([('{"action": "type", "text": "curl -u admin:Adm1nPw https://x"}', "window Terminal: 200 OK"),
+                ('{"action": "hotkey", "keys": ["ctrl", "c"]}', f"window Terminal: export PASSWORD='hunter2!' {GITHUB}"),
+                ('{"action": "click", "x": 5, "y": 9}', "window Editor: notes.txt opened")],
+               "Use the desktop.", "click, type, hotkey"),
+    }
+    out = []
+    for domain, (turns, task, space) in recs.items():
+        out.append({"traj_id": f"secret-{domain}", "domain": domain, "split_key": f"secret-{domain}",
+                    "system": {"task_description": task, "action_space": space},
+                    "turns": [{"action": a, "observation": o} for a, o in turns],
+                    "meta": {"operator": f"token={OPENAI}"}})
+    return out
+
+
+@pytest.fixture(scope="module")
+def redacted_run(tmp_path_factory) -> Path:
+    tmp = tmp_path_factory.mktemp("redact")
+    lines = [json.dumps(r) for r in _domain_records()]
+    # A record that fails validation and names secrets in the field its quarantine reason quotes.
+    lines.append(json.dumps({"traj_id": "bad", "domain": f"shell {GITHUB}", "split_key": "b",
+                             "system": {"task_description": "", "action_space": ""},
+                             "turns": [{"action": "a", "observation": AWS_ID}]}))
+    src = tmp / "secrets.jsonl"
+    src.write_text("\n".join(lines) + "\n")
+    out = tmp / "out"
+    proc = subprocess.run([sys.executable, "-m", "pipeline.cli", "run", "--executor", "local", "-i", str(src), "-o",
+                           str(out), "--progress", "off", "--max-quarantine-rate", "0.5"],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    return out
+
+
+def _table_texts(path: Path, tok) -> list[str]:
+    table = pq.read_table(path)
+    texts = []
+    for name in table.column_names:
+        values = table.column(name).to_pylist()
+        if name in ("input_ids", "prompt_ids"):
+            texts += [tok.decode(ids) for ids in values if ids]
+        else:
+            texts += [json.dumps(v, default=str) for v in values]
+    return texts
+
+
+def _leaks(texts: list[str]) -> list[str]:
+    return sorted({s for s in PLANTED for t in texts if s in t or json.dumps(s)[1:-1] in t})
+
+
+def test_no_secret_survives_in_shards_or_work_files(redacted_run):
+    from stages.tokenizer import load_tokenizer
+
+    tok = load_tokenizer()
+    files = [p for p in redacted_run.rglob("*.parquet") if p.relative_to(redacted_run).parts[0] not in ("raw", "quarantine")]
+    shard_files = [p for p in files if p.relative_to(redacted_run).parts[0] == "shards"]
+    assert shard_files
+    texts = [t for p in files for t in _table_texts(p, tok)]
+    assert sum("<SECRET:" in t for t in texts) > 0
+    assert _leaks(texts) == []
+
+
+def test_no_secret_in_trajectories_and_lookalikes_kept(redacted_run):
+    trajs = [r for p in (redacted_run / "trajectories").glob("*.parquet") for r in pq.read_table(p).to_pylist()]
+    assert sorted(t["domain"] for t in trajs) == sorted(["terminal", "mcp", "search", "swe", "android", "web", "os"])
+    dumped = json.dumps(trajs)
+    assert _leaks([dumped]) == []
+    for kept in KEPT:
+        assert kept in dumped
+
+
+def test_manifest_counts_kinds_and_leaks_nothing(redacted_run):
+    text = (redacted_run / "manifest.json").read_text()
+    assert _leaks([text]) == []
+    redacted = json.loads(text)["counts"]["redacted"]
+    assert len(redacted) >= 15, redacted
+    assert redacted["github_token"] == 2 and redacted["password"] >= 4
+    assert json.loads(text)["counts"]["trajectories"]["redacted"] == 7
+
+
+def test_quarantine_detail_leaks_no_secret(redacted_run):
+    rows = [r for p in (redacted_run / "quarantine").glob("*.parquet") for r in pq.read_table(p).to_pylist()]
+    assert [r["reason"] for r in rows] == ["bad_domain"]
+    assert _leaks([json.dumps(rows)]) == []

@@ -1,0 +1,54 @@
+"""`torchrun` with two gloo ranks trains the tiny model on the android demo shards and resumes (issue: trainer e2e)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("torch")
+
+ROOT = Path(__file__).resolve().parent.parent
+BIN = Path(sys.executable).parent
+# Whole oldest turns are cut to fit 2048 tokens, so one sample fills at most one packed row.
+RUN_CONFIG = "[pools]\ncontext_limit = 2048\nratios = {cpt = 1.0, sft = 0.0, rl = 0.0, eval = 0.0}\n"
+TINY = ["--tiny-vocab", "2048", "--tiny-dim", "64", "--tiny-layers", "2", "--micro-batch-tokens", "2048"]
+
+
+def _lwm(*args: str) -> None:
+    proc = subprocess.run([sys.executable, "-m", "pipeline.cli", *args], capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+
+
+def _torchrun(args: list[str]) -> subprocess.CompletedProcess:
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    cmd = [str(BIN / "torchrun"), "--standalone", "--nproc_per_node", "2", "-m", "training", *args]
+    return subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+
+
+@pytest.mark.slow
+def test_tiny_model_learns_the_android_demo_shards_and_resumes(tmp_path):
+    _lwm("demo", "--domain", "android", "--native", "-n", "80", "--out", str(tmp_path / "in"))
+    (tmp_path / "run.toml").write_text(RUN_CONFIG)
+    _lwm("run", "--executor", "local", "--progress", "off", "-i", str(tmp_path / "in"), "-o", str(tmp_path / "run"),
+         "--config", str(tmp_path / "run.toml"))
+    manifest = json.loads((tmp_path / "run" / "manifest.json").read_text())
+    assert manifest["counts"]["samples"]["cpt"] >= 30
+    shards, ckpt, log1, log2 = tmp_path / "run" / "shards" / "cpt", tmp_path / "ckpt", tmp_path / "a.jsonl", tmp_path / "b.jsonl"
+    common = ["--shards", str(shards), "--out", str(ckpt), "--pack", "--lr", "1e-2", "--warmup-steps", "5", *TINY]
+    first = _torchrun([*common, "--max-steps", "100", "--log-every", "1", "--log-json", str(log1)])
+    assert first.returncode == 0, first.stderr[-3000:]
+    log = [json.loads(x) for x in log1.read_text().splitlines()]
+    assert [e["step"] for e in log] == list(range(1, 101))
+    assert all(0 < e["weighted_tokens"] <= e["tokens"] for e in log)
+    early = sum(e["loss"] for e in log[:10]) / 10
+    late = sum(e["loss"] for e in log[-10:]) / 10
+    assert late < 0.5 * early, (early, late)
+    second = _torchrun([*common, "--max-steps", "110", "--log-every", "10", "--log-json", str(log2)])
+    assert second.returncode == 0, second.stderr[-3000:]
+    assert "resumed from" in second.stdout and "at step 100" in second.stdout
+    assert [json.loads(x)["step"] for x in log2.read_text().splitlines()] == [110]
