@@ -32,7 +32,12 @@ DEFAULTS: dict[str, Any] = {
         "num_cpus": 0,  # 0 = all cores of this machine (local Ray only)
         "progress": "auto",  # auto | bar | lines | off
     },
-    "ingest": {"options": {}},
+    "ingest": {
+        "options": {},
+        "split_bytes": 64 * 1024 * 1024,  # one JSONL file is read as byte ranges of this size
+        "group_bytes": 8 * 1024 * 1024,  # small files are grouped into tasks of about this size
+        "group_files": 64,  # … or this many files
+    },
     "filter": {
         "min_turns": 2,
         "enabled": ["min_turns", "undeclared_tools", "gui_env_failure", "empty_action", "retry_cycle", "gui_no_change"],

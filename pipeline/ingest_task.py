@@ -1,17 +1,24 @@
 """The ingest task: one input unit → ``raw/``, ``trajectories/`` and ``quarantine/`` parts.
 
-Each output file is named after the task id (a hash of the unit's URI), written under a temporary
-name and renamed; the task's marker ``_tasks/ingest/<id>.json`` is written last, so a task with a
-marker is finished and a re-run skips it.
+A task may also carry a group of small units or one byte range of a large file (pipeline/split_input.py).
+Each output file is named after the task id (a hash of the unit's URI, of the group's URIs, or of
+URI + range), written under a temporary name and renamed; the task's marker
+``_tasks/ingest/<id>.json`` is written last, so a task with a marker is finished and a re-run skips it.
+
+Test hook, off by default: ``LWM_TEST_TASK_DELAY=<seconds>`` makes every ingest task pause that
+long after opening its outputs, so tests can kill a worker or the driver in the middle of a task.
 """
 
 from __future__ import annotations
 
 import hashlib
+import os
 import posixpath
+import time
 from typing import Any
 
 from pipeline.outputs import AtomicParquetWriter, out_fs, write_json_atomic
+from pipeline.split_input import RangeAdapter, task_id_for
 from pipeline.stats import Stats
 from pipeline.transforms import apply_transforms, build_transforms
 from schemas.errors import InvalidRecord
@@ -21,9 +28,7 @@ from stages.ingest.reading import InputUnit, filesystem
 from stages.ingest.registry import get_adapter, resolve_opts
 from stages.normalize import normalize_unit, quarantine_row
 
-
-def task_id_for(uri: str) -> str:
-    return hashlib.sha256(uri.encode()).hexdigest()[:16]
+__all__ = ["describe_input", "run_ingest_task", "task_id_for"]
 
 
 def describe_input(unit: InputUnit) -> dict[str, Any]:
@@ -47,60 +52,87 @@ def _text_chars(traj) -> int:
     return n + sum(len(t.action) + len(t.observation) + len(t.reasoning or "") for t in traj.turns)
 
 
+def _ingest_unit(unit: InputUnit, task: dict[str, Any], stats: Stats, writers) -> None:
+    q_writer, r_writer, t_writer = writers
+    fmt = task["format"]
+    if not fmt:
+        err = InvalidRecord("unknown_format", "no adapter recognizes this input (give --format)", "document", unit.uri)
+        stats.add("records.read")
+        stats.add("records.quarantined")
+        stats.add(f"quarantined.{err.reason}")
+        q_writer.write_row(quarantine_row(err, unit.uri, "", stage="read"))
+        return
+    adapter = get_adapter(fmt)
+    opts = resolve_opts(adapter, task["opts"])
+    if task.get("range"):
+        adapter = RangeAdapter(adapter, task["range"])
+    transforms = build_transforms(task["cfg"])
+    for item in normalize_unit(unit, adapter, opts, stats):
+        if item.raw is not None:
+            r_writer.write_row({"uri": item.raw.uri, "locator": item.raw.locator, "format": fmt, "payload": item.raw.payload})
+        if item.quarantine is not None:
+            q_writer.write_row(item.quarantine)
+        for traj in item.trajectories:
+            kept = apply_transforms(traj, transforms, stats)
+            if kept is not None:
+                stats.add("trajectories.kept")
+                stats.add("turns.kept", len(kept.turns))
+                stats.add(f"domains.{kept.domain}")
+                stats.add("chars.kept", _text_chars(kept))
+                t_writer.write_row(kept.to_dict())
+
+
+def _pause_for_tests() -> None:
+    delay = os.environ.get("LWM_TEST_TASK_DELAY")
+    if delay:
+        time.sleep(float(delay))
+
+
 def run_ingest_task(task: dict[str, Any]) -> dict[str, Any]:
-    """Ingest one unit. `task`: task_id, uri, is_dir, format, opts, out, cfg."""
-    unit = InputUnit(task["uri"], task["is_dir"])
+    """Ingest one unit, a group (`members`) or a byte range (`range`) of one file.
+
+    `task`: task_id, uri, is_dir, format, opts, out, cfg, spec_hash; optional members, range.
+    """
     fs, root = out_fs(task["out"])
     tid = task["task_id"]
+    units = [InputUnit(m["uri"], m["is_dir"]) for m in task.get("members") or [task]]
     stats = Stats()
-    fmt = task["format"]
-    q_writer = AtomicParquetWriter(fs, f"{root}/quarantine/part-{tid}.parquet", QUARANTINE_SCHEMA)
-    r_writer = AtomicParquetWriter(fs, f"{root}/raw/part-{tid}.parquet", RAW_SCHEMA)
-    t_writer = AtomicParquetWriter(fs, f"{root}/trajectories/part-{tid}.parquet", TRAJECTORY_SCHEMA, rows_per_group=256)
-    writers = (q_writer, r_writer, t_writer)
+    writers = (
+        AtomicParquetWriter(fs, f"{root}/quarantine/part-{tid}.parquet", QUARANTINE_SCHEMA),
+        AtomicParquetWriter(fs, f"{root}/raw/part-{tid}.parquet", RAW_SCHEMA),
+        AtomicParquetWriter(fs, f"{root}/trajectories/part-{tid}.parquet", TRAJECTORY_SCHEMA, rows_per_group=256),
+    )
+    members = []
     try:
-        if not fmt:
-            err = InvalidRecord("unknown_format", "no adapter recognizes this input (give --format)", "document", unit.uri)
-            stats.add("records.read")
-            stats.add("records.quarantined")
-            stats.add(f"quarantined.{err.reason}")
-            q_writer.write_row(quarantine_row(err, unit.uri, "", stage="read"))
-        else:
-            adapter = get_adapter(fmt)
-            opts = resolve_opts(adapter, task["opts"])
-            transforms = build_transforms(task["cfg"])
-            for item in normalize_unit(unit, adapter, opts, stats):
-                if item.raw is not None:
-                    r_writer.write_row(
-                        {"uri": item.raw.uri, "locator": item.raw.locator, "format": fmt, "payload": item.raw.payload}
-                    )
-                if item.quarantine is not None:
-                    q_writer.write_row(item.quarantine)
-                for traj in item.trajectories:
-                    kept = apply_transforms(traj, transforms, stats)
-                    if kept is not None:
-                        stats.add("trajectories.kept")
-                        stats.add("turns.kept", len(kept.turns))
-                        stats.add(f"domains.{kept.domain}")
-                        stats.add("chars.kept", _text_chars(kept))
-                        t_writer.write_row(kept.to_dict())
+        _pause_for_tests()
+        for unit in units:
+            unit_stats = Stats()
+            _ingest_unit(unit, task, unit_stats, writers)
+            stats.merge(unit_stats)
+            members.append({"uri": unit.uri, "stats": unit_stats.to_dict()})
         for w in writers:
             w.close()
     except BaseException:
         for w in writers:
             w.abort()
         raise
+    if len(units) > 1:
+        for unit, member in zip(units, members):
+            member["input"] = describe_input(unit)
+    # a range is described by its own bytes, hashed by the scan pass
+    described = task["range"]["input"] if task.get("range") else members[0].get("input") or describe_input(units[0])
     result = {
         "task_id": tid,
         "stage": "ingest",
-        "uri": unit.uri,
-        "format": fmt,
-        "input": describe_input(unit),
+        "uri": units[0].uri,
+        "format": task["format"],
+        "input": described,
         "stats": stats.to_dict(),
         "rows": int(stats.get("records.read")),
-        "bytes": 0,
+        "bytes": sum(m["input"]["size"] for m in members) if len(units) > 1 else described["size"],
         "spec_hash": task["spec_hash"],
     }
-    result["bytes"] = result["input"]["size"]
+    if len(units) > 1:
+        result["members"] = members
     write_json_atomic(fs, posixpath.join(root, "_tasks", "ingest", f"{tid}.json"), result)
     return result

@@ -140,3 +140,27 @@ def remove_stale_temps(fs: fsspec.AbstractFileSystem, root: str) -> int:
     for p in stale:
         fs.rm(p)
     return len(stale)
+
+
+# Files named after an ingest task id (``part-<id>.parquet``, ``<id>.json``, ``<id>.parquet``), per folder.
+_TASK_NAMED = ("raw", "trajectories", "quarantine", "_tasks/scan", "_tasks/ingest", "_tasks/samples", "_work/samples")
+
+
+def remove_stale_task_outputs(fs: fsspec.AbstractFileSystem, root: str, task_ids: set[str]) -> int:
+    """Delete what ingest tasks outside `task_ids` wrote (an earlier run over other inputs or with
+    another split/group layout), so no layer, marker or shard bucket mixes in their rows."""
+    stale = []
+    for folder in _TASK_NAMED:
+        base = posixpath.join(root, folder)
+        if not fs.exists(base):
+            continue
+        for p in fs.find(base):
+            name = posixpath.basename(p)
+            if ".tmp-" in name:
+                continue
+            stem = name.split(".", 1)[0].removeprefix("part-")
+            if stem not in task_ids:
+                stale.append(p)
+    for p in stale:
+        fs.rm(p)
+    return len(stale)

@@ -21,7 +21,7 @@ class Progress:
         self.rows = 0
         self.bytes = 0
         self.start = time.monotonic()
-        self._last = 0.0
+        self._last = float("-inf")  # the first update always shows
 
     def update(self, tasks: int = 1, rows: int = 0, nbytes: int = 0) -> None:
         self.done += tasks

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import warnings
 from typing import Any
 
 from pipeline.executors import TaskFn
@@ -25,6 +26,16 @@ def _wrap(fn: TaskFn):
         return {"task_id": task["task_id"], "result": json.dumps(fn(task))}
 
     return run_row
+
+
+def quiet_ray_data() -> None:
+    """Keep Ray Data's per-dataset INFO lines ("execution finished …") and its notice about disabled
+    progress bars off the terminal; our own `Progress` reports each stage. Ray Data configures its
+    logger when `ray.data` is first imported (resetting levels), so import it before adjusting."""
+    import ray.data  # noqa: F401
+
+    logging.getLogger("ray.data").setLevel(logging.WARNING)
+    logging.getLogger("ray.data._internal.progress").setLevel(logging.ERROR)
 
 
 class RayExecutor:
@@ -43,6 +54,7 @@ class RayExecutor:
                 ray.init(address=address, log_to_driver=False, logging_level=logging.WARNING)
             else:
                 ray.init(
+                    address="local",  # a new instance, even when a `ray start` cluster runs on this machine
                     num_cpus=num_cpus or os.cpu_count() or 1,
                     include_dashboard=False,
                     log_to_driver=False,
@@ -50,7 +62,7 @@ class RayExecutor:
                     configure_logging=True,
                 )
                 self._started = True
-        logging.getLogger("ray.data").setLevel(logging.WARNING)
+        quiet_ray_data()
         ctx = ray.data.DataContext.get_current()
         ctx.enable_progress_bars = False
         ctx.print_on_execution_start = False
@@ -59,12 +71,16 @@ class RayExecutor:
     def map(self, fn: TaskFn, tasks: list[dict[str, Any]], progress: Progress) -> list[dict[str, Any]]:
         ray = self._ray
         items = [{"task": json.dumps(t, sort_keys=True, default=str)} for t in tasks]
-        ds = ray.data.from_items(items, override_num_blocks=len(items)).map(
-            _wrap(fn),
-            num_cpus=1,
-            compute=ray.data.TaskPoolStrategy(size=max(1, min(self.cpus, len(items)))),
-            max_retries=MAX_RETRIES,
-        )
+        with warnings.catch_warnings():
+            # Ray >= 2.60 flags `max_retries` as a deprecated free-form remote arg but offers no named
+            # replacement yet; the bound matters (a task that always kills its worker must fail the run).
+            warnings.filterwarnings("ignore", message=".*ray_remote_args.*deprecated", category=Warning)
+            ds = ray.data.from_items(items, override_num_blocks=len(items)).map(
+                _wrap(fn),
+                num_cpus=1,
+                compute=ray.data.TaskPoolStrategy(size=max(1, min(self.cpus, len(items)))),
+                max_retries=MAX_RETRIES,
+            )
         results: dict[str, dict[str, Any]] = {}
         for row in ds.iter_rows():
             result = json.loads(row["result"])

@@ -16,9 +16,18 @@ from typing import Any
 
 from pipeline.config import config_hash, output_config
 from pipeline.executors import Executor, make_executor
-from pipeline.ingest_task import run_ingest_task, task_id_for
-from pipeline.outputs import ensure_dir, out_fs, read_json, remove_stale_temps, write_bytes_atomic, write_json_atomic
+from pipeline.ingest_task import run_ingest_task
+from pipeline.outputs import (
+    ensure_dir,
+    out_fs,
+    read_json,
+    remove_stale_task_outputs,
+    remove_stale_temps,
+    write_bytes_atomic,
+    write_json_atomic,
+)
 from pipeline.progress import Progress
+from pipeline.split_input import apply_scans, input_entries, plan_ingest, run_scan_task, scan_tasks, split_settings
 from pipeline.stats import Stats, merge_all
 from schemas.errors import ConfigError
 from stages.ingest.reading import InputUnit, expand_inputs
@@ -89,6 +98,8 @@ def _run_stage(
     progress = Progress(stage, len(todo), mode=progress_mode)
     fresh = executor.map(fn, todo, progress) if todo else []
     seconds = progress.finish() if todo else 0.0
+    if todo:
+        remove_stale_temps(fs, root)  # left by attempts that died and were retried; every task is done now
     results = sorted(done + fresh, key=lambda r: r["task_id"])
     return results, {"tasks": len(tasks), "skipped": len(done), "ran": len(todo), "seconds": round(seconds, 3)}
 
@@ -100,7 +111,7 @@ def check_quarantine_rate(results: list[dict[str, Any]], bound: float) -> None:
     quarantined = total.get("records.quarantined")
     if not read or quarantined / read <= bound:
         return
-    worst = max(results, key=lambda r: (r["stats"].get("records.quarantined", 0), r["uri"]))
+    worst = max(input_entries(results), key=lambda r: (r["stats"].get("records.quarantined", 0), r["uri"]))
     reasons = {k.split(".", 1)[1]: v for k, v in worst["stats"].items() if k.startswith("quarantined.")}
     reason = max(sorted(reasons), key=lambda k: reasons[k]) if reasons else "unknown"
     raise ConfigError(
@@ -141,30 +152,29 @@ def _run(cfg: dict[str, Any], fs, root: str, executor: Executor, echo: Echo) -> 
         units = resolve_units(cfg, echo)
         opts = adapter_opts(cfg)
         ingest_cfg = {k: cfg[k] for k in ("run", "ingest", "filter", "redact")}
+        plan = plan_ingest(units, split_settings(cfg))
+        scans = scan_tasks(plan, cfg["run"]["out"])
+        if scans:
+            scanned, stage_runs["scan"] = _run_stage(executor, "scan", run_scan_task, scans, fs, root, progress_mode)
+            plan = apply_scans(plan, scanned)
         tasks = []
-        for unit, fmt in units:
-            tid = task_id_for(unit.uri)
-            tasks.append(
-                {
-                    "task_id": tid,
-                    "uri": unit.uri,
-                    "is_dir": unit.is_dir,
-                    "format": fmt,
-                    "opts": opts,
-                    "out": cfg["run"]["out"],
-                    "cfg": cfg,
-                    "spec_hash": _spec_hash(unit.uri, fmt, opts, output_config(ingest_cfg)),
-                }
-            )
+        for work in plan:
+            fields = work.task_fields()
+            ranged = [fields["range"]] if "range" in fields else []
+            spec = _spec_hash(work.identity, work.format, opts, output_config(ingest_cfg), *ranged)
+            tasks.append({**fields, "opts": opts, "out": cfg["run"]["out"], "cfg": cfg, "spec_hash": spec})
         ingest_results, stage_runs["ingest"] = _run_stage(
             executor, "ingest", run_ingest_task, tasks, fs, root, progress_mode
         )
+        stale = remove_stale_task_outputs(fs, root, {t["task_id"] for t in tasks})
+        if stale:
+            echo(f"removed {stale} file(s) of tasks that an earlier run over other inputs or another layout left")
     check_quarantine_rate(ingest_results, cfg["run"]["max_quarantine_rate"])
     stats = merge_all([r["stats"] for r in ingest_results])
     manifest: dict[str, Any] = {
         "config": output_config(cfg),
         "config_hash": chash,
-        "inputs": [dict(r["input"], format=r["format"]) for r in ingest_results],
+        "inputs": [dict(e["input"], format=e["format"]) for e in input_entries(ingest_results)],
         "counts": stats.nested(),
         "layers": _layer_listing(fs, root, ("trajectories", "quarantine")),
         "versions": _versions(),

@@ -1,0 +1,450 @@
+"""Parallel reading of large inputs: line-aligned byte ranges of big JSONL files, groups of small files.
+
+Ingest work comes in three shapes, each one task with a deterministic id:
+
+- one unit (a file or a session directory), id = hash of its URI (the shape of every small input);
+- a **byte range** of a large JSONL file whose adapter reads one record per line: plain files are cut
+  every ``ingest.split_bytes`` (64 MiB), ``.zst`` files at frame boundaries when they hold several
+  independent frames (the seek table of the zstd seekable format when present, else the frame
+  headers), never inside a frame; ``.gz`` and single-frame ``.zst`` files stay whole. Id = hash of
+  URI + range;
+- a **group** of consecutive small units of one format, closed once it holds ``ingest.group_bytes``
+  (8 MiB) or ``ingest.group_files`` (64), so a folder of many tiny files is not dominated by per-task
+  overhead. Id = hash of the member URIs.
+
+A range owns the lines that *start* inside it: its reader skips the partial line it begins in and
+reads past its end to finish its last line. Locators stay the true line numbers (``line N``), so
+records, trajectory ids and quarantine rows are the same whether a file is split or not, at any
+range size. That needs the count of newlines before each range, found by a cheap first pass (the
+``scan`` stage: one task per range, counting ``b"\\n"`` in parallel, which also hashes the range for
+the manifest). Byte-offset locators would have saved the pass but made ids depend on the layout.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import posixpath
+import struct
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass, field, replace
+from itertools import pairwise
+from typing import Any
+
+import zstandard
+
+from pipeline.outputs import out_fs, write_json_atomic
+from schemas.errors import InvalidRecord
+from stages.ingest.reading import DEFAULT_MAX_RECORD_BYTES, InputUnit, container_of, filesystem, split_compression
+from stages.ingest.registry import RawRecord
+
+DEFAULT_SPLIT_BYTES = 64 * 1024 * 1024
+DEFAULT_GROUP_BYTES = 8 * 1024 * 1024
+DEFAULT_GROUP_FILES = 64
+# Adapters whose JSONL reading is exactly one native record per line (records_from_container).
+LINE_RECORD_FORMATS = frozenset({"lwm-jsonl", "openai-messages", "sharegpt", "atif", "magentic-one", "openhands"})
+_CHUNK = 1 << 20
+_ZSTD_MAGIC = 0xFD2FB528
+_SKIPPABLE_MASK, _SKIPPABLE_MAGIC = 0xFFFFFFF0, 0x184D2A50
+_SEEKABLE_FOOTER_MAGIC = 0x8F92EAB1
+
+
+@dataclass(frozen=True)
+class SplitSettings:
+    """Sizes that shape ingest tasks (config ``ingest.split_bytes``, ``group_bytes``, ``group_files``)."""
+
+    split_bytes: int = DEFAULT_SPLIT_BYTES
+    group_bytes: int = DEFAULT_GROUP_BYTES
+    group_files: int = DEFAULT_GROUP_FILES
+
+
+def split_settings(cfg: dict[str, Any]) -> SplitSettings:
+    """The split and grouping sizes of a resolved config (defaults where unset)."""
+    ingest = cfg.get("ingest", {})
+    return SplitSettings(
+        int(ingest.get("split_bytes") or DEFAULT_SPLIT_BYTES),
+        int(ingest.get("group_bytes") or DEFAULT_GROUP_BYTES),
+        int(ingest.get("group_files") or DEFAULT_GROUP_FILES),
+    )
+
+
+@dataclass(frozen=True)
+class ByteRange:
+    """Bytes [start, end) of a file (compressed bytes for .zst, aligned to frames); after the scan,
+    `length` is the decompressed size it owns, `lines_before` the newlines before it and
+    `skip_partial` whether it begins inside a line that belongs to the range before."""
+
+    start: int
+    end: int
+    compression: str | None = None
+    length: int = -1
+    lines_before: int = 0
+    skip_partial: bool = False
+    input: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class IngestWork:
+    """One ingest task's input: one unit, a group of units (one format), or a range of one file."""
+
+    units: tuple[InputUnit, ...]
+    format: str
+    byte_range: ByteRange | None = None
+
+    @property
+    def task_id(self) -> str:
+        return task_id_for(self.identity)
+
+    @property
+    def identity(self) -> str:
+        """What the task id and spec hash are computed from (a single unit: its URI, as always)."""
+        if self.byte_range is not None:
+            return f"{self.units[0].uri}#bytes={self.byte_range.start}-{self.byte_range.end}"
+        return "\n".join(u.uri for u in self.units)
+
+    def task_fields(self) -> dict[str, Any]:
+        """The input part of an ingest task dict (JSON-friendly)."""
+        first = self.units[0]
+        out: dict[str, Any] = {"task_id": self.task_id, "uri": first.uri, "is_dir": first.is_dir, "format": self.format}
+        if len(self.units) > 1:
+            out["members"] = [{"uri": u.uri, "is_dir": u.is_dir} for u in self.units]
+        if self.byte_range is not None:
+            out["range"] = asdict(self.byte_range)
+        return out
+
+
+def task_id_for(identity: str) -> str:
+    return hashlib.sha256(identity.encode()).hexdigest()[:16]
+
+
+def _size(unit: InputUnit) -> int:
+    fs, path = filesystem(unit.uri)
+    return int(fs.du(path)) if unit.is_dir else int(fs.size(path))
+
+
+def plan_ingest(units: list[tuple[InputUnit, str]], settings: SplitSettings) -> list[IngestWork]:
+    """Ingest work for sorted input units: big splittable files → ranges, small ones → groups."""
+    plan: list[IngestWork] = []
+    group: list[InputUnit] = []
+    group_fmt, group_bytes = "", 0
+
+    def flush() -> None:
+        nonlocal group, group_bytes
+        if group:
+            plan.append(IngestWork(tuple(group), group_fmt))
+        group, group_bytes = [], 0
+
+    for unit, fmt in units:
+        size = _size(unit)
+        ranges = file_ranges(unit, fmt, size, settings.split_bytes)
+        if len(ranges) > 1:
+            flush()
+            plan.extend(IngestWork((unit,), fmt, r) for r in ranges)
+            continue
+        if size >= settings.group_bytes:
+            flush()
+            plan.append(IngestWork((unit,), fmt))
+            continue
+        if group and fmt != group_fmt:
+            flush()
+        group_fmt = fmt
+        group.append(unit)
+        group_bytes += size
+        if group_bytes >= settings.group_bytes or len(group) >= settings.group_files:
+            flush()
+    flush()
+    return plan
+
+
+def file_ranges(unit: InputUnit, fmt: str, size: int, split_bytes: int) -> list[ByteRange]:
+    """Byte ranges of one file; a single range means the file is read whole."""
+    whole = [ByteRange(0, size)]
+    if unit.is_dir or fmt not in LINE_RECORD_FORMATS or container_of(unit.uri) != "jsonl" or size <= split_bytes:
+        return whole
+    _, compression = split_compression(unit.uri)
+    if compression is None:
+        cuts = list(range(0, size, split_bytes)) + [size]
+        return [ByteRange(a, b) for a, b in pairwise(cuts)]
+    if compression != "zstd":
+        return whole
+    frames = zstd_frames(unit.uri, size)
+    if len(frames) < 2:
+        return whole
+    ranges, start, end = [], frames[0][0], frames[0][0]
+    for offset, csize in frames:
+        if end - start >= split_bytes:
+            ranges.append(ByteRange(start, end, "zstd"))
+            start = offset
+        end = offset + csize
+    ranges.append(ByteRange(start, end, "zstd"))
+    return ranges
+
+
+def zstd_frames(uri: str, size: int) -> list[tuple[int, int]]:
+    """``(offset, compressed size)`` of each data frame; ``[]`` when the layout cannot be trusted
+    (a truncated or unknown frame), which keeps the file whole and leaves errors to the reader."""
+    fs, path = filesystem(uri)
+    with fs.open(path, "rb") as f:
+        table = _seek_table(f, size)
+        return table if table is not None else _walk_frames(f, size)
+
+
+def _seek_table(f, size: int) -> list[tuple[int, int]] | None:
+    """Frames from the trailing seek table of the zstd seekable format, if the file has one."""
+    if size < 17:
+        return None
+    f.seek(size - 9)
+    count, descriptor, magic = struct.unpack("<IBI", f.read(9))
+    if magic != _SEEKABLE_FOOTER_MAGIC:
+        return None
+    entry = 12 if descriptor & 0x80 else 8
+    table_frame = 8 + count * entry + 9
+    if table_frame > size:
+        return None
+    f.seek(size - table_frame)
+    data = f.read(table_frame)
+    frames, offset = [], 0
+    for i in range(count):
+        csize = struct.unpack_from("<I", data, 8 + i * entry)[0]
+        frames.append((offset, csize))
+        offset += csize
+    return frames if offset == size - table_frame else None
+
+
+def _walk_frames(f, size: int) -> list[tuple[int, int]]:
+    """Frame boundaries from frame and block headers (reads a few bytes per 128 KiB block)."""
+    frames, offset = [], 0
+    while offset < size:
+        f.seek(offset)
+        head = f.read(18)
+        if len(head) < 8:
+            return []
+        magic = struct.unpack_from("<I", head)[0]
+        if magic & _SKIPPABLE_MASK == _SKIPPABLE_MAGIC:
+            offset += 8 + struct.unpack_from("<I", head, 4)[0]
+            continue
+        if magic != _ZSTD_MAGIC:
+            return []
+        try:
+            pos = offset + zstandard.frame_header_size(head)
+            checksum = zstandard.get_frame_parameters(head).has_checksum
+        except zstandard.ZstdError:
+            return []
+        while True:
+            f.seek(pos)
+            block = f.read(3)
+            if len(block) < 3:
+                return []
+            header = int.from_bytes(block, "little")
+            kind, bsize = (header >> 1) & 3, header >> 3
+            if kind == 3:
+                return []
+            pos += 3 + (1 if kind == 1 else bsize)
+            if header & 1:
+                break
+        end = pos + (4 if checksum else 0)
+        if end > size:
+            return []
+        frames.append((offset, end - offset))
+        offset = end
+    return frames
+
+
+def _raw_chunks(uri: str, start: int, stop: int | None = None) -> Iterator[bytes]:
+    """The file's bytes from offset `start` to `stop` (or the end), 1 MiB at a time."""
+    fs, path = filesystem(uri)
+    with fs.open(path, "rb") as raw:
+        raw.seek(start)
+        remaining = None if stop is None else stop - start
+        while remaining is None or remaining > 0:
+            chunk = raw.read(_CHUNK if remaining is None else min(_CHUNK, remaining))
+            if not chunk:
+                return
+            if remaining is not None:
+                remaining -= len(chunk)
+            yield chunk
+
+
+def _inflate(chunks: Iterator[bytes], compression: str | None) -> Iterator[bytes]:
+    """Decompressed bytes of `chunks` (starting at a frame for zstd; frames follow one another)."""
+    if compression != "zstd":
+        yield from chunks
+        return
+    dctx = zstandard.ZstdDecompressor()
+    dobj, in_frame = dctx.decompressobj(), False
+    for chunk in chunks:
+        while chunk:
+            in_frame = True
+            out = dobj.decompress(chunk)
+            chunk = b""
+            if dobj.eof:
+                chunk, dobj, in_frame = dobj.unused_data, dctx.decompressobj(), False
+            if out:
+                yield out
+    if in_frame:
+        raise EOFError("compressed stream ended before the end of its frame")
+
+
+def scan_tasks(plan: list[IngestWork], out: str) -> list[dict[str, Any]]:
+    """One scan task per byte range of the plan (the first pass that counts newlines)."""
+    tasks = []
+    for work in plan:
+        if work.byte_range is None:
+            continue
+        r, uri = work.byte_range, work.units[0].uri
+        fs, path = filesystem(uri)
+        spec = json.dumps([uri, r.start, r.end, r.compression, int(fs.size(path))])
+        tasks.append({"task_id": work.task_id, "uri": uri, "start": r.start, "end": r.end,
+                      "compression": r.compression, "out": out, "spec_hash": task_id_for(spec)})
+    return tasks
+
+
+def run_scan_task(task: dict[str, Any]) -> dict[str, Any]:
+    """Count the newlines of one range; also its decompressed length, last byte and sha256 (one read)."""
+    digest = hashlib.sha256()
+
+    def hashed(chunks: Iterator[bytes]) -> Iterator[bytes]:
+        for chunk in chunks:
+            digest.update(chunk)
+            yield chunk
+
+    newlines, length, last, error = 0, 0, b"", ""
+    try:
+        for chunk in _inflate(hashed(_raw_chunks(task["uri"], task["start"], task["end"])), task["compression"]):
+            newlines += chunk.count(b"\n")
+            length += len(chunk)
+            last = chunk[-1:]
+    except (EOFError, zstandard.ZstdError) as exc:
+        error = f"{type(exc).__name__}: {exc}"  # the file is then read whole, where errors are quarantined
+    result = {
+        "task_id": task["task_id"], "stage": "scan", "uri": task["uri"], "newlines": newlines, "length": length,
+        "ends_with_newline": last == b"\n", "error": error, "spec_hash": task["spec_hash"], "rows": 0,
+        "bytes": task["end"] - task["start"],
+        "input": {"uri": task["uri"], "range": [task["start"], task["end"]], "size": task["end"] - task["start"],
+                  "sha256": digest.hexdigest(), "files": 1},
+    }
+    fs_out, root = out_fs(task["out"])
+    write_json_atomic(fs_out, posixpath.join(root, "_tasks", "scan", f"{task['task_id']}.json"), result)
+    return result
+
+
+def apply_scans(plan: list[IngestWork], scans: list[dict[str, Any]]) -> list[IngestWork]:
+    """Give each range its line offset; a file whose scan failed goes back to one whole-file task."""
+    by_id = {s["task_id"]: s for s in scans}
+    failed = {w.units[0].uri for w in plan if w.byte_range is not None and by_id[w.task_id]["error"]}
+    out: list[IngestWork] = []
+    lines_before, prev_newline, current = 0, True, None
+    for work in plan:
+        if work.byte_range is None:
+            out.append(work)
+            continue
+        uri = work.units[0].uri
+        if uri in failed:
+            if uri != current:
+                out.append(IngestWork(work.units, work.format))
+            current = uri
+            continue
+        if uri != current:
+            lines_before, prev_newline, current = 0, True, uri
+        scan = by_id[work.task_id]
+        r = replace(work.byte_range, length=scan["length"], lines_before=lines_before,
+                    skip_partial=not prev_newline, input=scan["input"])
+        out.append(replace(work, byte_range=r))
+        lines_before += scan["newlines"]
+        prev_newline = scan["ends_with_newline"] if scan["length"] else prev_newline
+    return out
+
+
+def iter_range_lines(uri: str, r: dict[str, Any], max_bytes: int) -> Iterator[tuple[int, str] | InvalidRecord]:
+    """``(line_number, text)`` of the non-blank lines that start in range `r`, as `iter_lines` gives them."""
+    lineno = r["lines_before"]
+    length = r["length"]
+    skipping = r["skip_partial"]
+    if not skipping and length <= 0:
+        return
+    pending: list[bytes] = []
+    pending_len, oversized, offset = 0, False, 0
+    try:
+        for chunk in _inflate(_raw_chunks(uri, r["start"]), r["compression"]):
+            i = 0
+            while True:
+                nl = chunk.find(b"\n", i)
+                piece = chunk[i:] if nl < 0 else chunk[i:nl]
+                if not skipping and not oversized:
+                    pending_len += len(piece)
+                    if pending_len > max_bytes:
+                        oversized, pending = True, []
+                    else:
+                        pending.append(piece)
+                if nl < 0:
+                    break
+                lineno += 1
+                if skipping:
+                    skipping = False
+                else:
+                    out = _finish_line(uri, lineno, pending, oversized, max_bytes)
+                    if out is not None:
+                        yield out
+                pending, pending_len, oversized = [], 0, False
+                i = nl + 1
+                if offset + i >= length:
+                    return  # the next line starts in the next range
+            offset += len(chunk)
+    except (EOFError, zstandard.ZstdError, OSError) as exc:
+        yield InvalidRecord("truncated_stream", f"stream ends early or is corrupt ({exc})", f"line {lineno + 1}", uri)
+        return
+    if not skipping and (pending or oversized):
+        out = _finish_line(uri, lineno + 1, pending, oversized, max_bytes)
+        if out is not None:
+            yield out
+
+
+def _finish_line(uri: str, lineno: int, pending: list[bytes], oversized: bool, max_bytes: int):
+    if oversized:
+        return InvalidRecord("line_too_long", f"line exceeds {max_bytes} bytes", f"line {lineno}", uri)
+    data = b"".join(pending)
+    if not data.strip():
+        return None
+    try:
+        return lineno, data.decode("utf-8").rstrip("\r")
+    except UnicodeDecodeError as exc:
+        return InvalidRecord("bad_encoding", f"not UTF-8 ({exc.reason})", f"line {lineno}", uri)
+
+
+def range_records(uri: str, fmt: str, r: dict[str, Any], max_bytes: int) -> Iterator[RawRecord | InvalidRecord]:
+    """The JSONL records of one range, exactly as `records_from_container` yields them unsplit."""
+    for item in iter_range_lines(uri, r, max_bytes):
+        if isinstance(item, InvalidRecord):
+            yield item
+            continue
+        lineno, text = item
+        try:
+            value = json.loads(text)
+        except json.JSONDecodeError as exc:
+            yield InvalidRecord("malformed_json", f"{exc.msg} at column {exc.colno}", f"line {lineno}", uri)
+            continue
+        yield RawRecord(uri, f"line {lineno}", fmt, json.dumps(value, ensure_ascii=False, default=str))
+
+
+class RangeAdapter:
+    """An adapter restricted to one byte range: reads the range's lines, normalizes as the adapter does."""
+
+    def __init__(self, adapter, byte_range: dict[str, Any]) -> None:
+        self.adapter, self.byte_range = adapter, byte_range
+        self.name = adapter.name
+
+    def read(self, unit: InputUnit, opts: dict[str, Any]) -> Iterator[RawRecord | InvalidRecord]:
+        max_bytes = int(opts.get("max_record_bytes") or DEFAULT_MAX_RECORD_BYTES)
+        return range_records(unit.uri, self.name, self.byte_range, max_bytes)
+
+    def normalize(self, record: RawRecord, opts: dict[str, Any]):
+        return self.adapter.normalize(record, opts)
+
+
+def input_entries(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per input (file, directory or range): ``{uri, input, format, stats}``, flattening groups."""
+    out = []
+    for r in results:
+        for m in r.get("members") or [r]:
+            out.append({"uri": m["uri"], "input": m["input"], "format": r["format"], "stats": m["stats"]})
+    return out

@@ -1,0 +1,114 @@
+"""From ``s3://`` input to ``s3://`` output, against moto's S3 server on a loopback port.
+
+The runs go through the command line with the endpoint in ``FSSPEC_S3_ENDPOINT_URL`` (fsspec's
+per-protocol environment config) and dummy credentials in the usual AWS variables; a Ray run gets
+them in its workers because the local Ray instance it starts inherits the environment.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+import subprocess
+
+import pyarrow.parquet as pq
+import pytest
+
+from tests.test_ray_executor import LWM, clean_env, config_toml, write_corpus
+
+s3fs = pytest.importorskip("s3fs")
+moto_server = pytest.importorskip("moto.server")
+BUCKET = "lwm-test"
+KEY_ID = "AKIDLWMTEST" + secrets.token_hex(6).upper()
+SECRET = "lwm-secret-" + secrets.token_hex(16)
+
+
+@pytest.fixture(scope="module")
+def s3(tmp_path_factory):
+    server = moto_server.ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    endpoint = f"http://{host}:{port}"
+    env = {**clean_env(), "AWS_ACCESS_KEY_ID": KEY_ID, "AWS_SECRET_ACCESS_KEY": SECRET,
+           "AWS_DEFAULT_REGION": "us-east-1", "FSSPEC_S3_ENDPOINT_URL": endpoint}
+    fs = s3fs.S3FileSystem(key=KEY_ID, secret=SECRET, endpoint_url=endpoint, skip_instance_cache=True)
+    fs.mkdir(BUCKET)
+    corpus = write_corpus(tmp_path_factory.mktemp("corpus") / "in", files=4, per_file=25, big=120)
+    fs.put(str(corpus) + "/", f"{BUCKET}/in/", recursive=True)
+    toml = config_toml(tmp_path_factory.mktemp("cfg") / "c.toml")
+    try:
+        yield {"fs": fs, "env": env, "endpoint": endpoint, "corpus": corpus, "toml": toml}
+    finally:
+        server.stop()
+
+
+def _lwm_run(s3, out: str, *extra: str) -> subprocess.CompletedProcess:
+    cmd = [LWM, "run", "--input", f"s3://{BUCKET}/in", "--out", out, "--config", str(s3["toml"]),
+           "--progress", "off", *extra]
+    return subprocess.run(cmd, env=s3["env"], capture_output=True, text=True, timeout=300)
+
+
+@pytest.fixture(scope="module")
+def local_run(s3) -> str:
+    proc = _lwm_run(s3, f"s3://{BUCKET}/out-local", "--executor", "local")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return f"{BUCKET}/out-local"
+
+
+def _objects(fs, root: str) -> dict[str, bytes]:
+    return {p[len(root) + 1:]: fs.cat_file(p) for p in sorted(fs.find(root))}
+
+
+def test_a_run_from_s3_to_s3_writes_a_complete_output(s3, local_run):
+    fs = s3["fs"]
+    objects = _objects(fs, local_run)
+    assert "_SUCCESS" in objects and "manifest.json" in objects
+    assert not [k for k in objects if ".tmp-" in k]
+    manifest = json.loads(objects["manifest.json"])
+    assert {i["uri"] for i in manifest["inputs"]} == {f"s3://{BUCKET}/in/{p.name}" for p in s3["corpus"].iterdir()}
+    # every shard the manifest lists is there with its recorded size and rows
+    for shard in manifest["shards"]:
+        data = objects[shard["path"]]
+        assert len(data) == shard["bytes"]
+        assert pq.read_metadata(fs.open(f"{local_run}/{shard['path']}", "rb")).num_rows == shard["rows"]
+    # the split file was read in ranges, straight from the object store
+    assert json.loads(objects["_timings.json"])["scan"]["tasks"] >= 2
+
+
+def test_the_training_reader_reads_the_shards_back_from_s3(s3, local_run, monkeypatch):
+    training = pytest.importorskip("training")
+    import fsspec
+
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", KEY_ID)
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", SECRET)
+    monkeypatch.setitem(fsspec.config.conf, "s3", {"endpoint_url": s3["endpoint"]})
+    manifest = json.loads(s3["fs"].cat_file(f"{local_run}/manifest.json"))
+    for pool in ("cpt", "sft", "eval"):
+        expected = sorted(r for s in manifest["shards"] if s["path"].startswith(f"shards/{pool}/")
+                          for r in pq.read_table(s3["fs"].open(f"{local_run}/{s['path']}", "rb"),
+                                                 columns=["sample_id"]).column("sample_id").to_pylist())
+        dataset = training.ShardDataset(f"s3://{local_run}/shards/{pool}", shuffle=False, rank=0, world_size=1)
+        samples = list(dataset)
+        assert sorted(s["sample_id"] for s in samples) == expected and expected, pool
+        assert all(len(s["input_ids"]) == len(s["loss_weight"]) > 0 for s in samples)
+
+
+def test_ray_on_s3_gives_the_same_objects_and_no_credential_reaches_an_output(s3, local_run):
+    proc = _lwm_run(s3, f"s3://{BUCKET}/out-ray", "--executor", "ray", "--num-cpus", "2")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    fs = s3["fs"]
+    local, ray = _objects(fs, local_run), _objects(fs, f"{BUCKET}/out-ray")
+    compared = [k for k in local if k.split("/")[0] in ("shards", "trajectories", "quarantine", "raw")]
+    assert len(compared) >= 10
+    assert {k: ray.get(k) for k in compared} == {k: local[k] for k in compared}
+    assert json.loads(ray["manifest.json"])["shards"] == json.loads(local["manifest.json"])["shards"]
+    for root, objects in ((local_run, local), (f"{BUCKET}/out-ray", ray)):
+        for key, data in objects.items():
+            texts = [data]
+            if key.endswith(".parquet"):  # compressed pages would hide a string from a byte scan
+                texts.append(json.dumps(pq.read_table(fs.open(f"{root}/{key}", "rb")).to_pylist(),
+                                        default=str).encode())
+            for text in texts:
+                assert KEY_ID.encode() not in text and SECRET.encode() not in text, key
+    for stream in (proc.stdout, proc.stderr):
+        assert KEY_ID not in stream and SECRET not in stream

@@ -1,0 +1,144 @@
+"""Re-running the same command resumes: finished tasks are skipped and the bytes never change.
+
+In-process runs with the local executor, plus one killed `lwm run --executor local` (its tasks die
+with it, so its partial files stay behind for the next run to remove).
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from pipeline.run import run_pipeline
+from tests.test_ray_executor import LWM, assert_same_outputs, clean_env, config_toml, corpus_config, write_corpus
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory) -> Path:
+    return write_corpus(tmp_path_factory.mktemp("corpus") / "in", big=150)
+
+
+def _run(corpus: Path, out: Path, **overrides) -> dict:
+    cfg = corpus_config([str(corpus)], out)
+    for section, values in overrides.items():
+        cfg[section].update(values)
+    return run_pipeline(cfg, echo=lambda m: None)
+
+
+def _timings(out: Path) -> dict:
+    return json.loads((out / "_timings.json").read_text())
+
+
+def _files(out: Path, sub: str) -> dict[str, bytes]:
+    return {str(p.relative_to(out)): p.read_bytes() for p in sorted((out / sub).rglob("*")) if p.is_file()}
+
+
+@pytest.fixture(scope="module")
+def fresh(corpus, tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("fresh") / "out"
+    _run(corpus, out)
+    return out
+
+
+def test_a_second_run_skips_every_task_and_changes_no_byte(corpus, fresh, tmp_path):
+    out = tmp_path / "out"
+    _run(corpus, out)
+    first = {**_files(out, "_tasks"), **_files(out, "shards")}
+    _run(corpus, out)
+    timings = _timings(out)
+    assert {"scan", "ingest", "samples", "shards"} <= set(timings)
+    for stage, t in timings.items():
+        assert t["ran"] == 0 and t["skipped"] == t["tasks"] > 0, stage
+    assert {**_files(out, "_tasks"), **_files(out, "shards")} == first
+    assert_same_outputs(fresh, out)
+
+
+def test_a_lost_task_is_the_only_one_run_again(corpus, fresh, tmp_path):
+    out = tmp_path / "out"
+    _run(corpus, out)
+    marker = sorted((out / "_tasks" / "ingest").glob("*.json"))[2]
+    (out / "trajectories" / f"part-{marker.stem}.parquet").unlink()
+    marker.unlink()
+    _run(corpus, out)
+    ingest = _timings(out)["ingest"]
+    assert (ingest["ran"], ingest["skipped"]) == (1, ingest["tasks"] - 1)
+    assert _timings(out)["samples"]["ran"] == 0  # the rebuilt part has the same spec, so its samples stand
+    assert_same_outputs(fresh, out)
+
+
+def test_a_changed_masking_setting_reruns_only_the_later_stages(corpus, tmp_path):
+    out = tmp_path / "out"
+    _run(corpus, out)
+    before = _files(out, "shards")
+    _run(corpus, out, masking={"keep_mode": "turn"})
+    timings = _timings(out)
+    assert timings["ingest"]["ran"] == 0 and timings["scan"]["ran"] == 0
+    assert timings["samples"]["ran"] == timings["samples"]["tasks"] and timings["shards"]["ran"] > 0
+    assert _files(out, "shards") != before
+    _run(corpus, tmp_path / "turn", masking={"keep_mode": "turn"})
+    assert_same_outputs(tmp_path / "turn", out)  # resumed with a new setting == a fresh run with it
+
+
+def test_another_task_layout_in_the_same_folder_leaves_nothing_of_the_old_one(corpus, tmp_path):
+    out = tmp_path / "out"
+    _run(corpus, out)  # ranges of 64 KiB, small files in pairs
+    one_per_file = {"split_bytes": 1 << 30, "group_files": 1}
+    _run(corpus, out, ingest=one_per_file)
+    _run(corpus, tmp_path / "fresh", ingest=one_per_file)
+    assert_same_outputs(tmp_path / "fresh", out)  # no stale part, marker or sample file survives
+    assert {p.name for p in (out / "_tasks" / "ingest").iterdir()} == {
+        p.name for p in (tmp_path / "fresh" / "_tasks" / "ingest").iterdir()
+    }
+    assert not (out / "_tasks" / "scan").exists() or not list((out / "_tasks" / "scan").iterdir())
+
+
+def test_from_layer_trajectories_gives_the_bytes_of_a_full_run(corpus, fresh, tmp_path):
+    out = tmp_path / "out"
+    _run(corpus, out, masking={"keep_mode": "token"})
+    _run(corpus, out, run={"from_layer": "trajectories"})
+    assert "ingest" not in _timings(out)
+    assert _files(out, "shards") == _files(fresh, "shards")
+
+
+def test_a_killed_run_leaves_no_success_and_the_next_run_cleans_up(corpus, tmp_path):
+    out = tmp_path / "out"
+    base = [LWM, "run", "--executor", "local", "--input", str(corpus), "--out", str(out), "--progress", "off",
+            "--config", str(config_toml(tmp_path / "c.toml"))]
+    done = subprocess.run(base, env=clean_env(), capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert (out / "_SUCCESS").exists()
+    # Same output folder, a setting that changes the trajectories: killed in the middle of its ingest.
+    cmd = [*base, "--redact-emails"]
+    env = {**clean_env(), "LWM_TEST_TASK_DELAY": "0.4"}
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    markers = out / "_tasks" / "ingest"
+    before = {p: p.stat().st_mtime_ns for p in markers.glob("*.json")}
+    deadline = time.monotonic() + 60
+    while proc.poll() is None and time.monotonic() < deadline:
+        rewritten = [p for p in markers.glob("*.json") if p.stat().st_mtime_ns != before.get(p)]
+        if len(rewritten) >= 2 and list((out / "trajectories").glob("*.tmp-*")):
+            proc.send_signal(signal.SIGKILL)
+            break
+        time.sleep(0.02)
+    proc.wait(timeout=30)
+    assert proc.returncode == -signal.SIGKILL
+    assert not (out / "_SUCCESS").exists()  # the earlier run's _SUCCESS does not vouch for mixed outputs
+    partial = list(out.rglob("*.tmp-*"))
+    assert partial
+
+    again = subprocess.run(cmd, env=clean_env(), capture_output=True, text=True, timeout=120)
+    assert again.returncode == 0, again.stderr[-2000:]
+    assert f"removed {len(partial)} partial file(s) left by an interrupted run" in again.stderr
+    assert not list(out.rglob("*.tmp-*")) and (out / "_SUCCESS").exists()
+    ingest = _timings(out)["ingest"]
+    assert ingest["skipped"] >= 2 and ingest["ran"] == ingest["tasks"] - ingest["skipped"]
+    fresh = tmp_path / "fresh"
+    redo = subprocess.run([str(fresh) if c == str(out) else c for c in cmd], env=clean_env(),
+                          capture_output=True, text=True, timeout=120)
+    assert redo.returncode == 0, redo.stderr[-2000:]
+    assert_same_outputs(fresh, out)

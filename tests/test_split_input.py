@@ -1,0 +1,243 @@
+"""Split reading of large inputs (pipeline/split_input.py): ranges give exactly the unsplit records."""
+
+from __future__ import annotations
+
+import json
+import struct
+from itertools import pairwise
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+import zstandard
+from hypothesis import HealthCheck, example, given, settings
+from hypothesis import strategies as st
+
+from pipeline.config import resolve
+from pipeline.run import run_pipeline
+from pipeline.split_input import (
+    SplitSettings,
+    apply_scans,
+    file_ranges,
+    plan_ingest,
+    range_records,
+    run_scan_task,
+    scan_tasks,
+    zstd_frames,
+)
+from schemas.errors import ConfigError, InvalidRecord
+from stages.ingest.common import records_from_container
+from stages.ingest.reading import InputUnit
+
+SPLIT = 1000  # bytes per range in the hand-built file below
+
+
+def _traj(i: int, pad: int = 0, with_id: bool = True) -> dict:
+    value = {
+        "domain": "terminal",
+        "system": {"task_description": f"task {i}", "action_space": "shell"},
+        "turns": [{"action": f"ls {i}", "observation": "x" * pad + f" out {i}"}, {"action": "pwd", "observation": "/"}],
+    }
+    if with_id:
+        value["traj_id"] = f"t{i:04d}"
+    return value
+
+
+def _line(i: int, length: int, with_id: bool = True) -> bytes:
+    """A JSONL line (with its newline) of exactly `length` bytes."""
+    base = json.dumps(_traj(i, 0, with_id)).encode()
+    pad = length - len(base) - 1
+    assert pad >= 0
+    return json.dumps(_traj(i, pad, with_id)).encode() + b"\n"
+
+
+def planted_file(path: Path) -> bytes:
+    """Lines placed on the range boundaries of SPLIT bytes (offsets counted by hand):
+
+    - line 1 fills [0, 1000): its newline is the last byte of range 0, so line 2 starts exactly at 1000;
+    - line 2 spans [1000, 1700), line 3 [1700, 2300): it straddles the boundary at 2000;
+    - line 4 is blank, 1 byte at 2300; line 5 is malformed JSON [2301, 2999): its newline is byte 2999;
+    - line 6 starts at 3000 (a boundary) without a traj_id, line 7 ends the file with no newline.
+    """
+    data = _line(1, 1000) + _line(2, 700) + _line(3, 600) + b"\n" + b"{not json" + b" " * 689 + b"\n"
+    assert len(data) == 3000
+    data += _line(6, 500, with_id=False) + _line(7, 401)[:-1]
+    assert len(data) == 3900
+    path.write_bytes(data)
+    return data
+
+
+def _records(items) -> list:
+    return [
+        ("invalid", i.reason, i.locator) if isinstance(i, InvalidRecord) else (i.locator, i.uri, i.format, i.payload)
+        for i in items
+    ]
+
+
+def split_read(uri: str, split_bytes: int, tmp: Path) -> tuple[list, int]:
+    """Records of every range of `uri` in order (through the scan pass), and the number of ranges."""
+    plan = plan_ingest([(InputUnit(uri), "lwm-jsonl")], SplitSettings(split_bytes, 1, 1))
+    scans = [run_scan_task(t) for t in scan_tasks(plan, str(tmp / "out"))]
+    plan = apply_scans(plan, scans)
+    out = []
+    for work in plan:
+        if work.byte_range is None:
+            out += _records(records_from_container(work.units[0], "lwm-jsonl", {}))
+        else:
+            out += _records(range_records(uri, "lwm-jsonl", work.task_fields()["range"], 1 << 20))
+    return out, len(plan)
+
+
+def test_planted_boundary_lines_are_read_once_with_their_true_line_numbers(tmp_path):
+    path = tmp_path / "big.jsonl"
+    planted_file(path)
+    whole = _records(records_from_container(InputUnit(str(path)), "lwm-jsonl", {}))
+    split, n = split_read(str(path), SPLIT, tmp_path)
+    assert n == 4  # 3900 bytes in ranges of 1000
+    assert split == whole
+    assert [r[2] if r[0] == "invalid" else r[0] for r in split] == [
+        "line 1", "line 2", "line 3", "line 5", "line 6", "line 7"
+    ]
+    assert ("invalid", "malformed_json", "line 5") in split
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(split_bytes=st.integers(min_value=3, max_value=4000))
+@example(split_bytes=1700)
+@example(split_bytes=2999)
+@example(split_bytes=3000)
+@example(split_bytes=3899)
+def test_any_range_size_reads_the_same_records(tmp_path, split_bytes):
+    path = tmp_path / "big.jsonl"
+    if not path.exists():
+        planted_file(path)
+    whole = _records(records_from_container(InputUnit(str(path)), "lwm-jsonl", {}))
+    split, n = split_read(str(path), split_bytes, tmp_path)
+    assert n == (1 if split_bytes >= 3900 else -(-3900 // split_bytes))
+    assert split == whole
+
+
+def _frames(data: bytes, cuts: list[int]) -> bytes:
+    """Independent zstd frames cut at arbitrary byte offsets (not at line ends)."""
+    edges = [0, *cuts, len(data)]
+    cctx = zstandard.ZstdCompressor(write_checksum=True)
+    return b"".join(cctx.compress(data[a:b]) for a, b in pairwise(edges))
+
+
+def _seek_table(frames: list[bytes], raw: list[int]) -> bytes:
+    entries = b"".join(struct.pack("<II", len(f), n) for f, n in zip(frames, raw))
+    body = entries + struct.pack("<IBI", len(frames), 0, 0x8F92EAB1)
+    return struct.pack("<II", 0x184D2A5E, len(body)) + body
+
+
+def test_multi_frame_zstd_is_split_at_frames_and_reads_the_same(tmp_path):
+    data = planted_file(tmp_path / "plain.jsonl")
+    path = tmp_path / "big.jsonl.zst"
+    path.write_bytes(_frames(data, [450, 1200, 2050, 2999, 3500]))
+    assert len(zstd_frames(str(path), path.stat().st_size)) == 6
+    whole = _records(records_from_container(InputUnit(str(path)), "lwm-jsonl", {}))
+    for split_bytes, ranges in ((1, 6), (path.stat().st_size // 3, 3)):
+        split, n = split_read(str(path), split_bytes, tmp_path)
+        assert n == ranges
+        assert split == whole, split_bytes
+    assert [r[0] for r in whole if r[0] != "invalid"] == ["line 1", "line 2", "line 3", "line 6", "line 7"]
+
+
+def test_seekable_zstd_uses_its_seek_table(tmp_path):
+    data = planted_file(tmp_path / "plain.jsonl")
+    cctx = zstandard.ZstdCompressor()
+    chunks = [data[0:1500], data[1500:2600], data[2600:]]
+    frames = [cctx.compress(c) for c in chunks]
+    path = tmp_path / "seekable.jsonl.zst"
+    path.write_bytes(b"".join(frames) + _seek_table(frames, [len(c) for c in chunks]))
+    offsets = [0, len(frames[0]), len(frames[0]) + len(frames[1])]
+    assert zstd_frames(str(path), path.stat().st_size) == [(o, len(f)) for o, f in zip(offsets, frames)]
+    whole = _records(records_from_container(InputUnit(str(path)), "lwm-jsonl", {}))
+    split, n = split_read(str(path), 1, tmp_path)
+    assert n == 3
+    assert split == whole
+
+
+def test_single_frame_gzip_and_truncated_zstd_stay_whole(tmp_path):
+    import gzip
+
+    data = planted_file(tmp_path / "plain.jsonl")
+    one = tmp_path / "one.jsonl.zst"
+    one.write_bytes(zstandard.ZstdCompressor().compress(data))
+    gz = tmp_path / "a.jsonl.gz"
+    gz.write_bytes(gzip.compress(data))
+    cut = tmp_path / "cut.jsonl.zst"
+    cut.write_bytes(_frames(data, [1000, 2000])[:-5])
+    for p in (one, gz, cut):
+        assert len(file_ranges(InputUnit(str(p)), "lwm-jsonl", p.stat().st_size, 10)) == 1, p.name
+    assert zstd_frames(str(cut), cut.stat().st_size) == []
+    # a format that is not one record per line is never split
+    assert len(file_ranges(InputUnit(str(tmp_path / "plain.jsonl")), "agentworldbench", 3900, 10)) == 1
+
+
+def _cfg(inputs: list[str], out: Path, **ingest) -> dict:
+    return resolve(
+        {"ingest": ingest, "pools": {"ratios": {"cpt": 0.5, "sft": 0.3, "rl": 0.1, "eval": 0.1}}},
+        {"run": {"input": inputs, "out": str(out)}, "executor": {"kind": "local", "progress": "off"}},
+    )
+
+
+def _layer(out: Path, layer: str, key: str) -> list[dict]:
+    rows = [r for p in sorted((out / layer).glob("*.parquet")) for r in pq.read_table(p).to_pylist()]
+    return sorted(rows, key=lambda r: r[key])
+
+
+def test_pipeline_on_a_split_file_matches_the_unsplit_run(tmp_path):
+    path = tmp_path / "in" / "big.jsonl"
+    path.parent.mkdir()
+    lines = [_line(i, 300 + (i * 37) % 500, with_id=i % 3 != 0) for i in range(120)]
+    lines[50] = b'{"broken": \n'
+    path.write_bytes(b"".join(lines))
+    run_pipeline(_cfg([str(path)], tmp_path / "whole"), echo=lambda m: None)
+    manifest = run_pipeline(_cfg([str(path)], tmp_path / "split", split_bytes=8192), echo=lambda m: None)
+    timings = json.loads((tmp_path / "split" / "_timings.json").read_text())
+    n_ranges = -(-path.stat().st_size // 8192)
+    assert n_ranges >= 3
+    assert timings["scan"]["tasks"] == timings["ingest"]["tasks"] == n_ranges
+    for layer, key in (("trajectories", "traj_id"), ("quarantine", "locator")):
+        assert _layer(tmp_path / "split", layer, key) == _layer(tmp_path / "whole", layer, key)
+    assert len(_layer(tmp_path / "split", "trajectories", "traj_id")) == 119
+    assert [(q["locator"], q["reason"]) for q in _layer(tmp_path / "split", "quarantine", "locator")] == [
+        ("line 51", "malformed_json")
+    ]
+    for shard in sorted((tmp_path / "whole" / "shards").rglob("*.parquet")):
+        twin = tmp_path / "split" / shard.relative_to(tmp_path / "whole")
+        assert twin.read_bytes() == shard.read_bytes(), shard.name
+    edges = sorted(i["range"] for i in manifest["inputs"])
+    assert [a for a, _ in edges] == [b for _, b in [(0, 0), *edges[:-1]]]  # the ranges tile the file
+    assert edges[-1][1] == path.stat().st_size == sum(i["size"] for i in manifest["inputs"])
+
+
+def test_small_files_are_grouped_and_read_the_same(tmp_path):
+    src = tmp_path / "in"
+    src.mkdir()
+    for f in range(10):
+        (src / f"f{f:02d}.jsonl").write_bytes(b"".join(_line(f * 10 + i, 300) for i in range(10)))
+    (src / "f07.jsonl").write_bytes((src / "f07.jsonl").read_bytes() + b"oops\n")
+    run_pipeline(_cfg([str(src)], tmp_path / "one", group_files=1), echo=lambda m: None)
+    manifest = run_pipeline(_cfg([str(src)], tmp_path / "grouped", group_files=4), echo=lambda m: None)
+    timings = json.loads((tmp_path / "grouped" / "_timings.json").read_text())
+    assert timings["ingest"]["tasks"] == 3  # 4 + 4 + 2 files
+    assert json.loads((tmp_path / "one" / "_timings.json").read_text())["ingest"]["tasks"] == 10
+    assert _layer(tmp_path / "grouped", "trajectories", "traj_id") == _layer(tmp_path / "one", "trajectories", "traj_id")
+    assert sorted(i["uri"] for i in manifest["inputs"]) == sorted(str(p) for p in src.iterdir())
+    assert manifest["counts"]["records"]["quarantined"] == 1
+    strict = _cfg([str(src)], tmp_path / "grouped", group_files=4)
+    strict["run"]["max_quarantine_rate"] = 0.0
+    with pytest.raises(ConfigError, match=r"worst file .*f07\.jsonl: 1 × malformed_json"):
+        run_pipeline(strict, echo=lambda m: None)
+
+
+def test_groups_never_mix_formats_and_large_files_stay_alone(tmp_path):
+    units = []
+    for name, size in (("a.jsonl", 10), ("b.jsonl", 10), ("c.json", 10), ("d.jsonl", 5000), ("e.jsonl", 10)):
+        (tmp_path / name).write_bytes(b"x" * size)
+        units.append((InputUnit(str(tmp_path / name)), "sharegpt" if name == "c.json" else "lwm-jsonl"))
+    plan = plan_ingest(units, SplitSettings(split_bytes=1 << 20, group_bytes=1000, group_files=8))
+    assert [[Path(u.uri).name for u in w.units] for w in plan] == [["a.jsonl", "b.jsonl"], ["c.json"], ["d.jsonl"], ["e.jsonl"]]
+    assert plan[0].task_id != plan[2].task_id and len({w.task_id for w in plan}) == 4
