@@ -80,6 +80,10 @@ def render_results(figures: list[Figure], command: str, runs: int, profiles: dic
         *(figure_row(f) for f in figures),
         "",
     ]
+    large = os.path.join(os.path.dirname(__file__), "LARGE_RUN.md")
+    if os.path.exists(large):
+        with open(large) as f:
+            lines += [f.read().rstrip(), ""]
     if profiles:
         lines += ["## Profiles of missed targets", ""]
         for name, text in profiles.items():
