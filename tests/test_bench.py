@@ -7,9 +7,10 @@ from bench.results import figure_row, render_results
 
 def test_expansion_benchmark_gives_one_ratio_per_run_and_length():
     figures = expansion.run((3,), count=2, runs=2)
-    assert [f.name for f in figures] == ["3. all-turn / 1-turn expansion, 3 turns"]
-    assert len(figures[0].ratios) == 2
-    assert all(r > 0 for r in figures[0].ratios)
+    assert [f.name for f in figures] == ["3a. all-turn / 1-turn tokenization time, 3 turns",
+                                         "3b. all-turn / 1-turn total build time, 3 turns"]
+    assert [f.target for f in figures] == [1.3, None]
+    assert all(len(f.ratios) == 2 and all(r > 0 for r in f.ratios) for f in figures)
 
 
 def test_long_trajectories_have_the_asked_length():
