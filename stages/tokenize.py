@@ -32,6 +32,8 @@ from schemas.errors import ConfigError
 _ALNUM_END = regex.compile(r"[\p{L}\p{M}\p{N}]\Z")
 _ALNUM_START = regex.compile(r"[\p{L}\p{M}\p{N}]")
 _TRAILING_RUN = regex.compile(r"[^\p{L}\p{M}\p{N}]*\Z")
+_SHORT_CHARS = 48
+_SHORT_ENTRIES = 4096
 _KNOWN_PATTERN_MARKERS = (r"\p{L}", r"\p{N}", r"\s+(?!\S)")
 
 
@@ -52,14 +54,23 @@ class SegmentTokenizer:
     splice_ok: bool
     normalization: str | None
     counter: TokenCounter = field(default_factory=TokenCounter)
+    # Short junction strings ("```\n\n", "}\n</predicted_observation>") recur in every sample;
+    # their ids are remembered so all-turn expansion does not pay a tokenizer call per sample.
+    _short: dict[str, list[int]] = field(default_factory=dict)
 
     def norm(self, text: str) -> str:
         return unicodedata.normalize(self.normalization, text) if self.normalization else text
 
     def encode(self, text: str) -> list[int]:
+        short = len(text) <= _SHORT_CHARS
+        if short and text in self._short:
+            return list(self._short[text])
         self.counter.chars += len(text)
         self.counter.calls += 1
-        return self.tok.encode(text)
+        ids = self.tok.encode(text)
+        if short and len(self._short) < _SHORT_ENTRIES:
+            self._short[text] = list(ids)
+        return ids
 
     def encode_batch(self, texts: list[str]) -> list[list[int]]:
         self.counter.chars += sum(len(t) for t in texts)
