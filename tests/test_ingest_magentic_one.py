@@ -7,26 +7,16 @@ from pathlib import Path
 
 import pytest
 
-from schemas.errors import InvalidRecord
 from schemas.trajectory import trajectories_to_table
 from stages.ingest import registry
 from stages.ingest.magentic_one import ADAPTER
 from stages.ingest.reading import InputUnit
+from tests.ingest_helpers import ingest_unit
 
 
 def ingest(path: Path, **opts):
     """Read and normalize one unit; return (trajectories, quarantined records)."""
-    opts = registry.resolve_opts(ADAPTER, opts)
-    trajs, bad = [], []
-    for record in ADAPTER.read(InputUnit(str(path)), opts):
-        if isinstance(record, InvalidRecord):
-            bad.append(record)
-            continue
-        try:
-            trajs.extend(ADAPTER.normalize(record, opts))
-        except InvalidRecord as exc:
-            bad.append(exc)
-    return trajs, bad
+    return ingest_unit(ADAPTER, path, **opts)
 
 
 def one(path: Path):

@@ -16,21 +16,12 @@ from stages.ingest.openhands import ADAPTER
 from stages.ingest.reading import InputUnit
 from stages.ingest.registry import RawRecord
 from tests.conftest import FIXTURES
+from tests.ingest_helpers import ingest_unit
 
 
 def ingest(path: Path, **opts):
     """Read and normalize one unit; return (trajectories, quarantined records)."""
-    opts = registry.resolve_opts(ADAPTER, opts)
-    trajs, bad = [], []
-    for record in ADAPTER.read(InputUnit(str(path)), opts):
-        if isinstance(record, InvalidRecord):
-            bad.append(record)
-            continue
-        try:
-            trajs.extend(ADAPTER.normalize(record, opts))
-        except InvalidRecord as exc:
-            bad.append(exc)
-    return trajs, bad
+    return ingest_unit(ADAPTER, path, **opts)
 
 
 def one(path: Path):

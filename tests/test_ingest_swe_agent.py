@@ -16,6 +16,7 @@ from stages.ingest.reading import InputUnit
 from stages.ingest.registry import RawRecord
 from stages.ingest.swe_agent import ADAPTER, parse_command, parse_commands_doc
 from tests.conftest import FIXTURES
+from tests.ingest_helpers import ingest_unit
 
 REAL_TURNS = {
     "ctf_networking_1.traj": 4,
@@ -27,17 +28,7 @@ REAL_TURNS = {
 
 def ingest(path: Path, **opts):
     """Read and normalize one unit; return (trajectories, quarantined records)."""
-    opts = registry.resolve_opts(ADAPTER, opts)
-    trajs, bad = [], []
-    for record in ADAPTER.read(InputUnit(str(path)), opts):
-        if isinstance(record, InvalidRecord):
-            bad.append(record)
-            continue
-        try:
-            trajs.extend(ADAPTER.normalize(record, opts))
-        except InvalidRecord as exc:
-            bad.append(exc)
-    return trajs, bad
+    return ingest_unit(ADAPTER, path, **opts)
 
 
 def one(path: Path, **opts):
