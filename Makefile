@@ -36,10 +36,13 @@ test: $(VENV)/.installed
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/python -m pytest -q
 
+# datatrove is installed for the peer benchmark only (figure 8), not a dependency of lwmkit.
 bench: $(VENV)/.installed
+	$(PY) -m pip install -q datatrove
 	$(PY) -m bench
 
 bench-quick: $(VENV)/.installed
+	$(PY) -m pip install -q datatrove
 	$(PY) -m bench --quick
 
 clean:

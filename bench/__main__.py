@@ -8,10 +8,10 @@ import os
 import sys
 import tempfile
 
-from bench import dedup, expansion, loader, naive, processes, tokenizer_floor
-from bench.common import not_measured
+from bench import dedup, expansion, loader, naive, peer, processes, tokenizer_floor
 from bench.profile import profile_pipeline
 from bench.results import render_results
+from pipeline.config import resolve
 
 RESULTS = os.path.join(os.path.dirname(__file__), "RESULTS.md")
 
@@ -43,8 +43,9 @@ def main(argv: list[str] | None = None) -> int:
         figures.append(loader.run(out, runs))
         _say("7. dedup signatures")
         figures.append(dedup.run(500 if args.quick else 2000, runs))
-        figures.append(not_measured("8. peer: datatrove tokenizer step", None, True,
-                                    "datatrove is not installed (no time to install and set it up offline)"))
+        _say("8. peer (datatrove)")
+        figures.append(peer.run(out, resolve(overrides={"executor": {"kind": "local", "progress": "off"}}), work,
+                                runs))
         if floor.met is False:
             _say("profile of a local run (figure 1 missed)")
             inputs = sorted(glob.glob(os.path.join(work, "floor_in", "*", "*.jsonl")))
