@@ -16,7 +16,7 @@ from pipeline.config import resolve
 RESULTS = os.path.join(os.path.dirname(__file__), "RESULTS.md")
 
 # (trajectories for figures 1/2, expansion count, memory 1× size, Ray trajectories and files, runs)
-SIZES = {"quick": (120, 8, 40, 80, 4, 3), "full": (480, 20, 100, 320, 8, 5)}
+SIZES = {"quick": (120, 8, 40, 320, 4, 3), "full": (480, 20, 100, 1200, 8, 5)}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -28,10 +28,11 @@ def ray_runs(cpus: int, runs: int, out: str, inputs: list[str]) -> dict[str, lis
     executor = RayExecutor(num_cpus=cpus)
     times: dict[str, list[float]] = {"ray": [], "local": []}
     try:
-        run_pipeline(pipeline_config(inputs, out, "ray", cpus), echo=quiet, executor=executor)  # start workers
+        warm = pipeline_config(inputs, out, "ray", cpus, one_task_per_file=True)
+        run_pipeline(warm, echo=quiet, executor=executor)  # start workers
         for _ in range(runs):
             for kind in ("ray", "local"):
-                cfg = pipeline_config(inputs, out, kind, cpus)
+                cfg = pipeline_config(inputs, out, kind, cpus, one_task_per_file=True)
                 start = time.perf_counter()
                 run_pipeline(cfg, echo=quiet, executor=executor if kind == "ray" else None)
                 times[kind].append(time.perf_counter() - start)

@@ -74,7 +74,7 @@ def corpus_bytes(paths: list[str]) -> int:
 
 
 def pipeline_config(inputs: list[str], out: str, executor: str = "local", num_cpus: int = 0,
-                    pools: dict[str, Any] | None = None) -> dict[str, Any]:
+                    pools: dict[str, Any] | None = None, one_task_per_file: bool = False) -> dict[str, Any]:
     """A resolved run config over the bench corpus (fresh output directory)."""
     if os.path.exists(out):
         shutil.rmtree(out)
@@ -84,6 +84,8 @@ def pipeline_config(inputs: list[str], out: str, executor: str = "local", num_cp
     }
     if pools:
         overrides["pools"] = pools
+    if one_task_per_file:  # small bench files would otherwise be grouped into one ingest task
+        overrides["ingest"] = {"group_files": 1}
     return resolve(overrides=overrides)
 
 
