@@ -31,6 +31,10 @@ DEFAULTS: dict[str, Any] = {
         "ray_address": "",
         "num_cpus": 0,  # 0 = all cores of this machine (local Ray only)
         "progress": "auto",  # auto | bar | lines | off
+        # A Ray worker process runs this many tasks, then is replaced (0 = reuse forever): memory a
+        # task freed but the process kept cannot ratchet up the worker's size with the input.
+        # "auto": 1 for inputs of 256 MiB and more, else 0.
+        "max_tasks_per_worker": "auto",
     },
     "ingest": {
         "options": {},
@@ -125,6 +129,9 @@ def _check(cfg: dict[str, Any]) -> None:
     rate = cfg["run"]["max_quarantine_rate"]
     if not isinstance(rate, int | float) or not 0 <= rate <= 1:
         raise ConfigError(f"run.max_quarantine_rate must be within [0, 1], not {rate!r}")
+    mtw = cfg["executor"]["max_tasks_per_worker"]
+    if not (mtw == "auto" or (isinstance(mtw, int) and not isinstance(mtw, bool) and mtw >= 0)):
+        raise ConfigError(f"executor.max_tasks_per_worker must be \"auto\" or an integer ≥ 0, not {mtw!r}")
     if cfg["executor"]["kind"] not in ("ray", "local"):
         raise ConfigError(f"executor.kind must be ray or local, not {cfg['executor']['kind']!r}")
     if cfg["render"]["chat_format"] not in ("chatml", "plain"):

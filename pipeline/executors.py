@@ -49,4 +49,8 @@ def make_executor(cfg: dict[str, Any]) -> Executor:
         return LocalExecutor()
     from pipeline.ray_executor import RayExecutor
 
-    return RayExecutor(address=cfg["executor"]["ray_address"] or None, num_cpus=cfg["executor"]["num_cpus"] or None)
+    return RayExecutor(
+        address=cfg["executor"]["ray_address"] or None,
+        num_cpus=cfg["executor"]["num_cpus"] or None,
+        max_tasks_per_worker=cfg["executor"]["max_tasks_per_worker"],
+    )

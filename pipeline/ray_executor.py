@@ -18,14 +18,39 @@ from pipeline.executors import TaskFn
 from pipeline.progress import Progress
 
 MAX_RETRIES = 3
+RECYCLE_BYTES = 256 * 1024 * 1024
 
 
 def _wrap(fn: TaskFn):
     def run_row(row: dict[str, Any]) -> dict[str, Any]:
         task = json.loads(row["task"])
-        return {"task_id": task["task_id"], "result": json.dumps(fn(task))}
+        try:
+            return {"task_id": task["task_id"], "result": json.dumps(fn(task))}
+        finally:
+            release_memory()
 
     return run_row
+
+
+def release_memory() -> None:
+    """Hand memory freed by a finished task back to the OS.
+
+    Ray reuses a worker process for many tasks of many stages; without this, heap freed by one task
+    (Arrow buffers, Python objects) stays mapped and the worker's resident size ratchets up with
+    the number of tasks it ran, so peak memory per worker would grow with the input.
+    """
+    import gc
+
+    import pyarrow as pa
+
+    gc.collect()
+    pa.default_memory_pool().release_unused()
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):  # not glibc: nothing to trim
+        pass
 
 
 def quiet_ray_data() -> None:
@@ -43,11 +68,14 @@ class RayExecutor:
 
     name = "ray"
 
-    def __init__(self, address: str | None = None, num_cpus: int | None = None) -> None:
+    def __init__(self, address: str | None = None, num_cpus: int | None = None,
+                 max_tasks_per_worker: int | str = "auto") -> None:
         import ray
 
         self._ray = ray
         self._started = False
+        self._auto = max_tasks_per_worker == "auto"
+        self.max_tasks_per_worker = 0 if self._auto else int(max_tasks_per_worker)
         address = address or os.environ.get("RAY_ADDRESS") or None
         if not ray.is_initialized():
             if address:
@@ -68,6 +96,13 @@ class RayExecutor:
         ctx.print_on_execution_start = False
         self.cpus = int(ray.cluster_resources().get("CPU", 1))
 
+    def plan_for_input(self, total_bytes: int) -> None:
+        """With ``auto``: a fresh worker process per task once the input is large (≥ `RECYCLE_BYTES`),
+        so memory a task freed but its process kept cannot accumulate with the input; small runs
+        keep reusing workers, since a process start (~1-2 s) would dominate their tiny tasks."""
+        if self._auto:
+            self.max_tasks_per_worker = 1 if total_bytes >= RECYCLE_BYTES else 0
+
     def map(self, fn: TaskFn, tasks: list[dict[str, Any]], progress: Progress) -> list[dict[str, Any]]:
         ray = self._ray
         items = [{"task": json.dumps(t, sort_keys=True, default=str)} for t in tasks]
@@ -80,6 +115,7 @@ class RayExecutor:
                 num_cpus=1,
                 compute=ray.data.TaskPoolStrategy(size=max(1, min(self.cpus, len(items)))),
                 max_retries=MAX_RETRIES,
+                **({"max_calls": self.max_tasks_per_worker} if self.max_tasks_per_worker else {}),
             )
         results: dict[str, dict[str, Any]] = {}
         for row in ds.iter_rows():

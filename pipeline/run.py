@@ -27,7 +27,15 @@ from pipeline.outputs import (
     write_json_atomic,
 )
 from pipeline.progress import Progress
-from pipeline.split_input import apply_scans, input_entries, plan_ingest, run_scan_task, scan_tasks, split_settings
+from pipeline.split_input import (
+    apply_scans,
+    input_entries,
+    input_size,
+    plan_ingest,
+    run_scan_task,
+    scan_tasks,
+    split_settings,
+)
 from pipeline.stats import Stats, merge_all
 from schemas.errors import ConfigError
 from stages.ingest.reading import InputUnit, expand_inputs
@@ -150,6 +158,8 @@ def _run(cfg: dict[str, Any], fs, root: str, executor: Executor, echo: Echo) -> 
             raise ConfigError(f"--from-layer trajectories: no finished ingest in {cfg['run']['out']}")
     else:
         units = resolve_units(cfg, echo)
+        if hasattr(executor, "plan_for_input"):
+            executor.plan_for_input(sum(input_size(u) for u, _ in units))
         opts = adapter_opts(cfg)
         ingest_cfg = {k: cfg[k] for k in ("run", "ingest", "filter", "redact")}
         plan = plan_ingest(units, split_settings(cfg))

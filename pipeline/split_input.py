@@ -117,7 +117,7 @@ def task_id_for(identity: str) -> str:
     return hashlib.sha256(identity.encode()).hexdigest()[:16]
 
 
-def _size(unit: InputUnit) -> int:
+def input_size(unit: InputUnit) -> int:
     fs, path = filesystem(unit.uri)
     return int(fs.du(path)) if unit.is_dir else int(fs.size(path))
 
@@ -135,7 +135,7 @@ def plan_ingest(units: list[tuple[InputUnit, str]], settings: SplitSettings) -> 
         group, group_bytes = [], 0
 
     for unit, fmt in units:
-        size = _size(unit)
+        size = input_size(unit)
         ranges = file_ranges(unit, fmt, size, settings.split_bytes)
         if len(ranges) > 1:
             flush()
