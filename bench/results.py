@@ -80,10 +80,11 @@ def render_results(figures: list[Figure], command: str, runs: int, profiles: dic
         *(figure_row(f) for f in figures),
         "",
     ]
-    large = os.path.join(os.path.dirname(__file__), "LARGE_RUN.md")
-    if os.path.exists(large):
-        with open(large) as f:
-            lines += [f.read().rstrip(), ""]
+    for extra in ("LARGE_RUN.md", "ANALYSIS.md"):  # a separate measurement; the causes of misses
+        path = os.path.join(os.path.dirname(__file__), extra)
+        if os.path.exists(path):
+            with open(path) as f:
+                lines += [f.read().rstrip(), ""]
     if profiles:
         lines += ["## Profiles of missed targets", ""]
         for name, text in profiles.items():
