@@ -161,7 +161,12 @@ def train(config: TrainConfig, echo: Callable[[str], None] = print) -> list[dict
     check_config(config)
     dist = init_distributed(config.device)
     try:
-        return _train(config, dist, echo if dist.rank == 0 else (lambda _line: None))
+        logged = _train(config, dist, echo if dist.rank == 0 else (lambda _line: None))
+        if dist.world_size > 1:
+            # No rank tears the group down while another still waits in a collective: gloo aborts
+            # the waiting process ("terminate called without an active exception") otherwise.
+            torch.distributed.barrier()
+        return logged
     finally:
         if dist.world_size > 1 and torch.distributed.is_initialized():
             torch.distributed.destroy_process_group()
