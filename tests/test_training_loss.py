@@ -112,6 +112,7 @@ def _rank_worker(rank, port, result_path):
         results[loss_norm] = (result.loss, result.denominator, grads)
     if rank == 0:
         torch.save(results, result_path)
+    torch.distributed.barrier()  # neither rank tears the group down while the other still communicates
     torch.distributed.destroy_process_group()
 
 
