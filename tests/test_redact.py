@@ -227,7 +227,9 @@ def test_mixed_text_loses_every_secret_and_keeps_every_lookalike(pieces, sep):
 
 
 def test_real_logs_only_lose_their_page_tokens(shared_data):
-    """3.6 MB of real agent logs: the only hits are five web-page meta tokens (hand-checked)."""
+    """Real agent logs: the only hits are five web-page meta tokens, the three `curl -u user:password`
+    commands of the OpenHands V1 sample and the two `password="yourpassword"` arguments of a MySQL
+    example in the glaive sample (hand-checked)."""
     hits = Counter()
     for path in sorted(shared_data.rglob("*")):
         if path.is_file():
@@ -235,11 +237,18 @@ def test_real_logs_only_lose_their_page_tokens(shared_data):
                 text = path.read_text()
             except UnicodeDecodeError:
                 continue
-            counts = redact_text(text)[1]
+            redacted, counts = redact_text(text)
             hits.update(counts)
-            if counts:
+            if path.name == "output.jsonl" and path.parent.name == "openhands-v1":
+                assert text.count("curl -u theagentcompany:theagentcompany") == counts["password"] == 3
+                assert "theagentcompany:theagentcompany" not in redacted
+                assert redacted.count("curl -u theagentcompany:<SECRET:password>") == 3
+            elif path.parent.name == "sharegpt-glaive" and counts:
+                assert text.count('password=\\"yourpassword\\"') == counts["password"] == 2
+                assert redacted.count('password=\\"<SECRET:password>\\"') == 2
+            elif counts:
                 assert "OriginTrialToken" in text or "csrf-token" in text, path
-    assert hits == Counter(token=5)
+    assert hits == Counter(token=5, password=5)
 
 
 # --- end to end: every domain through `lwm run` ------------------------------------------------------------
