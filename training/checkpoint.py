@@ -7,6 +7,8 @@ Layout::
                       optimizer.pt, scheduler.pt
                       trainer.json  step, world size, dataloader workers, the run's settings
                       data_state.json  one `ShardDataset.state_dict()` per rank
+                      sharded/      with --fsdp, instead of model.pt and optimizer.pt: every
+                                    rank's shards (torch.distributed.checkpoint)
 
 A killed run leaves at most an unpublished ``*.tmp`` folder, which is ignored. Checkpoints are
 loaded with ``weights_only=True``: tensors and plain containers, never pickled code.
@@ -33,11 +35,15 @@ class Checkpoint:
     """A loaded checkpoint."""
 
     step: int
-    model: dict[str, Any]
-    optimizer: dict[str, Any]
+    model: dict[str, Any] | None  # None for a sharded checkpoint: see `load_sharded_state`
+    optimizer: dict[str, Any] | None
     scheduler: dict[str, Any]
     trainer: dict[str, Any]
     data_states: list[dict[str, Any]]
+    folder: str = ""
+
+
+SHARDED = "sharded"
 
 
 def _step_name(step: int) -> str:
@@ -52,20 +58,39 @@ def _write_json(path: str, value: Any) -> None:
 def save_checkpoint(
     out: str,
     step: int,
-    model: dict[str, Any],
-    optimizer: dict[str, Any],
+    model: dict[str, Any] | None,
+    optimizer: dict[str, Any] | None,
     scheduler: dict[str, Any],
     trainer: dict[str, Any],
     data_states: list[dict[str, Any]],
+    sharded: dict[str, Any] | None = None,
+    rank: int = 0,
+    world_size: int = 1,
 ) -> str:
-    """Write a checkpoint for `step`, point ``latest`` at it, drop the older ones; returns its folder."""
-    os.makedirs(out, exist_ok=True)
+    """Write a checkpoint for `step`, point ``latest`` at it, drop the older ones; returns its folder.
+
+    Whole checkpoints are written by rank 0 alone. A `sharded` state (see `sharded_state`) is
+    written by every rank at once, each its own shards; all ranks call this function then.
+    """
     final = os.path.join(out, _step_name(step))
     staging = final + ".tmp"
-    shutil.rmtree(staging, ignore_errors=True)
-    os.makedirs(staging)
-    torch.save(model, os.path.join(staging, "model.pt"))
-    torch.save(optimizer, os.path.join(staging, "optimizer.pt"))
+    if rank == 0:
+        os.makedirs(out, exist_ok=True)
+        shutil.rmtree(staging, ignore_errors=True)
+        os.makedirs(staging)
+    if sharded is not None:
+        import torch.distributed.checkpoint as dcp
+
+        if world_size > 1:
+            torch.distributed.barrier()  # the staging folder exists before any rank writes into it
+        dcp.save(sharded, checkpoint_id=os.path.join(staging, SHARDED))
+        if world_size > 1:
+            torch.distributed.barrier()
+        if rank != 0:
+            return final
+    else:
+        torch.save(model, os.path.join(staging, "model.pt"))
+        torch.save(optimizer, os.path.join(staging, "optimizer.pt"))
     torch.save(scheduler, os.path.join(staging, "scheduler.pt"))
     _write_json(os.path.join(staging, "trainer.json"), {**trainer, "step": step})
     _write_json(os.path.join(staging, "data_state.json"), data_states)
@@ -81,6 +106,27 @@ def save_checkpoint(
     return final
 
 
+def sharded_state(model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> dict[str, Any]:
+    """This rank's shards of the model and optimizer state, as torch.distributed.checkpoint saves them."""
+    from torch.distributed.checkpoint.state_dict import get_state_dict
+
+    model_state, optimizer_state = get_state_dict(model, optimizer)
+    return {"model": model_state, "optimizer": optimizer_state}
+
+
+def load_sharded_state(folder: str, model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> None:
+    """Load the sharded model and optimizer state of the checkpoint in `folder` into this rank's shards."""
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import set_state_dict
+
+    path = os.path.join(folder, SHARDED)
+    if not os.path.isdir(path):
+        raise ConfigError(f"{folder}: no {SHARDED}/ folder; this checkpoint was not written with --fsdp")
+    state = sharded_state(model, optimizer)
+    dcp.load(state, checkpoint_id=path)
+    set_state_dict(model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optimizer"])
+
+
 def load_checkpoint(out: str) -> Checkpoint | None:
     """The checkpoint ``latest`` points at, or None when `out` has none."""
     pointer = os.path.join(out, LATEST)
@@ -91,8 +137,11 @@ def load_checkpoint(out: str) -> Checkpoint | None:
     if not os.path.isdir(folder):
         raise ConfigError(f"{pointer} names {folder}, which does not exist")
 
-    def tensors(name: str) -> dict[str, Any]:
-        return torch.load(os.path.join(folder, name), map_location="cpu", weights_only=True)
+    def tensors(name: str) -> dict[str, Any] | None:
+        path = os.path.join(folder, name)
+        if not os.path.isfile(path) and os.path.isdir(os.path.join(folder, SHARDED)):
+            return None
+        return torch.load(path, map_location="cpu", weights_only=True)
 
     with open(os.path.join(folder, "trainer.json"), encoding="utf-8") as handle:
         trainer = json.load(handle)
@@ -105,4 +154,5 @@ def load_checkpoint(out: str) -> Checkpoint | None:
         tensors("scheduler.pt"),
         trainer,
         data_states,
+        folder,
     )

@@ -108,6 +108,55 @@ from schemas.errors import ConfigError
 @click.option("--tiny-dim", type=click.IntRange(min=2), default=64, show_default=True)
 @click.option("--tiny-layers", type=click.IntRange(min=1), default=2, show_default=True)
 @click.option("--tiny-heads", type=click.IntRange(min=1), default=4, show_default=True)
+@click.option(
+    "--long-samples",
+    type=click.Choice(["refuse", "drop", "truncate-left", "window"]),
+    default="refuse",
+    show_default=True,
+    help="Samples longer than a row: refuse the run (checked against manifest.json first), drop them, keep "
+    "their last tokens, or cut them into overlapping windows that count each loss token once.",
+)
+@click.option(
+    "--window-overlap",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Tokens shared by consecutive windows with --long-samples window [default: a quarter of the row].",
+)
+@click.option(
+    "--empty-row-warn",
+    type=click.FloatRange(0, 1),
+    default=0.5,
+    show_default=True,
+    help="Warn when more than this share of a step's rows has no loss token.",
+)
+@click.option(
+    "--loss-chunk-tokens",
+    type=click.IntRange(min=0),
+    default=1024,
+    show_default=True,
+    help="Weighted positions per chunk of the output projection and loss (0: full [tokens, vocab] logits).",
+)
+@click.option("--fsdp/--no-fsdp", default=False, show_default=True, help="Shard the model with FSDP2 instead of DDP.")
+@click.option(
+    "--activation-checkpointing/--no-activation-checkpointing",
+    default=False,
+    show_default=True,
+    help="Recompute each decoder layer in the backward pass.",
+)
+@click.option(
+    "--precision",
+    type=click.Choice(["auto", "fp32", "bf16"]),
+    default="auto",
+    show_default=True,
+    help="Compute dtype (auto: bf16 on CUDA, fp32 on CPU); parameters stay fp32.",
+)
+@click.option(
+    "--attention",
+    type=click.Choice(["auto", "sdpa", "eager", "flash_attention_2", "flash_attention_3"]),
+    default="auto",
+    show_default=True,
+    help="Attention of a Hugging Face model (auto: flash_attention_2 varlen on CUDA when installed, else sdpa).",
+)
 def train(**options: object) -> None:
     """Train a causal LM on lwmkit shards with the weighted token loss (runs under torchrun for DDP)."""
     try:

@@ -34,6 +34,7 @@ class MicroBatch:
     labels: torch.Tensor  # [B, L] int64, labels[i] = input_ids[i+1] of the same sample
     label_weights: torch.Tensor  # [B, L] float32, loss_weight[i+1]; 0 where nothing is predicted
     positions: list[Any] = field(default_factory=list)
+    pieces: list[Any] = field(default_factory=list)  # (number, count) of a windowed sample's piece, else None
     num_tokens: int = 0  # real (non-padding) tokens
     truncated: int = 0  # samples cut to the micro-batch length
 
@@ -101,6 +102,7 @@ def pad_samples(samples: Sequence[dict[str, Any]], max_tokens: int | None = None
         labels,
         label_weights,
         positions=[s.get("position") for s in samples],
+        pieces=[s.get("piece") for s in samples],
         num_tokens=sum(len(ids) for ids, _, _ in pieces),
         truncated=sum(cut for _, _, cut in pieces),
     )
@@ -131,6 +133,7 @@ def pack_samples(samples: Sequence[dict[str, Any]], length: int, pad_id: int = P
         labels,
         label_weights,
         positions=[s.get("position") for s in samples],
+        pieces=[s.get("piece") for s in samples],
         num_tokens=offset,
         truncated=truncated,
     )

@@ -20,13 +20,22 @@ from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader
 
 from schemas.errors import ConfigError
-from training.checkpoint import load_checkpoint, save_checkpoint
+from training.checkpoint import load_checkpoint, load_sharded_state, save_checkpoint, sharded_state
 from training.collate import MicroBatch, micro_batches
 from training.dataset import DEFAULT_SHUFFLE_BUFFER, ShardDataset
-from training.loss import LOSS_NORMS
-from training.models import TINY, build_model
+from training.long_samples import (
+    POLICIES,
+    LongSampleCounts,
+    LongSamplePolicy,
+    PieceTracker,
+    check_row_length,
+    longest_sample,
+)
+from training.loss import LOSS_NORMS, all_ranks_sum
+from training.models import ATTENTION, TINY, build_model, pick_attention
 from training.progress import StepLogger
 from training.schedule import SCHEDULES, lr_multiplier
+from training.sharding import PRECISIONS, compute_dtype, shard_model
 from training.step import StepResult, accumulate_gradients
 from training.tiny_model import QWEN_VOCAB_SIZE, TinyConfig
 
@@ -62,6 +71,14 @@ class TrainConfig:
     tiny_dim: int = 64
     tiny_layers: int = 2
     tiny_heads: int = 4
+    long_samples: str = "refuse"
+    window_overlap: int | None = None
+    empty_row_warn: float = 0.5
+    loss_chunk_tokens: int = 1024
+    fsdp: bool = False
+    activation_checkpointing: bool = False
+    precision: str = "auto"
+    attention: str = "auto"
 
 
 @dataclass(frozen=True)
@@ -85,6 +102,14 @@ def check_config(config: TrainConfig) -> None:
         raise ConfigError(f"--schedule must be one of {', '.join(SCHEDULES)}")
     if config.device not in ("auto", "cpu", "cuda"):
         raise ConfigError("--device must be auto, cpu or cuda")
+    if config.long_samples not in POLICIES:
+        raise ConfigError(f"--long-samples must be one of {', '.join(POLICIES)}")
+    if config.precision not in PRECISIONS:
+        raise ConfigError(f"--precision must be one of {', '.join(PRECISIONS)}")
+    if config.attention not in ATTENTION:
+        raise ConfigError(f"--attention must be one of {', '.join(ATTENTION)}")
+    if not 0 <= config.empty_row_warn <= 1:
+        raise ConfigError("--empty-row-warn is a share of a step's rows, between 0 and 1")
 
 
 def init_distributed(device_choice: str) -> Distributed:
@@ -126,7 +151,9 @@ def _draw(batches: Iterator[MicroBatch], count: int) -> list[MicroBatch]:
     return drawn
 
 
-def _resume(config: TrainConfig, dist: Distributed, model: Any, optimizer: Any, scheduler: Any, dataset: Any) -> int:
+def _resume(
+    config: TrainConfig, dist: Distributed, model: Any, optimizer: Any, scheduler: Any, dataset: Any, policy: Any
+) -> int:
     checkpoint = load_checkpoint(config.out) if config.out else None
     if checkpoint is None:
         return 0
@@ -136,19 +163,47 @@ def _resume(config: TrainConfig, dist: Distributed, model: Any, optimizer: Any, 
             f"{config.out}: the checkpoint was written by {saved[0]} ranks with {saved[1]} dataloader workers each; "
             f"resume with the same, not {dist.world_size} and {config.num_workers}"
         )
-    model.load_state_dict(checkpoint.model)
-    optimizer.load_state_dict(checkpoint.optimizer)
+    if bool(checkpoint.trainer.get("sharded")) != config.fsdp:
+        raise ConfigError(
+            f"{config.out}: the checkpoint was written {'with' if config.fsdp is False else 'without'} --fsdp; "
+            "resume the same way"
+        )
+    if config.fsdp:
+        load_sharded_state(checkpoint.folder, model, optimizer)
+    else:
+        model.load_state_dict(checkpoint.model)
+        optimizer.load_state_dict(checkpoint.optimizer)
     scheduler.load_state_dict(checkpoint.scheduler)
-    dataset.load_state_dict(checkpoint.data_states[dist.rank])
+    data_state = checkpoint.data_states[dist.rank]
+    dataset.load_state_dict(data_state)
+    policy.skip_pieces = PieceTracker.skip_map(data_state.get("pieces_done", []))
+    policy.counts = LongSampleCounts.from_list(data_state.get("long_sample_counts", LongSampleCounts().as_list()))
     return checkpoint.step
 
 
 def _save(
-    config: TrainConfig, dist: Distributed, step: int, model: Any, optimizer: Any, scheduler: Any, dataset: Any
+    config: TrainConfig,
+    dist: Distributed,
+    step: int,
+    model: Any,
+    optimizer: Any,
+    scheduler: Any,
+    data_state: dict[str, Any],
 ) -> None:
-    data_states = _gather(dataset.state_dict(), dist)
-    if dist.rank == 0:
-        trainer = {"world_size": dist.world_size, "num_workers": config.num_workers, "config": asdict(config)}
+    data_states = _gather(data_state, dist)
+    trainer = {
+        "world_size": dist.world_size,
+        "num_workers": config.num_workers,
+        "sharded": config.fsdp,
+        "config": asdict(config),
+    }
+    if config.fsdp:
+        # every rank writes its own shards of the model and optimizer (torch.distributed.checkpoint)
+        save_checkpoint(
+            config.out, step, None, None, scheduler.state_dict(), trainer, data_states,
+            sharded=sharded_state(model, optimizer), rank=dist.rank, world_size=dist.world_size,
+        )
+    elif dist.rank == 0:
         save_checkpoint(
             config.out, step, model.state_dict(), optimizer.state_dict(), scheduler.state_dict(), trainer, data_states
         )
@@ -174,17 +229,6 @@ def train(config: TrainConfig, echo: Callable[[str], None] = print) -> list[dict
 
 def _train(config: TrainConfig, dist: Distributed, echo: Callable[[str], None]) -> list[dict[str, Any]]:
     torch.manual_seed(config.seed)
-    tiny = TinyConfig(config.tiny_vocab, config.tiny_dim, config.tiny_layers, config.tiny_heads)
-    model = build_model(config.model, tiny).to(dist.device)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=config.lr, betas=(0.9, 0.95), weight_decay=config.weight_decay)
-    schedule = functools.partial(
-        lr_multiplier,
-        warmup_steps=config.warmup_steps,
-        max_steps=config.max_steps,
-        kind=config.schedule,
-        min_ratio=config.min_lr_ratio,
-    )
-    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, schedule)
     dataset = ShardDataset(
         config.shards,
         seed=config.seed,
@@ -195,25 +239,54 @@ def _train(config: TrainConfig, dist: Distributed, echo: Callable[[str], None]) 
         rank=dist.rank,
         world_size=dist.world_size,
     )
-    step = _resume(config, dist, model, optimizer, scheduler, dataset)
+    longest = longest_sample(sorted({group.uri for group in dataset.groups}))
+    note = check_row_length(longest, config.micro_batch_tokens, config.long_samples)
+    if note:
+        echo(note)
+    policy = LongSamplePolicy(config.micro_batch_tokens, config.long_samples, config.window_overlap)
+    tiny = TinyConfig(config.tiny_vocab, config.tiny_dim, config.tiny_layers, config.tiny_heads)
+    model = build_model(config.model, tiny, pick_attention(config.attention, dist.device)).to(dist.device)
+    model.train()
+    if config.activation_checkpointing:
+        model.enable_activation_checkpointing()
+    dtype = compute_dtype(config.precision, dist.device)
+    if config.fsdp:
+        shard_model(model, dtype, dist.device)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=config.lr, betas=(0.9, 0.95), weight_decay=config.weight_decay)
+    schedule = functools.partial(
+        lr_multiplier,
+        warmup_steps=config.warmup_steps,
+        max_steps=config.max_steps,
+        kind=config.schedule,
+        min_ratio=config.min_lr_ratio,
+    )
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, schedule)
+    step = _resume(config, dist, model, optimizer, scheduler, dataset, policy)
     if step:
         echo(f"resumed from {config.out} at step {step}")
     if step >= config.max_steps:
         echo(f"nothing to do: step {step} already reached --max-steps {config.max_steps}")
         return []
-    echo(f"training {config.model} on {dataset.total_rows} samples, {dist.world_size} rank(s), device {dist.device}")
+    how = "FSDP" if config.fsdp else ("DDP" if dist.world_size > 1 else "one process")
+    echo(
+        f"training {config.model} on {dataset.total_rows} samples, {dist.world_size} rank(s) ({how}), "
+        f"device {dist.device}, compute {str(dtype or torch.float32).removeprefix('torch.')}"
+    )
     wrapped = model
-    if dist.world_size > 1:
+    if dist.world_size > 1 and not config.fsdp:
         wrapped = DistributedDataParallel(model, device_ids=[dist.device.index] if dist.device.type == "cuda" else None)
+    autocast = dtype if dtype is not None and not config.fsdp else None
     loader = DataLoader(dataset, batch_size=None, num_workers=config.num_workers)
-    batches = micro_batches(iter(loader), config.micro_batch_tokens, config.pack)
+    batches = micro_batches(policy(iter(loader)), config.micro_batch_tokens, config.pack)
+    tracker = PieceTracker()
     logger = StepLogger(config.log_every, config.log_json if dist.rank == 0 else None, echo, config.max_steps)
     logged: list[dict[str, Any]] = []
+    warned = False
     while step < config.max_steps:
         micro = [b.to(dist.device) for b in _draw(batches, config.grad_accum)]
         if config.model == TINY:
             micro = [_fold_ids(b, config.tiny_vocab) for b in micro]
-        result: StepResult = accumulate_gradients(wrapped, micro, config.loss_norm)
+        result: StepResult = accumulate_gradients(wrapped, micro, config.loss_norm, config.loss_chunk_tokens, autocast)
         if config.max_grad_norm > 0:
             torch.nn.utils.clip_grad_norm_(model.parameters(), config.max_grad_norm)
         lr = optimizer.param_groups[0]["lr"]
@@ -221,11 +294,38 @@ def _train(config: TrainConfig, dist: Distributed, echo: Callable[[str], None]) 
         scheduler.step()
         optimizer.zero_grad(set_to_none=True)
         for batch in micro:
-            dataset.record_consumed(batch.positions)
+            dataset.record_consumed(tracker.finished_positions(batch.positions, batch.pieces))
         step += 1
-        entry = logger.record(step, result, lr)
+        counts = LongSampleCounts.from_list(all_ranks_sum(policy.counts.as_list(), dist.device))
+        entry = logger.record(step, result, lr, {"long_samples": vars(counts)})
         if entry is not None:
             logged.append(entry)
+        empty_share = result.empty_rows / result.rows if result.rows else 0.0
+        if empty_share > config.empty_row_warn and (not warned or entry is not None):
+            warned = True
+            echo(
+                f"warning: step {step}: {result.empty_rows} of {result.rows} rows have no loss token "
+                f"(over --empty-row-warn {config.empty_row_warn:g}); these rows train nothing"
+            )
         if config.out and (step == config.max_steps or (config.save_every and step % config.save_every == 0)):
-            _save(config, dist, step, model, optimizer, scheduler, dataset)
+            data_state = {
+                **dataset.state_dict(),
+                "pieces_done": tracker.state(),
+                "long_sample_counts": policy.counts.as_list(),
+            }
+            _save(config, dist, step, model, optimizer, scheduler, data_state)
+    if counts.long:
+        echo(describe_counts(counts, config.micro_batch_tokens, config.long_samples))
     return logged
+
+
+def describe_counts(counts: LongSampleCounts, row: int, policy: str) -> str:
+    """One line on what the long-sample policy did over the run (all ranks)."""
+    done = {
+        "drop": f"{counts.dropped} dropped",
+        "truncate-left": f"{counts.truncated_left} cut to their last {row} tokens",
+        "window": f"{counts.windowed} cut into {counts.pieces} windows ({counts.empty_pieces} windows without "
+        "loss tokens skipped)",
+    }.get(policy, "")
+    lost = f", {counts.lost_loss_tokens} loss tokens lost" if policy in ("drop", "truncate-left") else ""
+    return f"long samples (over {row} tokens): {counts.long} seen, {done}{lost}"

@@ -22,6 +22,7 @@ from collections.abc import Iterable
 
 import torch
 import torch.nn.functional as F
+from torch.utils.checkpoint import checkpoint
 
 LOSS_NORMS = ("tokens", "weights")
 
@@ -61,3 +62,62 @@ def all_ranks_sum(values: list[float], device: torch.device | str = "cpu") -> li
 def usable_denominator(denominator: float) -> float:
     """``D``, or 1 when the step has no weighted target (its loss sum is 0 anyway)."""
     return denominator if denominator > 0 else 1.0
+
+
+def weighted_loss_sum_from_hidden(
+    hidden: torch.Tensor,
+    head_weight: torch.Tensor,
+    head_bias: torch.Tensor | None,
+    labels: torch.Tensor,
+    label_weights: torch.Tensor,
+    chunk_tokens: int,
+) -> torch.Tensor:
+    """`weighted_loss_sum` of ``logits = hidden @ head_weightᵀ (+ bias)``, never holding all the logits at once.
+
+    Only positions with weight > 0 are projected, `chunk_tokens` of them at a time; each chunk's
+    logits are recomputed in the backward pass instead of being kept, so the peak is one chunk's
+    ``[chunk_tokens, vocab]`` logits rather than ``[tokens, vocab]``.
+    """
+    weights = label_weights.reshape(-1)
+    selected = weights > 0
+    states = hidden.reshape(-1, hidden.shape[-1])[selected]
+    targets, kept = labels.reshape(-1)[selected], weights[selected]
+    if states.shape[0] == 0:
+        # zero, but every parameter stays in the graph, so DDP and FSDP see the gradients they expect
+        return (hidden.sum() + head_weight.sum()).float() * 0.0
+    if chunk_tokens < 1:
+        raise ValueError("chunk_tokens must be at least 1")
+    step = chunk_tokens
+    total = hidden.new_zeros((), dtype=torch.float32)
+    for start in range(0, states.shape[0], step):
+        piece = slice(start, start + step)
+        if torch.is_grad_enabled():
+            total = total + checkpoint(
+                _chunk_loss, states[piece], head_weight, head_bias, targets[piece], kept[piece], use_reentrant=False
+            )
+        else:
+            total = total + _chunk_loss(states[piece], head_weight, head_bias, targets[piece], kept[piece])
+    return total
+
+
+def _chunk_loss(
+    states: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, targets: torch.Tensor, kept: torch.Tensor
+) -> torch.Tensor:
+    logits = F.linear(states, weight, bias).float()
+    return (F.cross_entropy(logits, targets, reduction="none") * kept).sum()
+
+
+def model_loss_sum(
+    hidden: torch.Tensor,
+    head_weight: torch.Tensor,
+    head_bias: torch.Tensor | None,
+    labels: torch.Tensor,
+    label_weights: torch.Tensor | None,
+    chunk_tokens: int,
+) -> torch.Tensor:
+    """``Σ wᵢ·ℓᵢ`` of a model's hidden states: chunked when `chunk_tokens` > 0, else through the full logits."""
+    if label_weights is None:
+        raise ValueError("label_weights must be given with labels")
+    if chunk_tokens <= 0:
+        return weighted_loss_sum(F.linear(hidden, head_weight, head_bias), labels, label_weights)
+    return weighted_loss_sum_from_hidden(hidden, head_weight, head_bias, labels, label_weights, chunk_tokens)

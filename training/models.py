@@ -1,11 +1,18 @@
 """The models `lwm train` can train: ``tiny`` (built in) or a Hugging Face causal-LM directory.
 
-Every model is called the same way, ``model(input_ids, position_ids, document_ids) -> logits``.
-Hugging Face models are wrapped: padded rows get the usual 2D padding mask; packed rows get the
-block-diagonal mask as a custom 4D additive mask (0 where attention is allowed, the dtype's
-minimum elsewhere), which transformers accepts for models running with the ``eager`` or ``sdpa``
-attention implementation. That mask costs L² entries per row, so keep packed rows moderate.
-transformers is imported only when such a model is asked for; it is not a dependency of lwmkit.
+Every model is called the same way, ``model(input_ids, position_ids, document_ids) -> logits``,
+and ``model(..., labels=, label_weights=, loss_chunk_tokens=)`` returns the weighted loss sum
+instead, computed inside the forward pass (so DDP and FSDP hooks cover it) from the final hidden
+states in chunks (`training.loss.weighted_loss_sum_from_hidden`), never as ``[tokens, vocab]``
+logits.
+
+Hugging Face models use their own attention implementation with the per-sample position ids.
+Padded rows get the usual 2D padding mask. Packed rows get the block-diagonal causal mask: as a
+4D additive mask (0 where attention is allowed, the dtype's minimum elsewhere) for ``sdpa`` and
+``eager``, which transformers passes through unchanged; a ``flash_attention_*`` model gets no mask
+and finds the sample boundaries in the position ids (varlen attention). The 4D mask costs L²
+entries per row, so on CPU keep packed rows moderate. transformers is imported only when such a
+model is asked for (the ``train`` extra installs it).
 """
 
 from __future__ import annotations
@@ -18,9 +25,11 @@ from torch import nn
 
 from schemas.errors import ConfigError
 from training.collate import block_causal_mask
+from training.loss import model_loss_sum, weighted_loss_sum
 from training.tiny_model import TinyConfig, TinyDecoder
 
 TINY = "tiny"
+ATTENTION = ("auto", "sdpa", "eager", "flash_attention_2", "flash_attention_3")
 
 
 class HFCausalLM(nn.Module):
@@ -30,23 +39,74 @@ class HFCausalLM(nn.Module):
         super().__init__()
         self.model = model
 
-    def forward(self, input_ids: torch.Tensor, position_ids: torch.Tensor, document_ids: torch.Tensor) -> torch.Tensor:
+    @property
+    def uses_flash_attention(self) -> bool:
+        config = getattr(self.model, "config", None)
+        return str(getattr(config, "_attn_implementation", "")).startswith("flash")
+
+    def _mask(self, input_ids: torch.Tensor, document_ids: torch.Tensor) -> torch.Tensor | None:
         if not bool((document_ids > 0).any()):
             # one sample per row (padding): the model's own causal mask plus a padding mask suffices
-            mask = (document_ids >= 0).long()
-            return self.model(
-                input_ids=input_ids, position_ids=position_ids, attention_mask=mask, use_cache=False
-            ).logits
+            return (document_ids >= 0).long()
+        if self.uses_flash_attention:
+            return None  # varlen attention over the sample boundaries the position ids show
         dtype = next(self.model.parameters()).dtype
         allowed = block_causal_mask(document_ids)
         additive = torch.zeros(allowed.shape, dtype=dtype, device=input_ids.device)
-        additive.masked_fill_(~allowed, torch.finfo(dtype).min)
-        return self.model(
-            input_ids=input_ids, position_ids=position_ids, attention_mask=additive, use_cache=False
-        ).logits
+        return additive.masked_fill_(~allowed, torch.finfo(dtype).min)
+
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        position_ids: torch.Tensor,
+        document_ids: torch.Tensor,
+        labels: torch.Tensor | None = None,
+        label_weights: torch.Tensor | None = None,
+        loss_chunk_tokens: int = 0,
+    ) -> torch.Tensor:
+        mask = self._mask(input_ids, document_ids)
+        if labels is None:
+            return self.model(
+                input_ids=input_ids, position_ids=position_ids, attention_mask=mask, use_cache=False
+            ).logits
+        head = self.model.get_output_embeddings()
+        if getattr(self.model.config, "final_logit_softcapping", None):
+            loss_chunk_tokens = 0  # logits are not a plain projection of the hidden states: use the model's own
+        if label_weights is None:
+            raise ValueError("label_weights must be given with labels")
+        if loss_chunk_tokens <= 0:
+            logits = self.model(input_ids=input_ids, position_ids=position_ids, attention_mask=mask, use_cache=False)
+            return weighted_loss_sum(logits.logits, labels, label_weights)
+        hidden = self.model.base_model(
+            input_ids=input_ids, position_ids=position_ids, attention_mask=mask, use_cache=False
+        ).last_hidden_state
+        return model_loss_sum(hidden, head.weight, head.bias, labels, label_weights, loss_chunk_tokens)
+
+    def enable_activation_checkpointing(self) -> None:
+        """Recompute each decoder layer in the backward pass (transformers' gradient checkpointing)."""
+        self.model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+
+    def decoder_layers(self) -> list[nn.Module]:
+        """The repeated decoder blocks (the units FSDP shards one by one)."""
+        layers = getattr(self.model.base_model, "layers", None)
+        if layers is None:
+            raise ConfigError(f"{type(self.model).__name__}: no decoder layer list found to shard with --fsdp")
+        return list(layers)
 
 
-def load_hf_causal_lm(path: str) -> HFCausalLM:
+def pick_attention(choice: str, device: torch.device) -> str:
+    """The attention implementation for ``--attention auto``: flash-attention varlen on CUDA when installed, else sdpa."""
+    if choice != "auto":
+        return choice
+    if device.type == "cuda":
+        import importlib.util
+
+        if importlib.util.find_spec("flash_attn") is not None:
+            return "flash_attention_2"
+    return "sdpa"
+
+
+def load_hf_causal_lm(path: str, attention: str = "sdpa") -> HFCausalLM:
     """Load a causal LM from a local Hugging Face model directory (needs `transformers`)."""
     if not os.path.isfile(os.path.join(path, "config.json")):
         raise ConfigError(f"--model {path}: not a Hugging Face model directory (no config.json); or use --model tiny")
@@ -57,10 +117,11 @@ def load_hf_causal_lm(path: str) -> HFCausalLM:
             f"--model {path}: loading a Hugging Face model needs the transformers package "
             "(pip install transformers); --model tiny needs nothing more"
         ) from missing
-    model = transformers.AutoModelForCausalLM.from_pretrained(path, torch_dtype="auto", attn_implementation="sdpa")
+    # float32 master weights whatever the checkpoint's dtype; bf16 compute comes from autocast or FSDP
+    model = transformers.AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32, attn_implementation=attention)
     return HFCausalLM(model)
 
 
-def build_model(name: str, tiny: TinyConfig) -> nn.Module:
+def build_model(name: str, tiny: TinyConfig, attention: str = "sdpa") -> nn.Module:
     """``tiny`` → `TinyDecoder(tiny)`; anything else is a Hugging Face model directory."""
-    return TinyDecoder(tiny) if name == TINY else load_hf_causal_lm(name)
+    return TinyDecoder(tiny) if name == TINY else load_hf_causal_lm(name, attention)

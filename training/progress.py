@@ -2,8 +2,11 @@
 
 Fields: ``step``, ``loss`` (that step's Σ w·ℓ / D), ``tokens`` (real input tokens of the global
 step, all ranks), ``weighted_tokens`` (Σ w over its targets), ``loss_tokens`` (targets with
-w > 0), ``lr`` (the rate the step used), and ``tokens_per_s`` / ``weighted_tokens_per_s``
-measured since the previous logged step.
+w > 0), ``lr`` (the rate the step used), ``tokens_per_s`` / ``weighted_tokens_per_s``
+measured since the previous logged step, ``rows`` / ``empty_rows`` (rows of the step, and those
+without a single weighted target), and ``long_samples`` (what the ``--long-samples`` policy did so
+far, all ranks: samples seen over the row, dropped, truncated_left, windowed, pieces, empty_pieces,
+lost_loss_tokens).
 """
 
 from __future__ import annotations
@@ -25,7 +28,9 @@ class StepLogger:
         self._tokens = 0
         self._weighted = 0.0
 
-    def record(self, step: int, result: StepResult, lr: float) -> dict[str, Any] | None:
+    def record(
+        self, step: int, result: StepResult, lr: float, extra: dict[str, Any] | None = None
+    ) -> dict[str, Any] | None:
         """Count the step; on a logged step report it and return the logged object."""
         self._tokens += result.tokens
         self._weighted += result.weighted_tokens
@@ -42,9 +47,14 @@ class StepLogger:
             "lr": lr,
             "tokens_per_s": self._tokens / elapsed,
             "weighted_tokens_per_s": self._weighted / elapsed,
+            "rows": result.rows,
+            "empty_rows": result.empty_rows,
+            **(extra or {}),
         }
         self._since, self._tokens, self._weighted = now, 0, 0.0
         truncated = f" truncated {result.truncated}" if result.truncated else ""
+        if result.empty_rows:
+            truncated += f" rows without loss {result.empty_rows}/{result.rows}"
         self.echo(
             f"step {step}/{self.max_steps} loss {result.loss:.4f} lr {lr:.2e} "
             f"tok/s {entry['tokens_per_s']:.0f} weighted tok/s {entry['weighted_tokens_per_s']:.0f}{truncated}"

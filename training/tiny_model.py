@@ -13,8 +13,10 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.utils.checkpoint import checkpoint
 
 from training.collate import block_causal_mask
+from training.loss import model_loss_sum
 
 QWEN_VOCAB_SIZE = 151936
 
@@ -66,6 +68,7 @@ class TinyDecoder(nn.Module):
         if config.dim % (2 * config.heads):
             raise ValueError(f"dim {config.dim} must be a multiple of 2 × heads ({config.heads})")
         self.config = config
+        self.activation_checkpointing = False  # recompute each block in the backward pass when True
         self.embed = nn.Embedding(config.vocab_size, config.dim)
         self.blocks = nn.ModuleList(_Block(config) for _ in range(config.layers))
         self.norm = nn.RMSNorm(config.dim)
@@ -76,13 +79,14 @@ class TinyDecoder(nn.Module):
             if isinstance(module, (nn.Linear, nn.Embedding)):
                 nn.init.normal_(module.weight, std=0.02)
 
-    def forward(
+    def hidden_states(
         self,
         input_ids: torch.Tensor,
         position_ids: torch.Tensor | None = None,
         document_ids: torch.Tensor | None = None,
         attention_mask: torch.Tensor | None = None,
     ) -> torch.Tensor:
+        """The final normed hidden states ``[B, L, dim]``."""
         if position_ids is None:
             position_ids = torch.arange(input_ids.shape[1], device=input_ids.device).expand_as(input_ids)
         if attention_mask is None:
@@ -93,5 +97,32 @@ class TinyDecoder(nn.Module):
         cos, sin = angles.cos(), angles.sin()
         x = self.embed(input_ids)
         for block in self.blocks:
-            x = block(x, cos, sin, attention_mask)
-        return self.norm(x) @ self.embed.weight.T
+            if self.activation_checkpointing and torch.is_grad_enabled():
+                x = checkpoint(block, x, cos, sin, attention_mask, use_reentrant=False)
+            else:
+                x = block(x, cos, sin, attention_mask)
+        return self.norm(x)
+
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        position_ids: torch.Tensor | None = None,
+        document_ids: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        labels: torch.Tensor | None = None,
+        label_weights: torch.Tensor | None = None,
+        loss_chunk_tokens: int = 0,
+    ) -> torch.Tensor:
+        """Logits ``[B, L, vocab]``; with `labels` and `label_weights`, the weighted loss sum instead."""
+        hidden = self.hidden_states(input_ids, position_ids, document_ids, attention_mask)
+        if labels is None:
+            return hidden @ self.embed.weight.T
+        return model_loss_sum(hidden, self.embed.weight, None, labels, label_weights, loss_chunk_tokens)
+
+    def enable_activation_checkpointing(self) -> None:
+        """Recompute each block in the backward pass instead of keeping its activations."""
+        self.activation_checkpointing = True
+
+    def decoder_layers(self) -> list[nn.Module]:
+        """The repeated blocks (the units FSDP shards one by one)."""
+        return list(self.blocks)
