@@ -7,6 +7,7 @@ import posixpath
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from pipeline.outputs import AtomicParquetWriter, out_fs, write_json_atomic
@@ -42,6 +43,9 @@ def run_shard_task(task: dict[str, Any]) -> dict[str, Any]:
         "bytes": fs.size(path),
         "sha256": digest.hexdigest(),
     }
+    if "num_tokens" in table.column_names:
+        # the longest sample, so a trainer can compare it with its row length before reading a row
+        info["max_tokens"] = int(pc.max(table.column("num_tokens")).as_py() or 0)
     result = {"task_id": task["task_id"], "stage": "shards", "shard": info, "rows": table.num_rows,
               "bytes": info["bytes"], "spec_hash": task["spec_hash"], "stats": {}}
     write_json_atomic(fs, posixpath.join(root, "_tasks", "shards", f"{task['task_id']}.json"), result)

@@ -92,8 +92,15 @@ def write_synthetic_shards(
     seed: int = 0,
     max_turns: int = 3,
     success: bool = True,
+    manifest_max_tokens: bool = True,
+    long_every: int = 0,
+    long_turns: int = 0,
 ) -> str:
-    """Write one pool of synthetic shards under `root` (any fsspec URL); returns the pool folder."""
+    """Write one pool of synthetic shards under `root` (any fsspec URL); returns the pool folder.
+
+    `manifest_max_tokens` records each shard's longest sample in the manifest, as `lwm run` does.
+    With `long_every` > 0, every `long_every`-th sample has `long_turns` turns instead (a long one).
+    """
     rng = np.random.default_rng(seed)
     fs, base = fsspec.core.url_to_fs(root)
     pool_dir = posixpath.join(base, "shards", pool)
@@ -103,13 +110,18 @@ def write_synthetic_shards(
         samples = []
         for _ in range(rows):
             turns = int(rng.integers(1, max_turns + 1))
+            if long_every and counter % long_every == long_every - 1:
+                turns = long_turns
             samples.append(synthetic_sample(rng, f"{pool}-{counter:05d}", pool, vocab, turns))
             counter += 1
         table = pa.Table.from_pylist(samples, schema=SHARD_SCHEMA)
         name = f"part-{file_number:05d}.parquet"
         with fs.open(posixpath.join(pool_dir, name), "wb") as handle:
             pq.write_table(table, handle, compression="zstd", row_group_size=row_group_rows)
-        shard_list.append({"path": f"shards/{pool}/{name}", "rows": rows})
+        entry = {"path": f"shards/{pool}/{name}", "rows": rows}
+        if manifest_max_tokens:
+            entry["max_tokens"] = max(s["num_tokens"] for s in samples)
+        shard_list.append(entry)
     manifest = {"samples_per_pool": {pool: counter}, "shards": shard_list}
     with fs.open(posixpath.join(base, "manifest.json"), "w") as handle:
         json.dump(manifest, handle)

@@ -35,6 +35,7 @@ class MicroBatch:
     label_weights: torch.Tensor  # [B, L] float32, loss_weight[i+1]; 0 where nothing is predicted
     positions: list[Any] = field(default_factory=list)
     pieces: list[Any] = field(default_factory=list)  # (number, count) of a windowed sample's piece, else None
+    long_counts: list[Any] = field(default_factory=list)  # what a long-sample policy did, per sample (or None)
     num_tokens: int = 0  # real (non-padding) tokens
     truncated: int = 0  # samples cut to the micro-batch length
 
@@ -103,6 +104,7 @@ def pad_samples(samples: Sequence[dict[str, Any]], max_tokens: int | None = None
         label_weights,
         positions=[s.get("position") for s in samples],
         pieces=[s.get("piece") for s in samples],
+        long_counts=[s.get("long_counts") for s in samples],
         num_tokens=sum(len(ids) for ids, _, _ in pieces),
         truncated=sum(cut for _, _, cut in pieces),
     )
@@ -134,6 +136,7 @@ def pack_samples(samples: Sequence[dict[str, Any]], length: int, pad_id: int = P
         label_weights,
         positions=[s.get("position") for s in samples],
         pieces=[s.get("piece") for s in samples],
+        long_counts=[s.get("long_counts") for s in samples],
         num_tokens=offset,
         truncated=truncated,
     )

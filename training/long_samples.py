@@ -61,10 +61,12 @@ def _footer_max_tokens(uri: str) -> int | None:
     """The largest ``num_tokens`` from the Parquet row-group statistics (None when a group has none)."""
     parquet: pq.ParquetFile = open_parquet(uri)
     try:
-        names = parquet.schema_arrow.names
-        if "num_tokens" not in names:
+        meta = parquet.metadata
+        # a leaf column index: nested columns before it (input_ids, turn_spans, ...) take several leaves
+        leaves = [meta.schema.column(i).path for i in range(meta.num_columns)]
+        if "num_tokens" not in leaves:
             return None
-        column = names.index("num_tokens")
+        column = leaves.index("num_tokens")
         best = 0
         for group in range(parquet.metadata.num_row_groups):
             stats = parquet.metadata.row_group(group).column(column).statistics
@@ -129,6 +131,10 @@ class LongSampleCounts:
     empty_pieces: int = 0  # pieces skipped because none of their targets has weight
     lost_loss_tokens: int = 0  # weighted targets removed by drop or truncate-left
 
+    def add(self, other: LongSampleCounts) -> None:
+        for name, value in vars(other).items():
+            setattr(self, name, getattr(self, name) + value)
+
     def as_list(self) -> list[float]:
         return [float(v) for v in vars(self).values()]
 
@@ -164,9 +170,12 @@ def window_pieces(sample: Mapping[str, Any], row: int, overlap: int) -> list[dic
 class LongSamplePolicy:
     """Applies one policy to a stream of samples, counting what it did.
 
-    Window pieces carry ``piece = (number, count)``. A run that stops between two pieces of a
-    sample resumes after the pieces it used: `skip_pieces` maps a sample position to the number of
-    its (kept) pieces already trained on.
+    `counts` covers every sample the policy has read. A trainer reads ahead, so it counts what it
+    actually trained on instead: each yielded sample carries ``long_counts``, the counts of itself
+    and of the samples dropped just before it (None when there are none). Window pieces carry
+    ``piece = (number, count)``, and only the first piece carries the sample's counts. A run that
+    stops between two pieces of a sample resumes after the pieces it used: `skip_pieces` maps a
+    sample position to the number of its (kept) pieces already trained on.
     """
 
     def __init__(self, row: int, policy: str, overlap: int | None = None) -> None:
@@ -180,39 +189,49 @@ class LongSamplePolicy:
         self.skip_pieces: dict[tuple[int, ...], int] = {}
 
     def __call__(self, samples: Iterable[dict[str, Any]]) -> Iterator[dict[str, Any]]:
+        pending = LongSampleCounts()
         for sample in samples:
             n = len(sample["input_ids"])
             if n <= self.row:
-                yield sample
+                yield self._noted(sample, pending)
+                pending = LongSampleCounts()
                 continue
-            self.counts.long += 1
+            own = LongSampleCounts(long=1)
             if self.policy == "refuse":
                 raise ConfigError(
                     f"sample {sample.get('sample_id')} has {n} tokens, over --micro-batch-tokens {self.row}; "
                     "choose --long-samples drop | truncate-left | window, or a longer row"
                 )
             if self.policy == "drop":
-                self.counts.dropped += 1
-                self.counts.lost_loss_tokens += int((sample["loss_weight"][1:] > 0).sum())
-            elif self.policy == "truncate-left":
-                self.counts.truncated_left += 1
+                own.dropped, own.lost_loss_tokens = 1, int((sample["loss_weight"][1:] > 0).sum())
+                self.counts.add(own)
+                pending.add(own)
+                continue
+            if self.policy == "truncate-left":
                 cut = n - self.row
-                self.counts.lost_loss_tokens += int((sample["loss_weight"][1 : cut + 1] > 0).sum())
-                yield {**sample, "input_ids": sample["input_ids"][cut:], "loss_weight": sample["loss_weight"][cut:]}
+                own.truncated_left, own.lost_loss_tokens = 1, int((sample["loss_weight"][1 : cut + 1] > 0).sum())
+                pieces = [{**sample, "input_ids": sample["input_ids"][cut:], "loss_weight": sample["loss_weight"][cut:]}]
+                resumed = False
             else:
-                yield from self._windows(sample)
+                pieces, resumed = self._windows(sample, own)
+            self.counts.add(own)
+            if not resumed:  # a sample resumed after some of its windows was counted before the stop
+                pending.add(own)
+            for piece in pieces:
+                yield self._noted(piece, pending)
+                pending = LongSampleCounts()
 
-    def _windows(self, sample: dict[str, Any]) -> Iterator[dict[str, Any]]:
-        self.counts.windowed += 1
+    @staticmethod
+    def _noted(sample: dict[str, Any], counts: LongSampleCounts) -> dict[str, Any]:
+        return {**sample, "long_counts": counts if counts.long else None}
+
+    def _windows(self, sample: dict[str, Any], own: LongSampleCounts) -> tuple[list[dict[str, Any]], bool]:
         pieces = window_pieces(sample, self.row, self.overlap)
         kept = [p for p in pieces if bool((p["loss_weight"][1:] > 0).any())]
-        self.counts.empty_pieces += len(pieces) - len(kept)
-        self.counts.pieces += len(kept)
+        own.windowed, own.empty_pieces, own.pieces = 1, len(pieces) - len(kept), len(kept)
         position = sample.get("position")
         done = self.skip_pieces.pop(position_key(position), 0) if position is not None else 0
-        for number, piece in enumerate(kept):
-            if number >= done:
-                yield {**piece, "piece": (number, len(kept))}
+        return [{**piece, "piece": (number, len(kept))} for number, piece in enumerate(kept) if number >= done], done > 0
 
 
 def position_key(position: Any) -> tuple[int, ...]:

@@ -152,7 +152,14 @@ def _draw(batches: Iterator[MicroBatch], count: int) -> list[MicroBatch]:
 
 
 def _resume(
-    config: TrainConfig, dist: Distributed, model: Any, optimizer: Any, scheduler: Any, dataset: Any, policy: Any
+    config: TrainConfig,
+    dist: Distributed,
+    model: Any,
+    optimizer: Any,
+    scheduler: Any,
+    dataset: Any,
+    policy: LongSamplePolicy,
+    trained: LongSampleCounts,
 ) -> int:
     checkpoint = load_checkpoint(config.out) if config.out else None
     if checkpoint is None:
@@ -177,7 +184,7 @@ def _resume(
     data_state = checkpoint.data_states[dist.rank]
     dataset.load_state_dict(data_state)
     policy.skip_pieces = PieceTracker.skip_map(data_state.get("pieces_done", []))
-    policy.counts = LongSampleCounts.from_list(data_state.get("long_sample_counts", LongSampleCounts().as_list()))
+    trained.add(LongSampleCounts.from_list(data_state.get("long_sample_counts", LongSampleCounts().as_list())))
     return checkpoint.step
 
 
@@ -261,7 +268,8 @@ def _train(config: TrainConfig, dist: Distributed, echo: Callable[[str], None]) 
         min_ratio=config.min_lr_ratio,
     )
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, schedule)
-    step = _resume(config, dist, model, optimizer, scheduler, dataset, policy)
+    trained = LongSampleCounts()  # what the long-sample policy did to the samples trained on, this rank
+    step = _resume(config, dist, model, optimizer, scheduler, dataset, policy, trained)
     if step:
         echo(f"resumed from {config.out} at step {step}")
     if step >= config.max_steps:
@@ -295,8 +303,11 @@ def _train(config: TrainConfig, dist: Distributed, echo: Callable[[str], None]) 
         optimizer.zero_grad(set_to_none=True)
         for batch in micro:
             dataset.record_consumed(tracker.finished_positions(batch.positions, batch.pieces))
+            for counted in batch.long_counts:
+                if counted is not None:
+                    trained.add(counted)
         step += 1
-        counts = LongSampleCounts.from_list(all_ranks_sum(policy.counts.as_list(), dist.device))
+        counts = LongSampleCounts.from_list(all_ranks_sum(trained.as_list(), dist.device))
         entry = logger.record(step, result, lr, {"long_samples": vars(counts)})
         if entry is not None:
             logged.append(entry)
@@ -311,7 +322,7 @@ def _train(config: TrainConfig, dist: Distributed, echo: Callable[[str], None]) 
             data_state = {
                 **dataset.state_dict(),
                 "pieces_done": tracker.state(),
-                "long_sample_counts": policy.counts.as_list(),
+                "long_sample_counts": trained.as_list(),
             }
             _save(config, dist, step, model, optimizer, scheduler, data_state)
     if counts.long:

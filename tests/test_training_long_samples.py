@@ -1,0 +1,207 @@
+"""Samples longer than a row: refused up front from the manifest, or dropped, left-truncated or windowed on request."""
+
+from __future__ import annotations
+
+import json
+
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+import pytest
+from click.testing import CliRunner
+
+torch = pytest.importorskip("torch")
+
+from tests.training_shards import write_synthetic_shards  # noqa: E402
+from training.checkpoint import load_checkpoint  # noqa: E402
+from training.cli import train as train_command  # noqa: E402
+from training.collate import micro_batches  # noqa: E402
+from training.long_samples import LongSamplePolicy, longest_sample, window_pieces, window_starts  # noqa: E402
+from training.loop import TrainConfig, train  # noqa: E402
+from training.shards import resolve_shard_files  # noqa: E402
+
+ROW = 32
+TINY = ["--tiny-vocab", "64", "--tiny-dim", "32", "--tiny-layers", "1", "--max-steps", "4", "--log-every", "1"]
+
+
+def _sample(weights, name="s", position=(0, 1, 0, 0)):
+    n = len(weights)
+    return {
+        "sample_id": name,
+        "input_ids": torch.arange(100, 100 + n),
+        "loss_weight": torch.tensor(weights, dtype=torch.float32),
+        "position": position,
+    }
+
+
+@pytest.fixture(scope="module")
+def long_shards(tmp_path_factory):
+    """Shards where every fourth sample has 12 turns (~150 tokens), far over a 32-token row."""
+    root = tmp_path_factory.mktemp("long")
+    return write_synthetic_shards(str(root), rows_per_file=(16, 16), row_group_rows=4, long_every=4, long_turns=12)
+
+
+def _true_longest(pool):
+    return max(pc.max(pq.read_table(f, columns=["num_tokens"]).column(0)).as_py() for f in resolve_shard_files([pool]))
+
+
+def test_window_starts_by_hand():
+    assert window_starts(10, 4, 1) == [0, 3, 6]
+    assert window_starts(11, 4, 1) == [0, 3, 6, 7]  # the last window ends at the sample's end
+    assert window_starts(4, 4, 2) == [0]
+    assert window_starts(9, 4, 2) == [0, 2, 4, 5]
+
+
+def test_windows_count_every_loss_token_exactly_once():
+    generator = torch.Generator().manual_seed(3)
+    weights = (torch.rand(23, generator=generator) * (torch.rand(23, generator=generator) > 0.3)).tolist()
+    weights[0] = 0.0
+    sample = _sample(weights)
+    pieces = window_pieces(sample, row=8, overlap=3)
+    assert all(len(p["input_ids"]) == 8 for p in pieces)
+    seen: dict[int, float] = {}
+    for piece in pieces:
+        start = piece["window_start"]
+        assert piece["input_ids"].tolist() == list(range(100 + start, 108 + start))
+        # position 0 of a piece is never a target, so its weight must already be covered or zero
+        assert float(piece["loss_weight"][0]) == 0.0
+        for offset in torch.nonzero(piece["loss_weight"]).flatten().tolist():
+            token = start + offset
+            assert token not in seen, f"token {token} is a target in two windows"
+            assert offset >= 3 or start == 0  # at least `overlap` tokens of context before a new target
+            seen[token] = float(piece["loss_weight"][offset])
+    expected = {i: w for i, w in enumerate(weights) if w > 0}
+    assert seen == pytest.approx(expected)
+
+
+def test_policies_drop_truncate_left_and_window():
+    head = [0.0] * 30 + [1.0] * 10  # 40 tokens: a long prompt, the weighted part at the end
+    short = _sample([0.0, 1.0, 1.0], "short", (0, 1, 0, 1))
+    long = _sample(head, "long", (0, 1, 0, 0))
+
+    dropped = LongSamplePolicy(16, "drop")
+    assert [s["sample_id"] for s in dropped([long, short])] == ["short"]
+    assert (dropped.counts.long, dropped.counts.dropped, dropped.counts.lost_loss_tokens) == (1, 1, 10)
+
+    left = LongSamplePolicy(16, "truncate-left")
+    (kept,) = left([long])
+    assert kept["input_ids"].tolist() == list(range(124, 140))
+    assert kept["loss_weight"].tolist() == [0.0] * 6 + [1.0] * 10
+    assert (left.counts.truncated_left, left.counts.lost_loss_tokens) == (1, 0)
+
+    windows = LongSamplePolicy(16, "window", overlap=4)
+    pieces = list(windows([long]))
+    # windows at 0, 12, 24: the first two hold only prompt tokens and are skipped
+    assert [p["window_start"] for p in pieces] == [24]
+    assert (windows.counts.windowed, windows.counts.pieces, windows.counts.empty_pieces) == (1, 1, 2)
+    assert pieces[0]["piece"] == (0, 1)
+
+    with pytest.raises(Exception, match="has 40 tokens, over --micro-batch-tokens 16"):
+        list(LongSamplePolicy(16, "refuse")([long]))
+
+
+def test_head_truncation_would_train_on_nothing_but_the_policies_keep_the_loss():
+    # the android case: the weighted turns start after a prompt longer than the row
+    long = _sample([0.0] * 30 + [1.0] * 10, "long")
+    head_only = next(micro_batches(iter([long]), 16, pack=True))
+    assert float(head_only.label_weights.sum()) == 0  # what a plain collator does
+    for policy in ("truncate-left", "window"):
+        batch = next(micro_batches(LongSamplePolicy(16, policy, overlap=4)(iter([long])), 16, pack=True))
+        assert float(batch.label_weights.sum()) == 10
+
+
+def test_longest_sample_comes_from_the_manifest_or_the_parquet_footers(long_shards, tmp_path):
+    files = resolve_shard_files([long_shards])
+    from_manifest = longest_sample(files)
+    assert from_manifest.tokens == _true_longest(long_shards) > ROW
+    assert from_manifest.source == "manifest.json"
+    older = write_synthetic_shards(str(tmp_path), rows_per_file=(8,), long_every=2, long_turns=6, manifest_max_tokens=False)
+    from_footer = longest_sample(resolve_shard_files([older]))
+    assert from_footer.tokens == _true_longest(older)
+    assert from_footer.source == "parquet statistics"
+
+
+def test_cli_refuses_long_samples_in_one_actionable_line(long_shards):
+    result = CliRunner().invoke(train_command, ["--shards", long_shards, "--micro-batch-tokens", str(ROW), *TINY])
+    assert result.exit_code == 1
+    longest = _true_longest(long_shards)
+    lines = result.output.strip().splitlines()
+    assert lines == [
+        f"Error: the longest sample has {longest} tokens (manifest.json) but a row holds --micro-batch-tokens {ROW}: "
+        f"raise --micro-batch-tokens to {longest}, or choose --long-samples drop | truncate-left | window"
+    ]
+    # a row long enough for the longest sample trains without a word about it
+    ok = CliRunner().invoke(train_command, ["--shards", long_shards, "--micro-batch-tokens", str(longest), *TINY])
+    assert ok.exit_code == 0, ok.output
+    assert "longest sample" not in ok.output
+
+
+@pytest.mark.parametrize("policy", ["drop", "truncate-left", "window"])
+def test_each_policy_trains_and_reports_what_it_touched(long_shards, tmp_path, policy):
+    log = tmp_path / "log.jsonl"
+    args = ["--shards", long_shards, "--micro-batch-tokens", str(ROW), "--long-samples", policy, "--no-shuffle"]
+    result = CliRunner().invoke(train_command, [*args, "--pack", "--log-json", str(log), *TINY])
+    assert result.exit_code == 0, result.output
+    assert f"over the row of {ROW}: {policy}" in result.output
+    entries = [json.loads(line) for line in log.read_text().splitlines()]
+    assert all(e["loss_tokens"] > 0 for e in entries)
+    counts = entries[-1]["long_samples"]
+    # without shuffling, 4 steps of one 32-token row reach the 4th sample, the first long one
+    assert counts["long"] >= 1
+    touched = {"drop": counts["dropped"], "truncate-left": counts["truncated_left"], "window": counts["windowed"]}
+    assert touched[policy] == counts["long"] and sum(touched.values()) == counts["long"]
+    if policy == "window":
+        assert counts["pieces"] >= 2 * counts["windowed"]
+    else:
+        assert counts["lost_loss_tokens"] > 0
+    assert f"long samples (over {ROW} tokens): {counts['long']} seen" in result.output
+
+
+def test_warns_when_a_step_has_rows_without_a_loss_token(long_shards, tmp_path):
+    log = tmp_path / "log.jsonl"
+    zero_all = [f"--category-weight={c}=0" for c in ("retrieval", "echo", "boilerplate", "transform")]
+    args = ["--shards", long_shards, "--micro-batch-tokens", "256", "--long-samples", "drop", "--no-pack"]
+    result = CliRunner().invoke(train_command, [*args, *zero_all, "--log-json", str(log), *TINY])
+    assert result.exit_code == 0, result.output
+    entries = [json.loads(line) for line in log.read_text().splitlines()]
+    assert all(e["rows"] > 0 and e["empty_rows"] == e["rows"] for e in entries)
+    assert f"warning: step 1: {entries[0]['rows']} of {entries[0]['rows']} rows have no loss token" in result.output
+    # the default share is not crossed when every row has a weighted target
+    quiet = CliRunner().invoke(train_command, [*args, "--log-json", str(tmp_path / "q.jsonl"), *TINY])
+    assert quiet.exit_code == 0 and "warning" not in quiet.output
+
+
+def _window_run(shards, out, max_steps):
+    config = TrainConfig(
+        shards=(shards,),
+        max_steps=max_steps,
+        out=str(out),
+        lr=3e-3,
+        schedule="constant",
+        micro_batch_tokens=ROW,
+        pack=True,
+        shuffle=False,
+        long_samples="window",
+        window_overlap=8,
+        log_every=1,
+        tiny_vocab=64,
+        tiny_dim=32,
+        tiny_layers=1,
+    )
+    return train(config, echo=lambda _line: None)
+
+
+def test_a_run_stopped_between_two_windows_of_a_sample_resumes_exactly(tmp_path):
+    shards = write_synthetic_shards(str(tmp_path / "all-long"), rows_per_file=(6,), long_every=1, long_turns=10)
+    straight = _window_run(shards, tmp_path / "a", 12)
+    _window_run(shards, tmp_path / "b", 7)
+    state = load_checkpoint(str(tmp_path / "b")).data_states[0]
+    # every sample here is cut into 5 windows (one per step), so step 7 stops after 2 of the second's
+    assert state["pieces_done"] == [[0, 1, 0, 1, 2]]
+    resumed = _window_run(shards, tmp_path / "b", 12)
+    assert [e["step"] for e in resumed] == list(range(8, 13))
+    for a, b in zip(straight[7:], resumed):
+        assert (a["tokens"], a["loss_tokens"]) == (b["tokens"], b["loss_tokens"])
+        assert a["loss"] == pytest.approx(b["loss"], rel=1e-5)
+    # 12 steps began 3 samples (windows 1-5, 6-10, 11-12), each counted once, on its first window
+    assert straight[-1]["long_samples"]["windowed"] == 3 and straight[-1]["long_samples"]["pieces"] == 15
+    assert straight[-1]["long_samples"] == resumed[-1]["long_samples"]
