@@ -129,3 +129,27 @@ def write_synthetic_shards(
         with fs.open(posixpath.join(base, "_SUCCESS"), "w") as handle:
             handle.write("")
     return pool_dir if isinstance(fs, LocalFileSystem) else fs.unstrip_protocol(pool_dir)
+
+
+def write_tiny_qwen(path: str, vocab: int = 96, seed: int = 0) -> str:
+    """Save a randomly initialised, tiny Qwen3 causal LM (real attention, rotary embeddings, GQA) to `path`.
+
+    Built from a config in the test, nothing downloaded; needs transformers.
+    """
+    import torch
+    import transformers
+
+    config = transformers.Qwen3Config(
+        vocab_size=vocab,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=8,
+        max_position_embeddings=4096,
+        tie_word_embeddings=True,
+    )
+    torch.manual_seed(seed)
+    transformers.AutoModelForCausalLM.from_config(config).save_pretrained(path)
+    return path
