@@ -1,0 +1,137 @@
+"""`--fsdp` (FSDP2): two gloo ranks on CPU step like one process, and a sharded checkpoint resumes exactly."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("transformers")
+
+from tests.training_shards import write_synthetic_shards, write_tiny_qwen  # noqa: E402
+from training.checkpoint import load_checkpoint  # noqa: E402
+from training.collate import pad_samples  # noqa: E402
+from training.models import load_hf_causal_lm  # noqa: E402
+from training.sharding import shard_model  # noqa: E402
+from training.step import accumulate_gradients  # noqa: E402
+from training.tiny_model import TinyConfig, TinyDecoder  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent
+VOCAB = 96
+
+
+def _samples(count, seed):
+    generator = torch.Generator().manual_seed(seed)
+    samples = []
+    for number in range(count):
+        n = int(torch.randint(5, 14, (1,), generator=generator))
+        ids = torch.randint(1, VOCAB, (n,), generator=generator)
+        weights = torch.rand(n, generator=generator) * (torch.rand(n, generator=generator) > 0.4)
+        samples.append({"sample_id": f"s{number}", "input_ids": ids, "loss_weight": weights})
+    return samples
+
+
+def _models(qwen_dir):
+    torch.manual_seed(0)
+    return {"tiny": TinyDecoder(TinyConfig(vocab_size=VOCAB, dim=32, layers=2, heads=4)), "qwen": load_hf_causal_lm(qwen_dir)}
+
+
+def _full(tensor):
+    return tensor.full_tensor() if hasattr(tensor, "full_tensor") else tensor
+
+
+def _rank_worker(rank, port, qwen_dir, result_path):
+    torch.set_num_threads(1)
+    torch.distributed.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
+    samples = _samples(10, seed=11)
+    mine = samples[:4] if rank == 0 else samples[4:]  # unequal shares: the ranks' denominators differ
+    results = {}
+    for name, model in _models(qwen_dir).items():
+        shard_model(model, None, torch.device("cpu"))
+        assert all(hasattr(p, "full_tensor") for p in model.parameters())  # really sharded
+        result = accumulate_gradients(model, [pad_samples(mine[:2]), pad_samples(mine[2:])], "tokens", 8)
+        norm = torch.nn.utils.clip_grad_norm_(model.parameters(), 1e9)
+        grads = {n: _full(p.grad) for n, p in model.named_parameters()}
+        results[name] = (result.loss, result.denominator, float(_full(norm)), grads)
+    if rank == 0:
+        torch.save(results, result_path)
+    torch.distributed.barrier()
+    torch.distributed.destroy_process_group()
+
+
+def _free_port():
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def qwen_dir(tmp_path_factory):
+    return write_tiny_qwen(str(tmp_path_factory.mktemp("qwen")), vocab=VOCAB)
+
+
+def test_two_fsdp_gloo_ranks_equal_one_process(qwen_dir, tmp_path):
+    result_path = tmp_path / "rank0.pt"
+    torch.multiprocessing.spawn(_rank_worker, args=(_free_port(), qwen_dir, str(result_path)), nprocs=2, join=True)
+    sharded = torch.load(result_path, weights_only=True)
+    samples = _samples(10, seed=11)
+    for name, model in _models(qwen_dir).items():
+        result = accumulate_gradients(model, [pad_samples(samples[:5]), pad_samples(samples[5:])], "tokens", 8)
+        norm = float(torch.nn.utils.clip_grad_norm_(model.parameters(), 1e9))
+        loss, denominator, sharded_norm, grads = sharded[name]
+        assert denominator == result.denominator
+        assert loss == pytest.approx(result.loss, rel=1e-5), name
+        assert sharded_norm == pytest.approx(norm, rel=1e-4), name
+        for parameter_name, parameter in model.named_parameters():
+            torch.testing.assert_close(grads[parameter_name], parameter.grad, rtol=1e-4, atol=1e-7, msg=parameter_name)
+
+
+def _torchrun(args):
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    command = [str(Path(sys.executable).parent / "torchrun"), "--standalone", "--nproc_per_node", "2", "-m", "training"]
+    return subprocess.run([*command, *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+
+
+def _full_state(folder):
+    from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
+
+    target = Path(folder) / "full.pt"
+    dcp_to_torch_save(str(Path(folder) / "sharded"), str(target))
+    return torch.load(target, weights_only=True)["model"]
+
+
+def test_torchrun_fsdp_sharded_checkpoint_resumes_exactly(qwen_dir, tmp_path):
+    shards = write_synthetic_shards(str(tmp_path / "run"), rows_per_file=(24, 24), row_group_rows=6)
+    common = ["--shards", shards, "--model", qwen_dir, "--fsdp", "--pack", "--micro-batch-tokens", "128",
+              "--grad-accum", "2", "--lr", "3e-3", "--schedule", "constant", "--log-every", "1"]
+    straight = _torchrun([*common, "--out", str(tmp_path / "a"), "--max-steps", "6", "--log-json", str(tmp_path / "a.jsonl")])
+    assert straight.returncode == 0, straight.stderr[-3000:]
+    assert "2 rank(s) (FSDP)" in straight.stdout
+    first = _torchrun([*common, "--out", str(tmp_path / "b"), "--max-steps", "3"])
+    assert first.returncode == 0, first.stderr[-3000:]
+    checkpoint = load_checkpoint(str(tmp_path / "b"))
+    assert checkpoint.model is None and checkpoint.trainer["sharded"]
+    assert sorted(p.name for p in Path(checkpoint.folder, "sharded").glob("*.distcp")) == ["__0_0.distcp", "__1_0.distcp"]
+    second = _torchrun([*common, "--out", str(tmp_path / "b"), "--max-steps", "6", "--log-json", str(tmp_path / "b.jsonl")])
+    assert second.returncode == 0, second.stderr[-3000:]
+    assert "resumed from" in second.stdout and "at step 3" in second.stdout
+    log_a = [json.loads(x) for x in (tmp_path / "a.jsonl").read_text().splitlines()]
+    log_b = [json.loads(x) for x in (tmp_path / "b.jsonl").read_text().splitlines()]
+    assert [e["step"] for e in log_b] == [4, 5, 6]
+    for a, b in zip(log_a[3:], log_b):
+        assert a["tokens"] == b["tokens"]
+        assert a["loss"] == pytest.approx(b["loss"], rel=1e-5)
+    state_a = _full_state(load_checkpoint(str(tmp_path / "a")).folder)
+    state_b = _full_state(load_checkpoint(str(tmp_path / "b")).folder)
+    assert len(state_a) > 10
+    for name, tensor in state_a.items():
+        torch.testing.assert_close(tensor, state_b[name], rtol=1e-5, atol=1e-7, msg=name)
+    # a sharded checkpoint is not resumed without --fsdp
+    refused = _torchrun([a for a in common if a != "--fsdp"] + ["--out", str(tmp_path / "b"), "--max-steps", "7"])
+    assert refused.returncode != 0 and "resume the same way" in refused.stderr + refused.stdout
