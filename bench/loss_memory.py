@@ -16,6 +16,7 @@ import argparse
 import json
 import os
 import platform
+import resource
 import subprocess
 import sys
 import threading
@@ -88,10 +89,12 @@ def measure(tokens: int, vocab: int, hidden: int, chunk: int, device: str, weigh
     return {"peak_bytes": float(peak - base), "seconds": time.perf_counter() - start, "loss": float(loss)}
 
 
-def run_variant(tokens: int, vocab: int, hidden: int, chunk: int, device: str, weighted: float) -> dict[str, float]:
+def run_variant(
+    tokens: int, vocab: int, hidden: int, chunk: int, device: str, weighted: float, address_space_gib: float = 0
+) -> dict[str, float]:
     """`measure` in a fresh interpreter, so one variant's peak cannot hide the other's."""
     args = [sys.executable, "-m", "bench.loss_memory", "--child", str(tokens), str(vocab), str(hidden), str(chunk)]
-    args += ["--device", device, "--weighted", str(weighted)]
+    args += ["--device", device, "--weighted", str(weighted), "--address-space-gib", str(address_space_gib)]
     root = str(Path(__file__).resolve().parent.parent)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))}
     # glibc otherwise keeps freed blocks of up to 32 MiB in per-thread heaps (the backward pass runs on
@@ -156,15 +159,26 @@ def main() -> None:
     parser.add_argument("--weighted", type=float, default=1.0, help="share of targets with weight > 0")
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--write", action="store_true", help="update bench/RESULTS.md")
+    parser.add_argument(
+        "--address-space-gib", type=float, default=0, help="cap each variant's address space (CPU; 0: no cap)"
+    )
     args = parser.parse_args()
     if args.child:
+        if args.address_space_gib:
+            # a shared machine: a refused allocation fails this variant instead of waking the OOM killer
+            limit = int(args.address_space_gib * 1024**3)
+            resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
         print(json.dumps(measure(*args.child, args.device, args.weighted)))
         return
+    shape = (args.tokens, args.vocab, args.hidden)
     rows = [
-        ("full logits (`--loss-chunk-tokens 0`)", run_variant(args.tokens, args.vocab, args.hidden, 0, args.device, args.weighted)),
+        (
+            "full logits (`--loss-chunk-tokens 0`)",
+            run_variant(*shape, 0, args.device, args.weighted, args.address_space_gib),
+        ),
         (
             f"chunked (`--loss-chunk-tokens {args.chunk}`)",
-            run_variant(args.tokens, args.vocab, args.hidden, args.chunk, args.device, args.weighted),
+            run_variant(*shape, args.chunk, args.device, args.weighted, args.address_space_gib),
         ),
     ]
     text = section(rows, args.tokens, args.vocab, args.hidden, args.device)

@@ -106,6 +106,7 @@ def _full_state(folder):
     return torch.load(target, weights_only=True)["model"]
 
 
+@pytest.mark.slow
 def test_torchrun_fsdp_sharded_checkpoint_resumes_exactly(qwen_dir, tmp_path):
     shards = write_synthetic_shards(str(tmp_path / "run"), rows_per_file=(24, 24), row_group_rows=6)
     common = ["--shards", shards, "--model", qwen_dir, "--fsdp", "--pack", "--micro-batch-tokens", "128",

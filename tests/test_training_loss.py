@@ -13,7 +13,7 @@ torch = pytest.importorskip("torch")
 from torch.nn.parallel import DistributedDataParallel  # noqa: E402
 
 from training.collate import pad_samples  # noqa: E402
-from training.loss import local_denominator, weighted_loss_sum  # noqa: E402
+from training.loss import local_denominator, weighted_loss_sum, weighted_loss_sum_from_hidden  # noqa: E402
 from training.step import accumulate_gradients  # noqa: E402
 from training.tiny_model import TinyConfig, TinyDecoder  # noqa: E402
 
@@ -134,3 +134,37 @@ def test_two_gloo_ranks_equal_one_rank(tmp_path):
         assert loss == pytest.approx(single.loss, rel=1e-5)
         for r, s in zip(rank_grads, grads):
             torch.testing.assert_close(r, s, rtol=1e-4, atol=1e-7)
+
+
+@pytest.mark.parametrize("chunk", [1, 3, 64])
+def test_chunked_loss_equals_the_loss_of_the_full_logits(chunk):
+    generator = torch.Generator().manual_seed(2)
+    hidden = torch.randn(2, 9, 8, generator=generator, requires_grad=True)
+    head = torch.randn(VOCAB, 8, generator=generator, requires_grad=True)
+    bias = torch.randn(VOCAB, generator=generator, requires_grad=True)
+    labels = torch.randint(0, VOCAB, (2, 9), generator=generator)
+    weights = torch.rand(2, 9, generator=generator) * (torch.rand(2, 9, generator=generator) > 0.3)
+    full = weighted_loss_sum(torch.nn.functional.linear(hidden, head, bias), labels, weights)
+    full_grads = torch.autograd.grad(full, (hidden, head, bias))
+    chunked = weighted_loss_sum_from_hidden(hidden, head, bias, labels, weights, chunk)
+    chunked_grads = torch.autograd.grad(chunked, (hidden, head, bias))
+    assert float(full) > 0
+    torch.testing.assert_close(chunked, full, rtol=1e-6, atol=1e-6)
+    for c, f in zip(chunked_grads, full_grads):
+        torch.testing.assert_close(c, f, rtol=1e-5, atol=1e-7)
+    # no weighted target: zero, with a (zero) gradient for every input
+    empty = weighted_loss_sum_from_hidden(hidden, head, bias, labels, torch.zeros(2, 9), chunk)
+    assert float(empty) == 0
+    assert all(float(g.abs().sum()) == 0 for g in torch.autograd.grad(empty, (hidden, head)))
+
+
+@pytest.mark.slow
+def test_chunked_loss_peak_memory_is_a_fraction_of_the_full_logits():
+    from bench.loss_memory import run_variant
+
+    full = run_variant(1024, 32000, 64, 0, "cpu", 1.0)
+    chunked = run_variant(1024, 32000, 64, 128, "cpu", 1.0)
+    logits_bytes = 1024 * 32000 * 4
+    assert full["peak_bytes"] >= 2 * logits_bytes  # the logits and at least their log-softmax or gradient
+    assert chunked["peak_bytes"] < 0.3 * full["peak_bytes"]
+    assert chunked["loss"] == pytest.approx(full["loss"], rel=1e-5)
