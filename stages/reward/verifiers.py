@@ -35,15 +35,30 @@ _VOLATILE_KEY = re.compile(
 
 # ----------------------------------------------------------------------------------- JSON fields
 
+def _json_documents(text: str) -> list[Any] | None:
+    """The JSON values `text` holds one after another (tools print several objects in a row)."""
+    decoder, s, pos, docs = json.JSONDecoder(), text.strip(), 0, []
+    while pos < len(s):
+        try:
+            value, pos = decoder.raw_decode(s, pos)
+        except json.JSONDecodeError:
+            return None
+        docs.append(value)
+        while pos < len(s) and s[pos].isspace():
+            pos += 1
+    return docs or None
+
+
 def _json_container(text: str) -> Any:
+    """A JSON object or array (several concatenated ones become one array); None for anything else."""
     s = text.strip()
     if not s or s[0] not in "[{":
         return None
-    try:
-        value = json.loads(s)
-    except json.JSONDecodeError:
+    docs = _json_documents(s)
+    if docs is None or not all(isinstance(d, dict | list) for d in docs):
         return None
-    return value if isinstance(value, dict | list) and value else None
+    value = docs[0] if len(docs) == 1 else docs
+    return value if value else None
 
 
 def _is_free_text(value: Any) -> bool:
@@ -77,11 +92,10 @@ def verify_json_fields(prediction: str, reference: str) -> bool:
     ref = _json_container(reference)
     if ref is None:
         raise ValueError("reference is not a JSON object or array")
-    try:
-        pred = json.loads(prediction.strip())
-    except json.JSONDecodeError:
+    docs = _json_documents(prediction)
+    if docs is None:
         return False
-    return _same_fields(ref, pred)
+    return _same_fields(ref, docs[0] if len(docs) == 1 else docs)
 
 
 # -------------------------------------------------------------------------------------- terminal
