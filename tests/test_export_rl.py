@@ -257,3 +257,21 @@ def test_trl_reward_through_grpo_trainers_own_call(trl_dir):
         # the judge saw the history TRL's prompt carries, and the current action
         history, current = split_prompt(rows[0]["prompt"])
         assert any(current in g and all(p in g for p, _ in history) for g in graded)
+
+
+def test_the_readme_training_with_rl_example_runs(tmp_path):
+    """The README's shell block, as written (lwm → this interpreter; the in-process executor)."""
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    section = readme[readme.index("## Training with RL"):]
+    block = section[section.index("```bash\n") + len("```bash\n"):]
+    block = block[: block.index("```")]
+    lwm_cmd = f"{sys.executable} -m pipeline.cli"
+    script = block.replace("lwm run ", f"{lwm_cmd} run --executor local --progress off ").replace("lwm ", f"{lwm_cmd} ")
+    proc = subprocess.run(["bash", "-euo", "pipefail", "-c", script], cwd=tmp_path, capture_output=True, text=True,
+                          timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    verl_rows = pq.read_table(tmp_path / "data/verl/train.parquet").to_pylist()
+    trl_rows = pq.read_table(tmp_path / "data/trl/train.parquet").to_pylist()
+    assert len(verl_rows) == len(trl_rows) > 0
+    assert {r["data_source"] for r in verl_rows} == {"lwmkit/terminal"}
+    assert {r["verifier"] for r in trl_rows} <= {"terminal", "none"}
