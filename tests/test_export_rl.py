@@ -275,3 +275,11 @@ def test_the_readme_training_with_rl_example_runs(tmp_path):
     assert len(verl_rows) == len(trl_rows) > 0
     assert {r["data_source"] for r in verl_rows} == {"lwmkit/terminal"}
     assert {r["verifier"] for r in trl_rows} <= {"terminal", "none"}
+
+
+def test_export_of_an_unfinished_run_is_a_one_line_error(tmp_path):
+    proc = lwm("export", "verl", str(tmp_path), str(tmp_path / "out"), check=False)
+    assert proc.returncode == 2 and "not a finished run" in proc.stderr and "Traceback" not in proc.stderr
+    proc = lwm("export", "trl", str(tmp_path), str(tmp_path / "out"), "--val-fraction", "1.5", check=False)
+    assert proc.returncode == 2
+    assert not (tmp_path / "out").exists()
