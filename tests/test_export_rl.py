@@ -9,7 +9,9 @@ dependencies). Their tests are skipped when the package is absent. What they est
   function scores a real row through a loopback judge with verl's keyword call;
 - TRL: ``datasets`` reads ``train.parquet``, TRL sees a conversational prompt and its chat-template
   path renders exactly the prompt tokens the rl shard stores; ``GRPOTrainer._calculate_rewards``
-  calls `make_trl_reward` with the exported columns.
+  calls `make_trl_reward` with the exported columns;
+- verl again, end to end: its ``NaiveRewardManager`` decodes a rollout's token ids and scores them
+  through the loaded ``compute_score``.
 """
 
 from __future__ import annotations
@@ -283,3 +285,38 @@ def test_export_of_an_unfinished_run_is_a_one_line_error(tmp_path):
     proc = lwm("export", "trl", str(tmp_path), str(tmp_path / "out"), "--val-fraction", "1.5", check=False)
     assert proc.returncode == 2
     assert not (tmp_path / "out").exists()
+
+
+def test_verls_naive_reward_manager_scores_a_decoded_rollout(verl_dir, hf_tokenizer):
+    """The whole verl path: token ids → its reward manager → decode → our compute_score → the score."""
+    pytest.importorskip("verl")
+    import numpy as np
+    import torch
+    from omegaconf import OmegaConf
+    from verl import DataProto
+    from verl.experimental.reward_loop.reward_manager.naive import NaiveRewardManager
+    from verl.trainer.ppo.reward import get_custom_reward_fn
+
+    rows = pq.read_table(verl_dir / "train.parquet").to_pylist()
+    row = next(r for r in rows if r["extra_info"]["verifier"] == "json_fields")
+    ref = row["reward_model"]["ground_truth"]
+    with JudgeServer(lambda body, n: Answer(scores_answer(3))) as server:
+        cfg = OmegaConf.create({"reward": {"custom_reward_function": {
+            "path": str(ROOT / "stages" / "reward" / "frameworks.py"), "name": "compute_score",
+            "reward_kwargs": {"judge_url": server.url, "judge_model": "judge", "judge_backoff_s": 0.01}}}})
+        manager = NaiveRewardManager(cfg, hf_tokenizer, get_custom_reward_fn(cfg))
+        prompt = torch.tensor([[1, 2, 3]])
+        response = hf_tokenizer(target_reply(ref, "The tool returns the article.\n"), add_special_tokens=False)["input_ids"]
+        pad = hf_tokenizer.pad_token_id
+        responses = torch.tensor([response + [pad] * 5])
+        mask = torch.tensor([[1, 1, 1] + [1] * len(response) + [0] * 5])
+        data = DataProto.from_dict(
+            tensors={"prompts": prompt, "responses": responses, "attention_mask": mask},
+            non_tensors={"data_source": np.array([row["data_source"]], dtype=object),
+                         "reward_model": np.array([row["reward_model"]], dtype=object),
+                         "extra_info": np.array([dict(row["extra_info"])], dtype=object)},
+        )
+        out = manager.loop.run_until_complete(manager.run_single(data))
+        assert out["reward_score"] == pytest.approx(0.9 * 15 + 0.1 * 25)
+        assert out["reward_extra_info"]["rule"] == 1.0 and out["reward_extra_info"]["rubric"] == 15.0
+        assert len(server.requests) == 1
