@@ -182,8 +182,8 @@ def verl_cmd(run_dir: str, out_dir: str, val_fraction: float) -> None:
 
     \b
     Train with the world-model reward:
-      custom_reward_function.path=<lwmkit>/stages/reward/frameworks.py
-      custom_reward_function.name=compute_score
+      reward.custom_reward_function.path=<lwmkit>/stages/reward/frameworks.py
+      reward.custom_reward_function.name=compute_score
     """
     _export("verl", run_dir, out_dir, val_fraction)
 

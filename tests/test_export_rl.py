@@ -11,7 +11,8 @@ dependencies). Their tests are skipped when the package is absent. What they est
   path renders exactly the prompt tokens the rl shard stores; ``GRPOTrainer._calculate_rewards``
   calls `make_trl_reward` with the exported columns;
 - verl again, end to end: its ``NaiveRewardManager`` decodes a rollout's token ids and scores them
-  through the loaded ``compute_score``.
+  through the loaded ``compute_score``; the README's verl overrides compose with verl's own
+  ``ppo_trainer`` config (Hydra) and load the reward.
 """
 
 from __future__ import annotations
@@ -320,3 +321,34 @@ def test_verls_naive_reward_manager_scores_a_decoded_rollout(verl_dir, hf_tokeni
         assert out["reward_score"] == pytest.approx(0.9 * 15 + 0.1 * 25)
         assert out["reward_extra_info"]["rule"] == 1.0 and out["reward_extra_info"]["rubric"] == 15.0
         assert len(server.requests) == 1
+
+
+def test_the_readme_verl_command_composes_with_verls_own_config(verl_dir):
+    """The README's verl overrides are valid keys of verl's trainer config, and load our reward."""
+    pytest.importorskip("verl")
+    pytest.importorskip("hydra")
+    import os
+    import shlex
+
+    import verl
+    from hydra import compose, initialize_config_dir
+    from verl.trainer.ppo.reward import get_custom_reward_fn
+
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    section = readme[readme.index("## Training with RL"):]
+    start = section.index("python -m verl.trainer.main_ppo")
+    command = section[start: section.index("```", start)].replace("\\\n", " ").replace("$(pwd)", str(ROOT))
+    overrides = [t for t in shlex.split(command)[3:] if "=" in t and "<" not in t]
+    assert any(o.startswith("reward.custom_reward_function.path=") for o in overrides)
+    with initialize_config_dir(config_dir=os.path.join(os.path.dirname(verl.__file__), "trainer", "config"),
+                               version_base=None):
+        cfg = compose(config_name="ppo_trainer", overrides=overrides)
+    row = pq.read_table(verl_dir / "train.parquet").to_pylist()[0]
+    ref = row["reward_model"]["ground_truth"]
+    with JudgeServer(lambda body, n: Answer(scores_answer(5))) as server:
+        cfg.reward.custom_reward_function.reward_kwargs.judge_url = server.url  # the README's points at a real vLLM
+        cfg.reward.custom_reward_function.reward_kwargs.judge_cache = None
+        fn = get_custom_reward_fn(cfg)
+        out = fn(data_source=row["data_source"], solution_str=target_reply(ref, ""), ground_truth=ref,
+                 extra_info=row["extra_info"])
+    assert out["score"] == 25.0 and server.requests[0]["model"] == "Qwen/Qwen3-32B"
