@@ -184,6 +184,8 @@ def _register_optional() -> None:
         ("pipeline.hist", "hist_cmd"),
         ("pipeline.show", "show_cmd"),
         ("pipeline.export", "export_group"),
+        ("pipeline.export_rl", "export_group"),  # adds `export verl` and `export trl` to the group
+        ("pipeline.reward_cmd", "reward_cmd"),
         ("training.cli", "train"),
     ):
         try:

@@ -20,6 +20,7 @@ from schemas.shard import schema_for
 from schemas.trajectory import Trajectory
 from stages.pools import choose_template, choose_turns, pool_of, sample_id
 from stages.render import chatml, history_reply, target_prompt, user_prompt
+from stages.reward.verifiers import verifier_kind
 from stages.samples import SampleParts, TrajectorySamples
 from stages.templates import render_system
 from stages.tokenize import check_segmentwise, segment_tokenizer
@@ -115,7 +116,8 @@ def build_rows(traj: Trajectory, cfg: dict[str, Any], seg, table, stats: Stats, 
         yield pool, {**base, "sample_id": sid, "turn_idx": t, "prompt_ids": prompt,
                      "reference": traj.turns[t - 1].observation, "messages": messages,
                      "turn_category": [score.category], "turn_keep": [score.keep],
-                     "turn_stats": [_stats_struct(score)], "num_tokens": len(prompt)}
+                     "turn_stats": [_stats_struct(score)], "num_tokens": len(prompt),
+                     "verifier": verifier_kind(traj.domain, traj.turns[t - 1].observation)}
         return
     targets = [0] if pool == "cpt" else choose_turns(
         traj.traj_id, pool, total, pools_cfg["sft_turns"], pools_cfg["eval_subsample"], pools_cfg["seed"]

@@ -32,7 +32,8 @@ SHARD_SCHEMA = pa.schema(
     ]
 )
 
-# The rl pool stores the prompt and the reference observation instead of weights.
+# The rl pool stores the prompt and the reference observation instead of weights, and the kind of
+# rule verifier the reference allows (`stages.reward.verifiers`; "none" when it allows none).
 RL_SCHEMA = pa.schema(
     [
         *_PROVENANCE,
@@ -43,6 +44,7 @@ RL_SCHEMA = pa.schema(
         ("turn_keep", pa.list_(pa.float32())),
         ("turn_stats", pa.list_(STATS_TYPE)),
         ("num_tokens", pa.int32()),
+        ("verifier", pa.string()),
     ]
 )
 

@@ -1,0 +1,211 @@
+"""``lwm reward RUN PREDICTIONS.jsonl``: score a file of model predictions for the rl or eval pool.
+
+PREDICTIONS.jsonl has one JSON object per line: the sample id under ``sample_id`` (or ``id``, as in
+`lwm export agentworldbench` rows) and the model's whole completion under ``prediction`` (or
+``completion``, or ``gen`` as the AgentWorldBench evaluator writes it). Each prediction is scored by
+`stages.reward.score_batch` against its sample's reference: strict extraction, the rule verifier,
+the rubric judge at ``--judge-url``. The command prints, per domain, the mean reward, the rule-pass
+rate (over samples with a verifier), the judge failure rate (over samples sent to the judge) and
+the format failure rate; ``--json`` prints the same as one JSON object, ``--out`` writes one line of
+parts per sample.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import posixpath
+from collections import defaultdict
+from typing import Any
+
+import click
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from pipeline.export_rl import finished_run
+from schemas.errors import ConfigError
+from schemas.trajectory import Trajectory
+from stages.render import user_prompt
+from stages.reward.core import RewardConfig, RewardInput, RewardResult, score_batch, split_prompt
+
+_ID_KEYS = ("sample_id", "id")
+_TEXT_KEYS = ("prediction", "completion", "gen")
+
+
+def _parquet_files(fs, base: str) -> list[str]:
+    return sorted(p for p in fs.find(base) if p.endswith(".parquet")) if fs.exists(base) else []
+
+
+def rl_inputs(run_dir: str) -> dict[str, RewardInput]:
+    """sample id → reward input (completion still empty) for the rl pool."""
+    fs, root = finished_run(run_dir)
+    out = {}
+    for path in _parquet_files(fs, posixpath.join(root, "shards", "rl")):
+        with fs.open(path, "rb") as f:
+            pf = pq.ParquetFile(f)
+            cols = ["sample_id", "domain", "messages", "reference"] + (["verifier"] if "verifier" in pf.schema_arrow.names else [])
+            rows = pf.read(columns=cols).to_pylist()
+        for r in rows:
+            history, current = split_prompt(r["messages"])
+            out[r["sample_id"]] = RewardInput(r["domain"], "", r["reference"], current, history, r.get("verifier"))
+    return out
+
+
+def eval_inputs(run_dir: str) -> dict[str, RewardInput]:
+    """sample id → reward input (completion still empty) for the eval pool; the history is rebuilt
+    from the trajectories layer, as the rl pool's rendered messages hold it."""
+    fs, root = finished_run(run_dir)
+    samples = []
+    for path in _parquet_files(fs, posixpath.join(root, "shards", "eval")):
+        with fs.open(path, "rb") as f:
+            samples += pq.read_table(f, columns=["sample_id", "traj_id", "turn_idx"]).to_pylist()
+    wanted = pa.array(sorted({s["traj_id"] for s in samples}), pa.string())
+    trajs: dict[str, Trajectory] = {}
+    for path in _parquet_files(fs, posixpath.join(root, "trajectories")):
+        with fs.open(path, "rb") as f:
+            for batch in pq.ParquetFile(f).iter_batches(batch_size=256):
+                for d in batch.filter(pc.is_in(batch.column("traj_id"), value_set=wanted)).to_pylist():
+                    trajs[d["traj_id"]] = Trajectory.from_dict(d)
+    out = {}
+    for s in samples:
+        traj, t = trajs.get(s["traj_id"]), s["turn_idx"]
+        if traj is None:
+            raise ConfigError(f"eval sample {s['sample_id']}: trajectory {s['traj_id']} missing from the trajectories layer")
+        history = tuple((user_prompt(traj, h), traj.turns[h - 1].observation) for h in range(1, t))
+        out[s["sample_id"]] = RewardInput(traj.domain, "", traj.turns[t - 1].observation, user_prompt(traj, t), history)
+    return out
+
+
+def read_predictions(path: str) -> dict[str, str]:
+    """sample id → completion text, from PREDICTIONS.jsonl (local path or fsspec URL)."""
+    import fsspec
+
+    preds: dict[str, str] = {}
+    with fsspec.open(path, "r", encoding="utf-8") as f:
+        for lineno, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                obj = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise ConfigError(f"{path}:{lineno}: not a JSON object ({exc.msg})") from None
+            sid = next((obj[k] for k in _ID_KEYS if isinstance(obj, dict) and isinstance(obj.get(k), str)), None)
+            text = next((obj[k] for k in _TEXT_KEYS if isinstance(obj, dict) and isinstance(obj.get(k), str)), None)
+            if sid is None or text is None:
+                raise ConfigError(f"{path}:{lineno}: expected a sample id ({'/'.join(_ID_KEYS)}) "
+                                  f"and a prediction ({'/'.join(_TEXT_KEYS)})")
+            preds[sid] = text
+    return preds
+
+
+def summarize(domains: list[str], results: list[RewardResult]) -> dict[str, Any]:
+    """Per-domain and overall mean reward, rule-pass rate, judge and format failure rates."""
+    groups: dict[str, list[RewardResult]] = defaultdict(list)
+    for d, r in zip(domains, results):
+        groups[d].append(r)
+        groups["all"].append(r)
+
+    def stats(rs: list[RewardResult]) -> dict[str, Any]:
+        ruled = [r for r in rs if r.rule is not None]
+        judged = [r for r in rs if r.format_status == "ok"]
+        return {
+            "samples": len(rs),
+            "mean_reward": sum(r.reward for r in rs) / len(rs),
+            "with_verifier": len(ruled),
+            "rule_pass_rate": sum(bool(r.rule) for r in ruled) / len(ruled) if ruled else None,
+            "judged": len(judged),
+            "judge_failure_rate": sum(r.judge_failed for r in judged) / len(judged) if judged else None,
+            "format_failure_rate": sum(r.format_status != "ok" for r in rs) / len(rs),
+        }
+
+    return {d: stats(rs) for d, rs in sorted(groups.items(), key=lambda kv: (kv[0] == "all", kv[0]))}
+
+
+def _pct(x: float | None) -> str:
+    return "-" if x is None else f"{100 * x:.1f}%"
+
+
+@click.command("reward")
+@click.argument("run_dir")
+@click.argument("predictions")
+@click.option("--judge-url", required=True, envvar="LWM_JUDGE_URL", help="OpenAI-compatible base URL (…/v1).")
+@click.option("--judge-model", required=True, envvar="LWM_JUDGE_MODEL", help="Judge model name.")
+@click.option("--judge-api-key", envvar="LWM_JUDGE_API_KEY", help="API key (default: LWM_JUDGE_API_KEY).")
+@click.option("--pool", type=click.Choice(["rl", "eval"]), default="rl", show_default=True)
+@click.option("--concurrency", type=int, default=8, show_default=True, help="Judge requests in flight.")
+@click.option("--timeout", "timeout_s", type=float, default=120.0, show_default=True, help="Seconds per judge request.")
+@click.option("--retries", type=int, default=4, show_default=True, help="Retries on 429/5xx/timeouts.")
+@click.option("--max-tokens", type=int, default=4096, show_default=True, help="Judge answer budget.")
+@click.option("--cache", "cache_dir", help="Judge cache directory or fsspec URL (repeat runs cost no calls).")
+@click.option("--rubric-weight", type=float, default=9.0, show_default=True)
+@click.option("--rule-weight", type=float, default=1.0, show_default=True)
+@click.option("--without-verifier", type=click.Choice(["rubric", "zero"]), default="rubric", show_default=True)
+@click.option("--on-judge-failure", type=click.Choice(["zero", "rule"]), default="zero", show_default=True)
+@click.option("--out", "out_path", help="Write one JSON line of reward parts per scored sample here.")
+@click.option("--json", "as_json", is_flag=True, help="Print exactly one JSON object.")
+def reward_cmd(**kw: Any) -> None:
+    """Score PREDICTIONS.jsonl against the rl (or eval) pool of RUN_DIR with the world-model reward.
+
+    \b
+      lwm reward out/ preds.jsonl --judge-url http://localhost:8000/v1 --judge-model Qwen/Qwen3-32B
+    """
+    from pipeline.cli import handle_errors  # imported here: the cli imports this module
+
+    handle_errors(score_predictions)(**kw)
+
+
+def score_predictions(run_dir, predictions, judge_url, judge_model, judge_api_key, pool, concurrency, timeout_s,
+                      retries, max_tokens, cache_dir, rubric_weight, rule_weight, without_verifier,
+                      on_judge_failure, out_path, as_json) -> None:
+    """The body of `lwm reward` (module docstring)."""
+    from stages.llm.client import ChatClient
+
+    try:
+        cfg = RewardConfig(rubric_weight=rubric_weight, rule_weight=rule_weight,
+                           without_verifier=without_verifier, on_judge_failure=on_judge_failure)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+    inputs = rl_inputs(run_dir) if pool == "rl" else eval_inputs(run_dir)
+    if not inputs:
+        raise ConfigError(f"{run_dir}: the {pool} pool is empty")
+    preds = read_predictions(predictions)
+    unknown = sorted(set(preds) - set(inputs))
+    ids = sorted(set(preds) & set(inputs))
+    if not ids:
+        raise ConfigError(f"{predictions}: none of its {len(preds)} sample ids is in the {pool} pool of {run_dir}")
+    items = [dataclasses.replace(inputs[i], completion=preds[i]) for i in ids]
+    client = ChatClient(judge_url, judge_model, judge_api_key, timeout_s=timeout_s, max_retries=retries,
+                        max_concurrency=concurrency, cache_dir=cache_dir,
+                        default_params={"max_tokens": max_tokens, "temperature": 0.0})
+    results = score_batch(items, client, cfg)
+    if out_path:
+        import fsspec
+
+        with fsspec.open(out_path, "w", encoding="utf-8") as f:
+            for sid, item, r in zip(ids, items, results):
+                f.write(json.dumps({"sample_id": sid, "domain": item.domain, "reward": r.reward, "rule": r.rule,
+                                    "rubric": r.rubric, "verifier": r.verifier, "format": r.format_status,
+                                    "judge_error": r.judge_error, "scores": r.scores}) + "\n")
+    report = {
+        "pool": pool,
+        "scored": len(ids),
+        "without_prediction": len(inputs) - len(ids),
+        "unknown_ids": len(unknown),
+        "domains": summarize([it.domain for it in items], results),
+        "judge": client.usage.as_dict(),
+        "config": dataclasses.asdict(cfg),
+    }
+    if as_json:
+        click.echo(json.dumps(report, sort_keys=True))
+        return
+    click.echo(f"{'domain':<10} {'n':>5} {'reward':>7} {'rule pass':>10} {'judge fail':>11} {'format fail':>12}")
+    for d, s in report["domains"].items():
+        click.echo(f"{d:<10} {s['samples']:>5} {s['mean_reward']:>7.2f} {_pct(s['rule_pass_rate']):>10} "
+                   f"{_pct(s['judge_failure_rate']):>11} {_pct(s['format_failure_rate']):>12}")
+    u = report["judge"]
+    click.echo(f"judge: {u['calls']} calls, {u['cache_hits']} cached, {u['retries']} retries, {u['failures']} failed, "
+               f"{u['prompt_tokens']} prompt + {u['completion_tokens']} completion tokens", err=True)
+    if report["without_prediction"] or unknown:
+        click.echo(f"{report['without_prediction']} {pool} samples had no prediction; "
+                   f"{len(unknown)} predictions named unknown sample ids", err=True)

@@ -1,0 +1,1 @@
+"""Clients for model endpoints used by model-in-the-loop stages (the reward judge first)."""

@@ -1,0 +1,244 @@
+"""A small client for any OpenAI-compatible chat endpoint (vLLM, SGLang, a hosted API).
+
+Standard library only (``urllib``): nothing to install for users who only build shards. What it
+adds over a bare request:
+
+- a concurrency limit shared by every thread that uses one client (`max_concurrency`);
+- retries with exponential backoff on HTTP 429 and 5xx, timeouts and connection errors, honouring
+  a ``Retry-After`` header (capped at `max_backoff_s`); other 4xx answers fail at once;
+- a per-request timeout;
+- a disk cache keyed by the request content (endpoint, model, messages, parameters — never the API
+  key), on any fsspec URL, so re-scoring the same predictions costs no calls; only successful
+  answers are cached;
+- accounting per call (`ChatResult`) and in total (`Usage`): calls, HTTP attempts, retries, cache
+  hits, failures, prompt and completion tokens.
+
+Example::
+
+    client = ChatClient("http://localhost:8000/v1", model="qwen", cache_dir="~/.cache/lwm-judge")
+    result = client.chat([{"role": "user", "content": "hi"}])
+    result.text, result.ok, client.usage.as_dict()
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import posixpath
+import random
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+RETRY_STATUS = frozenset({408, 409, 425, 429, 500, 502, 503, 504})
+
+
+@dataclass
+class ChatResult:
+    """One chat call: the answer text (None on failure), the error, and what it cost."""
+
+    text: str | None
+    error: str = ""
+    attempts: int = 0
+    cached: bool = False
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    seconds: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        return self.text is not None
+
+
+@dataclass
+class Usage:
+    """Totals over every call of one client."""
+
+    calls: int = 0
+    attempts: int = 0
+    retries: int = 0
+    cache_hits: int = 0
+    failures: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    errors: dict[str, int] = field(default_factory=dict)
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+class ChatClient:
+    """Chat completions against ``{base_url}/chat/completions`` with limits, retries and a cache."""
+
+    def __init__(
+        self,
+        base_url: str,
+        model: str,
+        api_key: str | None = None,
+        *,
+        timeout_s: float = 120.0,
+        max_retries: int = 4,
+        backoff_s: float = 1.0,
+        max_backoff_s: float = 30.0,
+        max_concurrency: int = 8,
+        cache_dir: str | None = None,
+        default_params: dict[str, Any] | None = None,
+    ) -> None:
+        self.url = base_url.rstrip("/") + "/chat/completions"
+        self.model, self.api_key = model, api_key
+        self.timeout_s, self.max_retries = timeout_s, max_retries
+        self.backoff_s, self.max_backoff_s = backoff_s, max_backoff_s
+        self.max_concurrency = max(1, int(max_concurrency))
+        self.default_params = dict(default_params or {})
+        self.usage = Usage()
+        self._lock = threading.Lock()
+        self._slots = threading.BoundedSemaphore(self.max_concurrency)
+        self._fs, self._cache_root = None, None
+        if cache_dir:
+            import fsspec
+
+            self._fs, self._cache_root = fsspec.core.url_to_fs(cache_dir)
+            self._fs.makedirs(self._cache_root, exist_ok=True)
+
+    # ---------------------------------------------------------------------------------- public
+
+    def chat(self, messages: Sequence[dict[str, str]], cache_salt: str = "", **params: Any) -> ChatResult:
+        """One chat completion; never raises for endpoint trouble (the result carries the error)."""
+        body = {"model": self.model, "messages": list(messages), **self.default_params, **params}
+        key = self.cache_key(body, cache_salt)
+        start = time.monotonic()
+        cached = self._cache_get(key)
+        if cached is not None:
+            result = self._result_from(cached, attempts=0, cached=True)
+        else:
+            result = self._call(body)
+            if result.ok:
+                self._cache_put(key, result)
+        result.seconds = time.monotonic() - start
+        self._account(result)
+        return result
+
+    def chat_many(self, requests: Sequence[Sequence[dict[str, str]]], **params: Any) -> list[ChatResult]:
+        """`chat` for each message list, up to `max_concurrency` at a time, results in order."""
+        if not requests:
+            return []
+        with ThreadPoolExecutor(max_workers=min(self.max_concurrency, len(requests))) as pool:
+            return list(pool.map(lambda m: self.chat(m, **params), requests))
+
+    def cache_key(self, body: dict[str, Any], salt: str = "") -> str:
+        """sha256 of the endpoint and the canonical request body (the API key is not part of it)."""
+        blob = json.dumps({"url": self.url, "body": body, "salt": salt}, sort_keys=True, ensure_ascii=False)
+        return hashlib.sha256(blob.encode("utf-8")).hexdigest()
+
+    # --------------------------------------------------------------------------------- private
+
+    def _call(self, body: dict[str, Any]) -> ChatResult:
+        data = json.dumps(body).encode("utf-8")
+        headers = {"Content-Type": "application/json"}
+        if self.api_key:
+            headers["Authorization"] = f"Bearer {self.api_key}"
+        error, attempts = "", 0
+        for attempt in range(self.max_retries + 1):
+            attempts = attempt + 1
+            retry_after = None
+            with self._slots:
+                try:
+                    req = urllib.request.Request(self.url, data=data, headers=headers, method="POST")
+                    with urllib.request.urlopen(req, timeout=self.timeout_s) as resp:
+                        payload = json.loads(resp.read().decode("utf-8"))
+                    # a 200 without message content is not retried: the server did answer
+                    return self._result_from(payload, attempts=attempts, cached=False)
+                except urllib.error.HTTPError as exc:
+                    error = f"HTTP {exc.code}"
+                    if exc.code not in RETRY_STATUS:
+                        return ChatResult(None, error=error, attempts=attempts)
+                    retry_after = _retry_after(exc.headers.get("Retry-After") if exc.headers else None)
+                except TimeoutError:
+                    error = "timeout"
+                except urllib.error.URLError as exc:
+                    error = "timeout" if isinstance(exc.reason, TimeoutError) else f"connection: {exc.reason}"
+                except (json.JSONDecodeError, UnicodeDecodeError):
+                    error = "invalid JSON from endpoint"
+                except (ConnectionError, OSError) as exc:
+                    error = f"connection: {exc}"
+            if attempt < self.max_retries:
+                with self._lock:
+                    self.usage.retries += 1
+                time.sleep(self._backoff(attempt, retry_after))
+        return ChatResult(None, error=error, attempts=attempts)
+
+    def _backoff(self, attempt: int, retry_after: float | None) -> float:
+        if retry_after is not None:
+            return min(retry_after, self.max_backoff_s)
+        base = self.backoff_s * (2**attempt)
+        return min(base * (0.5 + random.random() / 2), self.max_backoff_s)
+
+    @staticmethod
+    def _result_from(payload: dict[str, Any], attempts: int, cached: bool) -> ChatResult:
+        try:
+            text = payload["choices"][0]["message"]["content"]
+        except (KeyError, IndexError, TypeError):
+            text = None
+        usage = (payload.get("usage") or {}) if isinstance(payload, dict) else {}
+        return ChatResult(
+            text if isinstance(text, str) else None,
+            error="" if isinstance(text, str) else "answer without message content",
+            attempts=attempts,
+            cached=cached,
+            prompt_tokens=int(usage.get("prompt_tokens") or 0),
+            completion_tokens=int(usage.get("completion_tokens") or 0),
+        )
+
+    def _account(self, result: ChatResult) -> None:
+        with self._lock:
+            u = self.usage
+            u.calls += 1
+            u.attempts += result.attempts
+            u.cache_hits += result.cached
+            if not result.ok:
+                u.failures += 1
+                u.errors[result.error] = u.errors.get(result.error, 0) + 1
+            if not result.cached:
+                u.prompt_tokens += result.prompt_tokens
+                u.completion_tokens += result.completion_tokens
+
+    def _cache_path(self, key: str) -> str:
+        return posixpath.join(self._cache_root, key[:2], f"{key}.json")
+
+    def _cache_get(self, key: str) -> dict[str, Any] | None:
+        if self._fs is None:
+            return None
+        path = self._cache_path(key)
+        try:
+            with self._fs.open(path, "rb") as f:
+                return json.loads(f.read().decode("utf-8"))
+        except FileNotFoundError:
+            return None
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            return None  # a torn entry is re-asked and overwritten
+
+    def _cache_put(self, key: str, result: ChatResult) -> None:
+        if self._fs is None:
+            return
+        path = self._cache_path(key)
+        payload = {"choices": [{"message": {"role": "assistant", "content": result.text}}],
+                   "usage": {"prompt_tokens": result.prompt_tokens, "completion_tokens": result.completion_tokens}}
+        self._fs.makedirs(posixpath.dirname(path), exist_ok=True)
+        tmp = f"{path}.tmp-{threading.get_ident()}-{random.getrandbits(32):08x}"
+        with self._fs.open(tmp, "wb") as f:
+            f.write(json.dumps(payload, ensure_ascii=False).encode("utf-8"))
+        self._fs.mv(tmp, path)
+
+
+def _retry_after(value: str | None) -> float | None:
+    if not value:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        return None

@@ -1,0 +1,155 @@
+"""The judge client against a loopback OpenAI-compatible server: retries, timeouts, cache, limits, accounting."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from stages.llm.client import ChatClient
+from tests.judge_server import Answer, JudgeServer, Raw, Slow, Status
+
+MSG = [{"role": "user", "content": "grade this"}]
+
+
+def client(url: str, **kw) -> ChatClient:
+    kw.setdefault("backoff_s", 0.01)
+    kw.setdefault("timeout_s", 5.0)
+    return ChatClient(url, "judge-model", "sk-test", **kw)
+
+
+def test_a_good_answer_is_returned_with_its_tokens_and_the_request_is_openai_shaped():
+    with JudgeServer(lambda body, n: Answer("fine", {"prompt_tokens": 7, "completion_tokens": 3})) as judge:
+        c = client(judge.url, default_params={"temperature": 0.0})
+        r = c.chat(MSG, max_tokens=64)
+        assert (r.ok, r.text, r.attempts, r.cached, r.prompt_tokens, r.completion_tokens) == (True, "fine", 1, False, 7, 3)
+        (body,) = judge.requests
+        assert body == {"model": "judge-model", "messages": MSG, "temperature": 0.0, "max_tokens": 64}
+        assert judge.headers[0]["Authorization"] == "Bearer sk-test"
+        assert c.usage.as_dict() == {"calls": 1, "attempts": 1, "retries": 0, "cache_hits": 0, "failures": 0,
+                                     "prompt_tokens": 7, "completion_tokens": 3, "errors": {}}
+
+
+def test_429_and_5xx_are_retried_with_backoff_until_an_answer():
+    script = [Status(429, retry_after="0"), Status(503), Status(500)]
+
+    def reply(body, n):
+        return script[n] if n < len(script) else Answer("late but fine")
+
+    with JudgeServer(reply) as judge:
+        c = client(judge.url, max_retries=4)
+        r = c.chat(MSG)
+        assert r.ok and r.text == "late but fine" and r.attempts == 4
+        assert len(judge.requests) == 4
+        assert c.usage.retries == 3 and c.usage.failures == 0
+
+
+def test_persistent_failure_gives_up_after_max_retries_and_is_counted():
+    with JudgeServer(lambda body, n: Status(500)) as judge:
+        c = client(judge.url, max_retries=2)
+        r = c.chat(MSG)
+        assert not r.ok and r.text is None and r.error == "HTTP 500" and r.attempts == 3
+        assert len(judge.requests) == 3
+        assert c.usage.failures == 1 and c.usage.errors == {"HTTP 500": 1} and c.usage.retries == 2
+
+
+def test_client_errors_other_than_429_are_not_retried():
+    with JudgeServer(lambda body, n: Status(400)) as judge:
+        c = client(judge.url, max_retries=3)
+        r = c.chat(MSG)
+        assert r.error == "HTTP 400" and r.attempts == 1 and len(judge.requests) == 1
+
+
+def test_a_timeout_is_retried():
+    def reply(body, n):
+        return Slow(0.5, Answer("too slow")) if n == 0 else Answer("quick")
+
+    with JudgeServer(reply) as judge:
+        c = client(judge.url, timeout_s=0.2, max_retries=2)
+        r = c.chat(MSG)
+        assert r.ok and r.text == "quick" and r.attempts == 2
+        assert c.usage.retries == 1
+
+
+def test_timeouts_until_the_end_fail_with_timeout():
+    with JudgeServer(lambda body, n: Slow(0.6, Answer("never in time"))) as judge:
+        c = client(judge.url, timeout_s=0.1, max_retries=1)
+        r = c.chat(MSG)
+        assert not r.ok and r.error == "timeout" and r.attempts == 2
+
+
+def test_a_200_without_a_chat_completion_fails_without_retry():
+    with JudgeServer(lambda body, n: Raw(b'{"unexpected": true}')) as judge:
+        c = client(judge.url, max_retries=3)
+        r = c.chat(MSG)
+        assert not r.ok and r.attempts == 1 and len(judge.requests) == 1
+    with JudgeServer(lambda body, n: Raw(b"<html>oops")) as judge:
+        r = client(judge.url, max_retries=1).chat(MSG)
+        assert not r.ok and r.error == "invalid JSON from endpoint" and len(judge.requests) == 2
+
+
+def test_connection_refused_is_a_counted_failure():
+    with JudgeServer(lambda body, n: Answer("x")) as judge:
+        url = judge.url
+    c = client(url, max_retries=1)
+    r = c.chat(MSG)
+    assert not r.ok and r.error.startswith("connection") and c.usage.failures == 1
+
+
+def test_the_disk_cache_answers_a_repeated_request_without_a_call(tmp_path):
+    with JudgeServer(lambda body, n: Answer(f"answer {n}", {"prompt_tokens": 10, "completion_tokens": 2})) as judge:
+        c = client(judge.url, cache_dir=str(tmp_path / "cache"))
+        first, again = c.chat(MSG), c.chat(MSG)
+        assert first.text == again.text == "answer 0" and again.cached and again.attempts == 0
+        assert len(judge.requests) == 1
+        assert c.usage.cache_hits == 1 and c.usage.prompt_tokens == 10  # cached tokens are not counted twice
+        # a different request, or the same one with a salt, is asked
+        assert c.chat(MSG, temperature=0.5).text == "answer 1"
+        assert c.chat(MSG, cache_salt="reask-1").text == "answer 2"
+        # the key ignores the API key: a second client (a later run) reuses the cache
+        other = ChatClient(judge.url, "judge-model", "sk-other", cache_dir=str(tmp_path / "cache"))
+        assert other.chat(MSG).text == "answer 0" and len(judge.requests) == 3
+        # another model is another key
+        assert ChatClient(judge.url, "other-model", cache_dir=str(tmp_path / "cache")).chat(MSG).text == "answer 3"
+    assert len(list((tmp_path / "cache").rglob("*.json"))) == 4
+
+
+def test_failures_are_not_cached(tmp_path):
+    state = {"fail": True}
+
+    def reply(body, n):
+        return Status(500) if state["fail"] else Answer("recovered")
+
+    with JudgeServer(reply) as judge:
+        c = client(judge.url, max_retries=0, cache_dir=str(tmp_path))
+        assert not c.chat(MSG).ok
+        state["fail"] = False
+        assert c.chat(MSG).text == "recovered"
+        assert len(judge.requests) == 2
+
+
+@pytest.mark.parametrize("limit", [1, 3])
+def test_concurrency_limit_holds_across_threads(limit):
+    with JudgeServer(lambda body, n: Slow(0.05, Answer("ok"))) as judge:
+        c = client(judge.url, max_concurrency=limit)
+        results = c.chat_many([[{"role": "user", "content": f"q{i}"}] for i in range(9)])
+        assert [r.text for r in results] == ["ok"] * 9
+        assert judge.max_in_flight == limit
+        # threads outside chat_many share the same limit
+        threads = [threading.Thread(target=c.chat, args=([{"role": "user", "content": f"t{i}"}],)) for i in range(6)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert judge.max_in_flight == limit and c.usage.calls == 15
+
+
+def test_chat_many_keeps_the_order_of_requests():
+    def reply(body, n):
+        i = int(body["messages"][0]["content"][1:])
+        return Slow(0.01 * (5 - i), Answer(f"a{i}"))
+
+    with JudgeServer(reply) as judge:
+        c = client(judge.url, max_concurrency=5)
+        out = c.chat_many([[{"role": "user", "content": f"q{i}"}] for i in range(5)])
+        assert [r.text for r in out] == [f"a{i}" for i in range(5)]
