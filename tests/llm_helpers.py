@@ -84,10 +84,10 @@ class Script:
             scn = scenario(user)
             k = 1 if "previous answer" in user else 0
             self._count(user, "instruction")
-            text = INSTRUCTIONS[scn][k]
+            text = INSTRUCTIONS.get(scn, [GOOD_INSTRUCTION])[k]
             return Answer("No tag here." if text is None else f"<simulation_instruction>\n{text}\n</simulation_instruction>")
         scn, seed = scenario(user), int(body.get("seed", 0))
-        value = CANDIDATES[scn][seed]
+        value = CANDIDATES.get(scn, (5, 4, 3))[seed]
         first = self._count(json.dumps(body, sort_keys=True), "generate") == 0
         if value == "500":
             return Status(500)
