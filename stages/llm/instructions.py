@@ -27,8 +27,8 @@ from typing import Any
 
 import pyarrow as pa
 
-from pipeline.llm_stage import Request, StageContext
 from schemas.trajectory import Trajectory
+from stages.llm.stage import Request, StageContext
 from stages.pools import pool_of
 
 TAG_OPEN, TAG_CLOSE = "<simulation_instruction>", "</simulation_instruction>"

@@ -35,8 +35,8 @@ from typing import Any
 
 import pyarrow as pa
 
-from pipeline.llm_stage import Request, StageContext
 from schemas.trajectory import Trajectory
+from stages.llm.stage import Request, StageContext
 from stages.pools import choose_template, choose_turns, pool_of
 from stages.render import history_reply, target_prompt, user_prompt
 from stages.reward import RewardInput, score_batch, split_prompt
