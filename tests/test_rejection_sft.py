@@ -142,3 +142,28 @@ def test_new_sft_targets_keep_the_weighted_loss_contract(corpus, tmp_path, weigh
         assert all(x == 0 for x in w[: trained[0]])  # system, history and the target action stay at 0
         span = row["turn_spans"][-1]
         assert (span["start"], span["end"]) == (trained[0], trained[-1] + 1)
+
+
+@pytest.mark.parametrize("chat_format", ["chatml", "plain"])
+def test_the_reasoning_weight_changes_weights_of_reasoning_tokens_only(chat_format):
+    from masking import load_table, score_turn
+    from schemas.trajectory import Source, SystemPrompt, Trajectory, Turn
+    from stages.samples import TrajectorySamples
+    from stages.tokenize import segment_tokenizer
+
+    turns = [Turn('{"cmd": "ls"}', "a.txt  b.txt"),
+             Turn('{"cmd": "pip install numpy"}', "ERROR: No space left on device",
+                  reasoning="The disk was nearly full before, so the unpack fails.\n")]
+    traj = Trajectory("t1", "terminal", "k", Source(), SystemPrompt("task", "shell"), turns)
+    seg = segment_tokenizer(load_tokenizer("default"))
+    scores = [score_turn(t.action, t.observation, load_table(None)) for t in turns]
+
+    def sample(weight):
+        return TrajectorySamples(traj, "system text", scores, seg, chat_format, reasoning_weight=weight).turn_sample(2, 10**6)
+
+    one, quarter = sample(1.0), sample(0.25)
+    assert one.ids == quarter.ids and one.spans == quarter.spans
+    changed = [i for i, (a, b) in enumerate(zip(one.weights, quarter.weights)) if a != b]
+    assert {one.weights[i] for i in changed} == {1.0} and {quarter.weights[i] for i in changed} == {0.25}
+    assert seg.tok.decode([one.ids[i] for i in changed]) == turns[1].reasoning
+    assert changed == list(range(changed[0], changed[-1] + 1))
