@@ -419,6 +419,7 @@ def run_llm_stages(cfg: dict[str, Any], fs, root: str, executor, ingest_results,
     prior: dict[str, str] = {r["task_id"]: r["spec_hash"] for r in ingest_results}
     done: list[str] = []
     for name in llm["stages"]:
+        _remove_stale(fs, root, name, set(prior))
         owner = _LedgerOwner(executor, llm)
         try:
             tasks = [{"task_id": tid, "stage": name, "out": cfg["run"]["out"], "cfg": cfg, "drop": sorted(drop),
@@ -449,6 +450,18 @@ def run_llm_stages(cfg: dict[str, Any], fs, root: str, executor, ingest_results,
         done.append(name)
     manifest["llm"] = section
     return {"stages": done, "specs": {tid: _spec_hash(base, spec) for tid, spec in prior.items()}}
+
+
+def _remove_stale(fs, root: str, name: str, task_ids: set[str]) -> None:
+    """Outputs and markers of parts that no longer exist (another input or task layout in this folder)."""
+    for folder in (f"llm/{name}", f"_tasks/llm_{name}"):
+        base = posixpath.join(root, folder)
+        if not fs.exists(base):
+            continue
+        for p in fs.find(base):
+            stem = posixpath.basename(p).split(".", 1)[0].removeprefix("part-")
+            if ".tmp-" not in p and stem not in task_ids:
+                fs.rm(p)
 
 
 def dry_run(cfg: dict[str, Any], fs, root: str, ingest_results, drop: set[str], echo) -> dict[str, Any]:

@@ -179,3 +179,18 @@ def test_on_ray_the_stages_give_the_bytes_of_the_in_process_run(ray_session, cor
             run_pipeline(budget, echo=lambda m: None, executor=RayExecutor())
     assert _shards(out) == _shards(fresh_out)
     assert manifest["llm"]["stages"]["sft_reasoning"]["counts"] == fresh_manifest["llm"]["stages"]["sft_reasoning"]["counts"]
+
+
+def test_another_task_layout_leaves_no_stage_output_of_the_old_one(corpus, tmp_path):
+    out = tmp_path / "out"
+    with JudgeServer(Script()) as server:
+        for split in (400, 1 << 30):  # byte ranges of 400 bytes (several parts), then one part
+            cfg = llm_config([corpus], out, server.url, "sft")
+            cfg["ingest"]["split_bytes"] = split
+            run_pipeline(cfg, echo=lambda m: None)
+            parts = {p.stem for p in (out / "_tasks" / "ingest").glob("*.json")}
+            for stage in ("instructions", "sft_reasoning"):
+                assert {p.stem.removeprefix("part-") for p in (out / "llm" / stage).glob("*.parquet")} == parts
+                assert {p.stem for p in (out / "_tasks" / f"llm_{stage}").glob("*.json")} == parts
+            if split == 400:
+                assert len(parts) > 1
