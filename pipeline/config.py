@@ -110,9 +110,16 @@ def load_config_file(path: str) -> dict[str, Any]:
 
 def resolve(file_config: dict[str, Any] | None = None, overrides: dict[str, Any] | None = None) -> dict[str, Any]:
     """Defaults ← config file ← CLI overrides, checked for unknown keys and bad values."""
-    cfg = _merge(DEFAULTS, file_config or {})
-    cfg = _merge(cfg, overrides or {})
+    file_config, overrides = dict(file_config or {}), dict(overrides or {})
+    # the opt-in model-in-the-loop section exists only when given (no config byte changes otherwise)
+    llm = [part.pop("llm") for part in (file_config, overrides) if "llm" in part]
+    cfg = _merge(DEFAULTS, file_config)
+    cfg = _merge(cfg, overrides)
     _check(cfg)
+    if llm:
+        from pipeline.llm_stage import resolve_llm
+
+        cfg["llm"] = resolve_llm(llm)
     return cfg
 
 
@@ -148,6 +155,10 @@ def output_config(cfg: dict[str, Any]) -> dict[str, Any]:
         for key in path[:-1]:
             node = node.get(key, {})
         node.pop(path[-1], None)
+    if "llm" in out:
+        from pipeline.llm_stage import output_llm_config
+
+        out["llm"] = output_llm_config(out["llm"])
     return out
 
 

@@ -56,10 +56,15 @@ def run(cfg: dict[str, Any], fs, root: str, executor, ingest_results, manifest, 
     sample_cfg = {k: cfg[k] for k in ("pools", "templates", "masking", "tokenizer", "render", "shards")}
     sample_hash = _spec_hash(output_config(sample_cfg), buckets)
     drop = _drop_list(fs, root)
+    from pipeline.llm_stage import run_llm_stages
+
+    llm = run_llm_stages(cfg, fs, root, executor, ingest_results, manifest, stage_runs, echo, drop)
     tasks = []
     for r in ingest_results:
+        spec = [sample_hash, r["spec_hash"], sorted(drop)] + ([llm["specs"][r["task_id"]]] if llm else [])
         tasks.append({"task_id": r["task_id"], "out": cfg["run"]["out"], "cfg": cfg, "buckets": buckets,
-                      "drop": sorted(drop), "spec_hash": _spec_hash(sample_hash, r["spec_hash"], sorted(drop))})
+                      "drop": sorted(drop), "spec_hash": _spec_hash(*spec),
+                      **({"llm": {"stages": llm["stages"]}} if llm else {})})
     sample_results, stage_runs["samples"] = _run_stage(executor, "samples", run_sample_task, tasks, fs, root, progress)
     shard_spec = _spec_hash(sample_hash, [r["spec_hash"] for r in sample_results])
     shard_tasks = [

@@ -81,8 +81,12 @@ def _account(stats: Stats, traj: Trajectory, pool: str, template: str, parts: Sa
         stats.add("turns.dropped_for_context", parts.dropped_turns)
 
 
-def build_rows(traj: Trajectory, cfg: dict[str, Any], seg, table, stats: Stats, verify: bool = False):
-    """Yield ``(pool, row)`` for every sample of one trajectory under the resolved config."""
+def build_rows(traj: Trajectory, cfg: dict[str, Any], seg, table, stats: Stats, verify: bool = False, aug=None):
+    """Yield ``(pool, row)`` for every sample of one trajectory under the resolved config.
+
+    `aug` (`pipeline.llm_stage.Augment`) applies the model-in-the-loop stages' outputs first.
+    """
+    dropped = aug.apply(traj) if aug is not None else {}
     pools_cfg = cfg["pools"]
     pool = pool_of(traj.split_key, pools_cfg["ratios"], pools_cfg["seed"])
     stats.add(f"pools.{pool}.trajectories")
@@ -90,7 +94,8 @@ def build_rows(traj: Trajectory, cfg: dict[str, Any], seg, table, stats: Stats, 
     system_text = render_system(traj, template, tuple(cfg["templates"]["dirs"]))
     scores = [score_turn(t.action, t.observation, table) for t in traj.turns]
     ts = TrajectorySamples(traj, system_text, scores, seg, cfg["render"]["chat_format"],
-                           cfg["masking"]["keep_mode"], cfg["masking"]["seed"])
+                           cfg["masking"]["keep_mode"], cfg["masking"]["seed"],
+                           reasoning_weight=aug.reasoning_weight if aug is not None else 1.0)
     limit = int(pools_cfg["context_limit"])
     total = len(traj.turns)
     base = {"traj_id": traj.traj_id, "domain": traj.domain, "pool": pool, "template": template, "total_turns": total}
@@ -123,6 +128,9 @@ def build_rows(traj: Trajectory, cfg: dict[str, Any], seg, table, stats: Stats, 
         traj.traj_id, pool, total, pools_cfg["sft_turns"], pools_cfg["eval_subsample"], pools_cfg["seed"]
     )
     for t in targets:
+        if t in dropped:
+            stats.add(f"filtered.llm_{dropped[t]}")
+            continue
         parts = ts.cpt(limit) if t == 0 else ts.turn_sample(t, limit)
         if parts is None:
             stats.add("filtered.sample_over_context_limit")
@@ -159,6 +167,11 @@ def run_sample_task(task: dict[str, Any]) -> dict[str, Any]:
     stats = Stats()
     drop = set(task.get("drop") or ())
     writer = SampleWriter(fs, root, task["task_id"], task["buckets"], 1)
+    aug = None
+    if task.get("llm"):
+        from pipeline.llm_stage import Augment
+
+        aug = Augment(cfg, fs, root, task["task_id"], task["llm"]["stages"])
     path = f"{root}/trajectories/part-{task['task_id']}.parquet"
     verify = True
     try:
@@ -168,7 +181,7 @@ def run_sample_task(task: dict[str, Any]) -> dict[str, Any]:
                 traj = Trajectory.from_dict(d)
                 if traj.traj_id in drop:
                     continue
-                for pool, row in build_rows(traj, cfg, seg, table, stats, verify):
+                for pool, row in build_rows(traj, cfg, seg, table, stats, verify, aug):
                     writer.write(pool, row)
                 verify = False
         writer.close()

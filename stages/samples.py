@@ -68,8 +68,10 @@ class TrajectorySamples:
         chat_format: str = "chatml",
         keep_mode: str = "weight",
         seed: int | str = 0,
+        reasoning_weight: float = 1.0,
     ) -> None:
         self.traj, self.system_text, self.scores, self.seg = traj, system_text, scores, seg
+        self.reasoning_weight = float(reasoning_weight)  # loss weight of a target's reasoning tokens
         self.chat_format, self.keep_mode, self.seed = chat_format, keep_mode, seed
         self._cache: dict[tuple[str, int], Any] = {}
         if chat_format == "chatml":
@@ -168,9 +170,22 @@ class TrajectorySamples:
             return ids, start
 
         ids, start = self._memo(("target", t), build)
-        piece = self._message(ids, [0.0] * start + [1.0] * (len(ids) - start), 1.0)
+        weights = [0.0] * start + [1.0] * (len(ids) - start)
+        if self.reasoning_weight != 1.0:
+            n = self._reasoning_tokens(t, ids, start)
+            weights[start : start + n] = [self.reasoning_weight] * n
+        piece = self._message(ids, weights, 1.0)
         piece.span = (1 + start, 1 + len(ids) + 1)
         return piece
+
+    def _reasoning_tokens(self, t: int, ids: list[int], start: int) -> int:
+        """Tokens from `start` whose last byte lies in the reasoning text (the weight projection rule)."""
+        import numpy as np
+
+        reasoning = self.seg.norm(self.traj.turns[t - 1].reasoning or "")
+        limit = len(b"assistant\n") + len(reasoning.encode("utf-8"))
+        ends = np.cumsum(self.seg.lengths[ids]) if ids else np.zeros(0, dtype=np.int64)
+        return int(sum(1 for i in range(start, len(ids)) if ends[i] - 1 < limit))
 
     # -- assembly ------------------------------------------------------------------------------
 
@@ -251,7 +266,12 @@ class TrajectorySamples:
             spans.append((self.traj.turns[t - 1].observation + "\n\n", w, t))
         if target is not None:
             spans.append((plain("user", target_prompt(self.traj, target)), 0.0, 0))
-            spans.append((target_reply(self.traj.turns[target - 1].observation, self.traj.turns[target - 1].reasoning) + "\n\n", 1.0, target))
+            turn = self.traj.turns[target - 1]
+            if self.reasoning_weight != 1.0 and turn.reasoning:
+                spans.append((turn.reasoning, self.reasoning_weight, target))
+                spans.append((target_reply(turn.observation, None) + "\n\n", 1.0, target))
+            else:
+                spans.append((target_reply(turn.observation, turn.reasoning) + "\n\n", 1.0, target))
         ids, idx = project_weights(self.seg, [(self.seg.norm(s), 1.0) for s, _, _ in spans], return_index=True)
         weights, out_spans, span_turns = [], [], []
         for i, k in enumerate(idx):

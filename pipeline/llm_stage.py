@@ -1,0 +1,559 @@
+"""Model-in-the-loop stages: what every stage that asks a model shares.
+
+A model-in-the-loop stage runs between the trajectories layer and the samples, one task per
+trajectories part, on the run's executor (Ray or in-process), and resumes by task markers like
+every other stage. What this module adds to that:
+
+- **content-keyed cache in the run output**: every answer is stored under
+  ``<out>/_llm/cache/`` (any fsspec URL, so S3 too) before it is used, keyed by the request
+  body (model, messages, parameters) and a salt — not by the endpoint or the API key, so the same
+  model served elsewhere reuses the answers. A killed run re-sends nothing already answered, and
+  since every later step is a function of the cached answers, the shards come out byte-identical;
+- **budget**: ``llm.max_requests`` / ``llm.max_tokens`` (0 = no limit) bound what one invocation
+  sends, over every worker (a shared ledger: a Ray actor on Ray, a counter in-process). When it
+  is spent the run stops with `BudgetExhausted`; what was answered stays cached, so the next run
+  continues where this one stopped;
+- **progress**: a line per stage every few seconds with requests sent, cache hits, requests/s,
+  tokens and failures;
+- **dry run**: ``llm.dry_run`` (``--llm-dry-run``) prints the first rendered requests of each
+  stage and the projected number of calls, sends nothing, and stops the run (`LLMDryRun`);
+- **accounting**: each task's marker keeps its usage (requests, cache hits, retries, failures per
+  reason, tokens); the manifest's ``llm`` section sums them per stage with the model name.
+
+A stage is an object registered under a name (`register_stage`) with:
+``name``, ``schema`` (a pyarrow schema of its rows, which carry ``traj_id``),
+``wants(traj, ctx) -> bool``, ``process(trajs, ctx) -> rows`` (asking through ``ctx``),
+``dry_requests(traj, ctx) -> (first-round requests, (min calls, max calls))`` and
+``apply(traj, rows, ctx) -> dict[turn, drop reason]`` (changes the trajectory as later stages and
+the samples see it; returns target turns that must not become samples). Stages run in the order
+of ``llm.stages``; each sees the trajectories with the earlier stages applied.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import json
+import os
+import posixpath
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+from pipeline.outputs import AtomicParquetWriter, out_fs, write_json_atomic
+from pipeline.stats import Stats, merge_all
+from schemas.errors import ConfigError
+from stages.llm.client import ChatClient, ChatResult
+
+LLM_DEFAULTS: dict[str, Any] = {
+    "endpoint": "",  # base URL of an OpenAI-compatible server (…/v1); empty = the stages are off
+    "model": "",
+    "api_key_env": "OPENAI_API_KEY",  # name of the environment variable holding the key (never the key)
+    "judge_endpoint": "",  # empty = endpoint
+    "judge_model": "",  # empty = model
+    "stages": ["instructions", "sft_reasoning"],
+    "concurrency": 8,  # requests in flight per task
+    "batch": 32,  # trajectories whose requests are sent together
+    "timeout_s": 120.0,
+    "max_retries": 4,
+    "backoff_s": 1.0,
+    "max_backoff_s": 30.0,
+    "max_requests": 0,  # per invocation, over all workers; 0 = no limit
+    "max_tokens": 0,  # prompt + completion tokens per invocation; 0 = no limit
+    "dry_run": False,
+    "dry_run_show": 2,  # rendered requests printed per stage
+    "temperature": 0.8,
+    "max_completion_tokens": 2048,
+    "seed": 0,
+    # rejection-sampled sft reasoning
+    "candidates": 3,
+    "threshold": 20.0,  # reward on the rubric scale [0, 25]; 20 = mean judge score 4 of 5
+    "reasoning_weight": 1.0,  # loss weight of the kept reasoning tokens
+    "max_prompt_chars": 200_000,
+    # simulation instructions
+    "instruction_pools": ["cpt", "sft", "rl"],
+    "instruction_max_chars": 600,
+    "instruction_obs_chars": 1500,  # each observation shown to the model is cut to this many characters
+    "instruction_reasks": 1,
+    "spoiler_ngram": 8,  # an instruction sharing this many consecutive words with an observation is rejected
+}
+
+# Keys that say where and how requests are sent; they never change the output bytes.
+LLM_EXECUTION_KEYS = ("endpoint", "api_key_env", "judge_endpoint", "concurrency", "batch", "timeout_s", "max_retries",
+                      "backoff_s", "max_backoff_s", "max_requests", "max_tokens", "dry_run", "dry_run_show")
+
+_BUILTIN = {
+    "instructions": "stages.llm.instructions:STAGE",
+    "sft_reasoning": "stages.llm.rejection:STAGE",
+}
+_REGISTRY: dict[str, str] = dict(_BUILTIN)
+
+
+class BudgetExhausted(ConfigError):
+    """The request or token budget of this invocation is spent (answers so far are cached)."""
+
+
+class LLMDryRun(Exception):  # the run stops after printing its plan; not an error
+    """Raised after a dry run printed its plan; `report` holds it per stage."""
+
+    def __init__(self, report: dict[str, Any]) -> None:
+        super().__init__("llm dry run: nothing was sent")
+        self.report = report
+
+
+# ------------------------------------------------------------------------------------ config
+
+
+def resolve_llm(sections: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """``[llm]`` sections (file, then overrides) over `LLM_DEFAULTS`, checked."""
+    out = dict(LLM_DEFAULTS)
+    for section in sections:
+        for key, value in section.items():
+            if key not in LLM_DEFAULTS:
+                raise ConfigError(f"unknown config key 'llm.{key}'")
+            out[key] = value
+    for name in out["stages"]:
+        if name not in _REGISTRY:
+            raise ConfigError(f"llm.stages: unknown stage {name!r}; known: {', '.join(sorted(_REGISTRY))}")
+    if not isinstance(out["candidates"], int) or out["candidates"] < 1:
+        raise ConfigError(f"llm.candidates must be a positive integer, not {out['candidates']!r}")
+    for key in ("max_requests", "max_tokens"):
+        if not isinstance(out[key], int) or out[key] < 0:
+            raise ConfigError(f"llm.{key} must be an integer ≥ 0 (0 = no limit), not {out[key]!r}")
+    if out["endpoint"] and not out["model"]:
+        raise ConfigError("llm.model is required with llm.endpoint")
+    return out
+
+
+def llm_enabled(cfg: dict[str, Any]) -> bool:
+    llm = cfg.get("llm")
+    return bool(llm and llm.get("endpoint") and llm.get("stages"))
+
+
+def register_stage(name: str, target: str) -> None:
+    """Make a stage available to ``llm.stages``; `target` is ``"module:attribute"``."""
+    _REGISTRY[name] = target
+
+
+def get_stage(name: str):
+    target = _REGISTRY.get(name) or _BUILTIN.get(name)
+    if target is None:
+        raise ConfigError(f"unknown llm stage {name!r}")
+    module, attr = target.split(":")
+    return getattr(importlib.import_module(module), attr)
+
+
+# ------------------------------------------------------------------------------------ ledger
+
+
+class Ledger:
+    """Counters shared by every client of one stage run, and the budget they draw from."""
+
+    def __init__(self, max_requests: int = 0, max_tokens: int = 0) -> None:
+        self.max_requests, self.max_tokens = max_requests, max_tokens
+        self.requests = self.cache_hits = self.failures = self.retries = 0
+        self.prompt_tokens = self.completion_tokens = 0
+        self.exhausted = False
+        self._lock = threading.Lock()
+
+    def take(self) -> bool:
+        """Reserve one request; False (and exhausted) when the budget is spent."""
+        with self._lock:
+            spent_tokens = self.prompt_tokens + self.completion_tokens
+            if (self.max_requests and self.requests >= self.max_requests) or (
+                self.max_tokens and spent_tokens >= self.max_tokens
+            ):
+                self.exhausted = True
+                return False
+            self.requests += 1
+            return True
+
+    def add(self, prompt_tokens: int, completion_tokens: int, ok: bool, retries: int) -> None:
+        with self._lock:
+            self.prompt_tokens += prompt_tokens
+            self.completion_tokens += completion_tokens
+            self.failures += not ok
+            self.retries += retries
+
+    def hit(self) -> None:
+        with self._lock:
+            self.cache_hits += 1
+
+    def snapshot(self) -> dict[str, Any]:
+        with self._lock:
+            return {"requests": self.requests, "cache_hits": self.cache_hits, "failures": self.failures,
+                    "retries": self.retries, "prompt_tokens": self.prompt_tokens,
+                    "completion_tokens": self.completion_tokens, "exhausted": self.exhausted}
+
+
+_LOCAL_LEDGERS: dict[str, Ledger] = {}
+
+
+class _RayLedgerProxy:
+    def __init__(self, name: str) -> None:
+        import ray
+
+        self._ray, self._actor = ray, ray.get_actor(name)
+
+    def take(self) -> bool:
+        return self._ray.get(self._actor.take.remote())
+
+    def add(self, *args) -> None:
+        self._ray.get(self._actor.add.remote(*args))
+
+    def hit(self) -> None:
+        self._actor.hit.remote()
+
+    def snapshot(self) -> dict[str, Any]:
+        return self._ray.get(self._actor.snapshot.remote())
+
+
+def ledger_for(spec: dict[str, Any]):
+    """The ledger a task's spec names (in this process, or the Ray actor of the driver)."""
+    if spec["kind"] == "local":
+        return _LOCAL_LEDGERS[spec["name"]]
+    return _RayLedgerProxy(spec["name"])
+
+
+class _LedgerOwner:
+    """Creates the ledger of one stage run on the driver and removes it afterwards."""
+
+    def __init__(self, executor, llm: dict[str, Any]) -> None:
+        self.name = f"lwm-llm-{uuid.uuid4().hex[:12]}"
+        self._actor = None
+        if getattr(executor, "name", "") == "ray":
+            import ray
+
+            self._actor = ray.remote(num_cpus=0)(Ledger).options(name=self.name).remote(
+                llm["max_requests"], llm["max_tokens"])
+            self.spec = {"kind": "ray", "name": self.name}
+            self.ledger = _RayLedgerProxy(self.name)
+        else:
+            _LOCAL_LEDGERS[self.name] = Ledger(llm["max_requests"], llm["max_tokens"])
+            self.spec = {"kind": "local", "name": self.name}
+            self.ledger = _LOCAL_LEDGERS[self.name]
+
+    def close(self) -> None:
+        _LOCAL_LEDGERS.pop(self.name, None)
+        if self._actor is not None:
+            import ray
+
+            ray.kill(self._actor)
+            self._actor = None
+
+
+# ------------------------------------------------------------------------------------ client
+
+
+class StageClient(ChatClient):
+    """`ChatClient` whose cache key is the request content only and whose sends draw on a ledger."""
+
+    def __init__(self, *args, ledger=None, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.ledger = ledger
+
+    def cache_key(self, body: dict[str, Any], salt: str = "") -> str:
+        blob = json.dumps({"body": body, "salt": salt}, sort_keys=True, ensure_ascii=False)
+        return hashlib.sha256(blob.encode("utf-8")).hexdigest()
+
+    def _cache_get(self, key: str):
+        found = super()._cache_get(key)
+        if found is not None and self.ledger is not None:
+            self.ledger.hit()
+        return found
+
+    def _call(self, body: dict[str, Any]) -> ChatResult:
+        if self.ledger is not None and not self.ledger.take():
+            raise BudgetExhausted("llm budget spent")
+        result = super()._call(body)
+        if self.ledger is not None:
+            self.ledger.add(result.prompt_tokens, result.completion_tokens, result.ok, max(0, result.attempts - 1))
+        return result
+
+
+@dataclass(frozen=True)
+class Request:
+    """One chat request of a stage: messages, a cache salt (distinct samples of one prompt), parameters."""
+
+    messages: tuple[dict[str, str], ...] | list[dict[str, str]]
+    salt: str = ""
+    params: dict[str, Any] = field(default_factory=dict)
+
+
+def cache_root(out: str) -> str:
+    return posixpath.join(out.rstrip("/"), "_llm", "cache")
+
+
+def make_client(llm: dict[str, Any], out: str, ledger=None, judge: bool = False) -> StageClient:
+    endpoint = (llm["judge_endpoint"] if judge else "") or llm["endpoint"]
+    model = (llm["judge_model"] if judge else "") or llm["model"]
+    return StageClient(
+        endpoint, model, os.environ.get(llm["api_key_env"]) or None,
+        timeout_s=float(llm["timeout_s"]), max_retries=int(llm["max_retries"]),
+        backoff_s=float(llm["backoff_s"]), max_backoff_s=float(llm["max_backoff_s"]),
+        max_concurrency=int(llm["concurrency"]), cache_dir=cache_root(out), ledger=ledger,
+    )
+
+
+def send_all(client: ChatClient, requests: Sequence[Request]) -> list[ChatResult]:
+    """Every request through `client`, up to its concurrency at a time; results in order."""
+    if not requests:
+        return []
+    with ThreadPoolExecutor(max_workers=min(client.max_concurrency, len(requests))) as pool:
+        return list(pool.map(lambda r: client.chat(list(r.messages), cache_salt=r.salt, **r.params), requests))
+
+
+# ------------------------------------------------------------------------------------ context
+
+
+@dataclass
+class StageContext:
+    """What a stage sees: the resolved config, the clients (None in a dry run), counters."""
+
+    cfg: dict[str, Any]
+    client: StageClient | None = None
+    judge: StageClient | None = None
+    stats: Stats = field(default_factory=Stats)
+
+    @property
+    def llm(self) -> dict[str, Any]:
+        return self.cfg["llm"]
+
+    def gen_params(self, **extra: Any) -> dict[str, Any]:
+        return {"temperature": self.llm["temperature"], "max_tokens": self.llm["max_completion_tokens"], **extra}
+
+    def send(self, requests: Sequence[Request], judge: bool = False) -> list[ChatResult]:
+        client = self.judge if judge else self.client
+        if client is None:
+            raise RuntimeError("no client in a dry run")
+        return send_all(client, requests)
+
+
+def _read_part(fs, root: str, task_id: str, drop: set[str]):
+    import pyarrow.parquet as pq
+
+    from schemas.trajectory import Trajectory
+
+    path = f"{root}/trajectories/part-{task_id}.parquet"
+    pf = pq.ParquetFile(fs.open(path, "rb"))
+    for batch in pf.iter_batches(batch_size=64):
+        for d in batch.to_pylist():
+            traj = Trajectory.from_dict(d)
+            if traj.traj_id not in drop:
+                yield traj
+
+
+def stage_output(root: str, stage: str, task_id: str) -> str:
+    return f"{root}/llm/{stage}/part-{task_id}.parquet"
+
+
+class Augment:
+    """The outputs of the model-in-the-loop stages for one trajectories part, applied in stage order."""
+
+    def __init__(self, cfg: dict[str, Any], fs, root: str, task_id: str, stages: Sequence[str]) -> None:
+        import pyarrow.parquet as pq
+
+        self.cfg = cfg
+        self.ctx = StageContext(cfg)
+        self.stages = []
+        for name in stages:
+            stage = get_stage(name)
+            path = stage_output(root, name, task_id)
+            rows: dict[str, list[dict[str, Any]]] = {}
+            if fs.exists(path):
+                for row in pq.read_table(fs.open(path, "rb")).to_pylist():
+                    rows.setdefault(row["traj_id"], []).append(row)
+            self.stages.append((stage, rows))
+        self.reasoning_weight = float(cfg["llm"]["reasoning_weight"]) if cfg.get("llm") else 1.0
+
+    def apply(self, traj) -> dict[int, str]:
+        """Change `traj` as every stage says; returns target turns to drop with their reason."""
+        dropped: dict[int, str] = {}
+        for stage, rows in self.stages:
+            if traj.traj_id in rows:
+                dropped.update(stage.apply(traj, rows[traj.traj_id], self.ctx) or {})
+        return dropped
+
+
+def run_llm_task(task: dict[str, Any]) -> dict[str, Any]:
+    """One stage over one trajectories part. `task`: task_id, stage, out, cfg, drop, ledger, earlier, spec_hash."""
+    cfg, name = task["cfg"], task["stage"]
+    fs, root = out_fs(task["out"])
+    stage = get_stage(name)
+    ledger = ledger_for(task["ledger"])
+    llm = cfg["llm"]
+    ctx = StageContext(cfg, make_client(llm, task["out"], ledger), make_client(llm, task["out"], ledger, judge=True))
+    earlier = Augment(cfg, fs, root, task["task_id"], task["earlier"])
+    trajs = []
+    for traj in _read_part(fs, root, task["task_id"], set(task.get("drop") or ())):
+        earlier.apply(traj)
+        if stage.wants(traj, ctx):
+            trajs.append(traj)
+    rows: list[dict[str, Any]] = []
+    step = max(1, int(llm["batch"]))
+    for i in range(0, len(trajs), step):
+        rows.extend(stage.process(trajs[i : i + step], ctx))
+    with AtomicParquetWriter(fs, stage_output(root, name, task["task_id"]), stage.schema, rows_per_group=1024,
+                             compression_level=3) as w:
+        import pyarrow as pa
+
+        w.write_table(pa.Table.from_pylist(rows, schema=stage.schema))
+    usage = _merge_usage([ctx.client.usage.as_dict(), ctx.judge.usage.as_dict()])
+    result = {"task_id": task["task_id"], "stage": f"llm_{name}", "stats": ctx.stats.to_dict(), "usage": usage,
+              "rows": len(rows), "bytes": 0, "spec_hash": task["spec_hash"]}
+    write_json_atomic(fs, posixpath.join(root, "_tasks", f"llm_{name}", f"{task['task_id']}.json"), result)
+    return result
+
+
+def _merge_usage(usages: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {"calls": 0, "attempts": 0, "retries": 0, "cache_hits": 0, "failures": 0,
+                           "prompt_tokens": 0, "completion_tokens": 0, "errors": {}}
+    for u in usages:
+        for k, v in u.items():
+            if k == "errors":
+                for e, n in v.items():
+                    out["errors"][e] = out["errors"].get(e, 0) + n
+            else:
+                out[k] = out.get(k, 0) + v
+    out["requests"] = out["calls"] - out["cache_hits"]  # answers not found in the cache (sent, or failed)
+    out["errors"] = dict(sorted(out["errors"].items()))
+    return out
+
+
+# ------------------------------------------------------------------------------------ progress
+
+
+class _Ticker:
+    """A progress line every `every` seconds while a stage runs: requests, req/s, tokens."""
+
+    def __init__(self, stage: str, ledger, mode: str, every: float = 2.0, stream=None) -> None:
+        self.stage, self.ledger, self.mode, self.every = stage, ledger, mode, every
+        self.stream = stream or sys.stderr
+        self.start = time.monotonic()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, daemon=True)
+
+    def line(self) -> str:
+        s = self.ledger.snapshot()
+        elapsed = max(time.monotonic() - self.start, 1e-9)
+        tokens = s["prompt_tokens"] + s["completion_tokens"]
+        return (f"[{self.stage}] {s['requests']:,} requests  {s['cache_hits']:,} cached  "
+                f"{s['requests'] / elapsed:,.1f} req/s  {tokens:,} tokens  {s['failures']:,} failed  {elapsed:,.1f}s")
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.every):
+            self._emit()
+
+    def _emit(self) -> None:
+        if self.mode == "off":
+            return
+        try:
+            self.stream.write(self.line() + "\n")
+            self.stream.flush()
+        except Exception:
+            pass
+
+    def __enter__(self) -> _Ticker:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join()
+        self._emit()
+
+
+# ------------------------------------------------------------------------------------ driver
+
+
+def _spec_hash(*parts: Any) -> str:
+    return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def output_llm_config(llm: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in llm.items() if k not in LLM_EXECUTION_KEYS}
+
+
+def run_llm_stages(cfg: dict[str, Any], fs, root: str, executor, ingest_results, manifest: dict[str, Any],
+                   stage_runs: dict[str, Any], echo: Callable[[str], None], drop: set[str]) -> dict[str, Any] | None:
+    """Run every configured stage; returns what the sample tasks need (None when the stages are off)."""
+    if not llm_enabled(cfg):
+        return None
+    from pipeline.config import output_config
+    from pipeline.run import _run_stage
+
+    llm = cfg["llm"]
+    if llm["dry_run"]:
+        raise LLMDryRun(dry_run(cfg, fs, root, ingest_results, drop, echo))
+    progress_mode = cfg["executor"]["progress"]
+    # what the prompts depend on: pools, templates, rendering, the stage settings, the model
+    base = _spec_hash(output_config({k: cfg[k] for k in ("pools", "templates", "render")}), output_llm_config(llm))
+    section: dict[str, Any] = {"model": llm["model"], "judge_model": llm["judge_model"] or llm["model"], "stages": {}}
+    prior: dict[str, str] = {r["task_id"]: r["spec_hash"] for r in ingest_results}
+    done: list[str] = []
+    for name in llm["stages"]:
+        owner = _LedgerOwner(executor, llm)
+        try:
+            tasks = [{"task_id": tid, "stage": name, "out": cfg["run"]["out"], "cfg": cfg, "drop": sorted(drop),
+                      "ledger": owner.spec, "earlier": list(done),
+                      "spec_hash": _spec_hash(base, name, prior[tid], sorted(drop))}
+                     for tid in sorted(prior)]
+            stage_key = f"llm_{name}"
+            with _Ticker(stage_key, owner.ledger, progress_mode):
+                try:
+                    results, stage_runs[stage_key] = _run_stage(executor, stage_key, run_llm_task, tasks, fs, root,
+                                                                progress_mode)
+                except Exception as exc:
+                    snap = owner.ledger.snapshot()
+                    if snap["exhausted"] or isinstance(exc, BudgetExhausted):
+                        raise BudgetExhausted(
+                            f"llm budget spent in stage {name} after {snap['requests']} requests and "
+                            f"{snap['prompt_tokens'] + snap['completion_tokens']} tokens (llm.max_requests "
+                            f"{llm['max_requests'] or 'unlimited'}, llm.max_tokens {llm['max_tokens'] or 'unlimited'}); "
+                            f"answers so far are cached in {cache_root(cfg['run']['out'])}: run again to continue"
+                        ) from None
+                    raise
+        finally:
+            owner.close()
+        prior = {r["task_id"]: r["spec_hash"] for r in results}
+        stats = merge_all([r["stats"] for r in results])
+        section["stages"][name] = {"usage": _merge_usage([r["usage"] for r in results]), "counts": stats.nested(),
+                                   "rows": sum(int(r["rows"]) for r in results)}
+        done.append(name)
+    manifest["llm"] = section
+    return {"stages": done, "specs": {tid: _spec_hash(base, spec) for tid, spec in prior.items()}}
+
+
+def dry_run(cfg: dict[str, Any], fs, root: str, ingest_results, drop: set[str], echo) -> dict[str, Any]:
+    """Print the first rendered requests of each stage and the projected number of calls; send nothing."""
+    llm = cfg["llm"]
+    ctx = StageContext(cfg)
+    report: dict[str, Any] = {}
+    for name in llm["stages"]:
+        stage = get_stage(name)
+        shown: list[Any] = []
+        low = high = items = 0
+        for r in sorted(ingest_results, key=lambda r: r["task_id"]):
+            for traj in _read_part(fs, root, r["task_id"], drop):
+                if not stage.wants(traj, ctx):
+                    continue
+                requests, (lo, hi) = stage.dry_requests(traj, ctx)
+                items += 1
+                low, high = low + lo, high + hi
+                for req in requests:
+                    if len(shown) < int(llm["dry_run_show"]):
+                        shown.append({"messages": list(req.messages), "salt": req.salt, "params": req.params})
+        report[name] = {"items": items, "calls_min": low, "calls_max": high, "first_requests": shown}
+        echo(f"[llm dry run] stage {name}: {items} item(s), projected {low:,}–{high:,} calls "
+             f"(model {llm['model']}, judge {llm['judge_model'] or llm['model']})")
+        for k, req in enumerate(shown, 1):
+            echo(f"--- request {k} of stage {name} (salt {req['salt']!r}, params {json.dumps(req['params'])})")
+            for m in req["messages"]:
+                echo(f"[{m['role']}]\n{m['content']}")
+    echo("[llm dry run] nothing was sent")
+    return report
