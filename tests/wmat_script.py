@@ -25,7 +25,7 @@ SCENARIOS = ("valid", "valid", "valid", "valid", "spoiler_then_valid", "spoiler"
 
 
 def scenario_of(task: str, step: int, total: int) -> str:
-    digest = hashlib.sha256(f"{task}\x1f{step}".encode()).digest()
+    digest = hashlib.sha256(f"{task}\x1f{step}\x1f{total}".encode()).digest()
     name = SCENARIOS[digest[0] % len(SCENARIOS)]
     if name.startswith("spoiler") and step == total:
         return "valid"
