@@ -85,7 +85,7 @@ def test_known_and_future_text_split_at_the_step():
 
 
 def test_a_valid_block_is_kept():
-    check, reason, detail, text = validate_block(GOOD, _traj(), 2)
+    check, reason, _detail, text = validate_block(GOOD, _traj(), 2)
     assert reason == "" and check is not None and check.output.confidence == pytest.approx(0.7)
     assert text == GOOD
 
@@ -118,7 +118,7 @@ def test_the_confidence_number_is_not_a_spoiler():
 
 
 def test_a_reasoning_models_think_prefix_is_ignored():
-    check, reason, _, text = validate_block("<think>Let me plan.</think>\n" + GOOD, _traj(), 2)
+    _check, reason, _, text = validate_block("<think>Let me plan.</think>\n" + GOOD, _traj(), 2)
     assert reason == "" and text == GOOD
 
 

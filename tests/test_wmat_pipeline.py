@@ -1,0 +1,202 @@
+"""WMAT end to end through `lwm run` on the search demo corpus, against a scripted loopback writer.
+
+The writer answers by a scenario per (task, step) (`tests.wmat_script`): valid blocks, spoilers
+(fixed on the re-ask, or never), malformed tags, a missing q (fixed on the re-ask). The tests
+check what the stage kept and why, both pools and their spans, caching and determinism, and that
+a run without the stage is unchanged.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+
+from pipeline.outputs import out_fs
+from stages.pools import pool_of
+from stages.reward.wmat_format import check_output
+from stages.tokenizer import load_tokenizer
+from tests.judge_server import JudgeServer
+from tests.wmat_script import BlockWriter, scenario_of, valid_block
+from training.reweight import apply_category_weights
+
+ROOT = Path(__file__).resolve().parent.parent
+N_TRAJ = 32
+
+
+def _lwm(*args: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.run([sys.executable, "-m", "pipeline.cli", *args], capture_output=True, text=True, env=env,
+                          cwd=ROOT, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return proc
+
+
+def _run(corpus: Path, out: Path, url: str | None, extra: str = "") -> dict:
+    args = ["run", "--input", str(corpus), "--out", str(out), "--executor", "local", "--progress", "off"]
+    if url is not None:
+        cfg = out.parent / f"{out.name}.toml"
+        cfg.write_text(f'[llm]\nendpoint = "{url}"\nmodel = "writer"\nstages = ["wmat_blocks"]\n'
+                       f"concurrency = 4\n{extra}", encoding="utf-8")
+        args += ["--config", str(cfg)]
+    _lwm(*args)
+    return json.loads((out / "manifest.json").read_text())
+
+
+def _rows(out: Path, sub: str) -> list[dict]:
+    files = sorted((out / sub).glob("*.parquet"))
+    return [r for f in files for r in pq.read_table(f).to_pylist()]
+
+
+def _digests(out: Path, sub: str) -> dict[str, str]:
+    return {str(p.relative_to(out)): hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted((out / sub).rglob("*.parquet"))}
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    base = tmp_path_factory.mktemp("wmat")
+    corpus = base / "demo"
+    _lwm("demo", "--domain", "search", "--out", str(corpus), "-n", str(N_TRAJ))
+    writer = BlockWriter()
+    with JudgeServer(writer) as server:
+        on = _run(corpus, base / "on", server.url)
+        first_calls = len(writer.calls)
+        again = _run(corpus, base / "on", server.url)  # same output directory: resumes, all cached
+        resent = len(writer.calls) - first_calls
+        fresh = _run(corpus, base / "fresh", server.url)  # new directory: asked again, same answers
+    off = _run(corpus, base / "off", None)
+    return {"base": base, "writer": writer, "first_calls": first_calls, "resent": resent,
+            "manifests": {"on": on, "again": again, "fresh": fresh, "off": off}}
+
+
+def _trajs(out: Path) -> dict[str, dict]:
+    return {d["traj_id"]: d for d in _rows(out, "trajectories")}
+
+
+def test_each_scenario_ends_as_scripted(runs):
+    out = runs["base"] / "on"
+    trajs = _trajs(out)
+    rows = _rows(out, "llm/wmat_blocks")
+    outcome = Counter()
+    for r in rows:
+        d = trajs[r["traj_id"]]
+        name = scenario_of(d["system"]["task_description"], r["step"], len(d["turns"]))
+        outcome[name] += 1
+        expected = {
+            "valid": ("kept", "", 1),
+            "spoiler_then_valid": ("kept", "", 2),
+            "missing_q": ("kept", "", 2),
+            "spoiler": ("rejected", "spoiler", 2),
+            "malformed": ("rejected", "malformed", 2),
+        }[name]
+        assert (r["status"], r["reason"], r["attempts"]) == expected, (name, r)
+        if r["status"] == "kept":
+            success = bool((d["outcome"] or {}).get("success"))
+            assert r["block"] == valid_block(d["system"]["task_description"], success)
+            assert r["confidence"] == pytest.approx(0.8 if success else 0.2)
+    # every scenario occurred, so every branch above was exercised
+    assert set(outcome) == {"valid", "spoiler_then_valid", "missing_q", "spoiler", "malformed"}
+    counts = runs["manifests"]["on"]["llm"]["stages"]["wmat_blocks"]["counts"]
+    assert counts["rejected_answers"] == {
+        "spoiler": outcome["spoiler_then_valid"] + 2 * outcome["spoiler"],
+        "malformed": 2 * outcome["malformed"],
+        "no_confidence": outcome["missing_q"],
+    }
+    assert counts["blocks"]["rejected"] == outcome["spoiler"] + outcome["malformed"]
+    # re-asks say why the first answer was refused
+    reasks = [c for c in runs["writer"].calls[: runs["first_calls"]] if c[3]]
+    assert len(reasks) == outcome["spoiler_then_valid"] + outcome["missing_q"] + outcome["spoiler"] + outcome["malformed"]
+
+
+def test_blocks_go_to_cpt_and_sft_trajectories_at_two_steps_each(runs):
+    out = runs["base"] / "on"
+    trajs = _trajs(out)
+    by_traj = Counter(r["traj_id"] for r in _rows(out, "llm/wmat_blocks"))
+    wanted = {t for t, d in trajs.items() if pool_of(d["split_key"], {"cpt": 0.8, "sft": 0.1, "rl": 0.05, "eval": 0.05})
+              in ("cpt", "sft")}
+    assert set(by_traj) == wanted and len(wanted) < len(trajs)
+    for tid, n in by_traj.items():
+        assert n == min(2, len(trajs[tid]["turns"]))
+
+
+def test_both_pools_are_written_with_separate_world_model_and_policy_spans(runs):
+    out = runs["base"] / "on"
+    tok = load_tokenizer("default")
+    trajs = _trajs(out)
+    kept = [r for r in _rows(out, "llm/wmat_blocks") if r["status"] == "kept"]
+    fesft, midtrain = _rows(out, "wmat/fesft"), _rows(out, "wmat/midtrain")
+    assert len(fesft) == len(kept) > 0
+    assert len(midtrain) == len({r["traj_id"] for r in kept}) > 0
+    blocks = {(r["traj_id"], r["step"]): r["block"] for r in kept}
+    for row in fesft:
+        assert row["pool"] == "fesft" and row["turn_category"] == ["world_model", "policy"]
+        ids, weights = row["input_ids"], row["loss_weight"]
+        (wa, wb), (pa, pb) = ((s["start"], s["end"]) for s in row["turn_spans"])
+        assert tok.decode(ids[wa:wb]) == blocks[(row["traj_id"], row["turn_idx"])]
+        action = trajs[row["traj_id"]]["turns"][row["turn_idx"] - 1]["action"]
+        assert tok.decode(ids[pa:pb]).endswith(f"<action>{action}</action><|im_end|>")
+        assert row["num_loss_tokens"] == (wb - wa) + (pb - pa) == sum(w > 0 for w in weights)
+        reply = tok.decode(ids).split("<|im_start|>assistant\n")[-1].removesuffix("<|im_end|>\n")
+        assert check_output(reply).ok
+    for row in midtrain:
+        cats = row["turn_category"]
+        n_blocks = sum(1 for k in blocks if k[0] == row["traj_id"])
+        assert cats.count("world_model") == n_blocks
+        assert cats.count("policy") == len(trajs[row["traj_id"]]["turns"])
+        text = tok.decode(row["input_ids"])
+        assert text.count("<imaginary>") == n_blocks
+    manifest = runs["manifests"]["on"]
+    assert manifest["wmat"]["pools"]["fesft"]["samples"] == len(fesft)
+    assert {f["path"] for f in manifest["wmat"]["shards"]} == set(_digests(out, "wmat"))
+
+
+def test_category_weights_reweight_one_kind_of_span(runs):
+    row = _rows(runs["base"] / "on", "wmat/midtrain")[0]
+    w = np.asarray(row["loss_weight"], dtype=np.float32)
+    new = apply_category_weights(w, row["turn_spans"], row["turn_category"], {"world_model": 0.0})
+    for span, cat in zip(row["turn_spans"], row["turn_category"]):
+        piece = new[span["start"] : span["end"]]
+        assert (piece == 0).all() if cat == "world_model" else (piece == w[span["start"] : span["end"]]).all()
+    assert (w > 0).sum() > (new > 0).sum()
+
+
+def test_check_format_on_the_fesft_replies_reports_full_adherence(runs, tmp_path):
+    tok = load_tokenizer("default")
+    lines = []
+    for row in _rows(runs["base"] / "on", "wmat/fesft"):
+        reply = tok.decode(row["input_ids"]).split("<|im_start|>assistant\n")[-1].removesuffix("<|im_end|>\n")
+        lines.append(json.dumps({"output": reply}))
+    lines.append(json.dumps({"output": "<think>t</think><action>a</action>"}))
+    path = tmp_path / "replies.jsonl"
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    report = json.loads(_lwm("check-format", str(path), "--json").stdout)
+    assert report["outputs"] == len(lines) and report["in_format"] == len(lines) - 1
+    assert report["reasons"] == {"missing_tag:imaginary": 1}
+
+
+def test_a_resumed_run_sends_nothing_and_a_fresh_run_is_byte_identical(runs):
+    base = runs["base"]
+    assert runs["resent"] == 0
+    assert runs["manifests"]["again"]["wmat"] == runs["manifests"]["on"]["wmat"]
+    assert _digests(base / "on", "wmat") == _digests(base / "fresh", "wmat")
+    usage = runs["manifests"]["on"]["llm"]["stages"]["wmat_blocks"]["usage"]
+    assert usage["requests"] == runs["first_calls"] and usage["failures"] == 0
+
+
+def test_without_the_stage_the_run_is_unchanged(runs):
+    base = runs["base"]
+    off = runs["manifests"]["off"]
+    assert "wmat" not in off and "llm" not in off and "llm" not in off["config"]
+    assert not (base / "off" / "wmat").exists()
+    # the world-model pools do not depend on whether blocks were written
+    assert _digests(base / "on", "shards") == _digests(base / "off", "shards")
+    fs, root = out_fs(str(base / "off"))
+    assert fs.exists(f"{root}/_SUCCESS")
