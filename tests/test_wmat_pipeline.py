@@ -26,7 +26,6 @@ from stages.reward.wmat_format import check_output
 from stages.tokenizer import load_tokenizer
 from tests.judge_server import JudgeServer
 from tests.wmat_script import BlockWriter, scenario_of, valid_block
-from training.reweight import apply_category_weights
 
 ROOT = Path(__file__).resolve().parent.parent
 N_TRAJ = 32
@@ -158,14 +157,25 @@ def test_both_pools_are_written_with_separate_world_model_and_policy_spans(runs)
     assert {f["path"] for f in manifest["wmat"]["shards"]} == set(_digests(out, "wmat"))
 
 
-def test_category_weights_reweight_one_kind_of_span(runs):
-    row = _rows(runs["base"] / "on", "wmat/midtrain")[0]
-    w = np.asarray(row["loss_weight"], dtype=np.float32)
-    new = apply_category_weights(w, row["turn_spans"], row["turn_category"], {"world_model": 0.0})
-    for span, cat in zip(row["turn_spans"], row["turn_category"]):
-        piece = new[span["start"] : span["end"]]
-        assert (piece == 0).all() if cat == "world_model" else (piece == w[span["start"] : span["end"]]).all()
-    assert (w > 0).sum() > (new > 0).sum()
+def test_the_trainer_reads_a_wmat_pool_and_reweights_one_kind_of_span(runs):
+    pytest.importorskip("torch")
+    from training.dataset import ShardDataset
+
+    source = str(runs["base"] / "on" / "wmat" / "midtrain")
+    rows = {r["sample_id"]: r for r in _rows(runs["base"] / "on", "wmat/midtrain")}
+    plain = {s["sample_id"]: s for s in ShardDataset(source, shuffle=False, rank=0, world_size=1)}
+    zeroed = {s["sample_id"]: s for s in ShardDataset(source, shuffle=False, rank=0, world_size=1,
+                                                      category_weights={"world_model": 0.0})}
+    assert set(plain) == set(zeroed) == set(rows)
+    for sid, row in rows.items():
+        w, z = plain[sid]["loss_weight"].numpy(), zeroed[sid]["loss_weight"].numpy()
+        assert np.array_equal(w, np.asarray(row["loss_weight"], dtype=np.float32))
+        for span, cat in zip(row["turn_spans"], row["turn_category"]):
+            a, b = span["start"], span["end"]
+            if cat == "world_model":
+                assert (w[a:b] > 0).all() and (z[a:b] == 0).all()
+            else:
+                assert np.array_equal(z[a:b], w[a:b])
 
 
 def test_check_format_on_the_fesft_replies_reports_full_adherence(runs, tmp_path):
