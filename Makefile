@@ -15,7 +15,8 @@ $(VENV)/.installed: pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q "$(TORCH_SPEC)"
-	$(PY) -m pip install -q -e ".[dev,train,s3,viz]"
+	$(PY) -m pip install -q -e ".[dev,train,s3,viz,rl-test]"
+	$(PY) -m pip install -q --no-deps "verl==0.9.1"
 	touch $@
 
 data: $(VENV)/.installed

@@ -72,6 +72,13 @@ def _run_overrides(**kw: Any) -> dict[str, Any]:
         out["pools"] = {"sft_turns": value if value == "all" else int(value)}
     if kw.get("redact_emails"):
         out["redact"] = {"emails": True}
+    llm = {name: kw[key] for key, name in (("llm_endpoint", "endpoint"), ("llm_model", "model"),
+                                           ("max_requests", "max_requests"), ("max_llm_tokens", "max_tokens"))
+           if kw.get(key) is not None}
+    if kw.get("llm_dry_run"):
+        llm["dry_run"] = True
+    if llm:
+        out["llm"] = llm
     return out
 
 
@@ -95,6 +102,12 @@ def _run_overrides(**kw: Any) -> dict[str, Any]:
 @click.option("--from-layer", type=click.Choice(["trajectories"]), help="Re-run later stages from a kept layer.")
 @click.option("--progress", type=click.Choice(["auto", "bar", "lines", "off"]), help="Progress display.")
 @click.option("--dry-run", is_flag=True, help="Print the resolved config and exit.")
+@click.option("--llm-endpoint", help="OpenAI-compatible base URL (…/v1): turns on the model-in-the-loop stages.")
+@click.option("--llm-model", help="Model name sent to the endpoint (llm.model).")
+@click.option("--max-requests", type=int, help="Requests this invocation may send to the model (0 = no limit).")
+@click.option("--max-llm-tokens", type=int, help="Prompt + completion tokens this invocation may spend (0 = no limit).")
+@click.option("--llm-dry-run", is_flag=True, default=None,
+              help="Print the first rendered model requests and the projected calls; send nothing.")
 @handle_errors
 def run_cmd(config_path: str | None, dry_run: bool, **kw: Any) -> None:
     """Run the pipeline: ingest → trajectories → samples per pool → weighted shards.
@@ -111,10 +124,14 @@ def run_cmd(config_path: str | None, dry_run: bool, **kw: Any) -> None:
     if dry_run:
         click.echo(json.dumps(cfg, indent=2, sort_keys=True))
         return
+    from pipeline.llm_stage import LLMDryRun
     from pipeline.report import print_run_summary
     from pipeline.run import run_pipeline
 
-    manifest = run_pipeline(cfg, echo=lambda m: click.echo(m, err=True))
+    try:
+        manifest = run_pipeline(cfg, echo=lambda m: click.echo(m, err=True))
+    except LLMDryRun:
+        return  # the plan was printed; nothing was sent
     print_run_summary(manifest, cfg["run"]["out"])
 
 

@@ -20,13 +20,10 @@ every other stage. What this module adds to that:
 - **accounting**: each task's marker keeps its usage (requests, cache hits, retries, failures per
   reason, tokens); the manifest's ``llm`` section sums them per stage with the model name.
 
-A stage is an object registered under a name (`register_stage`) with:
-``name``, ``schema`` (a pyarrow schema of its rows, which carry ``traj_id``),
-``wants(traj, ctx) -> bool``, ``process(trajs, ctx) -> rows`` (asking through ``ctx``),
-``dry_requests(traj, ctx) -> (first-round requests, (min calls, max calls))`` and
-``apply(traj, rows, ctx) -> dict[turn, drop reason]`` (changes the trajectory as later stages and
-the samples see it; returns target turns that must not become samples). Stages run in the order
-of ``llm.stages``; each sees the trajectories with the earlier stages applied.
+A stage is an object (`stages.llm.stage.LLMStage`: ``name``, ``schema``, ``wants``, ``process``,
+``dry_requests``, ``apply``) registered under a name (`register_stage`); stages run in the order of
+``llm.stages``, each over the trajectories with the earlier stages applied (`Augment`), and the
+samples stage applies them all.
 """
 
 from __future__ import annotations
@@ -41,14 +38,12 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
 from typing import Any
 
 from pipeline.outputs import AtomicParquetWriter, out_fs, write_json_atomic
-from pipeline.stats import Stats, merge_all
+from pipeline.stats import merge_all
 from schemas.errors import ConfigError
-from stages.llm.client import ChatClient, ChatResult
+from stages.llm.stage import BudgetExhausted, StageClient, StageContext
 
 LLM_DEFAULTS: dict[str, Any] = {
     "endpoint": "",  # base URL of an OpenAI-compatible server (…/v1); empty = the stages are off
@@ -81,7 +76,7 @@ LLM_DEFAULTS: dict[str, Any] = {
     "instruction_obs_chars": 1500,  # each observation shown to the model is cut to this many characters
     "instruction_reasks": 1,
     "spoiler_ngram": 8,  # an instruction sharing this many consecutive words with an observation is rejected
-    # world-model blocks (WMAT, pipeline.wmat_stage)
+    # world-model blocks (WMAT: stages.llm.wmat_blocks, pipeline.wmat_pools)
     "wmat_pools": ["cpt", "sft"],  # trajectories of these pools get blocks
     "wmat_steps": 2,  # steps per trajectory that get a block
     "wmat_obs_chars": 1500,
@@ -99,13 +94,9 @@ LLM_EXECUTION_KEYS = ("endpoint", "api_key_env", "judge_endpoint", "concurrency"
 _BUILTIN = {
     "instructions": "stages.llm.instructions:STAGE",
     "sft_reasoning": "stages.llm.rejection:STAGE",
-    "wmat_blocks": "pipeline.wmat_stage:STAGE",
+    "wmat_blocks": "stages.llm.wmat_blocks:STAGE",
 }
 _REGISTRY: dict[str, str] = dict(_BUILTIN)
-
-
-class BudgetExhausted(ConfigError):
-    """The request or token budget of this invocation is spent (answers so far are cached)."""
 
 
 class LLMDryRun(Exception):  # the run stops after printing its plan; not an error
@@ -260,41 +251,6 @@ class _LedgerOwner:
 # ------------------------------------------------------------------------------------ client
 
 
-class StageClient(ChatClient):
-    """`ChatClient` whose cache key is the request content only and whose sends draw on a ledger."""
-
-    def __init__(self, *args, ledger=None, **kwargs) -> None:
-        super().__init__(*args, **kwargs)
-        self.ledger = ledger
-
-    def cache_key(self, body: dict[str, Any], salt: str = "") -> str:
-        blob = json.dumps({"body": body, "salt": salt}, sort_keys=True, ensure_ascii=False)
-        return hashlib.sha256(blob.encode("utf-8")).hexdigest()
-
-    def _cache_get(self, key: str):
-        found = super()._cache_get(key)
-        if found is not None and self.ledger is not None:
-            self.ledger.hit()
-        return found
-
-    def _call(self, body: dict[str, Any]) -> ChatResult:
-        if self.ledger is not None and not self.ledger.take():
-            raise BudgetExhausted("llm budget spent")
-        result = super()._call(body)
-        if self.ledger is not None:
-            self.ledger.add(result.prompt_tokens, result.completion_tokens, result.ok, max(0, result.attempts - 1))
-        return result
-
-
-@dataclass(frozen=True)
-class Request:
-    """One chat request of a stage: messages, a cache salt (distinct samples of one prompt), parameters."""
-
-    messages: tuple[dict[str, str], ...] | list[dict[str, str]]
-    salt: str = ""
-    params: dict[str, Any] = field(default_factory=dict)
-
-
 def cache_root(out: str) -> str:
     return posixpath.join(out.rstrip("/"), "_llm", "cache")
 
@@ -308,40 +264,6 @@ def make_client(llm: dict[str, Any], out: str, ledger=None, judge: bool = False)
         backoff_s=float(llm["backoff_s"]), max_backoff_s=float(llm["max_backoff_s"]),
         max_concurrency=int(llm["concurrency"]), cache_dir=cache_root(out), ledger=ledger,
     )
-
-
-def send_all(client: ChatClient, requests: Sequence[Request]) -> list[ChatResult]:
-    """Every request through `client`, up to its concurrency at a time; results in order."""
-    if not requests:
-        return []
-    with ThreadPoolExecutor(max_workers=min(client.max_concurrency, len(requests))) as pool:
-        return list(pool.map(lambda r: client.chat(list(r.messages), cache_salt=r.salt, **r.params), requests))
-
-
-# ------------------------------------------------------------------------------------ context
-
-
-@dataclass
-class StageContext:
-    """What a stage sees: the resolved config, the clients (None in a dry run), counters."""
-
-    cfg: dict[str, Any]
-    client: StageClient | None = None
-    judge: StageClient | None = None
-    stats: Stats = field(default_factory=Stats)
-
-    @property
-    def llm(self) -> dict[str, Any]:
-        return self.cfg["llm"]
-
-    def gen_params(self, **extra: Any) -> dict[str, Any]:
-        return {"temperature": self.llm["temperature"], "max_tokens": self.llm["max_completion_tokens"], **extra}
-
-    def send(self, requests: Sequence[Request], judge: bool = False) -> list[ChatResult]:
-        client = self.judge if judge else self.client
-        if client is None:
-            raise RuntimeError("no client in a dry run")
-        return send_all(client, requests)
 
 
 def _read_part(fs, root: str, task_id: str, drop: set[str]):

@@ -12,6 +12,7 @@ parts per sample.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import posixpath
 from collections import defaultdict
@@ -43,8 +44,8 @@ def _finished_root(run_dir: str):
     return fs, root
 
 
-def rl_inputs(run_dir: str) -> dict[str, tuple[RewardInput, str]]:
-    """sample id → (reward input without completion, domain) for the rl pool."""
+def rl_inputs(run_dir: str) -> dict[str, RewardInput]:
+    """sample id → reward input (completion still empty) for the rl pool."""
     fs, root = _finished_root(run_dir)
     out = {}
     for path in _parquet_files(fs, posixpath.join(root, "shards", "rl")):
@@ -59,7 +60,8 @@ def rl_inputs(run_dir: str) -> dict[str, tuple[RewardInput, str]]:
 
 
 def eval_inputs(run_dir: str) -> dict[str, RewardInput]:
-    """sample id → reward input for the eval pool (history rebuilt from the trajectories layer)."""
+    """sample id → reward input (completion still empty) for the eval pool; the history is rebuilt
+    from the trajectories layer, as the rl pool's rendered messages hold it."""
     fs, root = _finished_root(run_dir)
     samples = []
     for path in _parquet_files(fs, posixpath.join(root, "shards", "eval")):
@@ -179,7 +181,7 @@ def score_predictions(run_dir, predictions, judge_url, judge_model, judge_api_ke
     ids = sorted(set(preds) & set(inputs))
     if not ids:
         raise ConfigError(f"{predictions}: none of its {len(preds)} sample ids is in the {pool} pool of {run_dir}")
-    items = [RewardInput(**{**inputs[i].__dict__, "completion": preds[i]}) for i in ids]
+    items = [dataclasses.replace(inputs[i], completion=preds[i]) for i in ids]
     client = ChatClient(judge_url, judge_model, judge_api_key, timeout_s=timeout_s, max_retries=retries,
                         max_concurrency=concurrency, cache_dir=cache_dir,
                         default_params={"max_tokens": max_tokens, "temperature": 0.0})
@@ -199,7 +201,7 @@ def score_predictions(run_dir, predictions, judge_url, judge_model, judge_api_ke
         "unknown_ids": len(unknown),
         "domains": summarize([it.domain for it in items], results),
         "judge": client.usage.as_dict(),
-        "config": cfg.__dict__,
+        "config": dataclasses.asdict(cfg),
     }
     if as_json:
         click.echo(json.dumps(report, sort_keys=True))

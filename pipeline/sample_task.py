@@ -95,7 +95,7 @@ def build_rows(traj: Trajectory, cfg: dict[str, Any], seg, table, stats: Stats, 
     scores = [score_turn(t.action, t.observation, table) for t in traj.turns]
     ts = TrajectorySamples(traj, system_text, scores, seg, cfg["render"]["chat_format"],
                            cfg["masking"]["keep_mode"], cfg["masking"]["seed"],
-                           reasoning_weight=aug.reasoning_weight if aug is not None else 1.0)
+                           reasoning_weight=aug.reasoning_weight if aug is not None and pool == "sft" else 1.0)
     limit = int(pools_cfg["context_limit"])
     total = len(traj.turns)
     base = {"traj_id": traj.traj_id, "domain": traj.domain, "pool": pool, "template": template, "total_turns": total}

@@ -1,0 +1,109 @@
+"""What a model-in-the-loop stage is given: a client with a content-keyed cache and a budget, requests, a context.
+
+A stage (see `pipeline.llm_stage` for how stages are run, resumed and accounted) is an object with:
+
+- ``name`` and ``schema`` — its rows (pyarrow, with a ``traj_id`` column) are written per
+  trajectories part to ``llm/<name>/part-<task>.parquet``;
+- ``wants(traj, ctx) -> bool`` — whether it has work for a trajectory;
+- ``process(trajs, ctx) -> rows`` — asks through ``ctx.send`` (model) or ``ctx.send(…, judge=True)``;
+- ``dry_requests(traj, ctx) -> (first-round requests, (min calls, max calls))`` — for the dry run;
+- ``apply(traj, rows, ctx) -> {turn: drop reason}`` — how its rows change the trajectory that later
+  stages and the samples see, and which target turns must not become samples.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from pipeline.stats import Stats
+from schemas.errors import ConfigError
+from schemas.trajectory import Trajectory
+from stages.llm.client import ChatClient, ChatResult
+
+
+class BudgetExhausted(ConfigError):
+    """The request or token budget of this invocation is spent (answers so far are cached)."""
+
+
+class StageClient(ChatClient):
+    """`ChatClient` whose cache key is the request content only and whose sends draw on a ledger."""
+
+    def __init__(self, *args, ledger=None, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.ledger = ledger
+
+    def cache_key(self, body: dict[str, Any], salt: str = "") -> str:
+        blob = json.dumps({"body": body, "salt": salt}, sort_keys=True, ensure_ascii=False)
+        return hashlib.sha256(blob.encode("utf-8")).hexdigest()
+
+    def _cache_get(self, key: str):
+        found = super()._cache_get(key)
+        if found is not None and self.ledger is not None:
+            self.ledger.hit()
+        return found
+
+    def _call(self, body: dict[str, Any]) -> ChatResult:
+        if self.ledger is not None and not self.ledger.take():
+            raise BudgetExhausted("llm budget spent")
+        result = super()._call(body)
+        if self.ledger is not None:
+            self.ledger.add(result.prompt_tokens, result.completion_tokens, result.ok, max(0, result.attempts - 1))
+        return result
+
+
+@dataclass(frozen=True)
+class Request:
+    """One chat request of a stage: messages, a cache salt (distinct samples of one prompt), parameters."""
+
+    messages: tuple[dict[str, str], ...] | list[dict[str, str]]
+    salt: str = ""
+    params: dict[str, Any] = field(default_factory=dict)
+
+
+def send_all(client: ChatClient, requests: Sequence[Request]) -> list[ChatResult]:
+    """Every request through `client`, up to its concurrency at a time; results in order."""
+    if not requests:
+        return []
+    with ThreadPoolExecutor(max_workers=min(client.max_concurrency, len(requests))) as pool:
+        return list(pool.map(lambda r: client.chat(list(r.messages), cache_salt=r.salt, **r.params), requests))
+
+
+@dataclass
+class StageContext:
+    """What a stage sees: the resolved config, the clients (None in a dry run), counters."""
+
+    cfg: dict[str, Any]
+    client: StageClient | None = None
+    judge: StageClient | None = None
+    stats: Stats = field(default_factory=Stats)
+
+    @property
+    def llm(self) -> dict[str, Any]:
+        return self.cfg["llm"]
+
+    def gen_params(self, **extra: Any) -> dict[str, Any]:
+        return {"temperature": self.llm["temperature"], "max_tokens": self.llm["max_completion_tokens"], **extra}
+
+    def send(self, requests: Sequence[Request], judge: bool = False) -> list[ChatResult]:
+        client = self.judge if judge else self.client
+        if client is None:
+            raise RuntimeError("no client in a dry run")
+        return send_all(client, requests)
+
+
+class LLMStage(Protocol):
+    name: str
+    schema: Any
+
+    def wants(self, traj: Trajectory, ctx: StageContext) -> bool: ...
+
+    def process(self, trajs: list[Trajectory], ctx: StageContext) -> list[dict[str, Any]]: ...
+
+    def dry_requests(self, traj: Trajectory, ctx: StageContext) -> tuple[list[Request], tuple[int, int]]: ...
+
+    def apply(self, traj: Trajectory, rows: list[dict[str, Any]], ctx: StageContext) -> dict[int, str]: ...

@@ -1,0 +1,277 @@
+"""``lwm export verl`` / ``lwm export trl`` on a real-data run, read back by the frameworks' own loaders.
+
+verl 0.9.1 and TRL 1.16.0 install on CPU here (the ``rl-test`` extra; verl without its GPU
+dependencies). Their tests are skipped when the package is absent. What they establish:
+
+- verl: ``verl.utils.dataset.rl_dataset.RLHFDataset`` reads ``train.parquet`` (its prompt-length
+  filter included) and returns our chat messages as ``raw_prompt``; ``verl.trainer.ppo.reward.
+  get_custom_reward_fn`` loads ``stages/reward/frameworks.py:compute_score`` by path, and the loaded
+  function scores a real row through a loopback judge with verl's keyword call;
+- TRL: ``datasets`` reads ``train.parquet``, TRL sees a conversational prompt and its chat-template
+  path renders exactly the prompt tokens the rl shard stores; ``GRPOTrainer._calculate_rewards``
+  calls `make_trl_reward` with the exported columns.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+
+from stages.render import target_reply
+from stages.reward.core import split_prompt
+from tests.judge_server import Answer, JudgeServer, scores_answer
+
+ROOT = Path(__file__).resolve().parent.parent
+RL_ONLY = "[pools]\nratios = {cpt = 0.0, sft = 0.0, rl = 1.0, eval = 0.0}\n"
+FOLDERS = ["mini-swe-agent", "aitw-aitz", "opencua-raw", "openai-messages", "swe-agent", "webvoyager"]
+CHATML = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
+          "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+
+
+def lwm(*args: str, check: bool = True) -> subprocess.CompletedProcess:
+    proc = subprocess.run([sys.executable, "-m", "pipeline.cli", *args], capture_output=True, text=True, timeout=600)
+    if check:
+        assert proc.returncode == 0, proc.stderr[-3000:]
+    return proc
+
+
+@pytest.fixture(scope="module")
+def run(shared_data, tmp_path_factory) -> Path:
+    base = tmp_path_factory.mktemp("rl")
+    (base / "rl.toml").write_text(RL_ONLY)
+    args = ["run", "--executor", "local", "--progress", "off", "--config", str(base / "rl.toml"), "-o", str(base / "run")]
+    for folder in FOLDERS:
+        args += ["-i", str(shared_data / folder)]
+    lwm(*args)
+    return base / "run"
+
+
+@pytest.fixture(scope="module")
+def shard_rows(run) -> dict[str, dict]:
+    rows = [r for p in sorted((run / "shards" / "rl").glob("*.parquet")) for r in pq.read_table(p).to_pylist()]
+    return {r["sample_id"]: r for r in rows}
+
+
+@pytest.fixture(scope="module")
+def verl_dir(run, tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("verl")
+    lwm("export", "verl", str(run), str(out))
+    return out
+
+
+@pytest.fixture(scope="module")
+def trl_dir(run, tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("trl")
+    lwm("export", "trl", str(run), str(out))
+    return out
+
+
+@pytest.fixture(scope="module")
+def hf_tokenizer():
+    """The built-in Qwen vocabulary as a transformers tokenizer with a ChatML template (no download)."""
+    transformers = pytest.importorskip("transformers")
+    from stages.tokenizer import default_vocabulary
+    from stages.tokenizer_convert import convert_rank_vocabulary
+
+    return transformers.PreTrainedTokenizerFast(
+        tokenizer_object=convert_rank_vocabulary(default_vocabulary()), chat_template=CHATML,
+        eos_token="<|im_end|>", pad_token="<|endoftext|>",
+    )
+
+
+# ------------------------------------------------------------------------------- the rl shards
+
+def test_rl_shards_record_each_samples_verifier_kind(shard_rows):
+    kinds = {}
+    for r in shard_rows.values():
+        kinds.setdefault(r["domain"], set()).add(r["verifier"])
+    # one rl sample per trajectory: 10 mcp, 4 swe, 1 each of terminal, android, os, web (see test_shared_data_run)
+    assert sorted((d, sum(r["domain"] == d for r in shard_rows.values())) for d in kinds) == [
+        ("android", 1), ("mcp", 10), ("os", 1), ("swe", 4), ("terminal", 1), ("web", 1)]
+    assert kinds["android"] == kinds["os"] == kinds["web"] == {"ui_elements"}
+    assert kinds["terminal"] == {"terminal"} and kinds["swe"] == {"terminal"}
+    assert kinds["mcp"] == {"json_fields", "none"}
+
+
+# ------------------------------------------------------------------------------------------ verl
+
+def test_verl_columns_follow_the_documented_schema(verl_dir, shard_rows):
+    table = pq.read_table(verl_dir / "train.parquet")
+    assert table.column_names == ["data_source", "prompt", "ability", "reward_model", "extra_info"]
+    rows = table.to_pylist()
+    assert len(rows) == len(shard_rows) == 18
+    assert [r["extra_info"]["index"] for r in rows] == list(range(18))
+    for r in rows:
+        shard = shard_rows[r["extra_info"]["sample_id"]]
+        assert r["data_source"] == f"lwmkit/{shard['domain']}" and r["ability"] == "world_model"
+        assert r["prompt"] == shard["messages"] and r["prompt"][0]["role"] == "system"
+        assert r["reward_model"] == {"style": "rule", "ground_truth": shard["reference"]}
+        extra = r["extra_info"]
+        assert extra["verifier"] == shard["verifier"] and extra["turn_idx"] == shard["turn_idx"]
+        assert len(extra["history"]) == shard["turn_idx"] - 1
+        assert extra["current_prompt"].startswith(f"### Turn {shard['turn_idx']}\n")
+
+
+def test_val_fraction_splits_by_sample_id(run, tmp_path):
+    lwm("export", "verl", str(run), str(tmp_path), "--val-fraction", "0.3")
+    train = pq.read_table(tmp_path / "train.parquet").to_pylist()
+    val = pq.read_table(tmp_path / "val.parquet").to_pylist()
+    assert len(train) + len(val) == 18 and val and train
+    assert {r["extra_info"]["split"] for r in val} == {"val"}
+    ids = {r["extra_info"]["sample_id"] for r in train} | {r["extra_info"]["sample_id"] for r in val}
+    assert len(ids) == 18
+
+
+def test_verl_rlhf_dataset_reads_the_export(verl_dir, shard_rows, hf_tokenizer, tmp_path):
+    pytest.importorskip("verl")
+    from omegaconf import OmegaConf
+    from verl.utils.dataset.rl_dataset import RLHFDataset, collate_fn
+
+    limit = 4096
+    cfg = OmegaConf.create({"prompt_key": "prompt", "max_prompt_length": limit, "filter_overlong_prompts": True,
+                            "filter_overlong_prompts_workers": 1, "cache_dir": str(tmp_path / "cache")})
+    ds = RLHFDataset([str(verl_dir / "train.parquet")], hf_tokenizer, cfg)
+    # verl's own length filter agrees with the prompt token counts the shards store
+    assert len(ds) == sum(len(r["prompt_ids"]) <= limit for r in shard_rows.values())
+    assert 0 < len(ds) < len(shard_rows)
+    for i in range(len(ds)):
+        item = ds[i]
+        shard = shard_rows[item["extra_info"]["sample_id"]]
+        assert item["raw_prompt"] == shard["messages"]
+        assert item["reward_model"]["ground_truth"] == shard["reference"]
+        assert item["data_source"] == f"lwmkit/{shard['domain']}"
+    batch = collate_fn([ds[0], ds[1]])
+    assert len(batch["raw_prompt"]) == 2 and batch["dummy_tensor"].shape[0] == 2
+
+
+def test_verl_loads_compute_score_by_path_and_scores_a_real_row(verl_dir):
+    pytest.importorskip("verl")
+    from omegaconf import OmegaConf
+    from verl.trainer.ppo.reward import get_custom_reward_fn
+
+    rows = pq.read_table(verl_dir / "train.parquet").to_pylist()
+    row = next(r for r in rows if r["extra_info"]["verifier"] == "ui_elements")
+    ref = row["reward_model"]["ground_truth"]
+
+    def judge(body, n):
+        user = body["messages"][1]["content"]
+        assert row["extra_info"]["current_prompt"] in user
+        return Answer(scores_answer(4) if "<predicted_observation>" not in user else "no scores")
+
+    with JudgeServer(judge) as server:
+        cfg = OmegaConf.create({"reward": {"custom_reward_function": {
+            "path": str(ROOT / "stages" / "reward" / "frameworks.py"), "name": "compute_score",
+            "reward_kwargs": {"judge_url": server.url, "judge_model": "judge", "judge_backoff_s": 0.01}}}})
+        fn = get_custom_reward_fn(cfg)
+        # verl's reward manager adds num_turns and rollout_reward_scores to extra_info
+        extra = {**row["extra_info"], "num_turns": 2, "rollout_reward_scores": {}}
+        good = fn(data_source=row["data_source"], solution_str=target_reply(ref, "The menu opens.\n"),
+                  ground_truth=ref, extra_info=extra)
+        assert good == {"score": 0.9 * 20 + 0.1 * 25, "format_ok": 1.0, "rule": 1.0, "rubric": 20.0, "judge_failed": 0.0}
+        untagged = fn(data_source=row["data_source"], solution_str=ref, ground_truth=ref, extra_info=extra)
+        assert untagged["score"] == 0.0 and untagged["format_ok"] == 0.0
+        wrong = fn(data_source=row["data_source"], solution_str=target_reply("[ 0] | Button | name=\"OK\"", ""),
+                   ground_truth=ref, extra_info=extra)
+        assert wrong["rule"] == 0.0 and wrong["score"] == pytest.approx(18.0)
+        n_before = len(server.requests)
+    # the judge down: a failed judge gives 0 (the client retries, then gives up)
+    with JudgeServer(lambda body, n: Answer("I refuse to grade.")) as server:
+        cfg.reward.custom_reward_function.reward_kwargs.judge_url = server.url
+        fn = get_custom_reward_fn(cfg)
+        failed = fn(data_source=row["data_source"], solution_str=target_reply(ref, ""), ground_truth=ref, extra_info=extra)
+        assert failed["score"] == 0.0 and failed["judge_failed"] == 1.0 and failed["rule"] == 1.0
+        assert len(server.requests) == 2  # the answer and one re-ask
+    assert n_before == 2
+
+
+# ------------------------------------------------------------------------------------------- TRL
+
+def test_trl_columns(trl_dir, shard_rows):
+    table = pq.read_table(trl_dir / "train.parquet")
+    assert table.column_names == ["prompt", "reference", "domain", "verifier", "sample_id", "traj_id", "turn_idx",
+                                  "total_turns"]
+    for r in table.to_pylist():
+        shard = shard_rows[r["sample_id"]]
+        assert r["prompt"] == shard["messages"] and r["reference"] == shard["reference"]
+        assert r["verifier"] == shard["verifier"] and r["domain"] == shard["domain"]
+
+
+def test_trl_reads_a_conversational_prompt_that_renders_to_the_stored_prompt_ids(trl_dir, shard_rows, hf_tokenizer):
+    pytest.importorskip("trl")
+    import datasets
+    from trl.data_utils import is_conversational, maybe_apply_chat_template
+
+    ds = datasets.load_dataset("parquet", data_files=str(trl_dir / "train.parquet"))["train"]
+    assert len(ds) == 18
+    for row in ds.select(range(4)):
+        assert is_conversational(row)
+        text = maybe_apply_chat_template(row, hf_tokenizer)["prompt"]
+        ids = hf_tokenizer(text, add_special_tokens=False)["input_ids"]
+        assert ids == shard_rows[row["sample_id"]]["prompt_ids"]
+
+
+def test_trl_reward_through_grpo_trainers_own_call(trl_dir):
+    pytest.importorskip("trl")
+    import datasets
+    import transformers
+    from trl import GRPOConfig, GRPOTrainer
+
+    from stages.reward.frameworks import make_trl_reward
+
+    ds = datasets.load_dataset("parquet", data_files=str(trl_dir / "train.parquet"))["train"]
+    rows = [r for r in ds if r["verifier"] == "terminal"][:2] + [r for r in ds if r["verifier"] == "none"][:1]
+    # a tiny word-level tokenizer and model: enough for the trainer to be built, nothing is generated
+    vocab = {"[UNK]": 0, "<|im_start|>": 1, "<|im_end|>": 2, "<pad>": 3}
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token="[UNK]"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    tiny_tok = transformers.PreTrainedTokenizerFast(tokenizer_object=tok, chat_template=CHATML, eos_token="<|im_end|>",
+                                                    pad_token="<pad>", unk_token="[UNK]")
+    model = transformers.Qwen2ForCausalLM(transformers.Qwen2Config(
+        vocab_size=8, hidden_size=8, intermediate_size=16, num_hidden_layers=1, num_attention_heads=2,
+        num_key_value_heads=1))
+    graded = []
+
+    def judge(body, n):
+        graded.append(body["messages"][1]["content"])
+        return Answer(scores_answer(3))
+
+    with JudgeServer(judge) as server:
+        reward = make_trl_reward(judge_url=server.url, judge_model="judge", judge_backoff_s=0.01)
+        args = GRPOConfig(output_dir=str(trl_dir / "grpo"), per_device_train_batch_size=3, num_generations=3,
+                          max_completion_length=4, report_to=[], use_cpu=True, max_steps=1, save_strategy="no")
+        trainer = GRPOTrainer(model=model, reward_funcs=[reward], args=args,
+                              train_dataset=datasets.Dataset.from_list(rows), processing_class=tiny_tok)
+        completions = [[{"role": "assistant", "content": target_reply(r["reference"], "Thinking.\n")}] for r in rows]
+        completions[1] = [{"role": "assistant", "content": "no tags at all"}]
+        rewards = trainer._calculate_rewards(rows, [r["prompt"] for r in rows], completions, [[1, 2]] * 3)
+        assert rewards.shape == (3, 1)
+        # exact prediction with a verifier: 0.9·15 + 0.1·25; format failure: 0; no verifier: the rubric (15)
+        assert rewards[:, 0].tolist() == pytest.approx([16.0, 0.0, 15.0])
+        assert len(graded) == 2
+        # the judge saw the history TRL's prompt carries, and the current action
+        history, current = split_prompt(rows[0]["prompt"])
+        assert any(current in g and all(p in g for p, _ in history) for g in graded)
+
+
+def test_the_readme_training_with_rl_example_runs(tmp_path):
+    """The README's shell block, as written (lwm → this interpreter; the in-process executor)."""
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    section = readme[readme.index("## Training with RL"):]
+    block = section[section.index("```bash\n") + len("```bash\n"):]
+    block = block[: block.index("```")]
+    lwm_cmd = f"{sys.executable} -m pipeline.cli"
+    script = block.replace("lwm run ", f"{lwm_cmd} run --executor local --progress off ").replace("lwm ", f"{lwm_cmd} ")
+    proc = subprocess.run(["bash", "-euo", "pipefail", "-c", script], cwd=tmp_path, capture_output=True, text=True,
+                          timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    verl_rows = pq.read_table(tmp_path / "data/verl/train.parquet").to_pylist()
+    trl_rows = pq.read_table(tmp_path / "data/trl/train.parquet").to_pylist()
+    assert len(verl_rows) == len(trl_rows) > 0
+    assert {r["data_source"] for r in verl_rows} == {"lwmkit/terminal"}
+    assert {r["verifier"] for r in trl_rows} <= {"terminal", "none"}

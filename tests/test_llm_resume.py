@@ -1,0 +1,81 @@
+"""A run killed in the middle of its model-in-the-loop stages resumes: the next run re-sends nothing
+that was answered and cached, and its shards are byte-identical to an uninterrupted run's; a run
+after that is answered entirely from the cache (0 requests)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+from pipeline.run import run_pipeline
+from tests.judge_server import JudgeServer, Slow
+from tests.llm_helpers import Script, llm_config, write_llm_corpus
+from tests.test_ray_executor import LWM, clean_env
+
+SCENARIOS = [f"s{i}" for i in range(12)]  # default script: candidates judged 5, 4, 3; instructions derived
+
+
+def _shards(out: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(out)): p.read_bytes() for p in sorted((out / "shards").rglob("*.parquet"))}
+
+
+def _keys(bodies) -> set[str]:
+    return {json.dumps(b, sort_keys=True) for b in bodies}
+
+
+def _toml(path: Path, url: str) -> Path:
+    path.write_text(
+        "[filter]\nmin_turns = 1\n[pools]\nsft_turns = 1\n[pools.ratios]\ncpt = 0.0\nsft = 1.0\nrl = 0.0\neval = 0.0\n"
+        f'[llm]\nendpoint = "{url}"\nmodel = "scripted"\nconcurrency = 2\ntimeout_s = 5.0\nmax_retries = 1\n'
+        "backoff_s = 0.01\n")
+    return path
+
+
+def test_a_killed_run_resumes_without_resending_and_gives_the_same_shards(tmp_path):
+    corpus = write_llm_corpus(tmp_path / "in.jsonl", SCENARIOS)
+    fresh = tmp_path / "fresh"
+    with JudgeServer(Script()) as server:
+        run_pipeline(llm_config([corpus], fresh, server.url, "sft", concurrency=2, timeout_s=5.0),
+                     echo=lambda m: None)
+        total = len(server.requests)
+    assert total == 12 + 12 * 6  # one instruction and 3 candidates + 3 judge calls per trajectory
+
+    out = tmp_path / "out"
+    script = Script()
+    with JudgeServer(lambda body, n: Slow(0.1, script(body, n))) as server:
+        cmd = [LWM, "run", "--executor", "local", "--input", str(corpus), "--out", str(out), "--progress", "off",
+               "--config", str(_toml(tmp_path / "c.toml", server.url))]
+        proc = subprocess.Popen(cmd, env=clean_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        deadline = time.monotonic() + 120
+        while proc.poll() is None and len(server.requests) < 40 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=30)
+        killed = list(server.requests)
+    assert proc.returncode == -signal.SIGKILL and 40 <= len(killed) < total
+    assert not (out / "_SUCCESS").exists()
+
+    with JudgeServer(Script()) as server:
+        again = subprocess.run([*cmd[:-1], str(_toml(tmp_path / "c2.toml", server.url))], env=clean_env(),
+                               capture_output=True, text=True, timeout=300)
+        resent = list(server.requests)
+    assert again.returncode == 0, again.stderr[-2000:]
+    # only requests still in flight when the process died (at most the concurrency) are asked again
+    assert len(_keys(killed) & _keys(resent)) <= 2
+    assert len(_keys(killed) | _keys(resent)) == total and len(resent) < total - 35
+    assert _shards(out) == _shards(fresh)
+
+    # every answer is in the run's cache now: without the stage outputs and markers, 0 requests
+    for sub in ("llm", "_tasks/llm_instructions", "_tasks/llm_sft_reasoning"):
+        shutil.rmtree(out / sub)
+    with JudgeServer(Script()) as server:
+        manifest = run_pipeline(llm_config([corpus], out, server.url, "sft", concurrency=2, timeout_s=5.0),
+                                echo=lambda m: None)
+        assert server.requests == []
+    usage = {k: (v["usage"]["requests"], v["usage"]["cache_hits"]) for k, v in manifest["llm"]["stages"].items()}
+    assert usage == {"instructions": (0, 12), "sft_reasoning": (0, 72)}
+    assert _shards(out) == _shards(fresh)

@@ -1,0 +1,181 @@
+"""The model-in-the-loop machinery: off by default without a byte of change, dry run, request and
+token budget over every worker, progress with requests/s, and Ray giving the bytes of the
+in-process runner (loopback OpenAI-compatible server answering from a script)."""
+
+from __future__ import annotations
+
+import json
+import logging
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from pipeline.config import config_hash, resolve
+from pipeline.llm_stage import BudgetExhausted, LLMDryRun, resolve_llm
+from pipeline.run import run_pipeline
+from schemas.errors import ConfigError
+from tests.judge_server import JudgeServer
+from tests.llm_helpers import Script, llm_config, scenario, write_llm_corpus
+from tests.test_ray_executor import LWM, clean_env
+
+CLEAN = ["good", "low", "tie"]  # no failing requests: every request is answered (and cached)
+
+
+def _shards(out: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(out)): p.read_bytes() for p in sorted((out / "shards").rglob("*.parquet"))}
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory) -> Path:
+    return write_llm_corpus(tmp_path_factory.mktemp("llm") / "in.jsonl", CLEAN)
+
+
+@pytest.fixture(scope="module")
+def fresh(corpus, tmp_path_factory):
+    out = tmp_path_factory.mktemp("fresh") / "out"
+    with JudgeServer(Script()) as server:
+        manifest = run_pipeline(llm_config([corpus], out, server.url, "sft"), echo=lambda m: None)
+        return out, manifest, list(server.requests)
+
+
+def test_without_an_llm_section_nothing_changes(corpus, tmp_path):
+    plain = resolve({})
+    assert "llm" not in plain
+    assert config_hash(resolve({}, {"executor": {"kind": "local"}})) == config_hash(plain)
+    base = llm_config([corpus], tmp_path / "a", "", "sft")
+    off = {k: v for k, v in base.items() if k != "llm"}
+    run_pipeline(off, echo=lambda m: None)
+    run_pipeline({**off, "llm": resolve_llm([{"model": "m"}]), "run": {**off["run"], "out": str(tmp_path / "b")}},
+                 echo=lambda m: None)  # a section without endpoint: the stages are off
+    assert _shards(tmp_path / "a") == _shards(tmp_path / "b")
+    assert not (tmp_path / "a" / "llm").exists() and not (tmp_path / "b" / "_llm").exists()
+
+
+def test_llm_config_is_checked():
+    with pytest.raises(ConfigError, match=r"unknown config key 'llm\.endpiont'"):
+        resolve({"llm": {"endpiont": "x"}})
+    with pytest.raises(ConfigError, match=r"llm\.model is required"):
+        resolve({"llm": {"endpoint": "http://x/v1"}})
+    with pytest.raises(ConfigError, match="unknown stage 'judge'"):
+        resolve({"llm": {"stages": ["judge"]}})
+    cfg = resolve({"llm": {"endpoint": "http://a/v1", "model": "m"}}, {"llm": {"max_requests": 7}})
+    assert cfg["llm"]["max_requests"] == 7 and cfg["llm"]["model"] == "m"
+    # where requests go and how many may be sent never changes the output config
+    other = resolve({"llm": {"endpoint": "http://b/v1", "model": "m", "concurrency": 1}})
+    assert config_hash(cfg) == config_hash(other)
+    assert config_hash(cfg) != config_hash(resolve({"llm": {"endpoint": "http://a/v1", "model": "m2"}}))
+
+
+def test_a_dry_run_prints_requests_and_projected_calls_and_sends_nothing(corpus, tmp_path):
+    lines: list[str] = []
+    with JudgeServer(Script()) as server:
+        with pytest.raises(LLMDryRun) as info:
+            run_pipeline(llm_config([corpus], tmp_path / "out", server.url, "sft", dry_run=True), echo=lines.append)
+        assert server.requests == []
+    report = info.value.report
+    # instructions: one call per trajectory, at most one re-ask; reasoning: 3 candidates + 3 judge calls
+    # per target at least, plus judge re-asks and 2 comparisons at most
+    assert {k: (v["items"], v["calls_min"], v["calls_max"]) for k, v in report.items()} == {
+        "instructions": (3, 3, 6), "sft_reasoning": (3, 18, 24)}
+    first = report["sft_reasoning"]["first_requests"]
+    assert [r["salt"] for r in first] == ["candidate-0", "candidate-1"] and first[0]["params"]["seed"] == 0
+    assert first[0]["messages"][-1]["content"].endswith("</predicted_observation>.")
+    text = "\n".join(lines)
+    assert "stage sft_reasoning: 3 item(s), projected 18–24 calls" in text
+    assert first[0]["messages"][0]["content"] in text and "nothing was sent" in text
+    assert not (tmp_path / "out" / "_SUCCESS").exists()
+
+
+def test_the_cli_dry_run(corpus, tmp_path):
+    with JudgeServer(Script()) as server:
+        done = subprocess.run(
+            [LWM, "run", "--executor", "local", "--input", str(corpus), "--out", str(tmp_path / "out"),
+             "--progress", "off", "--llm-endpoint", server.url, "--llm-model", "m", "--llm-dry-run"],
+            env=clean_env(), capture_output=True, text=True, timeout=120)
+        assert server.requests == []
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "[llm dry run] stage instructions: " in done.stderr and "nothing was sent" in done.stderr
+
+
+def _keys(bodies) -> set[str]:
+    return {json.dumps(b, sort_keys=True) for b in bodies}
+
+
+def test_the_request_budget_stops_the_run_and_the_next_run_continues(corpus, tmp_path):
+    out, whole = tmp_path / "out", tmp_path / "whole"
+    with JudgeServer(Script()) as server:
+        run_pipeline(llm_config([corpus], whole, server.url, "sft", stages=["sft_reasoning"]), echo=lambda m: None)
+        unbudgeted = list(server.requests)
+    with JudgeServer(Script()) as server:
+        with pytest.raises(BudgetExhausted, match=r"after 5 requests .* run again to continue"):
+            run_pipeline(llm_config([corpus], out, server.url, "sft", stages=["sft_reasoning"], max_requests=5),
+                         echo=lambda m: None)
+        first = list(server.requests)
+    assert len(first) == 5 and not (out / "_SUCCESS").exists()
+    with JudgeServer(Script()) as server:
+        run_pipeline(llm_config([corpus], out, server.url, "sft", stages=["sft_reasoning"]), echo=lambda m: None)
+        second = list(server.requests)
+    assert not _keys(first) & _keys(second)  # nothing answered was asked again
+    assert _keys(first) | _keys(second) == _keys(unbudgeted)
+    assert _shards(out) == _shards(whole)
+
+
+def test_the_token_budget_stops_the_run(corpus, tmp_path):
+    with JudgeServer(Script()) as server:
+        with pytest.raises(BudgetExhausted, match=r"llm\.max_tokens 100"):
+            run_pipeline(llm_config([corpus], tmp_path / "out", server.url, "sft", stages=["sft_reasoning"],
+                                    max_tokens=100, concurrency=1), echo=lambda m: None)
+        assert len(server.requests) == 2  # 60 tokens each: the third would start past the budget
+
+
+def test_progress_reports_requests_per_second_and_tokens(corpus, tmp_path, capsys):
+    with JudgeServer(Script()) as server:
+        cfg = llm_config([corpus], tmp_path / "out", server.url, "sft", stages=["sft_reasoning"])
+        cfg["executor"]["progress"] = "lines"
+        run_pipeline(cfg, echo=lambda m: None)
+        sent = len(server.requests)
+    err = capsys.readouterr().err
+    line = [ln for ln in err.splitlines() if ln.startswith("[llm_sft_reasoning] ") and "req/s" in ln][-1]
+    assert f"{sent} requests" in line and "tokens" in line and "0 failed" in line
+
+
+def test_manifest_accounts_for_every_request(fresh):
+    _, manifest, requests = fresh
+    stages = manifest["llm"]["stages"]
+    sent = sum(s["usage"]["requests"] for s in stages.values())
+    assert sent == len(requests)
+    assert stages["instructions"]["usage"]["requests"] == sum(
+        1 for b in requests if b["messages"][0]["content"].startswith("You write simulation instructions"))
+    assert sorted(scenario(b["messages"][-1]["content"]) for b in requests if "seed" in b) == sorted(CLEAN * 3)
+
+
+@pytest.fixture(scope="module")
+def ray_session():
+    ray = pytest.importorskip("ray")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.delenv("RAY_ADDRESS", raising=False)
+        ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False,
+                 logging_level=logging.WARNING)
+        try:
+            yield ray
+        finally:
+            ray.shutdown()
+
+
+def test_on_ray_the_stages_give_the_bytes_of_the_in_process_run(ray_session, corpus, fresh, tmp_path):
+    from pipeline.ray_executor import RayExecutor
+
+    fresh_out, fresh_manifest, _ = fresh
+    out = tmp_path / "out"
+    with JudgeServer(Script()) as server:
+        cfg = llm_config([corpus], out, server.url, "sft")
+        cfg["executor"]["kind"] = "ray"
+        manifest = run_pipeline(cfg, echo=lambda m: None, executor=RayExecutor())
+        assert len(server.requests) == sum(s["usage"]["requests"] for s in manifest["llm"]["stages"].values())
+        # the budget is shared by the Ray workers through one ledger
+        with pytest.raises(BudgetExhausted, match="after 4 requests"):
+            budget = llm_config([corpus], tmp_path / "b", server.url, "sft", max_requests=4)
+            run_pipeline(budget, echo=lambda m: None, executor=RayExecutor())
+    assert _shards(out) == _shards(fresh_out)
+    assert manifest["llm"]["stages"]["sft_reasoning"]["counts"] == fresh_manifest["llm"]["stages"]["sft_reasoning"]["counts"]

@@ -1,0 +1,120 @@
+"""``lwm reward``: a predictions file scored against a real-data run's rl and eval pools through the CLI."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+
+from stages.render import target_reply
+from tests.judge_server import Answer, JudgeServer, scores_answer
+
+POOLS = "[pools]\nratios = {cpt = 0.0, sft = 0.0, rl = 0.5, eval = 0.5}\neval_subsample = 1.0\n"
+FOLDERS = ["mini-swe-agent", "aitw-aitz", "opencua-raw", "openai-messages", "swe-agent"]
+
+
+def lwm(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "pipeline.cli", *args], capture_output=True, text=True, timeout=600)
+
+
+@pytest.fixture(scope="module")
+def run(shared_data, tmp_path_factory) -> Path:
+    base = tmp_path_factory.mktemp("reward")
+    (base / "pools.toml").write_text(POOLS)
+    args = ["run", "--executor", "local", "--progress", "off", "--config", str(base / "pools.toml"), "-o", str(base / "run")]
+    for folder in FOLDERS:
+        args += ["-i", str(shared_data / folder)]
+    proc = lwm(*args)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return base / "run"
+
+
+def rows(run: Path, pool: str) -> list[dict]:
+    return sorted((r for p in (run / "shards" / pool).glob("*.parquet") for r in pq.read_table(p).to_pylist()),
+                  key=lambda r: r["sample_id"])
+
+
+def judge(body, n):
+    user = body["messages"][1]["content"]
+    return Answer("no scores here" if "MAKE-JUDGE-FAIL" in user else scores_answer(4))
+
+
+def test_rl_pool_scores_per_domain(run, tmp_path):
+    rl = rows(run, "rl")
+    assert len(rl) >= 4
+    preds, expected = [], {}
+    for i, r in enumerate(rl):
+        if i == 0:
+            text, reward = "I believe it prints nothing.", 0.0  # no tags: format failure
+        elif i == 1:
+            text, reward = target_reply("MAKE-JUDGE-FAIL", ""), 0.0  # judge never gives scores
+        else:
+            text = target_reply(r["reference"], "Reasoning.\n")  # exact: the rule passes where there is one
+            reward = 20.0 if r["verifier"] == "none" else 0.9 * 20 + 0.1 * 25
+        preds.append({"sample_id": r["sample_id"], "prediction": text})
+        expected[r["sample_id"]] = (r["domain"], reward)
+    preds.append({"sample_id": "not-a-sample", "prediction": "x"})
+    path = tmp_path / "preds.jsonl"
+    path.write_text("".join(json.dumps(p) + "\n" for p in preds))
+    with JudgeServer(judge) as server:
+        args = ["reward", str(run), str(path), "--judge-url", server.url, "--judge-model", "j", "--json",
+                "--cache", str(tmp_path / "cache"), "--out", str(tmp_path / "scores.jsonl")]
+        proc = lwm(*args)
+        assert proc.returncode == 0, proc.stderr
+        report = json.loads(proc.stdout)
+        asked = len(server.requests)
+        again = json.loads(lwm(*args).stdout)
+        assert len(server.requests) == asked  # every successful judge answer came from the cache
+    assert report["scored"] == len(rl) and report["unknown_ids"] == 1 and report["without_prediction"] == 0
+    for domain in {d for d, _ in expected.values()}:
+        want = [w for d, w in expected.values() if d == domain]
+        assert report["domains"][domain]["mean_reward"] == pytest.approx(sum(want) / len(want))
+    overall = report["domains"]["all"]
+    assert overall["samples"] == len(rl)
+    assert overall["format_failure_rate"] == pytest.approx(1 / len(rl))
+    assert overall["judge_failure_rate"] == pytest.approx(1 / (len(rl) - 1))
+    with_verifier = [r for r in rl[1:] if r["verifier"] != "none"]
+    assert overall["with_verifier"] == len(with_verifier)
+    # the judge-failure sample's prediction is wrong for its verifier; every other exact one passes
+    wrong = int(rl[1]["verifier"] != "none")
+    assert overall["rule_pass_rate"] == pytest.approx((len(with_verifier) - wrong) / len(with_verifier))
+    judged_calls = (len(rl) - 1) + 1  # every tagged prediction, plus one re-ask of the unusable answer
+    assert report["judge"]["calls"] == judged_calls and again["judge"]["cache_hits"] == judged_calls
+    assert again["domains"] == report["domains"]
+    lines = [json.loads(x) for x in (tmp_path / "scores.jsonl").read_text().splitlines()]
+    assert {x["sample_id"]: x["reward"] for x in lines} == pytest.approx({k: v for k, (_, v) in expected.items()})
+
+
+def test_eval_pool_from_agentworldbench_style_predictions(run, tmp_path):
+    ev = rows(run, "eval")
+    later = [r for r in ev if r["turn_idx"] > 1]
+    assert ev and later
+    path = tmp_path / "gen.jsonl"
+    path.write_text("".join(json.dumps({"id": r["sample_id"], "gen": "<predicted_observation>\nok\n</predicted_observation>"}) + "\n"
+                            for r in later))
+    with JudgeServer(judge) as server:
+        proc = lwm("reward", str(run), str(path), "--pool", "eval", "--judge-url", server.url, "--judge-model", "j")
+        assert proc.returncode == 0, proc.stderr
+        assert len(server.requests) == len(later)
+        # the judge saw each sample's history: the trajectory's earlier turns come back from the trajectories layer
+        assert all("# Earlier turns" in b["messages"][1]["content"] for b in server.requests)
+    head, *body = proc.stdout.splitlines()
+    assert head.split() == ["domain", "n", "reward", "rule", "pass", "judge", "fail", "format", "fail"]
+    assert body[-1].split()[:2] == ["all", str(len(later))]
+    assert f"{len(ev) - len(later)} eval samples had no prediction" in proc.stderr
+
+
+def test_bad_prediction_files_are_one_line_errors(run, tmp_path):
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"sample_id": "a", "prediction": "x"}\nnot json\n')
+    proc = lwm("reward", str(run), str(bad), "--judge-url", "http://127.0.0.1:9/v1", "--judge-model", "j")
+    assert proc.returncode == 2 and f"{bad}:2: not a JSON object" in proc.stderr and "Traceback" not in proc.stderr
+    bad.write_text('{"sample_id": "nope", "prediction": "x"}\n')
+    proc = lwm("reward", str(run), str(bad), "--judge-url", "http://127.0.0.1:9/v1", "--judge-model", "j")
+    assert proc.returncode == 2 and "none of its 1 sample ids is in the rl pool" in proc.stderr
+    proc = lwm("reward", str(tmp_path), str(bad), "--judge-url", "http://127.0.0.1:9/v1", "--judge-model", "j")
+    assert proc.returncode == 2 and "not a finished run" in proc.stderr
