@@ -31,4 +31,9 @@ def print_run_summary(manifest: dict[str, Any], out: str) -> None:
             click.echo(render_table(rows, f"pool {name}"))
         samples = manifest["counts"].get("samples", {})
         click.echo(", ".join(f"{p}: {int(samples.get(p, 0))} samples" for p in ("cpt", "sft", "rl", "eval")), err=True)
+    wmat = manifest.get("wmat")
+    if wmat:
+        pools = wmat["pools"]
+        click.echo("wmat: " + ", ".join(f"{p}: {int(pools[p]['samples'])} samples" for p in sorted(pools))
+                   + f" (under {out.rstrip('/')}/wmat/)", err=True)
     click.echo(f"outputs: {out}", err=True)

@@ -39,15 +39,17 @@ def _lwm(*args: str) -> subprocess.CompletedProcess:
     return proc
 
 
-def _run(corpus: Path, out: Path, url: str | None, extra: str = "") -> dict:
-    args = ["run", "--input", str(corpus), "--out", str(out), "--executor", "local", "--progress", "off"]
+def _run(corpus: Path, out: Path, url: str | None, *flags: str, ray: bool = False) -> dict:
+    executor = ["--executor", "ray", "--num-cpus", "2"] if ray else ["--executor", "local"]
+    args = ["run", "--input", str(corpus), "--out", str(out), *executor, "--progress", "off", *flags]
     if url is not None:
         cfg = out.parent / f"{out.name}.toml"
-        cfg.write_text(f'[llm]\nendpoint = "{url}"\nmodel = "writer"\nstages = ["wmat_blocks"]\n'
-                       f"concurrency = 4\n{extra}", encoding="utf-8")
-        args += ["--config", str(cfg)]
-    _lwm(*args)
-    return json.loads((out / "manifest.json").read_text())
+        cfg.write_text('[llm]\nmodel = "writer"\nstages = ["wmat_blocks"]\nconcurrency = 4\n', encoding="utf-8")
+        args += ["--config", str(cfg), "--llm-endpoint", url]
+    proc = _lwm(*args)
+    if "--llm-dry-run" in flags:
+        return {"stderr": proc.stderr}
+    return {**json.loads((out / "manifest.json").read_text()), "stderr": proc.stderr}
 
 
 def _rows(out: Path, sub: str) -> list[dict]:
@@ -71,9 +73,15 @@ def runs(tmp_path_factory):
         again = _run(corpus, base / "on", server.url)  # same output directory: resumes, all cached
         resent = len(writer.calls) - first_calls
         fresh = _run(corpus, base / "fresh", server.url)  # new directory: asked again, same answers
+        before_ray = len(writer.calls)
+        ray = _run(corpus, base / "ray", server.url, ray=True)
+        before_dry = len(writer.calls)
+        dry = _run(corpus, base / "dry", server.url, "--llm-dry-run")
+        dry_sent = len(writer.calls) - before_dry
     off = _run(corpus, base / "off", None)
     return {"base": base, "writer": writer, "first_calls": first_calls, "resent": resent,
-            "manifests": {"on": on, "again": again, "fresh": fresh, "off": off}}
+            "ray_calls": before_dry - before_ray, "dry_sent": dry_sent,
+            "manifests": {"on": on, "again": again, "fresh": fresh, "ray": ray, "dry": dry, "off": off}}
 
 
 def _trajs(out: Path) -> dict[str, dict]:
@@ -210,3 +218,29 @@ def test_without_the_stage_the_run_is_unchanged(runs):
     assert _digests(base / "on", "shards") == _digests(base / "off", "shards")
     fs, root = out_fs(str(base / "off"))
     assert fs.exists(f"{root}/_SUCCESS")
+
+
+def test_the_ray_executor_writes_the_same_pools(runs):
+    base = runs["base"]
+    assert runs["ray_calls"] == runs["first_calls"]
+    assert _digests(base / "ray", "wmat") == _digests(base / "on", "wmat")
+    assert runs["manifests"]["ray"]["wmat"]["shards"] == runs["manifests"]["on"]["wmat"]["shards"]
+
+
+def test_the_run_summary_names_the_wmat_pools(runs):
+    m = runs["manifests"]["on"]
+    pools = m["wmat"]["pools"]
+    line = f"wmat: fesft: {pools['fesft']['samples']} samples, midtrain: {pools['midtrain']['samples']} samples"
+    assert line in m["stderr"]
+    assert "wmat:" not in runs["manifests"]["off"]["stderr"]
+
+
+def test_a_dry_run_projects_the_block_requests_and_sends_nothing(runs):
+    out = runs["base"] / "on"
+    steps = len(_rows(out, "llm/wmat_blocks"))
+    items = len({r["traj_id"] for r in _rows(out, "llm/wmat_blocks")})
+    assert runs["dry_sent"] == 0
+    text = runs["manifests"]["dry"]["stderr"]
+    assert f"stage wmat_blocks: {items} item(s), projected {steps:,}–{2 * steps:,} calls" in text
+    assert "# Ground truth, do not reveal" in text  # the first rendered request is shown
+    assert not (runs["base"] / "dry" / "wmat").exists()
