@@ -177,3 +177,38 @@ def test_fesft_tokens_train_the_reply_only(seg):
     first = spans[0][0]
     assert seg.tok.decode(ids[:first]).endswith("<|im_start|>assistant\n")
     assert all(w == 0.0 for w in loss[:first]) and spans[1][1] == len(ids) - 1  # the final "\n" has no weight
+
+
+# -- on a real search log (Who&When / Magentic-One, ../shared/data) ----------------------------------
+
+ABSTRACT = ("<imaginary>Open [a directory of martial arts schools], scan the listings for [a school near the "
+            "exchange] and check [its class hours].</imaginary>\n<keyword>martial arts, schools, New York</keyword>\n"
+            "<analysis>Search results are listed; the next step opens the directory result to compare schools by "
+            "distance and evening hours.</analysis>\n<confidence>40%</confidence>")
+
+
+@pytest.fixture(scope="module")
+def real_search(shared_data):
+    from stages.ingest.magentic_one import ADAPTER
+    from tests.ingest_helpers import ingest_unit
+
+    trajs, bad = ingest_unit(ADAPTER, shared_data / "magentic-one" / "1.json")
+    assert bad == [] and len(trajs) == 1
+    return trajs[0]
+
+
+def test_an_abstract_block_passes_at_every_step_of_a_real_log(real_search):
+    # hand-read: the task names New York; the martial arts directory appears in step 1's results
+    assert len(real_search.turns) == 7
+    for t in range(1, 8):
+        assert validate_block(ABSTRACT, real_search, t)[1] == "", t
+
+
+def test_a_school_the_log_only_reaches_later_is_a_spoiler(real_search):
+    # hand-read: "Kwon Jae-Hwa Tae Kwon-DO, 38 W 13th St" is first shown on the directory page
+    # (step 4's observation); step 1's search results do not name it
+    assert "Jae-Hwa" not in known_text(real_search, 2) and "Jae-Hwa" in future_text(real_search, 2)
+    leak = ABSTRACT.replace("scan the listings for [a school near the exchange]", "find Kwon Jae-Hwa Tae Kwon-DO at 38 W 13th St")
+    check, reason, detail, _ = validate_block(leak, real_search, 2)
+    assert check is None and reason == "spoiler"
+    assert "number '38'" in detail and "number '13'" in detail

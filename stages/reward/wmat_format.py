@@ -20,7 +20,8 @@ A *block* (what the block writer returns) is the world-model span alone: the fir
 No-spoiler check (`find_spoilers`): a block is written with the future turns in view, so it must
 not name concrete entities that only the future reveals. The entities of the future text are its
 numbers of two or more digits, its identifiers (URLs, paths, dotted or underscored names), its
-proper nouns (a capitalized word that does not open a sentence or line) and its word n-grams;
+proper nouns (a capitalized word that does not open a sentence or line and is never written in
+lower case in the future or known text) and its word n-grams;
 those that also occur in the known text (task, history, the next action) are allowed, the rest
 are spoilers when the block contains them (numbers and identifiers as whole tokens, proper
 nouns case-sensitively, n-grams over lowercased words).
@@ -217,8 +218,10 @@ def find_spoilers(block: str, future: str, known: str, ngram: int = 5) -> list[S
         if ident in block_idents or (len(ident) >= 8 and ident in block):
             found.append(Spoiler("identifier", ident))
     block_tokens = set(_WORD.findall(block))
+    # a capitalized word also written in lower case somewhere is a common word ("Search" in a title)
+    lower_seen = {w for w in _WORD.findall(future + "\n" + known) if w.islower()}
     for name in sorted(_proper_nouns(future)):
-        if name.casefold() not in known_words and name in block_tokens:
+        if name.casefold() not in known_words and name.lower() not in lower_seen and name in block_tokens:
             found.append(Spoiler("proper_noun", name))
     if ngram > 0:
         future_grams = _ngrams(_words(future), ngram) - _ngrams(_words(known), ngram)
