@@ -203,6 +203,7 @@ def _register_optional() -> None:
         ("pipeline.export", "export_group"),
         ("pipeline.export_rl", "export_group"),  # adds `export verl` and `export trl` to the group
         ("pipeline.reward_cmd", "reward_cmd"),
+        ("pipeline.check_format", "check_format_cmd"),
         ("training.cli", "train"),
     ):
         try:

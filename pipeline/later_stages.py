@@ -75,6 +75,10 @@ def run(cfg: dict[str, Any], fs, root: str, executor, ingest_results, manifest, 
     ]
     shard_results, stage_runs["shards"] = _run_stage(executor, "shards", run_shard_task, shard_tasks, fs, root, progress)
     _stale_shards(fs, root, {r["shard"]["path"] for r in shard_results})
+    if llm:
+        from pipeline.wmat_pools import run_wmat_pools
+
+        run_wmat_pools(cfg, fs, root, executor, llm, drop, manifest, stage_runs)
     stats = merge_all([r["stats"] for r in sample_results])
     from pipeline.hist import histogram_from_stats
     from stages.tokenizer import load_tokenizer

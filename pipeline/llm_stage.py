@@ -76,6 +76,15 @@ LLM_DEFAULTS: dict[str, Any] = {
     "instruction_obs_chars": 1500,  # each observation shown to the model is cut to this many characters
     "instruction_reasks": 1,
     "spoiler_ngram": 8,  # an instruction sharing this many consecutive words with an observation is rejected
+    # world-model blocks (WMAT: stages.llm.wmat_blocks, pipeline.wmat_pools)
+    "wmat_pools": ["cpt", "sft"],  # trajectories of these pools get blocks
+    "wmat_steps": 2,  # steps per trajectory that get a block
+    "wmat_obs_chars": 1500,
+    "wmat_reasks": 1,
+    "wmat_spoiler_ngram": 5,  # a block sharing this many consecutive words with the future (only) is a spoiler
+    "wmat_world_model_weight": 1.0,
+    "wmat_policy_weight": 1.0,
+    "wmat_observation_weight": 1.0,  # mid-training only; FE-SFT prompts have weight 0
 }
 
 # Keys that say where and how requests are sent; they never change the output bytes.
@@ -85,6 +94,7 @@ LLM_EXECUTION_KEYS = ("endpoint", "api_key_env", "judge_endpoint", "concurrency"
 _BUILTIN = {
     "instructions": "stages.llm.instructions:STAGE",
     "sft_reasoning": "stages.llm.rejection:STAGE",
+    "wmat_blocks": "stages.llm.wmat_blocks:STAGE",
 }
 _REGISTRY: dict[str, str] = dict(_BUILTIN)
 

@@ -38,4 +38,9 @@ def print_run_summary(manifest: dict[str, Any], out: str) -> None:
                    f"{u['prompt_tokens'] + u['completion_tokens']:,} tokens"
                    + (f"; kept {int(c['kept'])}" if "kept" in c else "") + (f"; dropped: {dropped}" if dropped else ""),
                    err=True)
+    wmat = manifest.get("wmat")
+    if wmat:
+        pools = wmat["pools"]
+        click.echo("wmat: " + ", ".join(f"{p}: {int(pools[p]['samples'])} samples" for p in sorted(pools))
+                   + f" (under {out.rstrip('/')}/wmat/)", err=True)
     click.echo(f"outputs: {out}", err=True)

@@ -1,0 +1,145 @@
+"""The two WMAT pools, written after the shards from the blocks of the ``wmat_blocks`` stage.
+
+``OUT/wmat/<pool>/part-<task>.parquet`` (the shard schema, rows sorted by sample id, one file per
+trajectories part): ``midtrain`` — one sample per trajectory with at least one kept block, the
+whole trajectory from the agent's view with its blocks inserted; ``fesft`` — one single-turn
+sample per kept block (`stages.wmat`). Weights per category (``llm.wmat_world_model_weight``,
+``llm.wmat_policy_weight``, ``llm.wmat_observation_weight``; FE-SFT prompts are never trained
+on), and each block, policy span and observation is its own ``turn_spans`` entry with
+``turn_category`` ``world_model``, ``policy`` or ``observation``, so ``lwm train
+--category-weight world_model=0.5`` re-weights one kind of span at load time. The manifest's
+``wmat`` section counts samples and tokens per pool and lists the files with their sha256.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import posixpath
+from typing import Any
+
+import pyarrow as pa
+
+from pipeline.llm_stage import Augment
+from pipeline.outputs import AtomicParquetWriter, out_fs, write_json_atomic
+from pipeline.stats import Stats, merge_all
+from schemas.shard import SHARD_SCHEMA
+from schemas.trajectory import Trajectory
+from stages.llm.wmat_blocks import STAGE_NAME
+from stages.wmat import OBSERVATION, POLICY, WORLD_MODEL, fesft_segments, midtrain_segments, tokenize_segments
+
+WMAT_POOLS = ("midtrain", "fesft")
+TEMPLATE = "wmat"
+
+
+def _sample_id(traj_id: str, pool: str, step: int) -> str:
+    return hashlib.sha256(f"{traj_id}\x1f{pool}\x1f{step}\x1f{TEMPLATE}".encode()).hexdigest()[:24]
+
+
+def _weights(llm: dict[str, Any]) -> dict[str, float]:
+    return {WORLD_MODEL: float(llm["wmat_world_model_weight"]), POLICY: float(llm["wmat_policy_weight"]),
+            OBSERVATION: float(llm["wmat_observation_weight"])}
+
+
+def _row(traj: Trajectory, pool: str, step: int, seg, segments, weights, limit: int, stats: Stats):
+    ids, loss, spans, cats = tokenize_segments(seg, segments, weights)
+    if len(ids) > limit:
+        stats.add(f"wmat.{pool}.over_context_limit")
+        return None
+    stats.add(f"wmat.{pool}.samples")
+    stats.add(f"wmat.{pool}.tokens", len(ids))
+    stats.add(f"wmat.{pool}.loss_tokens", sum(1 for w in loss if w > 0))
+    for (a, b), c in zip(spans, cats):
+        stats.add(f"wmat.{pool}.span_tokens.{c}", b - a)
+    return {
+        "sample_id": _sample_id(traj.traj_id, pool, step), "traj_id": traj.traj_id, "domain": traj.domain,
+        "pool": pool, "template": TEMPLATE, "turn_idx": step, "total_turns": len(traj.turns),
+        "input_ids": ids, "loss_weight": loss,
+        "turn_spans": [{"start": a, "end": b} for a, b in spans], "turn_category": cats,
+        "turn_keep": [weights[c] for c in cats],
+        "turn_stats": [{"ol": 0.0, "nov": 0.0, "jac": 0.0, "r": 0.0} for _ in cats],
+        "num_tokens": len(ids), "num_loss_tokens": sum(1 for w in loss if w > 0),
+    }
+
+
+def _trajectories(fs, root: str, task_id: str, drop: set[str]):
+    import pyarrow.parquet as pq
+
+    pf = pq.ParquetFile(fs.open(f"{root}/trajectories/part-{task_id}.parquet", "rb"))
+    for batch in pf.iter_batches(batch_size=64):
+        for d in batch.to_pylist():
+            if d["traj_id"] not in drop:
+                yield Trajectory.from_dict(d)
+
+
+def pool_path(root: str, pool: str, task_id: str) -> str:
+    return f"{root}/wmat/{pool}/part-{task_id}.parquet"
+
+
+def run_wmat_pool_task(task: dict[str, Any]) -> dict[str, Any]:
+    """Both WMAT pools of one trajectories part. `task`: task_id, out, cfg, stages, drop, spec_hash."""
+    from stages.tokenize import segment_tokenizer
+    from stages.tokenizer import load_tokenizer
+
+    cfg = task["cfg"]
+    fs, root = out_fs(task["out"])
+    llm, chat_format = cfg["llm"], cfg["render"]["chat_format"]
+    seg = segment_tokenizer(load_tokenizer(cfg["tokenizer"]["spec"], cfg["tokenizer"]["engine"] or None))
+    weights, limit = _weights(llm), int(cfg["pools"]["context_limit"])
+    aug = Augment(cfg, fs, root, task["task_id"], task["stages"])
+    blocks_by_traj: dict[str, dict[int, str]] = {}
+    for traj_rows in next(rows for stage, rows in aug.stages if stage.name == STAGE_NAME).values():
+        for r in traj_rows:
+            if r["status"] == "kept":
+                blocks_by_traj.setdefault(r["traj_id"], {})[r["step"]] = r["block"]
+    stats = Stats()
+    out: dict[str, list[dict[str, Any]]] = {p: [] for p in WMAT_POOLS}
+    for traj in _trajectories(fs, root, task["task_id"], set(task.get("drop") or ())):
+        blocks = blocks_by_traj.get(traj.traj_id)
+        if not blocks:
+            continue
+        aug.apply(traj)
+        row = _row(traj, "midtrain", 0, seg, midtrain_segments(traj, blocks, chat_format), weights, limit, stats)
+        if row:
+            out["midtrain"].append(row)
+        for t in sorted(blocks):
+            row = _row(traj, "fesft", t, seg, fesft_segments(traj, t, blocks[t], chat_format), weights, limit, stats)
+            if row:
+                out["fesft"].append(row)
+    files = []
+    for pool in WMAT_POOLS:
+        path = pool_path(root, pool, task["task_id"])
+        table = pa.Table.from_pylist(sorted(out[pool], key=lambda r: r["sample_id"]), schema=SHARD_SCHEMA)
+        with AtomicParquetWriter(fs, path, SHARD_SCHEMA, rows_per_group=512,
+                                 compression_level=cfg["shards"]["compression_level"]) as w:
+            w.write_table(table)
+        files.append({"path": posixpath.relpath(path, root), "rows": table.num_rows, "bytes": fs.size(path)})
+    result = {"task_id": task["task_id"], "stage": "wmat_pools", "stats": stats.to_dict(), "files": files,
+              "rows": sum(f["rows"] for f in files), "bytes": 0, "spec_hash": task["spec_hash"]}
+    write_json_atomic(fs, posixpath.join(root, "_tasks", "wmat_pools", f"{task['task_id']}.json"), result)
+    return result
+
+
+def run_wmat_pools(cfg: dict[str, Any], fs, root: str, executor, llm_run: dict[str, Any] | None, drop: set[str],
+                   manifest: dict[str, Any], stage_runs: dict[str, Any]) -> None:
+    """Write the WMAT pools when the ``wmat_blocks`` stage ran; records them in the manifest."""
+    if not llm_run or STAGE_NAME not in llm_run["stages"]:
+        return
+    from pipeline.config import output_config
+    from pipeline.run import _run_stage, _spec_hash
+
+    shaping = output_config({k: cfg[k] for k in ("tokenizer", "render", "shards")})
+    base = _spec_hash(shaping, {k: v for k, v in cfg["llm"].items() if k.startswith("wmat_")},
+                      cfg["pools"]["context_limit"])
+    tasks = [{"task_id": tid, "out": cfg["run"]["out"], "cfg": cfg, "stages": list(llm_run["stages"]),
+              "drop": sorted(drop), "spec_hash": _spec_hash(base, spec, sorted(drop))}
+             for tid, spec in sorted(llm_run["specs"].items())]
+    results, stage_runs["wmat_pools"] = _run_stage(executor, "wmat_pools", run_wmat_pool_task, tasks, fs, root,
+                                                   cfg["executor"]["progress"])
+    stats = merge_all([r["stats"] for r in results]).nested().get("wmat", {})
+    for pool in WMAT_POOLS:
+        stats.setdefault(pool, {}).setdefault("samples", 0)
+    files = [f for r in results for f in r["files"]]
+    for f in files:
+        with fs.open(posixpath.join(root, f["path"]), "rb") as fh:
+            f["sha256"] = hashlib.sha256(fh.read()).hexdigest()
+    manifest["wmat"] = {"pools": stats, "shards": files}

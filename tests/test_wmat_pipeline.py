@@ -1,0 +1,246 @@
+"""WMAT end to end through `lwm run` on the search demo corpus, against a scripted loopback writer.
+
+The writer answers by a scenario per (task, step) (`tests.wmat_script`): valid blocks, spoilers
+(fixed on the re-ask, or never), malformed tags, a missing q (fixed on the re-ask). The tests
+check what the stage kept and why, both pools and their spans, caching and determinism, and that
+a run without the stage is unchanged.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+
+from pipeline.outputs import out_fs
+from stages.pools import pool_of
+from stages.reward.wmat_format import check_output
+from stages.tokenizer import load_tokenizer
+from tests.judge_server import JudgeServer
+from tests.wmat_script import BlockWriter, scenario_of, valid_block
+
+ROOT = Path(__file__).resolve().parent.parent
+N_TRAJ = 32
+
+
+def _lwm(*args: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.run([sys.executable, "-m", "pipeline.cli", *args], capture_output=True, text=True, env=env,
+                          cwd=ROOT, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return proc
+
+
+def _run(corpus: Path, out: Path, url: str | None, *flags: str, ray: bool = False) -> dict:
+    executor = ["--executor", "ray", "--num-cpus", "2"] if ray else ["--executor", "local"]
+    args = ["run", "--input", str(corpus), "--out", str(out), *executor, "--progress", "off", *flags]
+    if url is not None:
+        cfg = out.parent / f"{out.name}.toml"
+        cfg.write_text('[llm]\nmodel = "writer"\nstages = ["wmat_blocks"]\nconcurrency = 4\n', encoding="utf-8")
+        args += ["--config", str(cfg), "--llm-endpoint", url]
+    proc = _lwm(*args)
+    if "--llm-dry-run" in flags:
+        return {"stderr": proc.stderr}
+    return {**json.loads((out / "manifest.json").read_text()), "stderr": proc.stderr}
+
+
+def _rows(out: Path, sub: str) -> list[dict]:
+    files = sorted((out / sub).glob("*.parquet"))
+    return [r for f in files for r in pq.read_table(f).to_pylist()]
+
+
+def _digests(out: Path, sub: str) -> dict[str, str]:
+    return {str(p.relative_to(out)): hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted((out / sub).rglob("*.parquet"))}
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    base = tmp_path_factory.mktemp("wmat")
+    corpus = base / "demo"
+    _lwm("demo", "--domain", "search", "--out", str(corpus), "-n", str(N_TRAJ))
+    writer = BlockWriter()
+    with JudgeServer(writer) as server:
+        on = _run(corpus, base / "on", server.url)
+        first_calls = len(writer.calls)
+        again = _run(corpus, base / "on", server.url)  # same output directory: resumes, all cached
+        resent = len(writer.calls) - first_calls
+        fresh = _run(corpus, base / "fresh", server.url)  # new directory: asked again, same answers
+        before_ray = len(writer.calls)
+        ray = _run(corpus, base / "ray", server.url, ray=True)
+        before_dry = len(writer.calls)
+        dry = _run(corpus, base / "dry", server.url, "--llm-dry-run")
+        dry_sent = len(writer.calls) - before_dry
+    off = _run(corpus, base / "off", None)
+    return {"base": base, "writer": writer, "first_calls": first_calls, "resent": resent,
+            "ray_calls": before_dry - before_ray, "dry_sent": dry_sent,
+            "manifests": {"on": on, "again": again, "fresh": fresh, "ray": ray, "dry": dry, "off": off}}
+
+
+def _trajs(out: Path) -> dict[str, dict]:
+    return {d["traj_id"]: d for d in _rows(out, "trajectories")}
+
+
+def test_each_scenario_ends_as_scripted(runs):
+    out = runs["base"] / "on"
+    trajs = _trajs(out)
+    rows = _rows(out, "llm/wmat_blocks")
+    outcome = Counter()
+    for r in rows:
+        d = trajs[r["traj_id"]]
+        name = scenario_of(d["system"]["task_description"], r["step"], len(d["turns"]))
+        outcome[name] += 1
+        expected = {
+            "valid": ("kept", "", 1),
+            "spoiler_then_valid": ("kept", "", 2),
+            "missing_q": ("kept", "", 2),
+            "spoiler": ("rejected", "spoiler", 2),
+            "malformed": ("rejected", "malformed", 2),
+        }[name]
+        assert (r["status"], r["reason"], r["attempts"]) == expected, (name, r)
+        if r["status"] == "kept":
+            success = bool((d["outcome"] or {}).get("success"))
+            assert r["block"] == valid_block(d["system"]["task_description"], success)
+            assert r["confidence"] == pytest.approx(0.8 if success else 0.2)
+    # every scenario occurred, so every branch above was exercised
+    assert set(outcome) == {"valid", "spoiler_then_valid", "missing_q", "spoiler", "malformed"}
+    counts = runs["manifests"]["on"]["llm"]["stages"]["wmat_blocks"]["counts"]
+    assert counts["rejected_answers"] == {
+        "spoiler": outcome["spoiler_then_valid"] + 2 * outcome["spoiler"],
+        "malformed": 2 * outcome["malformed"],
+        "no_confidence": outcome["missing_q"],
+    }
+    assert counts["blocks"]["rejected"] == outcome["spoiler"] + outcome["malformed"]
+    # re-asks say why the first answer was refused
+    reasks = [c for c in runs["writer"].calls[: runs["first_calls"]] if c[3]]
+    assert len(reasks) == outcome["spoiler_then_valid"] + outcome["missing_q"] + outcome["spoiler"] + outcome["malformed"]
+
+
+def test_blocks_go_to_cpt_and_sft_trajectories_at_two_steps_each(runs):
+    out = runs["base"] / "on"
+    trajs = _trajs(out)
+    by_traj = Counter(r["traj_id"] for r in _rows(out, "llm/wmat_blocks"))
+    wanted = {t for t, d in trajs.items() if pool_of(d["split_key"], {"cpt": 0.8, "sft": 0.1, "rl": 0.05, "eval": 0.05})
+              in ("cpt", "sft")}
+    assert set(by_traj) == wanted and len(wanted) < len(trajs)
+    for tid, n in by_traj.items():
+        assert n == min(2, len(trajs[tid]["turns"]))
+
+
+def test_both_pools_are_written_with_separate_world_model_and_policy_spans(runs):
+    out = runs["base"] / "on"
+    tok = load_tokenizer("default")
+    trajs = _trajs(out)
+    kept = [r for r in _rows(out, "llm/wmat_blocks") if r["status"] == "kept"]
+    fesft, midtrain = _rows(out, "wmat/fesft"), _rows(out, "wmat/midtrain")
+    assert len(fesft) == len(kept) > 0
+    assert len(midtrain) == len({r["traj_id"] for r in kept}) > 0
+    blocks = {(r["traj_id"], r["step"]): r["block"] for r in kept}
+    for row in fesft:
+        assert row["pool"] == "fesft" and row["turn_category"] == ["world_model", "policy"]
+        ids, weights = row["input_ids"], row["loss_weight"]
+        (wa, wb), (pa, pb) = ((s["start"], s["end"]) for s in row["turn_spans"])
+        assert tok.decode(ids[wa:wb]) == blocks[(row["traj_id"], row["turn_idx"])]
+        action = trajs[row["traj_id"]]["turns"][row["turn_idx"] - 1]["action"]
+        assert tok.decode(ids[pa:pb]).endswith(f"<action>{action}</action><|im_end|>")
+        assert row["num_loss_tokens"] == (wb - wa) + (pb - pa) == sum(w > 0 for w in weights)
+        reply = tok.decode(ids).split("<|im_start|>assistant\n")[-1].removesuffix("<|im_end|>\n")
+        assert check_output(reply).ok
+    for row in midtrain:
+        cats = row["turn_category"]
+        n_blocks = sum(1 for k in blocks if k[0] == row["traj_id"])
+        assert cats.count("world_model") == n_blocks
+        assert cats.count("policy") == len(trajs[row["traj_id"]]["turns"])
+        text = tok.decode(row["input_ids"])
+        assert text.count("<imaginary>") == n_blocks
+    manifest = runs["manifests"]["on"]
+    assert manifest["wmat"]["pools"]["fesft"]["samples"] == len(fesft)
+    assert {f["path"] for f in manifest["wmat"]["shards"]} == set(_digests(out, "wmat"))
+
+
+def test_the_trainer_reads_a_wmat_pool_and_reweights_one_kind_of_span(runs):
+    pytest.importorskip("torch")
+    from training.dataset import ShardDataset
+
+    source = str(runs["base"] / "on" / "wmat" / "midtrain")
+    rows = {r["sample_id"]: r for r in _rows(runs["base"] / "on", "wmat/midtrain")}
+    plain = {s["sample_id"]: s for s in ShardDataset(source, shuffle=False, rank=0, world_size=1)}
+    zeroed = {s["sample_id"]: s for s in ShardDataset(source, shuffle=False, rank=0, world_size=1,
+                                                      category_weights={"world_model": 0.0})}
+    assert set(plain) == set(zeroed) == set(rows)
+    for sid, row in rows.items():
+        w, z = plain[sid]["loss_weight"].numpy(), zeroed[sid]["loss_weight"].numpy()
+        assert np.array_equal(w, np.asarray(row["loss_weight"], dtype=np.float32))
+        for span, cat in zip(row["turn_spans"], row["turn_category"]):
+            a, b = span["start"], span["end"]
+            if cat == "world_model":
+                assert (w[a:b] > 0).all() and (z[a:b] == 0).all()
+            else:
+                assert np.array_equal(z[a:b], w[a:b])
+
+
+def test_check_format_on_the_fesft_replies_reports_full_adherence(runs, tmp_path):
+    tok = load_tokenizer("default")
+    lines = []
+    for row in _rows(runs["base"] / "on", "wmat/fesft"):
+        reply = tok.decode(row["input_ids"]).split("<|im_start|>assistant\n")[-1].removesuffix("<|im_end|>\n")
+        lines.append(json.dumps({"output": reply}))
+    lines.append(json.dumps({"output": "<think>t</think><action>a</action>"}))
+    path = tmp_path / "replies.jsonl"
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    report = json.loads(_lwm("check-format", str(path), "--json").stdout)
+    assert report["outputs"] == len(lines) and report["in_format"] == len(lines) - 1
+    assert report["reasons"] == {"missing_tag:imaginary": 1}
+
+
+def test_a_resumed_run_sends_nothing_and_a_fresh_run_is_byte_identical(runs):
+    base = runs["base"]
+    assert runs["resent"] == 0
+    assert runs["manifests"]["again"]["wmat"] == runs["manifests"]["on"]["wmat"]
+    assert _digests(base / "on", "wmat") == _digests(base / "fresh", "wmat")
+    usage = runs["manifests"]["on"]["llm"]["stages"]["wmat_blocks"]["usage"]
+    assert usage["requests"] == runs["first_calls"] and usage["failures"] == 0
+
+
+def test_without_the_stage_the_run_is_unchanged(runs):
+    base = runs["base"]
+    off = runs["manifests"]["off"]
+    assert "wmat" not in off and "llm" not in off and "llm" not in off["config"]
+    assert not (base / "off" / "wmat").exists()
+    # the world-model pools do not depend on whether blocks were written
+    assert _digests(base / "on", "shards") == _digests(base / "off", "shards")
+    fs, root = out_fs(str(base / "off"))
+    assert fs.exists(f"{root}/_SUCCESS")
+
+
+def test_the_ray_executor_writes_the_same_pools(runs):
+    base = runs["base"]
+    assert runs["ray_calls"] == runs["first_calls"]
+    assert _digests(base / "ray", "wmat") == _digests(base / "on", "wmat")
+    assert runs["manifests"]["ray"]["wmat"]["shards"] == runs["manifests"]["on"]["wmat"]["shards"]
+
+
+def test_the_run_summary_names_the_wmat_pools(runs):
+    m = runs["manifests"]["on"]
+    pools = m["wmat"]["pools"]
+    line = f"wmat: fesft: {pools['fesft']['samples']} samples, midtrain: {pools['midtrain']['samples']} samples"
+    assert line in m["stderr"]
+    assert "wmat:" not in runs["manifests"]["off"]["stderr"]
+
+
+def test_a_dry_run_projects_the_block_requests_and_sends_nothing(runs):
+    out = runs["base"] / "on"
+    steps = len(_rows(out, "llm/wmat_blocks"))
+    items = len({r["traj_id"] for r in _rows(out, "llm/wmat_blocks")})
+    assert runs["dry_sent"] == 0
+    text = runs["manifests"]["dry"]["stderr"]
+    assert f"stage wmat_blocks: {items} item(s), projected {steps:,}–{2 * steps:,} calls" in text
+    assert "# Ground truth, do not reveal" in text  # the first rendered request is shown
+    assert not (runs["base"] / "dry" / "wmat").exists()
