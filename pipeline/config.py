@@ -58,7 +58,7 @@ DEFAULTS: dict[str, Any] = {
         "decontaminate": [],
         "ngram": 13,
         # decontamination by shared n-grams (stages/decontam.py; thresholds measured in the README)
-        "ngram_common_share": 0.01,  # an n-gram in more than this share of all trajectories is common ...
+        "ngram_common_share": 0.002,  # an n-gram in more than this share of all trajectories is common ...
         "ngram_common_min_docs": 5,  # ... and in more than this many: boilerplate, not task content
         "ngram_overlap": 0.5,  # share of an eval record's specific n-grams that makes a trajectory contaminated
         "ngram_min_shared": 10,  # ... and at least this many of them
