@@ -402,7 +402,7 @@ def removed_rows(edges: pa.Table, settings: dict[str, Any] | None = None) -> tup
     `settings` holds the n-gram thresholds (``ngram_overlap``, ``ngram_min_shared``); without them no
     trajectory is removed for shared n-grams.
     """
-    near: dict[str, tuple[str, float]] = {}  # train id → (evaluation id, Jaccard), the smallest id
+    near: dict[str, tuple[str, float]] = {}  # train id → (evaluation id, Jaccard) of its closest record
     totals: dict[str, int] = {}
     shared: dict[tuple[str, str], int] = {}
     dedup_edges = []
@@ -415,7 +415,9 @@ def removed_rows(edges: pa.Table, settings: dict[str, Any] | None = None) -> tup
         elif kind == KIND_SHARED:
             shared[(a, b)] = shared.get((a, b), 0) + n
         elif kind.startswith("decontam"):
-            near[a] = min(near.get(a, (b, jac)), (b, jac))
+            old = near.get(a)
+            if old is None or (-jac, b) < (-old[1], old[0]):  # the closest record, then the smallest id
+                near[a] = (b, jac)
         else:
             dedup_edges.append((kind, a, b))
             sizes[a], sizes[b] = (at, al), (bt, bl)

@@ -19,15 +19,11 @@ import json
 import random
 import re
 
-from stages.decontam import iter_references, reference_units
 from pipeline.stats import Stats
+from stages.decontam import iter_references, reference_units
 
 ORDINARY = set(
-    "about above after again also always another answer any because been before being below between both "
-    "could does doing done down each even every first from further have having here into just like make more "
-    "most much must need only other over please same should some such than that their them then there these "
-    "they this those through under until using very what when where which while will with without would "
-    "your find file files give list show tell check create open make sure".split()
+    ["about", "above", "after", "again", "also", "always", "another", "answer", "any", "because", "been", "before", "being", "below", "between", "both", "could", "does", "doing", "done", "down", "each", "even", "every", "first", "from", "further", "have", "having", "here", "into", "just", "like", "make", "more", "most", "much", "must", "need", "only", "other", "over", "please", "same", "should", "some", "such", "than", "that", "their", "them", "then", "there", "these", "they", "this", "those", "through", "under", "until", "using", "very", "what", "when", "where", "which", "while", "will", "with", "without", "would", "your", "find", "file", "files", "give", "list", "show", "tell", "check", "create", "open", "make", "sure"]
 )
 WORD = re.compile(r"[A-Za-z][A-Za-z_]{3,}")
 NUMBER = re.compile(r"\d+")

@@ -264,3 +264,48 @@ def test_a_wrong_oracle_scores_lower(demo_export, loopback, tmp_path):
     overall = float(re.search(r"Overall: ([\d.]+)", report).group(1))
     assert overall < 50.0, report
     assert sum(j["total_score"] == 5 for j in judged) < len(rows) / 4
+
+
+# ------------------------------------------------------------------ ingest → export → ingest
+
+ROUND_TRIP_CFG = """[pools]
+ratios = {cpt = 0.0, sft = 0.0, rl = 0.0, eval = 1.0}
+eval_subsample = 1.0
+[dedup]
+exact = false
+near = false
+[templates]
+dirs = ["%s"]
+mapping = {eval = ["echo"]}
+"""
+
+
+def content(traj: dict) -> str:
+    """A trajectory as the identity compares it: domain, the five system fields, every turn's action and
+    observation (ids, source and meta say where a trajectory was read from, so they differ)."""
+    system = {k: traj["system"][k] for k in ("task_description", "action_space", "initial_state",
+                                              "demonstrations", "simulation_instruction")}
+    return json.dumps([traj["domain"], system, [(t["action"], t["observation"]) for t in traj["turns"]]])
+
+
+def test_ingest_export_ingest_is_the_identity_on_the_demo_eval_pools(demo_export):
+    base, rows = demo_export
+    (base / "tpl").mkdir(exist_ok=True)
+    (base / "tpl" / "echo.txt").write_text("{simulation_instruction}\n")
+    (base / "rt.toml").write_text(ROUND_TRIP_CFG % (base / "tpl"))
+    first = base / "first"
+    lwm("run", "--executor", "local", "--format", "agentworldbench", "-i", str(base / "data" / "demo_test.jsonl"),
+        "-o", str(first), "--config", str(base / "rt.toml"), "--progress", "off")
+    (base / "again").mkdir()
+    lwm("export", "agentworldbench", str(first), str(base / "again" / "x_test.jsonl"))
+    second = base / "second"
+    lwm("run", "--executor", "local", "--format", "agentworldbench", "-i", str(base / "again" / "x_test.jsonl"),
+        "-o", str(second), "--config", str(base / "rt.toml"), "--progress", "off")
+    a, b = trajectories(first), trajectories(second)
+    exported = {json.dumps([r["system_str"], r["response"], [action_of(p) for p in r["prompt"]]]) for r in rows}
+    assert len(a) == len(exported)  # the rows of one trajectory are grouped back into it
+    assert sorted(map(content, a)) == sorted(map(content, b))
+    # The rows' turns are the eval pool's trajectories, every turn of them.
+    pool = {t["traj_id"]: t for t in trajectories(base / "run")}
+    turns = sorted(json.dumps([(t["action"], t["observation"]) for t in pool[k]["turns"]]) for k in eval_turns(base / "run"))
+    assert sorted(json.dumps([(t["action"], t["observation"]) for t in x["turns"]]) for x in a) == turns

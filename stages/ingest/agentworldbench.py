@@ -41,6 +41,7 @@ from schemas.trajectory import DOMAINS, SystemPrompt, Trajectory, Turn
 from stages.ingest.common import make_trajectory
 from stages.ingest.reading import DEFAULT_MAX_RECORD_BYTES, InputUnit, iter_container
 from stages.ingest.registry import Probe, RawRecord
+from stages.templates.fill import FIELD_HEADINGS
 
 FORMAT = "agentworldbench"
 ROW_FIELDS = {
@@ -295,6 +296,18 @@ def domain_of_task(task: str) -> str | None:
     return None
 
 
+def simulation_instruction_of(system_str: str, instruction: str | None, state: str | None) -> str:
+    """The system prompt without the sections a template appends for the first turn's fields.
+
+    A template that does not mention the task or the initial state appends them at the end (``## Task`` /
+    ``## Initial state``, stages/templates); those fields are rebuilt from the first turn prompt, so the
+    copy in the system prompt is dropped — otherwise every export → ingest would append them once more.
+    Only an exact tail of that form is removed."""
+    tail = "".join(f"\n\n## {FIELD_HEADINGS[name]}\n{value}" for name, value in
+                   (("task_description", instruction), ("initial_state", state)) if value and value.strip())
+    return system_str[: -len(tail)] if tail and system_str.endswith(tail) and len(system_str) > len(tail) else system_str
+
+
 def trajectory_of_chain(record: RawRecord, chain: list[ParsedRow], opts: dict[str, Any]) -> Trajectory:
     """A trajectory from rows that agree, the longest first."""
     longest = chain[0]
@@ -318,7 +331,7 @@ def trajectory_of_chain(record: RawRecord, chain: list[ParsedRow], opts: dict[st
             task_description=longest.instruction or "",
             action_space="",
             initial_state=longest.state,
-            simulation_instruction=longest.system_str,
+            simulation_instruction=simulation_instruction_of(longest.system_str, longest.instruction, longest.state),
         ),
         source_kind=opts.get("source_kind") or "public",
         meta=meta,
