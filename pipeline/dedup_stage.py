@@ -39,14 +39,17 @@ from pipeline.outputs import AtomicParquetWriter, out_fs, write_json_atomic
 from pipeline.stats import Stats, merge_all
 from schemas.errors import ConfigError
 from stages.decontam import (
-    DEFAULT_NGRAM_MAX_DOCS,
     ROLE_REFERENCE,
+    ROLE_TRAIN,
     TRAJECTORY_COLUMNS,
+    common_limit,
     exact_group_edges,
     is_active,
     is_run_directory,
     iter_references,
-    ngram_group_edges,
+    near_is_contamination,
+    ngram_group_pairs,
+    ngram_verdicts,
     reference_units,
     role_of,
 )
@@ -83,11 +86,19 @@ BUCKET_SCHEMA = pa.schema(
 )
 EDGE_SCHEMA = pa.schema(
     [("kind", pa.string()), ("a", pa.string()), ("b", pa.string()), ("jaccard", pa.float32()),
-     ("a_turns", pa.int32()), ("a_len", pa.int64()), ("b_turns", pa.int32()), ("b_len", pa.int64())]
+     ("a_turns", pa.int32()), ("a_len", pa.int64()), ("b_turns", pa.int32()), ("b_len", pa.int64()),
+     ("count", pa.int64())]
 )
+# matched / overlap: for a decontamination removal, the evaluation record it matched and the overlap figure
+# (the share of the record's specific n-grams found, or the estimated Jaccard of a near copy); null otherwise.
 REMOVED_SCHEMA = pa.schema(
-    [("traj_id", pa.string()), ("reason", pa.string()), ("cluster_id", pa.string()), ("survivor", pa.string())]
+    [("traj_id", pa.string()), ("reason", pa.string()), ("cluster_id", pa.string()), ("survivor", pa.string()),
+     ("matched", pa.string()), ("overlap", pa.float64())]
 )
+REASONS = ("exact_duplicate", "near_duplicate", "decontaminated_near", "decontaminated_ngram")
+# Edge kinds of the n-gram measure: specific n-grams of an evaluation record (a, count) and those of them a
+# training trajectory holds (a = training id, b = evaluation id, count); summed over the buckets.
+KIND_TOTAL, KIND_SHARED = "decontam_total", "decontam_shared"
 ROWS_PER_BUCKET = 2_000_000  # ~100 MB of rows for one reduce task
 _FLUSH_ROWS = 65_536
 _MAX_PENDING_ROWS = 4 * _FLUSH_ROWS
@@ -105,12 +116,20 @@ def dedup_settings(cfg: dict[str, Any], ingest_stats: Stats) -> dict[str, Any]:
         bands, rows = lsh_params(float(d["threshold"]), int(d["num_perm"]), int(d.get("bands") or 0))
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
+    if not (0 <= float(d["ngram_common_share"]) <= 1 and 0 < float(d["ngram_overlap"]) <= 1):
+        raise ConfigError("dedup.ngram_common_share must be within [0, 1] and dedup.ngram_overlap within (0, 1]")
+    if int(d["ngram_common_min_docs"]) < 1 or int(d["ngram_min_shared"]) < 1:
+        raise ConfigError("dedup.ngram_common_min_docs and dedup.ngram_min_shared must be positive integers")
     decontam = is_active(cfg)
     settings = {
         "exact": bool(d["exact"]), "near": bool(d["near"]), "threshold": float(d["threshold"]),
         "num_perm": int(d["num_perm"]), "seed": int(d["seed"]), "shingle": int(d["shingle"]),
         "bands": bands, "rows": rows, "ngram": int(d["ngram"]), "decontam": decontam,
-        "ngram_max_docs": int(d.get("ngram_max_docs") or DEFAULT_NGRAM_MAX_DOCS),
+        "ngram_common_share": float(d["ngram_common_share"]),
+        "ngram_common_min_docs": int(d["ngram_common_min_docs"]),
+        "ngram_overlap": float(d["ngram_overlap"]),
+        "ngram_min_shared": int(d["ngram_min_shared"]),
+        "near_specific_share": float(d["near_specific_share"]),
         "pools": {"ratios": dict(cfg["pools"]["ratios"]), "seed": cfg["pools"]["seed"]},
     }
     n_traj = ingest_stats.get("trajectories.kept")
@@ -270,7 +289,12 @@ def run_dedup_map_task(task: dict[str, Any]) -> dict[str, Any]:
 
 
 def bucket_edges(table: pa.Table, settings: dict[str, Any]) -> list[tuple]:
-    """Edges ``(kind, a, b, jaccard)`` of one bucket's rows, sorted and without repeats."""
+    """Edges ``(kind, a, b, value)`` of one bucket's rows, sorted and without repeats.
+
+    ``value`` is the Jaccard estimate of a dedup or ``decontam_near`` edge and the n-gram count of a
+    `KIND_TOTAL` / `KIND_SHARED` row. An n-gram group is specific when it has at most
+    ``settings["ngram_limit"]`` members (set on the driver once the number of trajectories is known).
+    """
     if not table.num_rows:
         return []
     kind = table.column("kind").to_numpy()
@@ -282,17 +306,24 @@ def bucket_edges(table: pa.Table, settings: dict[str, Any]) -> list[tuple]:
     change = (k[1:] != k[:-1]) | (bd[1:] != bd[:-1]) | (k1[1:] != k1[:-1]) | (k2[1:] != k2[:-1])
     starts = np.flatnonzero(np.r_[True, change])
     ends = np.r_[starts[1:], len(order)]
-    big = ends - starts > 1
+    sizes = ends - starts
     role = table.column("role").to_numpy()[order]
-    groups = []
-    for s, e in zip(starts[big], ends[big]):
-        if k[s] == KIND_NGRAM:
-            trains = int(np.count_nonzero(role[s:e] == 0))
-            if trains == 0 or trains == e - s or trains > settings["ngram_max_docs"] * 2:
-                continue  # most n-grams: no evaluation record shares them, or far too common to matter
-        groups.append((int(s), int(e)))
+    is_ngram = k[starts] == KIND_NGRAM
+    edges: set[tuple] = set()
+    pair_groups = np.zeros(len(starts), dtype=bool)
+    if is_ngram.any():
+        specific = is_ngram & (sizes <= int(settings.get("ngram_limit", 0)))
+        # Every specific n-gram of an evaluation record counts towards its total, shared or not.
+        counted = np.repeat(specific, sizes) & (role != ROLE_TRAIN)
+        if counted.any():
+            ids = pc.value_counts(table.column("traj_id").take(pa.array(order[counted])))
+            edges.update((KIND_TOTAL, v["values"], "", int(v["counts"])) for v in ids.to_pylist())
+        trains = np.add.reduceat((role == ROLE_TRAIN).astype(np.int64), starts)
+        pair_groups = specific & (trains > 0) & (trains < sizes)
+    big = (sizes > 1) & (~is_ngram | pair_groups)
+    groups = [(int(s), int(e)) for s, e in zip(starts[big], ends[big])]
     if not groups:
-        return []
+        return sorted(edges)
     # One gather per column for all candidate groups (per-group takes on chunked columns dominated the stage).
     sel = np.concatenate([order[s:e] for s, e in groups])
     all_ids = table.column("traj_id").take(pa.array(sel)).to_pylist()
@@ -301,7 +332,7 @@ def bucket_edges(table: pa.Table, settings: dict[str, Any]) -> list[tuple]:
     if len(band_rows):
         raw_sigs = table.column("sig").take(pa.array(band_rows)).to_pylist()
         sig_at = dict(zip(band_rows.tolist(), raw_sigs))
-    edges: set[tuple] = set()
+    shared: dict[tuple[str, str], int] = {}
     offset = 0
     for s, e in groups:
         ids = all_ids[offset : offset + (e - s)]
@@ -322,7 +353,9 @@ def bucket_edges(table: pa.Table, settings: dict[str, Any]) -> list[tuple]:
             sigs = np.stack([np.frombuffer(sig_at[int(rows[i])], dtype=np.uint32) for i in pick])
             edges.update(band_group_edges(ids, roles, sigs, settings["threshold"], settings["near"]))
         else:
-            edges.update(ngram_group_edges(ids, roles, settings["ngram_max_docs"]))
+            for pair in ngram_group_pairs(ids, roles):
+                shared[pair] = shared.get(pair, 0) + 1
+    edges.update((KIND_SHARED, t, e, n) for (t, e), n in shared.items())
     return sorted(edges)
 
 
@@ -343,11 +376,12 @@ def run_dedup_reduce_task(task: dict[str, Any]) -> dict[str, Any]:
     edges = bucket_edges(table, task["settings"])
     sizes = _node_sizes(table) if edges else {}
     rows = []
-    for kind, a, b, jac in edges:
+    for kind, a, b, value in edges:
         at, al = sizes.get(a, (0, 0))
         bt, bl = sizes.get(b, (0, 0))
-        rows.append({"kind": kind, "a": a, "b": b, "jaccard": jac, "a_turns": at, "a_len": al, "b_turns": bt,
-                     "b_len": bl})
+        counted = kind in (KIND_TOTAL, KIND_SHARED)
+        rows.append({"kind": kind, "a": a, "b": b, "jaccard": 0.0 if counted else value, "a_turns": at, "a_len": al,
+                     "b_turns": bt, "b_len": bl, "count": int(value) if counted else 0})
     rel = f"_work/dedup/edges/{task['task_id']}.parquet"
     with AtomicParquetWriter(fs, f"{root}/{rel}", EDGE_SCHEMA) as w:
         for r in rows:
@@ -362,21 +396,43 @@ def run_dedup_reduce_task(task: dict[str, Any]) -> dict[str, Any]:
 # --- clusters on the driver --------------------------------------------------------------------------------
 
 
-def removed_rows(edges: pa.Table) -> tuple[list[dict[str, str]], dict[str, Any]]:
-    """Removed trajectories from all edges: decontamination first, then clusters and the survivor rule."""
-    contaminated: dict[str, tuple[int, str]] = {}  # train id → (0 near / 1 ngram, witness)
+def removed_rows(edges: pa.Table, settings: dict[str, Any] | None = None) -> tuple[list[dict], dict[str, Any]]:
+    """Removed trajectories from all edges: decontamination first, then clusters and the survivor rule.
+
+    `settings` holds the n-gram thresholds (``ngram_overlap``, ``ngram_min_shared``); without them no
+    trajectory is removed for shared n-grams.
+    """
+    near: dict[str, tuple[str, float]] = {}  # train id → (evaluation id, Jaccard) of its closest record
+    totals: dict[str, int] = {}
+    shared: dict[tuple[str, str], int] = {}
     dedup_edges = []
     sizes: dict[str, tuple[int, int]] = {}
-    for kind, a, b, at, al, bt, bl in zip(*(edges.column(c).to_pylist() for c in
-                                            ("kind", "a", "b", "a_turns", "a_len", "b_turns", "b_len"))):
-        if kind.startswith("decontam"):
-            verdict = (0 if kind == "decontam_near" else 1, b)
-            contaminated[a] = min(contaminated.get(a, verdict), verdict)
+    cols = ("kind", "a", "b", "jaccard", "a_turns", "a_len", "b_turns", "b_len", "count")
+    counts_col = edges.column("count").to_pylist() if "count" in edges.column_names else [0] * edges.num_rows
+    for kind, a, b, jac, at, al, bt, bl, n in zip(*(edges.column(c).to_pylist() for c in cols[:-1]), counts_col):
+        if kind == KIND_TOTAL:
+            totals[a] = totals.get(a, 0) + n
+        elif kind == KIND_SHARED:
+            shared[(a, b)] = shared.get((a, b), 0) + n
+        elif kind.startswith("decontam"):
+            old = near.get(a)
+            if old is None or (-jac, b) < (-old[1], old[0]):  # the closest record, then the smallest id
+                near[a] = (b, jac)
         else:
             dedup_edges.append((kind, a, b))
             sizes[a], sizes[b] = (at, al), (bt, bl)
-    rows = [{"traj_id": t, "reason": ("decontaminated_near", "decontaminated_ngram")[r], "cluster_id": cluster_id([w]),
-             "survivor": w} for t, (r, w) in contaminated.items()]
+    contaminated: dict[str, tuple[str, str, float]] = {}
+    if settings:
+        by_ngram = ngram_verdicts(totals, shared, settings["ngram_overlap"], settings["ngram_min_shared"])
+        for t, (w, j) in near.items():
+            if near_is_contamination(totals.get(w, 0), shared.get((t, w), 0), settings):
+                contaminated[t] = ("decontaminated_near", w, j)
+        for t, (share, w, _) in by_ngram.items():
+            contaminated.setdefault(t, ("decontaminated_ngram", w, share))
+    else:
+        contaminated = {t: ("decontaminated_near", w, j) for t, (w, j) in near.items()}
+    rows = [{"traj_id": t, "reason": reason, "cluster_id": cluster_id([w]), "survivor": w, "matched": w,
+             "overlap": round(float(figure), 4)} for t, (reason, w, figure) in contaminated.items()]
     every, exact = UnionFind(), UnionFind()
     for kind, a, b in dedup_edges:
         if a in contaminated or b in contaminated:
@@ -399,7 +455,8 @@ def removed_rows(edges: pa.Table) -> tuple[list[dict[str, str]], dict[str, Any]]
         for n in members:
             if n != survivor:
                 reason = "exact_duplicate" if firsts[exact.find(n)] != n else "near_duplicate"
-                rows.append({"traj_id": n, "reason": reason, "cluster_id": cid, "survivor": survivor})
+                rows.append({"traj_id": n, "reason": reason, "cluster_id": cid, "survivor": survivor, "matched": None,
+                             "overlap": None})
     rows.sort(key=lambda r: r["traj_id"])
     reasons = [r["reason"] for r in rows]
     largest = sorted(clusters, key=lambda m: (-len(m), cluster_id(m)))[:3]
@@ -463,6 +520,11 @@ def run_dedup_stage(cfg, fs, root: str, executor, ingest_results, manifest, stag
         for b, rel in r["files"].items():
             files.setdefault(int(b), []).append(rel)
     map_spec = _spec_hash(spec, [r["spec_hash"] for r in map_results])
+    # Commonness is a share of every trajectory compared: the run's own (all pools) and the references.
+    compared = sum(r["rows"] for r in map_results)
+    limit = common_limit(compared, settings["ngram_common_share"], settings["ngram_common_min_docs"])
+    settings = {**settings, "ngram_limit": limit}
+    base = {**base, "settings": settings}
     reduce_tasks = [{**base, "task_id": f"b{b:05d}", "files": sorted(files[b]), "spec_hash": _spec_hash(map_spec, b)}
                     for b in sorted(files)]
     reduce_results, stage_runs["dedup-reduce"] = _run_stage(executor, "dedup-reduce", run_dedup_reduce_task,
@@ -472,7 +534,7 @@ def run_dedup_stage(cfg, fs, root: str, executor, ingest_results, manifest, stag
         with fs.open(f"{root}/{r['edges']}", "rb") as f:
             tables.append(pq.read_table(f))
     edges = pa.concat_tables(tables) if tables else EDGE_SCHEMA.empty_table()
-    rows, counts = removed_rows(edges)
+    rows, counts = removed_rows(edges, settings)
     _write_removed(fs, root, rows)
     stats = merge_all([r["stats"] for r in map_results + reduce_results])
     manifest["counts"]["dedup"] = counts
@@ -480,7 +542,9 @@ def run_dedup_stage(cfg, fs, root: str, executor, ingest_results, manifest, stag
         "buckets": settings["buckets"], "bands": settings["bands"], "rows_per_band": settings["rows"],
         "edges": edges.num_rows, "references": int(stats.get("decontam.references")),
         "references_invalid": int(stats.get("decontam.references_invalid")),
+        "compared": compared, "ngram_common_limit": limit,
     }
     echo(f"dedup: {counts['exact_removed']} exact and {counts['near_removed']} near duplicates removed in "
-         f"{counts['clusters']} clusters; {counts['decontaminated_near'] + counts['decontaminated_ngram']} "
-         "decontaminated")
+         f"{counts['clusters']} clusters; decontaminated: {counts['decontaminated_near']} near copies and "
+         f"{counts['decontaminated_ngram']} by shared task n-grams (dedup/removed.parquet names the matched "
+         "evaluation records)")

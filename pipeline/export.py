@@ -1,21 +1,29 @@
 """``lwm export agentworldbench``: the eval pool of a finished run as AgentWorldBench JSONL (SPEC §7).
 
 One JSON line per eval sample, with exactly the fields ``task, id, prompt, response, current_prompt,
-system_str, turn_idx, total_turns``::
+system_str, turn_idx, total_turns``, in the layout the official evaluator (``eval/eval.py`` of
+AgentWorldBench) reads::
 
     {"task": "terminal", "id": "3f9c...", "system_str": "You are the environment...", "turn_idx": 2, "total_turns": 3,
-     "prompt": [{"role": "user", "content": "### Turn 1\\n..."}, {"role": "assistant", "content": "**Environment
-     Observation:**\\n..."}], "current_prompt": "### Turn 2\\n...<predicted_observation>.", "response": ["a b"]}
+     "prompt": ["### Turn 1\\n...", "### Turn 2\\n...<predicted_observation>.", "### Turn 3\\n..."],
+     "response": ["**Environment Observation:**\\n...", "**Environment Observation:**\\na b", "..."],
+     "current_prompt": "### Turn 2\\n...```"}
 
 How a row is built from a shard row (``sample_id, traj_id, template, turn_idx``) and its trajectory:
 
 - ``system_str``: the trajectory's system prompt under the shard row's template, with the run's
   template directories — the same call the sample stage made, so the text is the one the sample
   was rendered from;
-- ``prompt``: turns 1..t-1 as ``user_prompt`` / ``history_reply`` messages, ``current_prompt``:
-  ``target_prompt`` of turn t — the same strings the sample's ChatML holds;
-- ``response``: ``[observation of turn t]``, bare, as the evaluator's reference (the ingest side
-  accepts a bare or a ``<predicted_observation>``-wrapped reference and unwraps it);
+- ``prompt``: the user prompt of every turn of the trajectory, in order. Entry t (the evaluated turn)
+  is ``target_prompt`` — the turn followed by the instruction to reason and wrap the prediction in
+  ``<predicted_observation>``, exactly the last user message of the tokenized sample; every other entry
+  is the bare ``user_prompt``, as the sample's history turns hold it (the evaluator sends entries
+  1..t-1 as history, so they must be the training history's text; the entries after t are never sent
+  for this row and are bare so the rows of one trajectory differ only in their evaluated entry);
+- ``response``: ``history_reply`` of every turn's observation (``**Environment Observation:**\\n`` and the
+  observation): the evaluator sends entries 1..t-1 as assistant history, which is then exactly the
+  sample's history, and compares entry t with the prediction after removing that marker;
+- ``current_prompt``: ``user_prompt`` of turn t, without the instruction;
 - ``task``: the trajectory's domain (the ingest side reads the domain back from it);
 - ``id``: the sample id, so the same run exports the same ids; rows are ordered by it.
 
@@ -109,13 +117,9 @@ def load_trajectories(fs, root: str, wanted: set[str]) -> dict[str, Trajectory]:
     return found
 
 
-def history_messages(traj: Trajectory, turn_idx: int) -> list[dict[str, str]]:
-    """Turns before `turn_idx` as alternating user / assistant messages."""
-    messages = []
-    for h in range(1, turn_idx):
-        messages.append({"role": "user", "content": user_prompt(traj, h)})
-        messages.append({"role": "assistant", "content": history_reply(traj.turns[h - 1].observation)})
-    return messages
+def turn_prompts(traj: Trajectory, turn_idx: int) -> list[str]:
+    """The user prompt of every turn; the evaluated one (`turn_idx`) carries the prediction instruction."""
+    return [target_prompt(traj, n) if n == turn_idx else user_prompt(traj, n) for n in range(1, len(traj.turns) + 1)]
 
 
 def export_row(traj: Trajectory, sample: EvalSample, system_text: str) -> dict[str, Any]:
@@ -124,9 +128,9 @@ def export_row(traj: Trajectory, sample: EvalSample, system_text: str) -> dict[s
     row = {
         "task": traj.domain,
         "id": sample.sample_id,
-        "prompt": history_messages(traj, t),
-        "response": [traj.turns[t - 1].observation],
-        "current_prompt": target_prompt(traj, t),
+        "prompt": turn_prompts(traj, t),
+        "response": [history_reply(turn.observation) for turn in traj.turns],
+        "current_prompt": user_prompt(traj, t),
         "system_str": system_text,
         "turn_idx": t,
         "total_turns": len(traj.turns),

@@ -3,12 +3,20 @@
 A training-pool (cpt, sft, rl) trajectory is removed when it
 
 - near-duplicates an evaluation record: MinHash of its action/observation words (the same signatures and
-  LSH bands as near-duplicate removal, stages/dedup.py) reaches the threshold — reason
-  ``decontaminated_near`` (an exact copy counts as near, Jaccard 1);
-- or shares a word n-gram (default 13 words, lowercased, normalized as for dedup) with one — reason
-  ``decontaminated_ngram``. An n-gram found in more than `DEFAULT_NGRAM_MAX_DOCS` training trajectories is
-  boilerplate (a shell banner, a license header, a tool's help text), not a leak, and is ignored: without
-  that bound one common banner in an eval trajectory would empty the training pools.
+  LSH bands as near-duplicate removal, stages/dedup.py) reaches the threshold and it also holds
+  ``near_specific_share`` of the record's specific n-grams (below) — reason ``decontaminated_near`` (an exact
+  copy counts as near, Jaccard 1); the overlap figure is that Jaccard;
+- or holds a substantial share of an evaluation record's task-specific content — reason
+  ``decontaminated_ngram``: of the record's distinct word n-grams (default 13 words, lowercased,
+  normalized as for dedup) that are **specific** — found in at most ``max(ngram_common_min_docs,
+  ngram_common_share × N)`` of the N trajectories compared (the run's, every pool, plus the reference
+  records) — at least ``ngram_overlap`` (and at least ``ngram_min_shared`` of them) occur in the training
+  trajectory; the overlap figure is that share. Common n-grams are a framework's fixed prompts, a harness's
+  commands, a shell banner: they say nothing about the task, so they count neither way.
+
+The defaults were measured (README, "Decontamination"): distinct tasks sharing one framework's
+boilerplate keep at least 95% of their training trajectories, and lightly edited copies of evaluation
+records (a rephrased task, a few words changed in some observations) are all removed.
 
 Evaluation records are (1) the eval pool of the same run — always protected; eval-pool trajectories are
 never removed by decontamination — and (2) the paths in ``dedup.decontaminate``:
@@ -20,12 +28,15 @@ never removed by decontamination — and (2) the paths in ``dedup.decontaminate`
   trajectories by the ``agentworldbench`` adapter (so the benchmark's prompt markup is not compared) — or
   ``lwm-jsonl``. Every trajectory of such a file is an evaluation record.
 
-Reference ids are ``ref:<uri>#<traj_id>`` so they never collide with the run's own ids.
+Reference ids are ``ref:<uri>#<locator>`` for a file (``ref:bench.jsonl#line 7, line 8``: the rows the
+record was rebuilt from) and ``ref:<run dir>#<traj_id>`` for another run's eval pool, so they never
+collide with the run's own ids and say where to look.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import posixpath
 from collections.abc import Iterator
 from functools import partial
@@ -40,7 +51,6 @@ from stages.ingest.registry import claims_dir, get_adapter, resolve_opts, sniff
 from stages.pools import pool_of
 
 ROLE_TRAIN, ROLE_EVAL, ROLE_REFERENCE = 0, 1, 2
-DEFAULT_NGRAM_MAX_DOCS = 20
 TRAJECTORY_COLUMNS = ["traj_id", "domain", "split_key", "system", "turns"]
 
 
@@ -99,6 +109,7 @@ def _adapter_records(uri: str, stats: Stats) -> Iterator[tuple[str, dict]]:
                           "lwm-jsonl or an lwmkit run directory)")
     adapter = get_adapter(fmt)
     opts = resolve_opts(adapter, {})
+    seen: set[str] = set()
     for item in adapter.read(unit, opts):
         if isinstance(item, InvalidRecord):
             stats.add("decontam.references_invalid")
@@ -111,7 +122,11 @@ def _adapter_records(uri: str, stats: Stats) -> Iterator[tuple[str, dict]]:
             continue
         for traj in trajs:
             stats.add("decontam.references")
-            yield reference_id(uri, traj.traj_id), traj.to_dict()
+            # Named by where it is in the file (e.g. the AgentWorldBench rows it was rebuilt from), so a
+            # removal can be checked by opening that line; the trajectory id when the locator is taken.
+            name = traj.source.locator if traj.source.locator and traj.source.locator not in seen else traj.traj_id
+            seen.add(name)
+            yield reference_id(uri, name), traj.to_dict()
 
 
 def iter_references(uri: str, stats: Stats) -> Iterator[tuple[str, dict]]:
@@ -122,18 +137,48 @@ def iter_references(uri: str, stats: Stats) -> Iterator[tuple[str, dict]]:
         yield from _adapter_records(uri, stats)
 
 
-def ngram_group_edges(ids: list[str], roles: list[int], max_docs: int = DEFAULT_NGRAM_MAX_DOCS) -> list[tuple]:
-    """Edges of the trajectories sharing one n-gram: each training member → the smallest evaluation member.
+def common_limit(n_trajectories: int, share: float, min_docs: int) -> int:
+    """The most trajectories a specific n-gram may be found in; in more, it is common (boilerplate)."""
+    return max(int(min_docs), math.floor(float(share) * n_trajectories))
 
-    Nothing when no evaluation record holds the n-gram, or when more than `max_docs` training trajectories
-    do (boilerplate). `ids` are distinct.
-    """
+
+def ngram_group_pairs(ids: list[str], roles: list[int]) -> list[tuple[str, str]]:
+    """``(training id, evaluation id)`` of every training and evaluation member of one specific n-gram's
+    group (`ids` distinct); each pair's count over all n-grams is the shared-content figure."""
     train = sorted(i for i, r in zip(ids, roles) if r == ROLE_TRAIN)
-    refs = [i for i, r in zip(ids, roles) if r != ROLE_TRAIN]
-    if not train or not refs or len(train) > max_docs:
-        return []
-    witness = min(refs)
-    return [("decontam_ngram", t, witness, 1.0) for t in train]
+    refs = sorted(i for i, r in zip(ids, roles) if r != ROLE_TRAIN)
+    return [(t, e) for t in train for e in refs]
+
+
+def near_is_contamination(total: int, shared: int, settings: dict[str, Any]) -> bool:
+    """Whether a training trajectory that near-duplicates an evaluation record (MinHash) is contaminated by it:
+    it must also hold ``near_specific_share`` of the record's specific n-grams — unless the record has fewer
+    than ``ngram_min_shared`` of them (nothing task-specific to check, the near copy decides). Two distinct
+    tasks on the same screens (turning a setting on, turning it off) are near copies of each other that
+    share none of each other's task-specific n-grams."""
+    if total < settings["ngram_min_shared"]:
+        return True
+    return shared / total >= settings["near_specific_share"]
+
+
+def ngram_verdicts(totals: dict[str, int], shared: dict[tuple[str, str], int], overlap: float,
+                   min_shared: int) -> dict[str, tuple[float, str, int]]:
+    """Training id → ``(share, evaluation id, shared n-grams)`` of its best-matching evaluation record, for
+    the trajectories that hold at least `overlap` of a record's specific n-grams (and `min_shared` of them).
+
+    `totals`: specific n-grams per evaluation record; `shared`: specific n-grams of the record found in the
+    training trajectory. The best match is the largest share, then the smallest evaluation id.
+    """
+    best: dict[str, tuple[float, str, int]] = {}
+    for (t, e), n in shared.items():
+        total = totals.get(e, 0)
+        if not total or n < min_shared or n / total < overlap:
+            continue
+        verdict = (n / total, e, n)
+        old = best.get(t)
+        if old is None or (-verdict[0], verdict[1]) < (-old[0], old[1]):
+            best[t] = verdict
+    return best
 
 
 def exact_group_edges(ids: list[str], roles: list[int], exact: bool) -> list[tuple]:

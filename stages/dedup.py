@@ -331,7 +331,8 @@ def band_group_edges(ids: list[str], roles: list[int], sigs: np.ndarray, thresho
 
     ``near`` (when `near`): pairs on the same side (train–train, eval–eval) with estimated Jaccard ≥
     `threshold`, reduced to a spanning forest (the clusters are the same, the edge list is linear).
-    ``decontam_near``: each training member → the smallest eval/reference member at ≥ `threshold`.
+    ``decontam_near``: each training member → the closest eval/reference member at ≥ `threshold` (the
+    smallest id among equals).
     Members with identical signatures are compared once (a class), so a group of many copies stays linear.
     """
     order = sorted(range(len(ids)), key=ids.__getitem__)
@@ -364,7 +365,7 @@ def band_group_edges(ids: list[str], roles: list[int], sigs: np.ndarray, thresho
         trains = [i for i in m if roles[i] == 0]
         hits = [(ref_min[r], float(sim[c, r])) for r in ref_min if sim[c, r] >= threshold]
         if trains and hits:
-            witness, jac = min(hits)
+            witness, jac = min(hits, key=lambda h: (-h[1], h[0]))  # the closest record, then the smallest id
             edges += [("decontam_near", ids[i], witness, jac) for i in trains]
     return edges
 

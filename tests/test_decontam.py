@@ -15,9 +15,12 @@ from pipeline.stats import Stats
 from stages.decontam import (
     ROLE_EVAL,
     ROLE_TRAIN,
+    common_limit,
     exact_group_edges,
     iter_references,
-    ngram_group_edges,
+    near_is_contamination,
+    ngram_group_pairs,
+    ngram_verdicts,
     reference_units,
     role_of,
 )
@@ -27,14 +30,34 @@ RATIOS = {"cpt": 0.6, "sft": 0.15, "rl": 0.1, "eval": 0.15}
 POOLS = {"ratios": RATIOS, "seed": 0}
 
 
-def test_ngram_group_edges():
-    assert ngram_group_edges(["t2", "e1", "t1", "r9"], [0, 1, 0, 2]) == [
-        ("decontam_ngram", "t1", "e1", 1.0), ("decontam_ngram", "t2", "e1", 1.0)]
-    assert ngram_group_edges(["t1", "t2"], [0, 0]) == []  # no evaluation record holds it
-    assert ngram_group_edges(["e1", "e2"], [1, 2]) == []  # eval is never removed
-    many = [f"t{i}" for i in range(21)]
-    assert ngram_group_edges([*many, "e"], [0] * 21 + [1]) == []  # boilerplate: in more than 20 training runs
-    assert len(ngram_group_edges([*many, "e"], [0] * 21 + [1], max_docs=21)) == 21
+def test_ngram_group_pairs():
+    assert ngram_group_pairs(["t2", "e1", "t1", "r9"], [0, 1, 0, 2]) == [
+        ("t1", "e1"), ("t1", "r9"), ("t2", "e1"), ("t2", "r9")]
+    assert ngram_group_pairs(["t1", "t2"], [0, 0]) == []  # no evaluation record holds it
+    assert ngram_group_pairs(["e1", "e2"], [1, 2]) == []  # eval is never removed
+
+
+def test_common_limit_is_a_share_of_all_trajectories_with_a_floor():
+    assert common_limit(55, 0.01, 5) == 5  # a small corpus: the floor
+    assert common_limit(100_000, 0.01, 5) == 1000
+    assert common_limit(1679, 0.01, 5) == 16
+
+
+def test_ngram_verdicts_take_the_best_share():
+    totals = {"e1": 100, "e2": 20, "e3": 8}
+    shared = {("t1", "e1"): 60, ("t1", "e2"): 15, ("t2", "e1"): 49, ("t3", "e3"): 8, ("t4", "e2"): 10,
+              ("t4", "e1"): 50}
+    assert ngram_verdicts(totals, shared, 0.5, 10) == {
+        "t1": (0.75, "e2", 15),  # 75% of e2 beats 60% of e1
+        "t4": (0.5, "e1", 50),  # a tie on the share goes to the smaller id
+    }  # t2: 49% is below the threshold; t3: all of e3, but only 8 n-grams (fewer than 10)
+
+
+def test_a_near_copy_must_also_share_task_specific_content():
+    settings = {"ngram_min_shared": 10, "near_specific_share": 0.2}
+    assert near_is_contamination(30, 15, settings)
+    assert not near_is_contamination(30, 0, settings)  # same screens, another task
+    assert near_is_contamination(9, 0, settings)  # nothing task-specific to check: the near copy decides
 
 
 def test_exact_group_edges():
@@ -80,15 +103,17 @@ INSTRUCTION = ("\n\nThink about what the environment will show, then write the o
                "<predicted_observation></predicted_observation>.")
 
 
+BANNER = ("harness v2.1 ready: commands run in a fresh bash shell with a sixty second timeout per command "
+          "and every output is truncated at ten thousand characters before it is shown to the agent")
+
+
 def _eval_row(row_id: str, turns: list[tuple[str, str]]) -> dict:
-    """The AgentWorldBench row that evaluates the last turn (its history holds the others)."""
-    prompt = []
-    for n, (action, obs) in enumerate(turns[:-1], 1):
-        prompt += [{"role": "user", "content": _turn_prompt(n, action)},
-                   {"role": "assistant", "content": f"**Environment Observation:**\n{obs}"}]
-    return {"task": "terminal", "id": row_id, "prompt": prompt,
-            "response": [f"<predicted_observation>\n{turns[-1][1]}\n</predicted_observation>"],
-            "current_prompt": _turn_prompt(len(turns), turns[-1][0]) + INSTRUCTION,
+    """The official AgentWorldBench row that evaluates the last turn (every turn's prompt and response)."""
+    prompts = [_turn_prompt(n, action) for n, (action, _) in enumerate(turns, 1)]
+    prompts[-1] += INSTRUCTION
+    return {"task": "terminal", "id": row_id, "prompt": prompts,
+            "response": [f"**Environment Observation:**\n{obs}" for _, obs in turns],
+            "current_prompt": _turn_prompt(len(turns), turns[-1][0]),
             "system_str": "You simulate a Linux terminal.", "turn_idx": len(turns), "total_turns": len(turns)}
 
 
@@ -99,9 +124,21 @@ def _edited(turns: list[tuple[str, str]]) -> list[tuple[str, str]]:
     return [(turns[0][0], " ".join(words)), *turns[1:]]
 
 
-def _traj(tid: str, split_key: str, turns: list[tuple[str, str]]) -> dict:
+def _lightly_edited(rnd: random.Random, turns: list[tuple[str, str]]) -> list[tuple[str, str]]:
+    """A copy with three words changed in each of the last two observations, inside longer work (two more
+    turns of other text): too different for a near copy, most of the record's content is there."""
+    out = [turns[0]]
+    for action, obs in turns[1:]:
+        words = obs.split(" ")
+        for i in (20, 50, 80):
+            words[i] = "changed"
+        out.append((action, " ".join(words)))
+    return out + [(json.dumps({"cmd": f"more {t}"}), f"{BANNER} {_words(rnd, 250)}") for t in range(2)]
+
+
+def _traj(tid: str, split_key: str, turns: list[tuple[str, str]], task: str = "Work in the shell.") -> dict:
     return {"traj_id": tid, "domain": "terminal", "split_key": split_key,
-            "system": {"task_description": "Work in the shell.", "action_space": "keystrokes"},
+            "system": {"task_description": task, "action_space": "keystrokes"},
             "turns": [{"action": a, "observation": o} for a, o in turns]}
 
 
@@ -110,32 +147,42 @@ def _keys_in(pool: str, count: int, prefix: str) -> list[str]:
     return [k for k in keys if pool_of(k, RATIOS, 0) == pool][:count]
 
 
+def _task_turns(rnd: random.Random, name: str, words: int) -> list[tuple[str, str]]:
+    """Three turns of one task: the harness banner (shared by every trajectory) and task-specific text."""
+    return [(json.dumps({"cmd": f"{name} {t}"}), f"{BANNER} {_words(rnd, words)}") for t in range(3)]
+
+
 @pytest.fixture(scope="module")
 def decontaminated(tmp_path_factory) -> tuple[Path, dict]:
     rnd = random.Random(3)
     tmp = tmp_path_factory.mktemp("decontam")
-    evals = {f"bench-{i}": [(json.dumps({"cmd": f"step {i}-{t}"}), _words(rnd, 90)) for t in range(3)] for i in range(3)}
+    evals = {f"bench-{i}": _task_turns(rnd, f"step {i}", 90) for i in range(3)}
     (tmp / "bench.jsonl").write_text("".join(json.dumps(_eval_row(k, v)) + "\n" for k, v in evals.items()))
     train_keys = iter(_keys_in("cpt", 20, "k") + _keys_in("sft", 6, "k") + _keys_in("rl", 6, "k"))
-    trajs = [_traj(f"clean-{i:02d}", next(train_keys),
-                   [(json.dumps({"cmd": f"ls {i}-{t}"}), _words(rnd, 60)) for t in range(3)]) for i in range(24)]
+    # Distinct tasks of one harness: every observation starts with the same 30-word banner.
+    trajs = [_traj(f"clean-{i:02d}", next(train_keys), _task_turns(rnd, f"ls {i}", 60)) for i in range(24)]
     planted = {}
     # A slightly edited copy of benchmark trajectory 0 (near duplicate), in each training pool.
     for pool, key in zip(("cpt", "sft", "rl"), (_keys_in(p, 1, "near")[0] for p in ("cpt", "sft", "rl"))):
         tid = f"planted-near-{pool}"
         trajs.append(_traj(tid, key, _edited(evals["bench-0"])))
         planted[tid] = "decontaminated_near"
-    # Other work that quotes 20 words of benchmark 1's reference observation: a shared 13-gram, not a near copy.
-    quote = " ".join(evals["bench-1"][2][1].split(" ")[30:50])
-    turns = [(json.dumps({"cmd": "cat notes"}), _words(rnd, 50) + " " + quote)] + \
-            [(json.dumps({"cmd": f"x {t}"}), _words(rnd, 60)) for t in range(2)]
-    trajs.append(_traj("planted-ngram", next(train_keys), turns))
+    # A rephrased task with a few words changed in some observations, inside longer work.
+    trajs.append(_traj("planted-ngram", next(train_keys), _lightly_edited(rnd, evals["bench-1"]),
+                       task="Please do the shell work described."))
     planted["planted-ngram"] = "decontaminated_ngram"
-    # The run's own eval pool is protected too: a training copy of an eval-pool trajectory goes, the original stays.
-    own = [(json.dumps({"cmd": f"own {t}"}), _words(rnd, 80)) for t in range(3)]
+    # Other work that quotes 20 words of benchmark 1's reference observation: a few shared 13-grams, kept.
+    quote = " ".join(evals["bench-1"][2][1].split(" ")[40:60])
+    turns = [(json.dumps({"cmd": "cat notes"}), f"{BANNER} {_words(rnd, 50)} {quote}")] + \
+            [(json.dumps({"cmd": f"x {t}"}), f"{BANNER} {_words(rnd, 60)}") for t in range(2)]
+    trajs.append(_traj("quotes-bench", next(train_keys), turns))
+    # The run's own eval pool is protected too: training copies of an eval-pool trajectory go, the original stays.
+    own = [(json.dumps({"cmd": f"own {t}"}), f"{BANNER} {_words(rnd, 80)}") for t in range(3)]
     trajs.append(_traj("own-eval", _keys_in("eval", 1, "own")[0], own))
     trajs.append(_traj("planted-own", next(train_keys), _edited(own)))
     planted["planted-own"] = "decontaminated_near"
+    trajs.append(_traj("planted-own-ngram", next(train_keys), _lightly_edited(rnd, own), task="Shell work, reworded."))
+    planted["planted-own-ngram"] = "decontaminated_ngram"
     (tmp / "train.jsonl").write_text("".join(json.dumps(t) + "\n" for t in trajs))
     (tmp / "cfg.toml").write_text(
         f'[dedup]\ndecontaminate = ["{tmp / "bench.jsonl"}"]\n[pools.ratios]\n'
@@ -145,44 +192,50 @@ def decontaminated(tmp_path_factory) -> tuple[Path, dict]:
                            str(tmp / "cfg.toml"), "-i", str(tmp / "train.jsonl"), "-o", str(out), "--progress", "off"],
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
-    return out, planted
+    return out, planted, proc.stderr
 
 
 def test_planted_eval_records_are_removed_with_their_reason(decontaminated):
-    out, planted = decontaminated
+    out, planted, _ = decontaminated
     rows = pq.read_table(out / "dedup" / "removed.parquet").to_pylist()
     assert {r["traj_id"]: r["reason"] for r in rows} == planted
     by_id = {r["traj_id"]: r for r in rows}
-    assert by_id["planted-own"]["survivor"] == "own-eval"
-    # The witness of a removal is the evaluation record it matched: here the rebuilt benchmark trajectories.
-    bench = {json.loads(t["meta"])["row_ids"][0]: rid for rid, t in iter_references(str(out.parent / "bench.jsonl"),
-                                                                                    Stats())}
-    assert by_id["planted-ngram"]["survivor"] == bench["bench-1"]
-    assert {by_id[f"planted-near-{p}"]["survivor"] for p in ("cpt", "sft", "rl")} == {bench["bench-0"]}
+    assert by_id["planted-own"]["matched"] == by_id["planted-own-ngram"]["matched"] == "own-eval"
+    # The evaluation record a removal matched is named: here the benchmark rows they were rebuilt from.
+    bench = str(out.parent / "bench.jsonl")
+    assert by_id["planted-ngram"]["matched"] == f"ref:{bench}#line 2"
+    assert {by_id[f"planted-near-{p}"]["matched"] for p in ("cpt", "sft", "rl")} == {f"ref:{bench}#line 1"}
+    # The overlap figure: the Jaccard estimate of a near copy, the share of the record's specific n-grams
+    # found (two of its three observations lost 3 words each: at most 2 x 3 x 13 of ~270 n-grams).
+    assert all(by_id[f"planted-near-{p}"]["overlap"] > 0.9 for p in ("cpt", "sft", "rl"))
+    assert 0.6 < by_id["planted-ngram"]["overlap"] < 0.95
+    assert 0.6 < by_id["planted-own-ngram"]["overlap"] < 0.95
 
 
 def test_no_training_pool_holds_them_and_the_eval_original_stays(decontaminated):
-    out, planted = decontaminated
+    out, planted, _ = decontaminated
     pools: dict[str, set[str]] = {}
     for p in (out / "shards").rglob("*.parquet"):
         pools.setdefault(p.parent.name, set()).update(pq.read_table(p, columns=["traj_id"]).column("traj_id").to_pylist())
     for pool in ("cpt", "sft", "rl"):
         assert not (pools.get(pool, set()) & set(planted)), pool
     assert "own-eval" in pools["eval"]
-    assert {f"clean-{i:02d}" for i in range(24)} <= set().union(*pools.values())
+    # Precision: distinct tasks sharing the harness banner, and work quoting a short passage, all stay.
+    assert {f"clean-{i:02d}" for i in range(24)} | {"quotes-bench"} <= set().union(*pools.values())
 
 
-def test_manifest_counts_decontamination(decontaminated):
-    out, _ = decontaminated
+def test_manifest_and_summary_count_removals_per_reason(decontaminated):
+    out, _, stderr = decontaminated
     manifest = json.loads((out / "manifest.json").read_text())
     counts = manifest["counts"]["dedup"]
-    assert (counts["decontaminated_near"], counts["decontaminated_ngram"]) == (4, 1)
+    assert (counts["decontaminated_near"], counts["decontaminated_ngram"]) == (4, 2)
+    assert "decontaminated: 4 near copies and 2 by shared task n-grams" in stderr
     assert (counts["exact_removed"], counts["near_removed"]) == (0, 0)
     assert manifest["dedup"]["references"] == 3
 
 
 def test_another_runs_eval_pool_is_a_reference(decontaminated):
-    out, _ = decontaminated
+    out, _, _ = decontaminated
     stats = Stats()
     refs = dict(iter_references(str(out), stats))
     trajs = [r for p in (out / "trajectories").glob("*.parquet") for r in pq.read_table(p).to_pylist()]

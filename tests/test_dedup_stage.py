@@ -196,22 +196,38 @@ def _edges(*rows: tuple) -> pa.Table:
     return pa.Table.from_arrays([pa.array(c, type=f.type) for c, f in zip(cols, EDGE_SCHEMA)], schema=EDGE_SCHEMA)
 
 
+SETTINGS = {"ngram_overlap": 0.5, "ngram_min_shared": 10, "near_specific_share": 0.2}
+
+
 def test_removed_rows_from_edges():
     edges = _edges(
-        ("exact", "a", "b", 1.0, 3, 100, 3, 100),
-        ("near", "b", "c", 0.9, 3, 100, 4, 90),  # c has more turns: the survivor of {a, b, c}
-        ("near", "d", "e", 0.85, 2, 50, 2, 60),
-        ("decontam_ngram", "e", "ref:x#1", 1.0, 0, 0, 0, 0),
-        ("decontam_near", "f", "ref:x#2", 0.9, 0, 0, 0, 0),
-        ("decontam_ngram", "f", "ref:x#0", 1.0, 0, 0, 0, 0),  # near wins over n-gram for the reason
+        ("exact", "a", "b", 1.0, 3, 100, 3, 100, 0),
+        ("near", "b", "c", 0.9, 3, 100, 4, 90, 0),  # c has more turns: the survivor of {a, b, c}
+        ("near", "d", "e", 0.85, 2, 50, 2, 60, 0),
+        # ref:x#1 has 40 specific n-grams (two buckets); e holds 24 of them (60%), g holds 12 (30%).
+        ("decontam_total", "ref:x#1", "", 0.0, 0, 0, 0, 0, 30),
+        ("decontam_total", "ref:x#1", "", 0.0, 0, 0, 0, 0, 10),
+        ("decontam_shared", "e", "ref:x#1", 0.0, 0, 0, 0, 0, 20),
+        ("decontam_shared", "e", "ref:x#1", 0.0, 0, 0, 0, 0, 4),
+        ("decontam_shared", "g", "ref:x#1", 0.0, 0, 0, 0, 0, 12),
+        # f near-copies ref:x#2, which has too few specific n-grams to check: the near copy decides.
+        ("decontam_total", "ref:x#2", "", 0.0, 0, 0, 0, 0, 3),
+        ("decontam_near", "f", "ref:x#2", 0.9, 0, 0, 0, 0, 0),
+        ("decontam_shared", "f", "ref:x#1", 0.0, 0, 0, 0, 0, 40),  # near wins over n-gram for the reason
+        # h near-copies ref:x#1 (same screens) but holds none of its task-specific n-grams: it stays.
+        ("decontam_near", "h", "ref:x#1", 0.93, 0, 0, 0, 0, 0),
     )
-    rows, counts = removed_rows(edges)
-    assert [(r["traj_id"], r["reason"], r["survivor"]) for r in rows] == [
-        ("a", "near_duplicate", "c"), ("b", "exact_duplicate", "c"),
-        ("e", "decontaminated_ngram", "ref:x#1"), ("f", "decontaminated_near", "ref:x#2")]
+    rows, counts = removed_rows(edges, SETTINGS)
+    assert [(r["traj_id"], r["reason"], r["matched"], r["overlap"]) for r in rows] == [
+        ("a", "near_duplicate", None, None), ("b", "exact_duplicate", None, None),
+        ("e", "decontaminated_ngram", "ref:x#1", 0.6), ("f", "decontaminated_near", "ref:x#2", 0.9)]
+    assert [r["survivor"] for r in rows] == ["c", "c", "ref:x#1", "ref:x#2"]
     # d's only partner was decontaminated, so d stands alone and stays.
     assert counts == {"exact_removed": 1, "near_removed": 1, "decontaminated_near": 1, "decontaminated_ngram": 1,
                       "clusters": 1, "example_clusters": [dedup.cluster_id(["a", "b", "c"])]}
+    # Fewer shared n-grams than ngram_min_shared never count, whatever the share.
+    rows, _ = removed_rows(edges, {**SETTINGS, "ngram_min_shared": 25})
+    assert "e" not in {r["traj_id"] for r in rows}
 
 
 @pytest.mark.parametrize(("key", "value", "message"), [("threshold", 1.5, "dedup.threshold"), ("bands", 200, "dedup.bands"),

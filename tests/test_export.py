@@ -79,18 +79,16 @@ TRAJECTORIES = {
 
 
 def awb_rows() -> list[dict]:
-    """One row per turn of every trajectory (all of them are eval turns at five turns or fewer)."""
+    """One official row per turn of every trajectory (all of them are eval turns at five turns or fewer)."""
     rows = []
     for name, (task, system_str, state, turns) in TRAJECTORIES.items():
+        bare = [turn_prompt(n, a, state if n == 1 else None) for n, (a, _) in enumerate(turns, 1)]
         for t in range(1, len(turns) + 1):
-            history = []
-            for h in range(1, t):
-                history.append({"role": "user", "content": turn_prompt(h, turns[h - 1][0], state if h == 1 else None)})
-                history.append({"role": "assistant", "content": "**Environment Observation:**\n" + turns[h - 1][1]})
             rows.append({
-                "task": task, "id": f"{name}-{t}", "prompt": history, "response": [turns[t - 1][1]],
-                "current_prompt": turn_prompt(t, turns[t - 1][0], state if t == 1 else None) + PREDICT_INSTRUCTION,
-                "system_str": system_str, "turn_idx": t, "total_turns": len(turns),
+                "task": task, "id": f"{name}-{t}",
+                "prompt": [p + PREDICT_INSTRUCTION if n == t else p for n, p in enumerate(bare, 1)],
+                "response": ["**Environment Observation:**\n" + o for _, o in turns],
+                "current_prompt": bare[t - 1], "system_str": system_str, "turn_idx": t, "total_turns": len(turns),
             })
     return rows
 
@@ -112,13 +110,13 @@ def round_trip(tmp_path_factory):
 def test_round_trip_reproduces_every_row(round_trip):
     _, rows, exported, _ = round_trip
     assert len(exported) == len(rows) == 9
-    by_turn = {(r["task"], r["current_prompt"]): r for r in exported}
+    by_turn = {(r["task"], r["prompt"][r["turn_idx"] - 1]): r for r in exported}
     assert len(by_turn) == 9
     states = {task: (system_str, state) for task, system_str, state, _ in TRAJECTORIES.values()}
     exact = 0
     for row in rows:
-        out = by_turn[(row["task"], row["current_prompt"])]
-        for field in ("prompt", "response", "turn_idx", "total_turns"):
+        out = by_turn[(row["task"], row["prompt"][row["turn_idx"] - 1])]
+        for field in ("prompt", "response", "current_prompt", "turn_idx", "total_turns"):
             assert out[field] == row[field], (row["id"], field)
         system_str, state = states[row["task"]]
         # The first turn's state became initial_state; the echo template appends it (module docstring).
@@ -179,15 +177,20 @@ def test_evaluator_messages_equal_the_tokenized_samples(mixed_templates):
     assert len(exported) == len(shards) == 9
     assert len({s["template"] for s in shards}) > 1  # the export must follow each row's own template
     for row in exported:
-        # The official evaluator's message list: system, alternating history, current prompt.
-        messages = [{"role": "system", "content": row["system_str"]}, *row["prompt"],
-                    {"role": "user", "content": row["current_prompt"]}]
-        assert [m["role"] for m in messages[1:-1]] == ["user", "assistant"] * (row["turn_idx"] - 1)
+        # The official evaluator's message list (eval.py infer): system, then prompt[i] / response[i] for
+        # i < turn_idx - 1, then prompt[turn_idx - 1].
+        t = row["turn_idx"] - 1
+        messages = [{"role": "system", "content": row["system_str"]}]
+        for p, r in zip(row["prompt"][:t], row["response"][:t]):
+            messages += [{"role": "user", "content": p}, {"role": "assistant", "content": r}]
+        messages.append({"role": "user", "content": row["prompt"][t]})
         prompt_text = "".join(chatml(m["role"], m["content"]) for m in messages)
         # The default vocabulary normalizes to NFC before encoding.
         decoded = tok.decode(by_id[row["id"]]["input_ids"])
         assert decoded.startswith(unicodedata.normalize("NFC", prompt_text)), row["id"]
-        reply = "<predicted_observation>\n" + row["response"][0] + "\n</predicted_observation>"
+        # The judge's reference: response[turn_idx - 1] without the evaluator's response marker.
+        reference = row["response"][t].removeprefix("**Environment Observation:**\n")
+        reply = "<predicted_observation>\n" + reference + "\n</predicted_observation>"
         assert decoded[len(prompt_text):] == chatml("assistant", reply)
 
 

@@ -194,3 +194,77 @@ def test_domain_option_wins(fixtures_dir):
 @pytest.mark.parametrize("name", ["eval.jsonl", "bad.jsonl"])
 def test_registry_sniffs_fixtures(fixtures_dir, name):
     assert registry.sniff(InputUnit(str(fixtures_dir / "agentworldbench" / name))) == ("agentworldbench", 0.95)
+
+
+# ---------------------------------------------------------------- official rows (every turn in prompt/response)
+
+OFFICIAL_TURNS = [  # (action, observation) of one terminal run, written by hand
+    ('[{"keystrokes": "ls\\n", "duration": 0.1}]', "README.md  src  tmp\nroot@box:/app# "),
+    ('[{"keystrokes": "rm -r tmp\\n", "duration": 0.1}]', "root@box:/app# "),
+    ('[{"keystrokes": "cat README.md\\n", "duration": 0.1}]', "# demo\nA tiny project.\nroot@box:/app# "),
+]
+SUFFIX = "\n\nThink it through, then put the exact output inside <predicted_observation></predicted_observation>."
+
+
+def official_rows(turns, row_prefix, suffix, state="root@box:/app# ", system=TERMINAL_SYSTEM):
+    """One official row per turn: prompt/response hold every turn; only the evaluated prompt has `suffix`."""
+    prompts = [render_turn(n, a, state if n == 1 else None) for n, (a, _) in enumerate(turns, 1)]
+    return [{"task": "terminal", "id": f"{row_prefix}-{t}", "system_str": system, "turn_idx": t,
+             "total_turns": len(turns), "prompt": [p + suffix if n == t else p for n, p in enumerate(prompts, 1)],
+             "response": [f"**Environment Observation:**\n{o}" for _, o in turns], "current_prompt": prompts[t - 1]}
+            for t in range(1, len(turns) + 1)]
+
+
+@pytest.mark.parametrize("suffix", [SUFFIX, ""])
+def test_official_rows_of_one_trajectory_are_grouped(tmp_path, suffix):
+    rows = official_rows(OFFICIAL_TURNS, "tidy", suffix)
+    other = [("[{\"keystrokes\": \"ls\\n\", \"duration\": 0.1}]", "src\nroot@box:/app# "), OFFICIAL_TURNS[1]]
+    rows += official_rows(other, "other", suffix)  # starts with the same action, another observation
+    path = tmp_path / "official.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    trajs, errors = run(path)
+    assert errors == []
+    assert len(trajs) == 2
+    whole, short = sorted(trajs, key=lambda t: -len(t.turns))
+    assert [(x.action, x.observation) for x in whole.turns] == OFFICIAL_TURNS
+    assert [(x.action, x.observation) for x in short.turns] == other
+    assert [json.loads(x.meta)["evaluated"] for x in whole.turns] == [True, True, True]
+    assert json.loads(whole.meta)["row_ids"] == ["tidy-1", "tidy-2", "tidy-3"]
+    assert whole.system.initial_state == "root@box:/app# "
+    assert whole.system.simulation_instruction == TERMINAL_SYSTEM
+
+
+def test_official_rows_accept_bare_and_wrapped_references(tmp_path):
+    rows = official_rows(OFFICIAL_TURNS, "r", SUFFIX)
+    rows[0]["response"] = [o for _, o in OFFICIAL_TURNS]  # bare
+    rows[1]["response"] = [f"<predicted_observation>\n{o}\n</predicted_observation>" for _, o in OFFICIAL_TURNS]
+    path = tmp_path / "official.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    trajs, errors = run(path)
+    assert errors == [] and len(trajs) == 1
+    assert [(x.action, x.observation) for x in trajs[0].turns] == OFFICIAL_TURNS
+
+
+def test_official_row_whose_current_prompt_is_another_turn_is_rejected(tmp_path):
+    rows = official_rows(OFFICIAL_TURNS, "bad", SUFFIX)
+    rows[1]["current_prompt"] = rows[2]["current_prompt"]
+    path = tmp_path / "official.jsonl"
+    path.write_text(json.dumps(rows[1]) + "\n")
+    trajs, errors = run(path)
+    assert trajs == [] and [e.reason for e in errors] == ["turn_mismatch"]
+
+
+def test_system_prompt_tail_repeating_the_first_turn_sections_is_dropped(tmp_path):
+    """An echo template appends ``## Initial state`` to the system prompt; ingest drops that copy, so
+    export → ingest does not grow the prompt."""
+    tail = "\n\n## Initial state\nroot@box:/app# "
+    rows = official_rows(OFFICIAL_TURNS, "t", SUFFIX, system=TERMINAL_SYSTEM + tail)
+    rows += official_rows(OFFICIAL_TURNS[:2], "u", SUFFIX, system=TERMINAL_SYSTEM + "\n\n## Initial state\nother")
+    path = tmp_path / "official.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    trajs, errors = run(path)
+    assert errors == []
+    by_len = {len(t.turns): t for t in trajs}
+    assert by_len[3].system.simulation_instruction == TERMINAL_SYSTEM
+    # A tail that does not repeat the first turn's state is the author's text: kept.
+    assert by_len[2].system.simulation_instruction == TERMINAL_SYSTEM + "\n\n## Initial state\nother"

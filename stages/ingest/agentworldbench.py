@@ -41,6 +41,7 @@ from schemas.trajectory import DOMAINS, SystemPrompt, Trajectory, Turn
 from stages.ingest.common import make_trajectory
 from stages.ingest.reading import DEFAULT_MAX_RECORD_BYTES, InputUnit, iter_container
 from stages.ingest.registry import Probe, RawRecord
+from stages.templates.fill import FIELD_HEADINGS
 
 FORMAT = "agentworldbench"
 ROW_FIELDS = {
@@ -54,7 +55,8 @@ ROW_FIELDS = {
     "total_turns": int,
 }
 ACTION_MARK = "**Action:**\n```json\n"
-OBSERVATION_PREFIX = "**Environment Observation:**\n"
+OBSERVATION_MARKER = "**Environment Observation:**"
+OBSERVATION_PREFIX = OBSERVATION_MARKER + "\n"
 OPEN_TAG, CLOSE_TAG = "<predicted_observation>", "</predicted_observation>"
 _HEADER = re.compile(r"### Turn (\d+)\n")
 _SECTIONS = ("Task Instruction", "Current State")
@@ -123,6 +125,15 @@ def observation_of_history(text: str) -> str:
     return text[len(OBSERVATION_PREFIX) :]
 
 
+def official_observation(text: str) -> str:
+    """The observation of an official ``response`` entry: the ``**Environment Observation:**`` marker (and the
+    line break after it) removed when present, ``<predicted_observation>`` tags unwrapped when present."""
+    if text.startswith(OBSERVATION_MARKER):
+        text = text[len(OBSERVATION_MARKER) :]
+        return text[1:] if text.startswith("\n") else text
+    return reference_observation(text)
+
+
 def reference_observation(text: str) -> str:
     """The reference observation of a response, unwrapped from ``<predicted_observation>`` when wrapped."""
     close = text.rfind(CLOSE_TAG)
@@ -152,7 +163,7 @@ class ParsedRow:
     system_str: str
     turn_idx: int
     total_turns: int
-    turns: list[tuple[str, str]]  # (action, observation)
+    turns: list[tuple[str, str]]  # (action, observation): turns 1..turn_idx, or every turn of an official row
     state: str | None
     instruction: str | None
 
@@ -177,6 +188,34 @@ def _history(row: dict) -> list[str]:
     return [_content(m, "user" if i % 2 == 0 else "assistant", f"prompt item {i}") for i, m in enumerate(messages)]
 
 
+def is_official(row: dict) -> bool:
+    """Whether a row has the official layout: ``prompt`` and ``response`` hold every turn, as strings."""
+    prompts, responses = row["prompt"], row["response"]
+    return (
+        len(prompts) == len(responses) >= row["turn_idx"] >= 1
+        and all(isinstance(p, str) for p in prompts)
+        and all(isinstance(r, str) for r in responses)
+    )
+
+
+def _official_turns(row: dict) -> tuple[list[tuple[str, str]], str | None, str | None, int]:
+    """Every turn of an official row, the first turn's state and instruction, and the current prompt's number."""
+    turns = []
+    state = instruction = None
+    for k, (prompt, response) in enumerate(zip(row["prompt"], row["response"])):
+        number, action, s, i = parse_turn_prompt(prompt)
+        if number != k + 1:
+            raise InvalidRecord("turn_mismatch", f"prompt entry {k + 1} is labelled turn {number}")
+        if k == 0:
+            state, instruction = s, i
+        turns.append((action, official_observation(response)))
+    number, action, s, i = parse_turn_prompt(row["current_prompt"])
+    t = row["turn_idx"]
+    if (number, action) != (t, turns[t - 1][0]) or (t == 1 and (s, i) != (state, instruction)):
+        raise InvalidRecord("turn_mismatch", f"current_prompt is not prompt entry {t} (turn_idx)")
+    return turns, state, instruction, number
+
+
 def parse_row(row: Any, locator: str) -> ParsedRow:
     """Check one row's fields and parse its turns; raises `InvalidRecord` with the row's locator."""
     if not isinstance(row, dict):
@@ -187,6 +226,13 @@ def parse_row(row: Any, locator: str) -> ParsedRow:
         if not isinstance(row[name], kind) or isinstance(row[name], bool):
             raise InvalidRecord("wrong_type", f"{name!r} has type {type(row[name]).__name__}", locator)
     try:
+        if is_official(row):
+            turns, state, instruction, number = _official_turns(row)
+            if row["turn_idx"] > row["total_turns"] or len(turns) > row["total_turns"]:
+                raise InvalidRecord("turn_mismatch", f"turn_idx {row['turn_idx']} and {len(turns)} turns, "
+                                    f"but total_turns {row['total_turns']}")
+            return ParsedRow(locator, str(row["id"]), row["task"], row["system_str"], row["turn_idx"],
+                             row["total_turns"], turns, state, instruction)
         history = _history(row)
         turns = []
         state = instruction = None
@@ -231,7 +277,7 @@ def _agrees(short: list[tuple[str, str]], long: list[tuple[str, str]]) -> bool:
 def chains_of(rows: list[ParsedRow]) -> list[list[ParsedRow]]:
     """Rows of one group split into trajectories: each list starts with its longest row."""
     chains: list[list[ParsedRow]] = []
-    for row in sorted(rows, key=lambda r: -r.turn_idx):  # stable: equal lengths keep file order
+    for row in sorted(rows, key=lambda r: -len(r.turns)):  # stable: equal lengths keep file order
         home = next((c for c in chains if _agrees(row.turns, c[0].turns)), None)
         if home is None:
             chains.append([row])
@@ -248,6 +294,18 @@ def domain_of_task(task: str) -> str | None:
         if word in _DOMAIN_ALIASES:
             return _DOMAIN_ALIASES[word]
     return None
+
+
+def simulation_instruction_of(system_str: str, instruction: str | None, state: str | None) -> str:
+    """The system prompt without the sections a template appends for the first turn's fields.
+
+    A template that does not mention the task or the initial state appends them at the end (``## Task`` /
+    ``## Initial state``, stages/templates); those fields are rebuilt from the first turn prompt, so the
+    copy in the system prompt is dropped — otherwise every export → ingest would append them once more.
+    Only an exact tail of that form is removed."""
+    tail = "".join(f"\n\n## {FIELD_HEADINGS[name]}\n{value}" for name, value in
+                   (("task_description", instruction), ("initial_state", state)) if value and value.strip())
+    return system_str[: -len(tail)] if tail and system_str.endswith(tail) and len(system_str) > len(tail) else system_str
 
 
 def trajectory_of_chain(record: RawRecord, chain: list[ParsedRow], opts: dict[str, Any]) -> Trajectory:
@@ -273,7 +331,7 @@ def trajectory_of_chain(record: RawRecord, chain: list[ParsedRow], opts: dict[st
             task_description=longest.instruction or "",
             action_space="",
             initial_state=longest.state,
-            simulation_instruction=longest.system_str,
+            simulation_instruction=simulation_instruction_of(longest.system_str, longest.instruction, longest.state),
         ),
         source_kind=opts.get("source_kind") or "public",
         meta=meta,
