@@ -7,6 +7,8 @@ Quarantine is for records that cannot be read. A record that was read but holds 
 observation) pair — a chat that never calls a tool, a single screen without an action log — is a
 readable trajectory with zero turns: it counts as normalized and then filtered
 (``filtered.no_turns``), exactly like a trajectory that falls under ``filter.min_turns``.
+A broken member of a larger record (`SkippedMember`: one unreadable event file of a recorded run)
+is written to quarantine/ but counted as ``members.skipped``: it costs that member, not the run.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from typing import Any
 from pipeline.stats import Stats
 from schemas.errors import InvalidRecord
 from schemas.trajectory import Trajectory
+from stages.ingest.common import SkippedMember
 from stages.ingest.reading import InputUnit
 from stages.ingest.registry import Adapter, RawRecord
 from stages.redact import redact_text
@@ -51,6 +54,11 @@ def quarantine_row(err: InvalidRecord, uri: str, fmt: str, stage: str = "normali
 def normalize_unit(unit: InputUnit, adapter: Adapter, opts: dict[str, Any], stats: Stats) -> Iterator[Normalized]:
     """Read and normalize every record of `unit`; never raises on bad data."""
     for item in adapter.read(unit, opts):
+        if isinstance(item, SkippedMember):
+            stats.add("members.skipped")
+            stats.add(f"skipped.{item.reason}")
+            yield Normalized(None, [], quarantine_row(item, unit.uri, adapter.name, stage="read"))
+            continue
         stats.add("records.read")
         if isinstance(item, InvalidRecord) and item.reason in NO_TURN_REASONS:
             stats.add("records.normalized")
