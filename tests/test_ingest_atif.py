@@ -207,3 +207,13 @@ def test_results_in_a_separate_step_answer_the_calls_before_them(fixtures_dir):
     meta = json.loads(t.meta)
     assert "system_events" not in meta and "user_messages" not in meta and "unanswered_tool_calls" not in meta
     assert meta["final_answer"] == "src/config.py and src/loader.py import yaml."
+
+
+def test_a_large_streaming_atif_file_is_never_split_into_line_ranges(shared_data, fixtures_dir):
+    from pipeline.split_input import file_ranges
+
+    streaming = shared_data / "atif" / "session-2025-12-05T07-45-57-649Z-x8251x.atif.jsonl"
+    size = streaming.stat().st_size
+    assert len(file_ranges(InputUnit(str(streaming)), "atif", size, 1024)) == 1
+    per_line = fixtures_dir / "atif" / "runs.jsonl"  # one document per line: may be split
+    assert len(file_ranges(InputUnit(str(per_line)), "atif", per_line.stat().st_size, 1024)) > 1

@@ -60,7 +60,7 @@ from schemas.errors import InvalidRecord
 from schemas.trajectory import DOMAINS, Demonstration, SystemPrompt, Trajectory, Turn, make_traj_id
 from stages.ingest.common import canonical_json, make_trajectory, records_from_container, strip_ansi, text_of
 from stages.ingest.openai_messages import action_space_of, orphans_policy, parse_arguments
-from stages.ingest.reading import DEFAULT_MAX_RECORD_BYTES, InputUnit, container_of, iter_container
+from stages.ingest.reading import DEFAULT_MAX_RECORD_BYTES, InputUnit, container_of, iter_container, read_head
 from stages.ingest.registry import Probe, RawRecord
 
 FORMAT = "atif"
@@ -378,6 +378,16 @@ class AtifAdapter:
 
     def normalize(self, record: RawRecord, opts: dict[str, Any]) -> Iterator[Trajectory]:
         yield normalize_atif(record, opts)
+
+
+def is_streaming_atif(uri: str) -> bool:
+    """Whether a JSONL file is streaming ATIF (a ``__header__`` line, then steps): one document, never split."""
+    try:
+        head = read_head(uri, 4096).decode("utf-8", errors="replace")
+    except OSError:
+        return False
+    first = head.lstrip().split("\n", 1)[0]
+    return bool(re.match(r'\{\s*"__header__"\s*:\s*true\b', first))
 
 
 def _chain(first, rest):
