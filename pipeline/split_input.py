@@ -35,8 +35,8 @@ import zstandard
 
 from pipeline.outputs import out_fs, write_json_atomic
 from schemas.errors import InvalidRecord
-from stages.ingest.reading import DEFAULT_MAX_RECORD_BYTES, InputUnit, container_of, filesystem, split_compression
 from stages.ingest.atif import is_streaming_atif
+from stages.ingest.reading import DEFAULT_MAX_RECORD_BYTES, InputUnit, container_of, filesystem, split_compression
 from stages.ingest.registry import RawRecord
 
 DEFAULT_SPLIT_BYTES = 64 * 1024 * 1024
