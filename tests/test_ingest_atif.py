@@ -131,7 +131,7 @@ def test_calls_action_forms():
     assert json.loads(calls_action(two)) == [{"name": "f", "arguments": {"a": 1}}, {"name": "g", "arguments": {}}]
 
 
-@pytest.mark.parametrize("name", ["terminus.json", "tool_calls.json", "runs.jsonl"])
+@pytest.mark.parametrize("name", ["terminus.json", "tool_calls.json", "runs.jsonl", "separate_results.json"])
 def test_registry_sniffs_fixtures(fixtures_dir, name):
     assert registry.sniff(InputUnit(str(fixtures_dir / "atif" / name))) == ("atif", 0.95)
 
@@ -181,6 +181,11 @@ def test_chat_style_terminus_commands_in_the_message_and_output_in_the_next_user
     assert last.system.task_description.startswith("You are an AI assistant tasked with solving command-line tasks")
     # The five documents share one session id; their ids differ by their place in the file.
     assert len({t.traj_id for t in chat_style}) == 5
+
+
+def test_registry_sniffs_every_real_atif_dialect(shared_data):
+    names = ["session-2025-12-05T07-45-57-649Z-x8251x.atif.jsonl", "sample-trajectories.json", "login-trace.trajectory.json"]
+    assert [registry.sniff(InputUnit(str(shared_data / "atif" / n)))[0] for n in names] == ["atif"] * 3
 
 
 def test_computer_use_trace_with_in_step_results(shared_data):

@@ -219,7 +219,8 @@ def test_broken_files_are_quarantined_with_a_reason(tmp_path, content, reason):
 
 def test_registry_sniffs_real_files_and_fixtures_as_swe_agent(shared_data, fixtures_dir):
     paths = [shared_data / "swe-agent" / n for n in REAL_TURNS]
-    paths += [fixtures_dir / "swe-agent" / n for n in ("xml_dialects.traj", "function_calling.traj")]
+    paths += [fixtures_dir / "swe-agent" / n for n in ("xml_dialects.traj", "function_calling.traj",
+                                                       "thought_action_1x.traj", "history_only_demo.traj")]
     assert {p.name: registry.sniff(InputUnit(str(p)))[0] for p in paths} == {p.name: "swe-agent" for p in paths}
 
 
@@ -309,6 +310,16 @@ def test_a_command_line_outside_its_signature_is_quarantined(tmp_path, command, 
     trajs, bad = ingest(path)
     assert trajs == [] and [b.reason for b in bad] == ["unparsable_command"]
     assert bad[0].detail.startswith("step 1: str_replace_editor") and why in bad[0].detail
+
+
+def test_raw_command_text_has_one_key_name(real, fixtures_dir):
+    trajs = list(real.values()) + [one(fixtures_dir / "swe-agent" / n) for n in ("thought_action_1x.traj",
+                                                                            "xml_dialects.traj")]
+    calls = [json.loads(t.action) for traj in trajs for t in traj.turns if t.action]
+    calls = [c for call in calls for c in (call if isinstance(call, list) else [call])]
+    shell = [c for c in calls if c["name"] == "bash"]
+    assert shell and all(set(c["arguments"]) == {"command"} for c in shell)
+    assert not any("args" in c["arguments"] for c in calls)  # no second key for text that was not parsed
 
 
 def test_history_only_demonstration_becomes_turns(fixtures_dir):
