@@ -1,7 +1,8 @@
 """``lwm validate``: normalize inputs without writing, and count what would be kept or quarantined.
 
 A readable record without any (action, observation) pair is reported as filtered
-(``filtered: {"no_turns": n}``), as ``lwm run`` counts it, never as quarantined.
+(``filtered: {"no_turns": n}``), as ``lwm run`` counts it, never as quarantined; a damaged member
+of a larger record (an unreadable event file of a recorded run) as ``skipped``.
 """
 
 from __future__ import annotations
@@ -53,6 +54,8 @@ def validate_inputs(
         "turns": int(stats.get("turns.normalized")),
         "filtered": {k: int(v) for k, v in stats.with_prefix("filtered").items()},
         "quarantined": int(stats.get("records.quarantined")),
+        # damaged members of a larger record (one event file of a run): they cost only themselves
+        "skipped": {k: int(v) for k, v in stats.with_prefix("skipped").items()},
         "reasons": {k: int(v) for k, v in stats.with_prefix("quarantined").items()},
     }
     if echo:
@@ -60,5 +63,6 @@ def validate_inputs(
             f"format {report['format'] or '(none)'}: {report['records']} records, {report['trajectories']} trajectories, "
             f"{report['turns']} turns, {sum(report['filtered'].values())} filtered without turns, "
             f"{report['quarantined']} quarantined"
+            + (f", {sum(report['skipped'].values())} damaged member files skipped" if report["skipped"] else "")
         )
     return report

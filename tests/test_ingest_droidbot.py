@@ -118,6 +118,17 @@ def test_skipped_member_is_counted_apart_from_records(runs):
     assert [i.quarantine["locator"] for i in items if i.quarantine] == ["member events/event_2024-06-03_090012.json"]
 
 
+def test_validate_reports_the_skipped_member_apart(runs):
+    from pipeline.validate import validate_inputs
+
+    lines: list[str] = []
+    report = validate_inputs([str(runs / "launcher-run")], None, None, {}, echo=lines.append)
+    assert (report["records"], report["quarantined"], report["trajectories"]) == (1, 0, 2)
+    assert report["skipped"] == {"empty_file": 1}
+    assert lines[-1].endswith("0 quarantined, 1 damaged member files skipped")
+    assert any("member events/event_2024-06-03_090012.json: empty_file" in line for line in lines)
+
+
 def test_droidtask_task_files_are_one_trajectory_each(runs):
     trajs, bad = ingest(runs / "droidtask-notes")
     assert [(b.reason, b.locator) for b in bad] == [("malformed_yaml", "member task3.yaml")]

@@ -38,7 +38,9 @@ def lwm(*args: str, check: bool = True) -> subprocess.CompletedProcess:
 @pytest.mark.parametrize("folder", sorted(EXPECTED))
 def test_validate_json_on_each_shared_folder(shared_data, folder):
     report = json.loads(lwm("validate", str(shared_data / folder), "--json").stdout)
-    assert set(report) == {"format", "records", "trajectories", "turns", "filtered", "quarantined", "reasons"}
+    assert set(report) == {"format", "records", "trajectories", "turns", "filtered", "quarantined", "reasons",
+                           "skipped"}
+    assert report["skipped"] == {}
     records, trajectories, without_turns = EXPECTED[folder]
     assert report["quarantined"] == 0, report["reasons"]
     assert (report["records"], report["trajectories"]) == (records, trajectories)
@@ -109,4 +111,4 @@ def test_validate_single_screens_are_filtered_not_quarantined(shared_data):
     """The uiautomator-xml samples are single screens without actions: readable, so filtered, not quarantined."""
     report = json.loads(lwm("validate", str(shared_data / "uiautomator-xml"), "--json").stdout)
     assert report == {"format": "uiautomator", "quarantined": 0, "reasons": {}, "records": 21,
-                      "trajectories": 0, "turns": 0, "filtered": {"no_turns": 21}}
+                      "trajectories": 0, "turns": 0, "filtered": {"no_turns": 21}, "skipped": {}}
