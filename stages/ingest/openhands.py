@@ -115,7 +115,9 @@ class OpenHandsAdapter:
 
     def sniff(self, probe: Probe) -> float:
         rec = probe.first_record
-        if isinstance(rec, dict) and _is_event(rec) and ("id" in rec or rec.get("kind") in V1_EVENT_KINDS):
+        if isinstance(rec, dict) and rec.get("kind") in V1_EVENT_KINDS:
+            return 0.95
+        if isinstance(rec, dict) and "source" in rec and "id" in rec and ("action" in rec or "observation" in rec):
             return 0.95
         if isinstance(rec, dict) and isinstance(rec.get("action"), str) and set(rec) & {"command", "content", "thought"}:
             return 0.6  # a flattened event (older OpenDevin dataclass fields)
