@@ -194,6 +194,14 @@ def test_parse_command_by_signature(command, expected):
     assert parse_command(command, parse_commands_doc(DOC)) == expected
 
 
+def test_submit_force_flag_of_the_review_bundle():
+    assert parse_command("submit -f", {}) == {"name": "submit", "arguments": {"force": True}}
+    assert parse_command("submit --force", {}) == {"name": "submit", "arguments": {"force": True}}
+    assert parse_command("submit", {}) == {"name": "submit", "arguments": {}}
+    with pytest.raises(CommandParseError):
+        parse_command("submit -x", {})
+
+
 @pytest.mark.parametrize("command", ["goto 12 13", 'search_dir "unclosed', "goto"])
 def test_command_that_does_not_fit_its_signature_is_an_error_not_a_guess(command):
     with pytest.raises(CommandParseError):
@@ -353,6 +361,9 @@ def render_like_swe_agent(tool, arguments: dict) -> str:
             parts.append("")  # an absent optional argument renders as nothing
             continue
         value = arguments[arg.name]
+        if arg.type == "boolean":
+            parts.append(arg.option)  # a flag: present means true
+            continue
         if arg.type == "array":
             text = " ".join(str(v) for v in value)
         elif isinstance(value, str):
@@ -373,13 +384,15 @@ def tool_calls(draw):
     for arg in tool.arguments:
         if not arg.required and not draw(st.booleans()):
             continue
-        if arg.type == "integer":
+        if arg.type == "boolean":
+            arguments[arg.name] = True
+        elif arg.type == "integer":
             arguments[arg.name] = draw(st.integers(-5, 10**6))
         elif arg.type == "array":
             arguments[arg.name] = draw(st.lists(st.integers(-1, 10**5), min_size=1, max_size=3))
         elif arg.option is None:
             # A positional word: the parser cannot tell a value spelled like an option from one.
-            arguments[arg.name] = draw(_TEXT.filter(lambda t: not t.startswith("--")))
+            arguments[arg.name] = draw(_TEXT.filter(lambda t: not (t.startswith("-") and len(t) > 1)))
         else:
             arguments[arg.name] = draw(_TEXT)
     return tool, arguments

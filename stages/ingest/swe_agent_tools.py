@@ -15,7 +15,7 @@ arguments empty::
 The system prompt that documents these commands shows the signature but not the formats, so the
 signatures below are kept here, as the bundles declare them (checked against SWE-agent's
 ``tools/edit_anthropic``, ``tools/search``, ``tools/submit`` and ``tools/review_on_submit_m``
-bundles of the 1.x series). `parse_tool_command` reads a command line back into typed arguments
+bundles of the 1.x series, and the ``-f``/``--force`` flag of the review_on_submit ``submit`` script). `parse_tool_command` reads a command line back into typed arguments
 (``{"command": "view", "path": "/repo/a.py", "view_range": [10, 20]}``), the shape a
 function-calling run records for the same call. A command line that does not fit its declared
 signature (an unknown option, a missing required argument, a value of the wrong type, words left
@@ -39,10 +39,11 @@ class CommandParseError(ValueError):
 @dataclass(frozen=True)
 class ToolArgument:
     name: str
-    type: str  # "string" | "integer" | "array"
+    type: str  # "string" | "integer" | "array" | "boolean" (an option without a value)
     required: bool
     option: str | None = None  # "--view_range" when the argument is written as an option
     items: str | None = None  # item type of an array
+    aliases: tuple[str, ...] = ()  # other spellings of the option ("--force" for "-f")
 
 
 @dataclass(frozen=True)
@@ -59,7 +60,11 @@ class ToolSignature:
 
     @property
     def options(self) -> dict[str, ToolArgument]:
-        return {a.option: a for a in self.arguments if a.option}
+        out = {}
+        for a in self.arguments:
+            for spelling in (a.option, *a.aliases) if a.option else ():
+                out[spelling] = a
+        return out
 
 
 def _arg(name: str, type_: str = "string", required: bool = False, option: bool = False, items: str | None = None):
@@ -85,11 +90,19 @@ TOOLS: dict[str, ToolSignature] = {
         ToolSignature("find_file", "search", (_arg("file_name", required=True), _arg("dir"))),
         ToolSignature("search_dir", "search", (_arg("search_term", required=True), _arg("dir"))),
         ToolSignature("search_file", "search", (_arg("search_term", required=True), _arg("file"))),
-        ToolSignature("submit", "submit", (_arg("target_file"),)),
+        # tools/submit declares ``submit [<target_file>]``; the review_on_submit bundles' submit script
+        # also takes ``-f``/``--force`` (submit without the review), which the agent itself may send.
+        ToolSignature(
+            "submit",
+            "submit, review_on_submit_m",
+            (_arg("target_file"), ToolArgument("force", "boolean", False, "-f", aliases=("--force",))),
+        ),
     )
 }
-# Tools whose arguments include options: only the declared signature can read their command lines.
-OPTION_TOOLS = frozenset(name for name, t in TOOLS.items() if t.options)
+# Tools whose arguments include valued options: only the declared signature can read their command lines.
+OPTION_TOOLS = frozenset(
+    name for name, t in TOOLS.items() if any(a.option and a.type != "boolean" for a in t.arguments)
+)
 
 
 def _typed(tool: str, arg: ToolArgument, word: str) -> Any:
@@ -118,7 +131,9 @@ def parse_tool_command(text: str, tool: ToolSignature) -> dict[str, Any]:
             arg = options[word]
             if arg.name in found:
                 raise CommandParseError(f"{tool.name}: option {word} given twice")
-            if arg.type == "array":
+            if arg.type == "boolean":
+                found[arg.name] = True
+            elif arg.type == "array":
                 values = []
                 while i + 1 < len(words) and _INTEGER.fullmatch(words[i + 1]) and arg.items == "integer":
                     values.append(int(words[i + 1]))
@@ -131,7 +146,7 @@ def parse_tool_command(text: str, tool: ToolSignature) -> dict[str, Any]:
                     raise CommandParseError(f"{tool.name}: option {word} has no value")
                 found[arg.name] = _typed(tool.name, arg, words[i + 1])
                 i += 1
-        elif word.startswith("--") and options:
+        elif word.startswith("-") and len(word) > 1 and options and not _INTEGER.fullmatch(word):
             raise CommandParseError(f"{tool.name}: unknown option {word}")
         elif positional:
             arg = positional.pop(0)
