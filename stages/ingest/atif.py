@@ -66,6 +66,7 @@ from stages.ingest.registry import Probe, RawRecord
 FORMAT = "atif"
 SOURCES = ("system", "user", "agent")
 _CONTINUATION = re.compile(r"-cont-\d+$")
+_MAX_REPLY_STARTS = 64  # where a Terminus reply may begin inside an agent message
 
 
 def calls_action(calls: list[dict]) -> str:
@@ -176,7 +177,9 @@ def terminus_reply(message: str) -> dict | None:
     """The Terminus JSON reply (an object with a ``commands`` list) inside an agent message, or None."""
     decoder = json.JSONDecoder()
     start = message.find("{")
-    while start != -1:
+    attempts = 0
+    while start != -1 and attempts < _MAX_REPLY_STARTS:  # bounded: a message may hold much code
+        attempts += 1
         try:
             value, _ = decoder.raw_decode(message, start)
         except json.JSONDecodeError:
