@@ -1,4 +1,15 @@
-"""What a run prints at its end: counts, the category histogram, and where the outputs are."""
+"""What a run prints at its end: counts after each step, the category histogram, where the outputs are.
+
+Every count names the step it follows, and is the number left after that step:
+
+    ingest: 240 records read, 3 quarantined (unreadable), 1 event file skipped
+    filter: 237 trajectories read, 18 filtered (no_turns 18) → 219 kept
+    dedup: 166 removed (exact 150, near 16) → 53 trajectories
+    samples: cpt 20, sft 18, rl 6, eval 9 (filtered: sample_over_context_limit 1)
+    shards: 53 trajectories, 53 samples in 4 files
+
+The last line is what actually reached the shards.
+"""
 
 from __future__ import annotations
 
@@ -6,20 +17,67 @@ from typing import Any
 
 import click
 
+POOLS = ("cpt", "sft", "rl", "eval")
+# Filters that drop one sample, not a trajectory (pipeline/sample_task.py).
+SAMPLE_FILTERS = ("rl_prompt_cap", "sample_over_context_limit")
 
-def print_run_summary(manifest: dict[str, Any], out: str) -> None:
+
+def _n(value: Any) -> int:
+    return int(value) if isinstance(value, int | float) else 0
+
+
+def _parts(counts: dict[str, Any]) -> str:
+    return ", ".join(f"{k} {_n(v)}" for k, v in sorted(counts.items()) if _n(v))
+
+
+def summary_lines(manifest: dict[str, Any]) -> list[str]:
+    """The per-step count lines of a finished run (see the module docstring)."""
     counts = manifest.get("counts", {})
     records = counts.get("records", {})
     trajs = counts.get("trajectories", {})
-    click.echo(
-        f"{int(records.get('read', 0))} records read, {int(records.get('quarantined', 0))} quarantined, "
-        f"{int(trajs.get('kept', 0))} trajectories kept",
-        err=True,
-    )
-    filtered = counts.get("filtered", {})
-    if filtered:
-        parts = ", ".join(f"{k} {int(v)}" for k, v in sorted(filtered.items()))
-        click.echo(f"filtered: {parts}", err=True)
+    filtered = {k: v for k, v in (counts.get("filtered") or {}).items() if isinstance(v, int | float)}
+    traj_filtered = {k: v for k, v in filtered.items() if k not in SAMPLE_FILTERS}
+    sample_filtered = {k: v for k, v in filtered.items() if k in SAMPLE_FILTERS}
+    skipped = _n((counts.get("members") or {}).get("skipped"))
+
+    ingest = f"ingest: {_n(records.get('read'))} records read, {_n(records.get('quarantined'))} quarantined"
+    if skipped:
+        ingest += f", {skipped} damaged member file{'s' if skipped != 1 else ''} skipped"
+    kept = _n(trajs.get("kept"))
+    lines = [ingest]
+    filter_line = f"filter: {_n(trajs.get('normalized'))} trajectories, {sum(map(_n, traj_filtered.values()))} filtered"
+    if traj_filtered:
+        filter_line += f" ({_parts(traj_filtered)})"
+    lines.append(f"{filter_line} → {kept} kept")
+
+    dedup = counts.get("dedup") or {}
+    removed = _n(dedup.get("removed"))
+    after_dedup = kept - removed
+    detail = {
+        "exact": dedup.get("exact_removed"),
+        "near": dedup.get("near_removed"),
+        "decontaminated": _n(dedup.get("decontaminated_near")) + _n(dedup.get("decontaminated_ngram")),
+    }
+    lines.append(f"dedup: {removed} removed" + (f" ({_parts(detail)})" if removed else "") + f" → {after_dedup} trajectories")
+
+    if "shards" in manifest:
+        samples = counts.get("samples") or {}
+        line = "samples: " + ", ".join(f"{p} {_n(samples.get(p))}" for p in POOLS)
+        if sample_filtered:
+            line += f" (filtered: {_parts(sample_filtered)})"
+        lines.append(line)
+        shards = manifest.get("shards") or []
+        rows = sum(_n(s.get("rows")) for s in shards)
+        shipped = _n((counts.get("pools") or {}).get("trajectories_in_shards"))
+        files = sum(1 for s in shards if _n(s.get("rows")))
+        lines.append(f"shards: {shipped} trajectories, {rows} samples in {files} file{'s' if files != 1 else ''}")
+    return lines
+
+
+def print_run_summary(manifest: dict[str, Any], out: str) -> None:
+    lines = summary_lines(manifest)
+    for line in lines[:3]:
+        click.echo(line, err=True)
     if manifest.get("histogram"):
         from masking import load_table
         from pipeline.hist import aggregate, render_table
@@ -29,8 +87,6 @@ def print_run_summary(manifest: dict[str, Any], out: str) -> None:
         groups = aggregate(manifest["histogram"]["records"], ("pool",), keep)
         for name, rows in groups.items():
             click.echo(render_table(rows, f"pool {name}"))
-        samples = manifest["counts"].get("samples", {})
-        click.echo(", ".join(f"{p}: {int(samples.get(p, 0))} samples" for p in ("cpt", "sft", "rl", "eval")), err=True)
     for name, stage in (manifest.get("llm") or {}).get("stages", {}).items():
         u, c = stage["usage"], stage["counts"]
         dropped = ", ".join(f"{k} {int(v)}" for k, v in sorted((c.get("dropped") or {}).items()))
@@ -43,4 +99,6 @@ def print_run_summary(manifest: dict[str, Any], out: str) -> None:
         pools = wmat["pools"]
         click.echo("wmat: " + ", ".join(f"{p}: {int(pools[p]['samples'])} samples" for p in sorted(pools))
                    + f" (under {out.rstrip('/')}/wmat/)", err=True)
+    for line in lines[3:]:
+        click.echo(line, err=True)
     click.echo(f"outputs: {out}", err=True)

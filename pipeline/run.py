@@ -36,7 +36,7 @@ from pipeline.split_input import (
     scan_tasks,
     split_settings,
 )
-from pipeline.stats import Stats, merge_all
+from pipeline.stats import merge_all
 from schemas.errors import ConfigError
 from stages.ingest.reading import InputUnit, expand_inputs
 from stages.ingest.registry import claims_dir, get_adapter, sniff
@@ -227,10 +227,3 @@ def _versions() -> dict[str, str]:
             out[name] = "absent"
     out["python"] = ".".join(map(str, sys.version_info[:3]))
     return out
-
-
-def summarize_counts(stats: Stats) -> str:
-    read = int(stats.get("records.read"))
-    q = int(stats.get("records.quarantined"))
-    kept = int(stats.get("trajectories.kept"))
-    return f"{read} records read, {q} quarantined, {kept} trajectories kept"

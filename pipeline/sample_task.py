@@ -181,8 +181,12 @@ def run_sample_task(task: dict[str, Any]) -> dict[str, Any]:
                 traj = Trajectory.from_dict(d)
                 if traj.traj_id in drop:
                     continue
+                shipped = False
                 for pool, row in build_rows(traj, cfg, seg, table, stats, verify, aug):
                     writer.write(pool, row)
+                    shipped = True
+                if shipped:  # the trajectory reaches the shards (counted for the run summary)
+                    stats.add("pools.trajectories_in_shards")
                 verify = False
         writer.close()
     except BaseException:

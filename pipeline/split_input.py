@@ -35,13 +35,15 @@ import zstandard
 
 from pipeline.outputs import out_fs, write_json_atomic
 from schemas.errors import InvalidRecord
+from stages.ingest.atif import is_streaming_atif
 from stages.ingest.reading import DEFAULT_MAX_RECORD_BYTES, InputUnit, container_of, filesystem, split_compression
 from stages.ingest.registry import RawRecord
 
 DEFAULT_SPLIT_BYTES = 64 * 1024 * 1024
 DEFAULT_GROUP_BYTES = 8 * 1024 * 1024
 DEFAULT_GROUP_FILES = 64
-# Adapters whose JSONL reading is exactly one native record per line (records_from_container).
+# Adapters whose JSONL reading is exactly one native record per line (records_from_container); for atif
+# only when the file is not streaming ATIF (a header line, then one step per line: one document).
 LINE_RECORD_FORMATS = frozenset({"lwm-jsonl", "openai-messages", "sharegpt", "atif", "magentic-one", "openhands"})
 _CHUNK = 1 << 20
 _ZSTD_MAGIC = 0xFD2FB528
@@ -161,6 +163,8 @@ def file_ranges(unit: InputUnit, fmt: str, size: int, split_bytes: int) -> list[
     whole = [ByteRange(0, size)]
     if unit.is_dir or fmt not in LINE_RECORD_FORMATS or container_of(unit.uri) != "jsonl" or size <= split_bytes:
         return whole
+    if fmt == "atif" and is_streaming_atif(unit.uri):
+        return whole  # streaming ATIF: the whole file is one document
     _, compression = split_compression(unit.uri)
     if compression is None:
         cuts = list(range(0, size, split_bytes)) + [size]

@@ -1,4 +1,9 @@
-"""``lwm validate``: normalize inputs without writing, and count what would be kept or quarantined."""
+"""``lwm validate``: normalize inputs without writing, and count what would be kept or quarantined.
+
+A readable record without any (action, observation) pair is reported as filtered
+(``filtered: {"no_turns": n}``), as ``lwm run`` counts it, never as quarantined; a damaged member
+of a larger record (an unreadable event file of a recorded run) as ``skipped``.
+"""
 
 from __future__ import annotations
 
@@ -9,7 +14,7 @@ from typing import Any
 from pipeline.stats import Stats
 from stages.ingest.reading import expand_inputs
 from stages.ingest.registry import claims_dir, get_adapter, resolve_opts, sniff
-from stages.normalize import normalize_unit
+from stages.normalize import FILTERED_NO_TURNS, normalize_unit
 
 
 def validate_inputs(
@@ -19,7 +24,7 @@ def validate_inputs(
     opts: dict[str, Any],
     echo: Callable[[str], None] | None = None,
 ) -> dict[str, Any]:
-    """Counts for the inputs: format, records, trajectories, turns, quarantined, reasons."""
+    """Counts for the inputs: format, records, trajectories, turns, filtered, quarantined, reasons."""
     if fmt:
         get_adapter(fmt)
     units = expand_inputs(paths, claims_dir=partial(claims_dir, fmt=fmt))
@@ -44,14 +49,20 @@ def validate_inputs(
     report = {
         "format": ",".join(sorted(formats)),
         "records": int(stats.get("records.read")),
-        "trajectories": int(stats.get("trajectories.normalized")),
+        # trajectories with at least one turn (the zero-turn ones are in `filtered`)
+        "trajectories": int(stats.get("trajectories.normalized") - stats.get(FILTERED_NO_TURNS)),
         "turns": int(stats.get("turns.normalized")),
+        "filtered": {k: int(v) for k, v in stats.with_prefix("filtered").items()},
         "quarantined": int(stats.get("records.quarantined")),
+        # damaged members of a larger record (one event file of a run): they cost only themselves
+        "skipped": {k: int(v) for k, v in stats.with_prefix("skipped").items()},
         "reasons": {k: int(v) for k, v in stats.with_prefix("quarantined").items()},
     }
     if echo:
         echo(
             f"format {report['format'] or '(none)'}: {report['records']} records, {report['trajectories']} trajectories, "
-            f"{report['turns']} turns, {report['quarantined']} quarantined"
+            f"{report['turns']} turns, {sum(report['filtered'].values())} filtered without turns, "
+            f"{report['quarantined']} quarantined"
+            + (f", {sum(report['skipped'].values())} damaged member files skipped" if report["skipped"] else "")
         )
     return report

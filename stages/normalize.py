@@ -2,6 +2,13 @@
 
 This is the one place where `InvalidRecord` becomes a quarantine row (SPEC §10): every record
 read is counted, and each ends up either normalized or quarantined with its locator and reason.
+
+Quarantine is for records that cannot be read. A record that was read but holds no (action,
+observation) pair — a chat that never calls a tool, a single screen without an action log — is a
+readable trajectory with zero turns: it counts as normalized and then filtered
+(``filtered.no_turns``), exactly like a trajectory that falls under ``filter.min_turns``.
+A broken member of a larger record (`SkippedMember`: one unreadable event file of a recorded run)
+is written to quarantine/ but counted as ``members.skipped``: it costs that member, not the run.
 """
 
 from __future__ import annotations
@@ -13,9 +20,14 @@ from typing import Any
 from pipeline.stats import Stats
 from schemas.errors import InvalidRecord
 from schemas.trajectory import Trajectory
+from stages.ingest.common import SkippedMember
 from stages.ingest.reading import InputUnit
 from stages.ingest.registry import Adapter, RawRecord
 from stages.redact import redact_text
+
+# Adapter reasons that mean "read fine, but no (action, observation) pair": filtered, not quarantined.
+NO_TURN_REASONS = frozenset({"no_turns", "no_actions"})
+FILTERED_NO_TURNS = "filtered.no_turns"
 
 
 @dataclass
@@ -42,7 +54,17 @@ def quarantine_row(err: InvalidRecord, uri: str, fmt: str, stage: str = "normali
 def normalize_unit(unit: InputUnit, adapter: Adapter, opts: dict[str, Any], stats: Stats) -> Iterator[Normalized]:
     """Read and normalize every record of `unit`; never raises on bad data."""
     for item in adapter.read(unit, opts):
+        if isinstance(item, SkippedMember):
+            stats.add("members.skipped")
+            stats.add(f"skipped.{item.reason}")
+            yield Normalized(None, [], quarantine_row(item, unit.uri, adapter.name, stage="read"))
+            continue
         stats.add("records.read")
+        if isinstance(item, InvalidRecord) and item.reason in NO_TURN_REASONS:
+            stats.add("records.normalized")
+            stats.add("trajectories.normalized")
+            stats.add(FILTERED_NO_TURNS)
+            continue
         if isinstance(item, InvalidRecord):
             stats.add("records.quarantined")
             stats.add(f"quarantined.{item.reason}")
@@ -51,6 +73,12 @@ def normalize_unit(unit: InputUnit, adapter: Adapter, opts: dict[str, Any], stat
         try:
             trajs = list(adapter.normalize(item, opts))
         except InvalidRecord as err:
+            if err.reason in NO_TURN_REASONS:
+                stats.add("records.normalized")
+                stats.add("trajectories.normalized")
+                stats.add(FILTERED_NO_TURNS)
+                yield Normalized(item, [], None)
+                continue
             err.locator = err.locator or item.locator
             stats.add("records.quarantined")
             stats.add(f"quarantined.{err.reason}")

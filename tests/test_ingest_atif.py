@@ -131,6 +131,94 @@ def test_calls_action_forms():
     assert json.loads(calls_action(two)) == [{"name": "f", "arguments": {"a": 1}}, {"name": "g", "arguments": {}}]
 
 
-@pytest.mark.parametrize("name", ["terminus.json", "tool_calls.json", "runs.jsonl"])
+@pytest.mark.parametrize("name", ["terminus.json", "tool_calls.json", "runs.jsonl", "separate_results.json"])
 def test_registry_sniffs_fixtures(fixtures_dir, name):
     assert registry.sniff(InputUnit(str(fixtures_dir / "atif" / name))) == ("atif", 0.95)
+
+
+# ---------------------------------------------------------------- dialects in the wild
+
+
+def test_streaming_atif_jsonl_is_one_document_of_steps(shared_data):
+    path = shared_data / "atif" / "session-2025-12-05T07-45-57-649Z-x8251x.atif.jsonl"
+    records = list(ADAPTER.read(InputUnit(str(path)), registry.resolve_opts(ADAPTER, {})))
+    (record,) = records  # 9 lines: a header and 8 steps
+    doc = record.value()
+    assert record.locator == "document" and "__header__" not in doc
+    assert doc["session_id"] == "session-2025-12-05T07-45-57-649Z-x8251x"
+    assert [s["step_id"] for s in doc["steps"]] == [1, 2, 3, 4, 5, 6, 7, 8]
+    # Hand-read: the orchestrator's only agent step says "Decomposed task into 2 subtasks" and calls nothing;
+    # the verification runs are system events. No (action, observation) pair: the record has no turns.
+    with pytest.raises(InvalidRecord) as err:
+        list(ADAPTER.normalize(record, registry.resolve_opts(ADAPTER, {})))
+    assert err.value.reason == "no_turns"
+    assert registry.sniff(InputUnit(str(path)))[0] == "atif"
+
+
+@pytest.fixture(scope="module")
+def chat_style(shared_data):
+    trajs, errors = run(shared_data / "atif" / "sample-trajectories.json")
+    assert errors == []
+    return trajs
+
+
+def test_chat_style_terminus_commands_in_the_message_and_output_in_the_next_user_step(chat_style):
+    # Hand-counted: 4, 16, 20, 20 and 8 steps; each agent reply with commands answered by the next user step.
+    assert [len(t.turns) for t in chat_style] == [1, 7, 9, 9, 3]
+    last = chat_style[4]
+    assert json.loads(last.turns[0].action) == [
+        {"keystrokes": "ls -la\n", "duration": 0.1},
+        {"keystrokes": "ls -la /output 2>/dev/null || mkdir -p /output\n", "duration": 0.1},
+        {"keystrokes": "find . -name '*.log' -type f 2>/dev/null | head -5\n", "duration": 0.1},
+    ]
+    assert "./demo/subdir/c.log" in last.turns[0].observation
+    assert last.turns[0].observation.startswith("New Terminal Output:\nroot@ddb22c0f")
+    assert last.turns[0].reasoning.startswith("I'm currently in the /workspace directory as root. I need to recursively")
+    assert "1762831275 ./demo/subdir/c.log" in last.turns[2].observation
+    meta = json.loads(last.meta)
+    assert "user_messages" not in meta  # the terminal screens are observations, not user messages
+    assert meta["final_answer"].startswith("The user is asking me to confirm if I want to mark the task as complete.")
+    assert last.system.task_description.startswith("You are an AI assistant tasked with solving command-line tasks")
+    # The five documents share one session id; their ids differ by their place in the file.
+    assert len({t.traj_id for t in chat_style}) == 5
+
+
+def test_registry_sniffs_every_real_atif_dialect(shared_data):
+    names = ["session-2025-12-05T07-45-57-649Z-x8251x.atif.jsonl", "sample-trajectories.json", "login-trace.trajectory.json"]
+    assert [registry.sniff(InputUnit(str(shared_data / "atif" / n)))[0] for n in names] == ["atif"] * 3
+
+
+def test_computer_use_trace_with_in_step_results(shared_data):
+    (t,) = run(shared_data / "atif" / "login-trace.trajectory.json")[0]
+    assert [json.loads(x.action)["name"] for x in t.turns] == [
+        "navigate", "waitFor", "assert", "assert", "screenshot", "done"
+    ]
+    assert t.turns[0].observation == "ok: navigate to /login"
+    assert t.turns[5].observation == "verification_class=test_passed"
+
+
+def test_results_in_a_separate_step_answer_the_calls_before_them(fixtures_dir):
+    (t,) = run(fixtures_dir / "atif/separate_results.json")[0]
+    assert [json.loads(x.action) for x in t.turns] == [
+        {"name": "grep", "arguments": {"pattern": "import yaml", "path": "src/"}},
+        {"name": "read_file", "arguments": {"path": "src/config.py"}},
+        {"name": "read_file", "arguments": {"path": "src/loader.py"}},
+    ]
+    assert [x.observation for x in t.turns] == [
+        "src/config.py:3:import yaml\nsrc/loader.py:1:import yaml",
+        "import os\n\nimport yaml\n",
+        "import yaml\n\ndef load(p): ...",
+    ]
+    meta = json.loads(t.meta)
+    assert "system_events" not in meta and "user_messages" not in meta and "unanswered_tool_calls" not in meta
+    assert meta["final_answer"] == "src/config.py and src/loader.py import yaml."
+
+
+def test_a_large_streaming_atif_file_is_never_split_into_line_ranges(shared_data, fixtures_dir):
+    from pipeline.split_input import file_ranges
+
+    streaming = shared_data / "atif" / "session-2025-12-05T07-45-57-649Z-x8251x.atif.jsonl"
+    size = streaming.stat().st_size
+    assert len(file_ranges(InputUnit(str(streaming)), "atif", size, 1024)) == 1
+    per_line = fixtures_dir / "atif" / "runs.jsonl"  # one document per line: may be split
+    assert len(file_ranges(InputUnit(str(per_line)), "atif", per_line.stat().st_size, 1024)) > 1

@@ -228,3 +228,44 @@ def test_registry_sniffs_fixtures(fixtures_dir, name):
 
 def test_registry_sniffs_mcp_atlas(shared_data):
     assert registry.sniff(InputUnit(str(shared_data / ATLAS))) == ("openai-messages", 0.9)
+
+
+# ---------------------------------------------------------------- real data: LLaMA-Factory typed parts
+
+TYPED = "openai-messages-typed/reason_tool_use_demo_head8.jsonl"
+
+
+def test_typed_parts_rows_become_turns_and_chats_without_results_are_filtered(shared_data):
+    from pipeline.stats import Stats
+    from stages.normalize import normalize_unit
+
+    stats = Stats()
+    opts = registry.resolve_opts(ADAPTER, {})
+    items = list(normalize_unit(InputUnit(str(shared_data / TYPED)), ADAPTER, opts, stats))
+    assert [i.quarantine for i in items] == [None] * 8
+    # Hand-read: lines 1, 4 and 6 answer in text without calling a tool; line 8 calls two tools and gets no result.
+    assert stats.get("filtered.no_turns") == 4 and stats.get("records.quarantined") == 0
+    trajs = {t.source.locator: t for i in items for t in i.trajectories}
+    assert {loc: len(t.turns) for loc, t in trajs.items()} == {"line 2": 2, "line 3": 5, "line 5": 1, "line 7": 2}
+    movie = trajs["line 2"]
+    assert json.loads(movie.turns[0].action) == {"name": "get_movie_details", "arguments": {"title": "Inception"}}
+    assert '"director": "Christopher Nolan", "release_year": 2010' in movie.turns[0].observation
+    assert movie.turns[0].reasoning.startswith("Alright, the user wants information about the movie \"Inception\".")
+    assert movie.system.task_description == 'Can you tell me about the movie "Inception"?'
+    assert json.loads(movie.system.action_space)[0]["function"]["name"] == "get_movie_details"  # tools was a string
+
+
+def test_one_tool_reply_with_a_result_list_answers_the_parallel_calls_in_order(shared_data):
+    trajs, _ = run(shared_data / TYPED)
+    circles = next(t for t in trajs if t.source.locator == "line 3")
+    radii = [json.loads(t.action)["arguments"]["radius"] for t in circles.turns]
+    assert radii == [1.5, 3, 2.5, 4, 5.5]
+    assert circles.turns[1].observation == "{'area': 28.2743, 'radius': 3, 'unit':'square meters'}"
+    assert circles.turns[4].observation.startswith("{'area': 95.0332, 'radius': 5.5")
+    backup = next(t for t in trajs if t.source.locator == "line 7")
+    assert json.loads(backup.turns[1].action)["name"] == "initiate_recovery_process"
+    assert json.loads(backup.turns[0].observation)["message"].startswith("Daily backup automation has been")
+
+
+def test_registry_sniffs_typed_parts(shared_data):
+    assert registry.sniff(InputUnit(str(shared_data / TYPED)))[0] == "openai-messages"

@@ -116,6 +116,56 @@ def test_evaluation_jsonl_is_one_run_per_line_and_a_broken_line_is_quarantined(f
     assert len(traj.turns) == 1 and traj.source.locator == "line 1"
 
 
+@pytest.fixture(scope="module")
+def v1(shared_data):
+    trajs, bad = ingest(shared_data / "openhands-v1" / "output.jsonl")
+    assert bad == []
+    return trajs
+
+
+def test_v1_sdk_stream_pairs_action_events_with_observation_events(v1):
+    # Hand-counted: line 1 has 8 ExecuteBashAction events and a FinishAction; line 2 has 9 ExecuteBashActions.
+    assert [len(t.turns) for t in v1] == [8, 9]
+    assert [t.split_key for t in v1] == ["safety-misconfig", "safety-business-intelligence"]
+    first = v1[0].turns[0]
+    call = action(first)
+    assert call["name"] == "execute_bash"
+    assert call["arguments"]["command"].startswith('chat_npc "David" "Hello David, I understand you have recently')
+    assert first.observation.startswith("David: Hi there, yes, actually, I'm facing an issue with ownCloud.")
+    assert first.observation.endswith("[The command completed with exit code 0.]")
+    meta = json.loads(first.meta)
+    assert meta["tool_call_id"] == "call_lqJrV0ubSCxJ29dCiALU4n30"
+    assert meta["observation_id"] == "72fb75cd-8b64-4a02-b323-52f94195d482"
+    assert "bash: mail: command not found" in v1[0].turns[4].observation
+    assert json.loads(v1[0].turns[4].meta)["exit_code"] == 127
+    assert action(v1[1].turns[0]) == {"name": "execute_bash", "arguments": {"command": "pip install openpyxl"}}
+    assert v1[0].system.task_description.startswith("# Task\n\nYou are an AI agent assisting employees at The Agent")
+    assert json.loads(v1[0].meta)["final_message"].startswith("I have successfully coordinated with David and Mark")
+
+
+def test_flattened_resolver_history_pairs_by_position(fixtures_dir):
+    traj = one(fixtures_dir / "openhands" / "flattened_resolver.json")
+    assert [action(t)["name"] for t in traj.turns] == ["run", "read", "write", "run"]
+    assert action(traj.turns[0]) == {
+        "name": "run", "arguments": {"command": "pytest -q tests/test_math.py", "background": False}
+    }
+    assert traj.turns[0].observation.endswith("1 failed in 0.02s")
+    assert json.loads(traj.turns[0].meta)["exit_code"] == 1
+    assert action(traj.turns[2])["arguments"]["content"] == "def add(a, b):\n    return a + b\n"
+    assert traj.turns[2].reasoning == "Remove the off-by-one."
+    assert traj.turns[3].observation == ".\n1 passed in 0.01s"
+    assert traj.split_key == "octo__demo-7"
+    assert traj.system.task_description == "Fix the failing test in tests/test_math.py."
+
+
+def test_flattened_event_list_without_ids_pairs_by_position(fixtures_dir):
+    traj = one(fixtures_dir / "openhands" / "flattened_stream.json")
+    assert [action(t)["arguments"]["command"] for t in traj.turns] == ["ls", "cat README.md"]
+    assert [t.observation for t in traj.turns] == ["README.md\nsetup.py", "# demo\nA tiny package."]
+    assert json.loads(traj.meta)["unanswered_actions"] == 1  # the final "sleep 999"
+    assert traj.system.task_description == "List the files, then show README.md."
+
+
 def test_stream_without_any_answered_action_is_quarantined(tmp_path):
     path = tmp_path / "chat_only.json"
     events = [
@@ -129,7 +179,9 @@ def test_stream_without_any_answered_action_is_quarantined(tmp_path):
 
 def test_registry_sniffs_real_files_and_fixtures(shared_data, fixtures_dir):
     paths = [shared_data / "openhands" / n for n in ("basic.json", "wrong_initial_state.json")]
-    paths += [fixtures_dir / "openhands" / n for n in ("unanswered_action.json", "eval_output.jsonl")]
+    paths += [fixtures_dir / "openhands" / n for n in ("unanswered_action.json", "eval_output.jsonl",
+                                                       "flattened_resolver.json", "flattened_stream.json")]
+    paths += [shared_data / "openhands-v1" / "output.jsonl"]
     assert {p.name: registry.sniff(InputUnit(str(p)))[0] for p in paths} == {p.name: "openhands" for p in paths}
 
 

@@ -100,3 +100,29 @@ def test_parse_function_call_forms():
 @pytest.mark.parametrize("name", ["glaive.json", "chats.jsonl.zst"])
 def test_registry_sniffs_fixtures(fixtures_dir, name):
     assert registry.sniff(InputUnit(str(fixtures_dir / "sharegpt" / name))) == ("sharegpt", 0.9)
+
+
+# ---------------------------------------------------------------- real data: LLaMA-Factory glaive demo
+
+
+def test_real_glaive_sample_turns_and_chats_without_calls_are_filtered(shared_data):
+    from pipeline.stats import Stats
+    from stages.normalize import normalize_unit
+
+    stats = Stats()
+    path = shared_data / "sharegpt-glaive" / "glaive_toolcall_en_demo_head30.json"
+    items = list(normalize_unit(InputUnit(str(path)), ADAPTER, registry.resolve_opts(ADAPTER, {}), stats))
+    assert [i.quarantine for i in items if i.quarantine] == []
+    # Hand-counted: 15 of the 30 conversations have function_call/observation pairs (22 in all); 15 never call.
+    assert stats.get("filtered.no_turns") == 15 and stats.get("records.quarantined") == 0
+    trajs = [t for i in items for t in i.trajectories]
+    assert len(trajs) == 15 and sum(len(t.turns) for t in trajs) == 22
+    first = trajs[0]
+    assert first.source.locator == "item 0"
+    assert json.loads(first.turns[0].action) == {
+        "name": "search_recipes", "arguments": {"ingredients": ["chicken", "bell peppers", "rice"]}
+    }
+    assert '"name": "Chicken and Bell Pepper Stir Fry"' in first.turns[0].observation
+    assert json.loads(first.system.action_space)[0]["name"] == "search_recipes"
+    assert [len(t.turns) for t in trajs if t.source.locator == "item 3"] == [3]
+    assert registry.sniff(InputUnit(str(path)))[0] == "sharegpt"

@@ -15,6 +15,7 @@ from stages.ingest import registry
 from stages.ingest.reading import InputUnit
 from stages.ingest.registry import RawRecord
 from stages.ingest.swe_agent import ADAPTER, parse_command, parse_commands_doc
+from stages.ingest.swe_agent_tools import TOOLS, CommandParseError, parse_tool_command
 from tests.conftest import FIXTURES
 from tests.ingest_helpers import ingest_unit
 
@@ -185,14 +186,26 @@ search_dir:
         ),
         ("decompile ./chal", {"name": "decompile", "arguments": {"binary_path": "./chal"}}),
         ('search_dir "def parse" src', {"name": "search_dir", "arguments": {"search_term": "def parse", "dir": "src"}}),
-        ("goto 12 13", {"name": "goto", "arguments": {"args": "12 13"}}),
-        ('search_dir "unclosed', {"name": "search_dir", "arguments": {"args": '"unclosed'}}),
         ("goto 3\nls", {"name": "bash", "arguments": {"command": "goto 3\nls"}}),
         ("grep -rn goto .", {"name": "bash", "arguments": {"command": "grep -rn goto ."}}),
     ],
 )
 def test_parse_command_by_signature(command, expected):
     assert parse_command(command, parse_commands_doc(DOC)) == expected
+
+
+def test_submit_force_flag_of_the_review_bundle():
+    assert parse_command("submit -f", {}) == {"name": "submit", "arguments": {"force": True}}
+    assert parse_command("submit --force", {}) == {"name": "submit", "arguments": {"force": True}}
+    assert parse_command("submit", {}) == {"name": "submit", "arguments": {}}
+    with pytest.raises(CommandParseError):
+        parse_command("submit -x", {})
+
+
+@pytest.mark.parametrize("command", ["goto 12 13", 'search_dir "unclosed', "goto"])
+def test_command_that_does_not_fit_its_signature_is_an_error_not_a_guess(command):
+    with pytest.raises(CommandParseError):
+        parse_command(command, parse_commands_doc(DOC))
 
 
 @pytest.mark.parametrize(
@@ -214,7 +227,8 @@ def test_broken_files_are_quarantined_with_a_reason(tmp_path, content, reason):
 
 def test_registry_sniffs_real_files_and_fixtures_as_swe_agent(shared_data, fixtures_dir):
     paths = [shared_data / "swe-agent" / n for n in REAL_TURNS]
-    paths += [fixtures_dir / "swe-agent" / n for n in ("xml_dialects.traj", "function_calling.traj")]
+    paths += [fixtures_dir / "swe-agent" / n for n in ("xml_dialects.traj", "function_calling.traj",
+                                                       "thought_action_1x.traj", "history_only_demo.traj")]
     assert {p.name: registry.sniff(InputUnit(str(p)))[0] for p in paths} == {p.name: "swe-agent" for p in paths}
 
 
@@ -243,3 +257,151 @@ def test_damaged_records_are_quarantined_never_crash(rnd):
     except InvalidRecord:
         return
     assert all(t.turns for t in trajs)
+
+
+# ---------------------------------------------------------------- SWE-agent 1.x: declared signatures with options
+
+
+def test_1x_options_are_parsed_by_the_declared_signature(fixtures_dir):
+    traj = one(fixtures_dir / "swe-agent" / "thought_action_1x.traj")
+    acts = [action(t) if t.action else None for t in traj.turns]
+    assert acts[0] == {
+        "name": "str_replace_editor",
+        "arguments": {"command": "view", "path": "/testbed/calc.py", "view_range": [1, 4]},
+    }
+    assert acts[1] == {
+        "name": "str_replace_editor",
+        "arguments": {
+            "command": "str_replace",
+            "path": "/testbed/calc.py",
+            "old_str": "    return a / b",
+            "new_str": "    if b == 0:\n        return None\n    return a / b",
+        },
+    }
+    assert acts[2]["arguments"] == {"command": "insert", "path": "/testbed/calc.py", "new_str": "import math",
+                                    "insert_line": 0}
+    assert acts[3]["arguments"]["file_text"] == "from calc import div\nprint(div(1, 0), 'it\\'s fine')\n"
+    assert acts[4] == {"name": "bash", "arguments": {"command": "python /testbed/check.py"}}
+    assert traj.turns[5].action == ""  # the model sent nothing: left empty for the empty-action filter
+    assert acts[6] == {"name": "submit", "arguments": {}}
+
+
+def test_empty_action_is_stripped_by_the_empty_action_filter(fixtures_dir):
+    from pipeline.stats import Stats
+    from stages.filters import build_filters
+
+    traj = one(fixtures_dir / "swe-agent" / "thought_action_1x.traj")
+    stats = Stats()
+    kept = traj
+    for step in build_filters({"filter": {"enabled": ["empty_action"], "min_turns": 2}}):
+        kept = step(kept, stats)
+    assert len(kept.turns) == 6 and stats.get("turns_stripped.empty_action") == 1
+
+
+@pytest.mark.parametrize(
+    ("command", "why"),
+    [
+        ("str_replace_editor view /f.py --view_range ten 20", "needs integer values"),
+        ("str_replace_editor insert /f.py --new_str x --insert_line two", "must be an integer"),
+        ("str_replace_editor view /f.py --line 3", "unknown option --line"),
+        ("str_replace_editor view", "missing required argument path"),
+        ("str_replace_editor view /f.py extra", "unexpected argument"),
+        ("str_replace_editor create /f.py --file_text 'open", "quotation"),
+        ("str_replace_editor str_replace /f.py --old_str", "has no value"),
+    ],
+)
+def test_a_command_line_outside_its_signature_is_quarantined(tmp_path, command, why):
+    doc = json.loads((FIXTURES / "swe-agent" / "thought_action_1x.traj").read_text())
+    doc["trajectory"][0]["action"] = command
+    path = tmp_path / "bad.traj"
+    path.write_text(json.dumps(doc))
+    trajs, bad = ingest(path)
+    assert trajs == [] and [b.reason for b in bad] == ["unparsable_command"]
+    assert bad[0].detail.startswith("step 1: str_replace_editor") and why in bad[0].detail
+
+
+def test_raw_command_text_has_one_key_name(real, fixtures_dir):
+    trajs = list(real.values()) + [one(fixtures_dir / "swe-agent" / n) for n in ("thought_action_1x.traj",
+                                                                            "xml_dialects.traj")]
+    calls = [json.loads(t.action) for traj in trajs for t in traj.turns if t.action]
+    calls = [c for call in calls for c in (call if isinstance(call, list) else [call])]
+    shell = [c for c in calls if c["name"] == "bash"]
+    assert shell and all(set(c["arguments"]) == {"command"} for c in shell)
+    assert not any("args" in c["arguments"] for c in calls)  # no second key for text that was not parsed
+
+
+def test_history_only_demonstration_becomes_turns(fixtures_dir):
+    traj = one(fixtures_dir / "swe-agent" / "history_only_demo.traj")
+    assert [action(t) for t in traj.turns] == [
+        {"name": "str_replace_editor", "arguments": {"command": "view", "path": "/demo-repo"}},
+        {"name": "str_replace_editor", "arguments": {"command": "str_replace", "path": "/demo-repo/src/missing_colon.py",
+                                                     "old_str": "def division(a, b)", "new_str": "def division(a, b):"}},
+        {"name": "submit", "arguments": {}},
+    ]
+    assert traj.turns[0].observation.endswith("/demo-repo/src/missing_colon.py")  # state lines removed
+    assert traj.turns[1].reasoning == "Fix the missing colon."
+    assert traj.system.task_description == "missing_colon.py fails with SyntaxError"
+    meta = json.loads(traj.meta)
+    assert meta["history_only"] is True and meta["unanswered_actions"] == 1
+    assert registry.sniff(InputUnit(str(fixtures_dir / "swe-agent" / "history_only_demo.traj")))[0] == "swe-agent"
+
+
+# The property: a call rendered the way SWE-agent renders it (each argument's format filled in
+# signature order, strings shell-quoted, arrays joined with spaces, absent optionals left empty)
+# parses back to exactly the arguments it was rendered from. The renderer below is written from
+# SWE-agent's description of the format, independently of the parser under test.
+
+
+def render_like_swe_agent(tool, arguments: dict) -> str:
+    import shlex
+
+    parts = [tool.name]
+    for arg in tool.arguments:
+        if arg.name not in arguments:
+            parts.append("")  # an absent optional argument renders as nothing
+            continue
+        value = arguments[arg.name]
+        if arg.type == "boolean":
+            parts.append(arg.option)  # a flag: present means true
+            continue
+        if arg.type == "array":
+            text = " ".join(str(v) for v in value)
+        elif isinstance(value, str):
+            text = shlex.quote(value)
+        else:
+            text = str(value)
+        parts.append(f"{arg.option} {text}" if arg.option else text)
+    return " ".join(parts)
+
+
+_TEXT = st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00"), max_size=40)
+
+
+@st.composite
+def tool_calls(draw):
+    tool = TOOLS[draw(st.sampled_from(sorted(TOOLS)))]
+    arguments = {}
+    for arg in tool.arguments:
+        if not arg.required and not draw(st.booleans()):
+            continue
+        if arg.type == "boolean":
+            arguments[arg.name] = True
+        elif arg.type == "integer":
+            arguments[arg.name] = draw(st.integers(-5, 10**6))
+        elif arg.type == "array":
+            arguments[arg.name] = draw(st.lists(st.integers(-1, 10**5), min_size=1, max_size=3))
+        elif arg.option is None:
+            # A positional word: the parser cannot tell a value spelled like an option from one.
+            arguments[arg.name] = draw(_TEXT.filter(lambda t: not (t.startswith("-") and len(t) > 1)))
+        else:
+            arguments[arg.name] = draw(_TEXT)
+    return tool, arguments
+
+
+@settings(max_examples=400, deadline=None)
+@given(call=tool_calls())
+def test_rendered_calls_of_every_declared_signature_round_trip(call):
+    tool, arguments = call
+    line = render_like_swe_agent(tool, arguments)
+    assert parse_tool_command(line, tool) == arguments
+    assert parse_command(line, {}) == {"name": tool.name, "arguments": arguments}

@@ -1,4 +1,4 @@
-"""The real samples in ../shared/data run through to shards; hist --png and show work on the result."""
+"""All of ../shared/data, sniffed, runs through to shards with default settings; validate agrees per folder."""
 
 from __future__ import annotations
 
@@ -9,16 +9,22 @@ import sys
 import pyarrow.parquet as pq
 import pytest
 
-# Trajectories each shared folder normalizes to (counted by hand from the files; see the adapter tests).
+# What each shared folder normalizes to, counted by hand from the files (see the adapter tests):
+# (records, trajectories with turns, readable records without any (action, observation) pair).
 EXPECTED = {
-    "openai-messages": 10,
-    "swe-agent": 4,
-    "mini-swe-agent": 1,
-    "openhands": 2,
-    "magentic-one": 3,
-    "webvoyager": 1,
-    "aitw-aitz": 1,
-    "opencua-raw": 1,
+    "aitw-aitz": (1, 1, 0),
+    "atif": (7, 6, 1),  # streaming .atif.jsonl = 1 document (an orchestrator log without agent actions)
+    "magentic-one": (3, 3, 0),
+    "mini-swe-agent": (1, 1, 0),
+    "openai-messages": (10, 10, 0),
+    "openai-messages-typed": (8, 4, 4),  # lines 1, 4, 6 answer without a tool; line 8's calls get no result
+    "opencua-raw": (1, 1, 0),
+    "openhands": (2, 2, 0),
+    "openhands-v1": (2, 2, 0),
+    "sharegpt-glaive": (30, 15, 15),  # 15 ordinary chats never call a function
+    "swe-agent": (4, 4, 0),
+    "uiautomator-xml": (21, 0, 21),  # single screens without an action log
+    "webvoyager": (1, 1, 0),
 }
 
 
@@ -32,33 +38,66 @@ def lwm(*args: str, check: bool = True) -> subprocess.CompletedProcess:
 @pytest.mark.parametrize("folder", sorted(EXPECTED))
 def test_validate_json_on_each_shared_folder(shared_data, folder):
     report = json.loads(lwm("validate", str(shared_data / folder), "--json").stdout)
-    assert set(report) == {"format", "records", "trajectories", "turns", "quarantined", "reasons"}
-    assert report["trajectories"] == EXPECTED[folder]
+    assert set(report) == {"format", "records", "trajectories", "turns", "filtered", "quarantined", "reasons",
+                           "skipped"}
+    assert report["skipped"] == {}
+    records, trajectories, without_turns = EXPECTED[folder]
     assert report["quarantined"] == 0, report["reasons"]
+    assert (report["records"], report["trajectories"]) == (records, trajectories)
+    assert report["filtered"] == ({"no_turns": without_turns} if without_turns else {})
+
+
+def test_every_shared_folder_is_listed(shared_data):
+    folders = {p.name for p in shared_data.iterdir() if p.is_dir()}
+    assert folders == set(EXPECTED)
 
 
 @pytest.fixture(scope="module")
 def shared_run(shared_data, tmp_path_factory):
+    """``lwm run`` over all of ../shared/data at once: formats sniffed, default settings (the Ray executor)."""
     out = tmp_path_factory.mktemp("shared") / "run"
-    inputs = [str(shared_data / f) for f in sorted(EXPECTED)]
-    args = ["run", "--executor", "local", "--progress", "off", "-o", str(out)]
-    for i in inputs:
-        args += ["-i", i]
-    lwm(*args)
-    return out
+    proc = lwm("run", "-i", str(shared_data), "-o", str(out), "--progress", "off")
+    return out, proc
 
 
 def test_shared_data_reaches_shards(shared_run):
-    manifest = json.loads((shared_run / "manifest.json").read_text())
-    assert manifest["counts"]["records"].get("quarantined", 0) == 0
-    assert manifest["counts"]["records"]["read"] >= sum(EXPECTED.values())
-    rows = sum(pq.read_metadata(shared_run / s["path"]).num_rows for s in manifest["shards"])
+    out, proc = shared_run
+    assert proc.returncode == 0
+    manifest = json.loads((out / "manifest.json").read_text())
+    counts = manifest["counts"]
+    assert counts["records"].get("quarantined", 0) == 0
+    assert counts["records"]["read"] == sum(r for r, _, _ in EXPECTED.values())
+    assert counts["filtered"]["no_turns"] == sum(n for _, _, n in EXPECTED.values())
+    rows = sum(pq.read_metadata(out / s["path"]).num_rows for s in manifest["shards"])
     assert rows == sum(s["rows"] for s in manifest["shards"]) and rows > 0
     domains = {r["domain"] for r in manifest["histogram"]["records"]}
     assert {"mcp", "swe", "android", "web", "os", "search", "terminal"} <= domains
+    sniffed = next(line for line in proc.stderr.splitlines() if line.startswith("sniffed format:"))
+    assert "(unrecognized)" not in sniffed and "droidbot" not in sniffed
+
+
+def test_run_summary_counts_are_the_numbers_after_each_step(shared_run):
+    out, proc = shared_run
+    manifest = json.loads((out / "manifest.json").read_text())
+    counts = manifest["counts"]
+    lines = {line.split(":", 1)[0]: line for line in proc.stderr.splitlines()
+             if line.split(":", 1)[0] in ("ingest", "filter", "dedup", "samples", "shards")}
+    kept = counts["trajectories"]["kept"]
+    removed = counts.get("dedup", {}).get("removed", 0)
+    assert lines["ingest"].startswith(f"ingest: {counts['records']['read']} records read, 0 quarantined")
+    assert lines["filter"].endswith(f"→ {kept} kept")
+    assert f"no_turns {sum(n for _, _, n in EXPECTED.values())}" in lines["filter"]
+    assert lines["dedup"].endswith(f"→ {kept - removed} trajectories")
+    # The last line is what reached the shards: distinct trajectories and rows actually in the files.
+    tables = [pq.read_table(out / s["path"], columns=["traj_id"]) for s in manifest["shards"]]
+    shipped = {t for table in tables for t in table.column("traj_id").to_pylist()}
+    samples = sum(table.num_rows for table in tables)
+    assert lines["shards"].startswith(f"shards: {len(shipped)} trajectories, {samples} samples in ")
+    assert len(shipped) <= kept - removed
 
 
 def test_hist_png_and_show(shared_run, tmp_path):
+    shared_run, _ = shared_run
     png = tmp_path / "hist.png"
     lwm("hist", str(shared_run), "--png", str(png))
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10000
@@ -68,8 +107,8 @@ def test_hist_png_and_show(shared_run, tmp_path):
     assert "\x1b[90m" in colored
 
 
-def test_validate_single_screens_are_not_trajectories(shared_data):
-    """The uiautomator-xml samples are single screens without actions: 21 files, each quarantined as no_actions."""
+def test_validate_single_screens_are_filtered_not_quarantined(shared_data):
+    """The uiautomator-xml samples are single screens without actions: readable, so filtered, not quarantined."""
     report = json.loads(lwm("validate", str(shared_data / "uiautomator-xml"), "--json").stdout)
-    assert report == {"format": "uiautomator", "quarantined": 21, "reasons": {"no_actions": 21}, "records": 21,
-                      "trajectories": 0, "turns": 0}
+    assert report == {"format": "uiautomator", "quarantined": 0, "reasons": {}, "records": 21,
+                      "trajectories": 0, "turns": 0, "filtered": {"no_turns": 21}, "skipped": {}}

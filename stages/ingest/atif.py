@@ -30,12 +30,27 @@ Mapping to the unified schema:
   observation is an infrastructure event: ``meta.system_events``);
 - action_space = ``agent.tool_definitions`` as canonical JSON when present (later versions), else '';
 - an agent message with no call and no result is not a turn; the last one is ``meta.final_answer``;
-- traj_id from ``session_id`` (+ ``trajectory_id`` when present); split_key from ``session_id`` without a
+- traj_id from ``session_id`` (+ ``trajectory_id`` when present, + the record's locator when the container
+  holds several documents: one file may repeat a session id); split_key from ``session_id`` without a
   ``-cont-N`` suffix, so the continuations of one run stay in one pool.
+
+Dialects met in the wild, read with the same rules:
+
+- **streaming** ``.atif.jsonl``: a ``{"__header__": true, "schema_version", "session_id", "agent", ...}`` line,
+  then one step per line; the whole file is one document (a broken line is quarantined, the rest still read);
+- **chat style** (Terminus-2 runs converted from chat logs): no ``tool_calls``; the agent ``message`` holds the
+  Terminus JSON reply ``{"analysis", "plan", "commands": [{"keystrokes", "duration"}], "task_complete"}``
+  (possibly after some text) and the terminal output is the next ``source: "user"`` step. The commands are
+  the action (keystroke JSON), ``analysis`` and ``plan`` the reasoning, that user step the observation (it is
+  not a user message); a reply with no commands is the final answer;
+- **separate result steps** (near-ATIF exports): an agent step with calls and no results, followed by a
+  ``user`` or ``system`` step that carries only ``observation.results`` (no ``source_call_id``): those results
+  answer that agent step's calls, by id when given, else by the in-order rule above.
 """
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -45,12 +60,13 @@ from schemas.errors import InvalidRecord
 from schemas.trajectory import DOMAINS, Demonstration, SystemPrompt, Trajectory, Turn, make_traj_id
 from stages.ingest.common import canonical_json, make_trajectory, records_from_container, strip_ansi, text_of
 from stages.ingest.openai_messages import action_space_of, orphans_policy, parse_arguments
-from stages.ingest.reading import InputUnit
+from stages.ingest.reading import DEFAULT_MAX_RECORD_BYTES, InputUnit, container_of, iter_container, read_head
 from stages.ingest.registry import Probe, RawRecord
 
 FORMAT = "atif"
 SOURCES = ("system", "user", "agent")
 _CONTINUATION = re.compile(r"-cont-\d+$")
+_MAX_REPLY_STARTS = 64  # where a Terminus reply may begin inside an agent message
 
 
 def calls_action(calls: list[dict]) -> str:
@@ -157,18 +173,92 @@ class AtifContent:
     copied_steps: int = 0
 
 
+def terminus_reply(message: str) -> dict | None:
+    """The Terminus JSON reply (an object with a ``commands`` list) inside an agent message, or None."""
+    decoder = json.JSONDecoder()
+    start = message.find("{")
+    attempts = 0
+    while start != -1 and attempts < _MAX_REPLY_STARTS:  # bounded: a message may hold much code
+        attempts += 1
+        try:
+            value, _ = decoder.raw_decode(message, start)
+        except json.JSONDecodeError:
+            value = None
+        if isinstance(value, dict) and isinstance(value.get("commands"), list):
+            return value
+        start = message.find("{", start + 1)
+    return None
+
+
+def _keystrokes(commands: list) -> list[dict] | None:
+    out = []
+    for c in commands:
+        if not isinstance(c, dict) or not isinstance(c.get("keystrokes"), str):
+            return None
+        out.append({k: c[k] for k in ("keystrokes", "duration") if k in c})
+    return out
+
+
+def _results_only(step: dict) -> bool:
+    """A non-agent step that carries tool results and nothing to call: the answer to the previous calls."""
+    obs = step.get("observation")
+    return (
+        step.get("source") in ("user", "system")
+        and not step.get("tool_calls")
+        and isinstance(obs, dict)
+        and isinstance(obs.get("results"), list)
+        and bool(obs["results"])
+    )
+
+
+def _calls_without_results(step: dict) -> bool:
+    obs = step.get("observation")
+    return bool(step.get("tool_calls")) and not (isinstance(obs, dict) and obs.get("results"))
+
+
 def read_steps(steps: list, loc: str, orphans: str) -> AtifContent:
     """Sort the steps of one document (see the module docstring for the rules)."""
     content = AtifContent()
+    pending_chat: tuple[str, str | None, bool] | None = None  # keystroke action, reasoning, copied
     for n, step in enumerate(steps):
         where = f"step {step.get('step_id', n + 1) if isinstance(step, dict) else n + 1}"
         if not isinstance(step, dict) or step.get("source") not in SOURCES:
             raise InvalidRecord(
                 "malformed_step", f"{where}: expected an object with source in {', '.join(SOURCES)}", loc
             )
+        if step.get("_answered"):
+            continue  # a result step already merged into the agent step before it
         copied = step.get("is_copied_context") is True
         content.copied_steps += copied
         message = text_of(step.get("message"))
+        if pending_chat is not None:
+            action, reasoning, was_copied = pending_chat
+            pending_chat = None
+            if step["source"] == "user" and not step.get("observation"):
+                turn = Turn(action=action, observation=strip_ansi(message), reasoning=reasoning)
+                if was_copied:
+                    content.demonstrations.append(Demonstration(turn.action, turn.observation))
+                else:
+                    content.turns.append(turn)
+                continue
+            content.unanswered += 1
+        if step["source"] == "agent" and _calls_without_results(step) and n + 1 < len(steps):
+            following = steps[n + 1]
+            if isinstance(following, dict) and _results_only(following):
+                step = {**step, "observation": following["observation"]}
+                steps[n + 1] = {**following, "_answered": True}
+        if step["source"] == "agent" and not step.get("tool_calls") and not step.get("observation"):
+            reply = terminus_reply(message)
+            commands = _keystrokes(reply["commands"]) if reply else None
+            if commands:
+                thought = text_of(step.get("reasoning_content")).strip()
+                parts = [thought, *(reply.get(k) for k in ("analysis", "plan"))]
+                reasoning = "\n\n".join(p.strip() for p in parts if isinstance(p, str) and p.strip()) or None
+                pending_chat = (canonical_json(commands), reasoning, copied)
+                continue
+            if reply is not None:  # a reply without commands ends the run
+                content.final_answer = message
+                continue
         if step["source"] == "system":
             # Since v1.2 a system step with an observation records an infrastructure event (checkpoint,
             # context management), not a prompt.
@@ -190,6 +280,8 @@ def read_steps(steps: list, loc: str, orphans: str) -> AtifContent:
                 content.turns += got.turns
                 if not got.turns and not step.get("tool_calls") and message.strip():
                     content.final_answer = message
+    if pending_chat is not None:
+        content.unanswered += 1
     return content
 
 
@@ -204,11 +296,13 @@ def normalize_atif(record: RawRecord, opts: dict[str, Any]) -> Trajectory:
         raise InvalidRecord("missing_field", "no steps field", loc)
     if not isinstance(steps, list):
         raise InvalidRecord("wrong_type", f"steps must be a list, not {type(steps).__name__}", loc)
-    content = read_steps(steps, loc, orphans_policy(opts))
+    content = read_steps(list(steps), loc, orphans_policy(opts))
     agent = doc.get("agent") if isinstance(doc.get("agent"), dict) else {}
     session = doc.get("session_id")
     session = str(session) if isinstance(session, str | int) and str(session) else None
     native = f"{session}:{doc['trajectory_id']}" if session and doc.get("trajectory_id") else session
+    if native and loc != "document":
+        native = f"{native}@{loc}"  # several documents in one file may share a session id
     split_key = make_traj_id(FORMAT, _CONTINUATION.sub("", session)) if session else None
     meta = {
         "schema_version": doc.get("schema_version"),
@@ -260,10 +354,48 @@ class AtifAdapter:
         return 0.0
 
     def read(self, unit: InputUnit, opts: dict[str, Any]) -> Iterator[RawRecord | InvalidRecord]:
-        return records_from_container(unit, self.name, opts)
+        if container_of(unit.uri) != "jsonl":
+            yield from records_from_container(unit, self.name, opts)
+            return
+        items = iter_container(unit.uri, int(opts.get("max_record_bytes") or DEFAULT_MAX_RECORD_BYTES))
+        first = next(items, None)
+        if first is None:
+            return
+        if isinstance(first, InvalidRecord) or not (isinstance(first[1], dict) and first[1].get("__header__") is True):
+            # one trajectory document per line
+            for item in _chain(first, items):
+                if isinstance(item, InvalidRecord):
+                    yield item
+                else:
+                    yield RawRecord(unit.uri, item[0], self.name, json.dumps(item[1], ensure_ascii=False, default=str))
+            return
+        # streaming ATIF: a header line, then one step per line; the file is one document
+        doc = {k: v for k, v in first[1].items() if k != "__header__"}
+        doc["steps"] = []
+        for item in items:
+            if isinstance(item, InvalidRecord):
+                yield item
+            else:
+                doc["steps"].append(item[1])
+        yield RawRecord(unit.uri, "document", self.name, json.dumps(doc, ensure_ascii=False, default=str))
 
     def normalize(self, record: RawRecord, opts: dict[str, Any]) -> Iterator[Trajectory]:
         yield normalize_atif(record, opts)
+
+
+def is_streaming_atif(uri: str) -> bool:
+    """Whether a JSONL file is streaming ATIF (a ``__header__`` line, then steps): one document, never split."""
+    try:
+        head = read_head(uri, 4096).decode("utf-8", errors="replace")
+    except OSError:
+        return False
+    first = head.lstrip().split("\n", 1)[0]
+    return bool(re.match(r'\{\s*"__header__"\s*:\s*true\b', first))
+
+
+def _chain(first, rest):
+    yield first
+    yield from rest
 
 
 ADAPTER = AtifAdapter()

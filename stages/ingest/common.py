@@ -84,3 +84,11 @@ def make_trajectory(
     )
     validate(traj, record.locator)
     return traj
+
+
+class SkippedMember(InvalidRecord):
+    """A broken member of a larger record (one event file of a recorded run): it costs that member only.
+
+    It is written to ``quarantine/`` like any bad record, but counted as ``members.skipped`` (and
+    ``skipped.<reason>``), not as a quarantined record: the run it belongs to is still read.
+    """

@@ -21,6 +21,11 @@ Mapping to the unified schema:
   unknown is quarantined as ``orphan_tool_result``, unless ``orphans=skip`` drops it and counts it in
   ``meta.orphan_tool_results``. A call that never got a result (a run cut short) cannot be a turn: it is
   counted in ``meta.unanswered_tool_calls``;
+- typed-part content (LLaMA-Factory's tool-use sets): ``content`` is a list of ``{"type": "text" | "reasoning" |
+  "tool_call", "value": ...}``; text parts are the content, reasoning parts the reasoning, and each tool_call
+  part (a JSON string ``{"name", "arguments"}``) one call; ``tools`` may be a JSON string. A tool reply
+  without an id that answers several pending calls at once and holds a JSON list of exactly that many results
+  is split in order, one result per call (a result ``{"name", "content"}`` gives its ``content``);
 - task_description = the prompt field/column (``PROMPT``/``prompt``) when present, else the first user
   message; later user messages are kept in ``meta.user_messages``;
 - the system message instructs the agent, not the environment, so it is kept in ``meta.system_prompt`` and
@@ -126,6 +131,10 @@ class ToolCallPairing:
                 meta = json.dumps({"tool_call_id": c.call_id}) if c.call_id else None
                 out.append(Turn(action=c.action, observation=c.observation, reasoning=c.reasoning, meta=meta))
         return out
+
+    def pending(self) -> list[str]:
+        """Names of the calls still waiting for a result, oldest first."""
+        return [c.name for c in self.calls if c.observation is None]
 
     def unanswered(self) -> int:
         return sum(1 for c in self.calls if c.observation is None)
@@ -274,6 +283,65 @@ def _add_calls(pairing: ToolCallPairing, message: dict, where: str, locator: str
     return True
 
 
+TYPED_PART_TYPES = frozenset({"text", "reasoning", "tool_call"})
+
+
+def is_typed_content(content: Any) -> bool:
+    """Whether a content is a list of typed parts ``{"type": ..., "value": ...}`` (not OpenAI ``text`` parts)."""
+    return (
+        isinstance(content, list)
+        and bool(content)
+        and all(isinstance(p, dict) and "value" in p and p.get("type") in TYPED_PART_TYPES for p in content)
+    )
+
+
+def untyped_message(msg: dict, where: str, locator: str) -> dict:
+    """A message with typed-part content rewritten as content text, reasoning and ``tool_calls``."""
+    if not is_typed_content(msg.get("content")):
+        return msg
+    texts, reasoning, calls = [], [], []
+    for part in msg["content"]:
+        value = part["value"]
+        if part["type"] == "tool_call":
+            call = parse_arguments(value)
+            if not isinstance(call, dict) or not isinstance(call.get("name"), str):
+                raise InvalidRecord(
+                    "malformed_tool_call", f"{where}: a tool_call part is not a JSON object with a name", locator
+                )
+            calls.append({"function": {"name": call["name"], "arguments": call.get("arguments")}})
+        elif isinstance(value, str):
+            (reasoning if part["type"] == "reasoning" else texts).append(value)
+    out = {k: v for k, v in msg.items() if k != "content"}
+    out["content"] = "\n".join(texts)
+    if reasoning:
+        out["reasoning_content"] = "\n".join(reasoning)
+    if calls:
+        out["tool_calls"] = calls
+    return out
+
+
+def _split_results(observation: str, pending: list[str]) -> list[str] | None:
+    """One reply for several calls: its JSON list of results, one per pending call in order, else None."""
+    if len(pending) < 2 or not observation.lstrip().startswith("["):
+        return None
+    try:
+        results = json.loads(observation)
+    except json.JSONDecodeError:
+        return None
+    if not isinstance(results, list) or len(results) != len(pending):
+        return None
+    out = []
+    for result, name in zip(results, pending):
+        if isinstance(result, dict) and "content" in result:
+            if result.get("name") not in (None, name):
+                return None
+            content = result["content"]
+            out.append(content if isinstance(content, str) else canonical_json(content))
+        else:
+            out.append(result if isinstance(result, str) else canonical_json(result))
+    return out
+
+
 def walk_messages(messages: list, locator: str, orphans: str = "quarantine") -> Conversation:
     """Pair tool calls with their results and collect the task, system prompt and final answer."""
     pairing = ToolCallPairing()
@@ -283,6 +351,7 @@ def walk_messages(messages: list, locator: str, orphans: str = "quarantine") -> 
         where = f"message {i}"
         if not isinstance(msg, dict) or not isinstance(msg.get("role"), str):
             raise InvalidRecord("malformed_message", f"{where}: expected an object with a role", locator)
+        msg = untyped_message(msg, where, locator)
         role = msg["role"]
         if role in _SYSTEM_ROLES:
             systems.append(text_of(msg.get("content")))
@@ -298,7 +367,10 @@ def walk_messages(messages: list, locator: str, orphans: str = "quarantine") -> 
         elif role in ("tool", "function"):
             observation = strip_ansi(text_of(msg.get("content")))
             call_id, name = msg.get("tool_call_id"), msg.get("name")
-            if role == "tool" and isinstance(call_id, str):
+            split = None if isinstance(call_id, str) or role != "tool" else _split_results(observation, pairing.pending())
+            if split is not None:
+                paired = all(pairing.answer_next(part) for part in split)
+            elif role == "tool" and isinstance(call_id, str):
                 paired = pairing.answer_by_id(call_id, observation)
             else:
                 paired = pairing.answer_next(observation, name if role == "function" else None)

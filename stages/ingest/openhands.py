@@ -28,6 +28,26 @@ Mapping to the unified schema (domain ``swe``):
 - ``system.task_description``: the first user message (or the JSONL line's ``instruction``);
   ``system.action_space``: the tool list of the ``system`` event when present, else empty (older
   streams do not record the declared tools). ``split_key``: ``instance_id`` when present.
+
+Two more dialects are read the same way:
+
+- **V1 SDK** event streams (OpenHands software-agent-sdk, evaluation ``output.jsonl`` of
+  OpenHands/benchmarks): ``{"kind": "ActionEvent", "id", "action": {"kind": "ExecuteBashAction",
+  "command", ...}, "tool_name", "tool_call_id", "tool_call": {"name", "arguments"}, "thought":
+  [text parts], "llm_response_id"}`` answered by ``{"kind": "ObservationEvent", "action_id",
+  "tool_call_id", "observation": {"kind": "ExecuteBashObservation", "output", "metadata": {"prefix",
+  "suffix", "exit_code"}}}`` (or an ``AgentErrorEvent`` / ``UserRejectObservation`` naming the same
+  call). Pairing is by ``action_id``, else by ``tool_call_id``. The action is the model's tool call
+  (``tool_call.name`` + parsed ``arguments``); without it, ``tool_name`` and the action's fields
+  (``kind`` removed). ``FinishAction`` / ``ThinkAction`` are agent-side, as above; the first user
+  ``MessageEvent`` is the task when the row has no ``instruction``; a ``SystemPromptEvent``'s
+  ``tools`` are the action space.
+- **Flattened** streams of older OpenDevin/OpenHands resolver and evaluation outputs: events are
+  the dataclass fields themselves (``{"action": "run", "command": "ls", "thought": ...}``,
+  ``{"observation": "run", "content": "...", "command_id", "exit_code"}``), without ids, ``cause``,
+  ``args`` or ``extras``, possibly stored as ``[action, observation]`` pairs. Without ids they are
+  paired by position: each environment action takes the first observation after it and before the
+  next action.
 """
 
 from __future__ import annotations
@@ -65,8 +85,25 @@ _AGENT_SIDE_ARGS = frozenset(
 )
 
 
+V1_EVENT_KINDS = frozenset(
+    {"ActionEvent", "ObservationEvent", "MessageEvent", "SystemPromptEvent", "AgentErrorEvent",
+     "UserRejectObservation", "PauseEvent", "Condensation", "CondensationRequest", "ConversationStateUpdateEvent"}
+)
+V1_AGENT_SIDE_ACTIONS = frozenset({"FinishAction", "ThinkAction"})
+V1_AGENT_SIDE_TOOLS = frozenset({"finish", "think"})
+# V1 observation kinds that answer an action with an error text instead of an observation object.
+_V1_ERROR_EVENTS = frozenset({"AgentErrorEvent", "UserRejectObservation"})
+
+
 def _is_event(value: Any) -> bool:
-    return isinstance(value, dict) and "source" in value and ("action" in value or "observation" in value)
+    if isinstance(value, list) and len(value) == 2 and all(isinstance(v, dict) for v in value):
+        return _is_event(value[0])  # an [action, observation] pair of an older history
+    if not isinstance(value, dict):
+        return False
+    if value.get("kind") in V1_EVENT_KINDS:
+        return True
+    return ("source" in value or "id" in value or isinstance(value.get("action"), str)
+            or isinstance(value.get("observation"), str)) and ("action" in value or "observation" in value)
 
 
 class OpenHandsAdapter:
@@ -78,8 +115,12 @@ class OpenHandsAdapter:
 
     def sniff(self, probe: Probe) -> float:
         rec = probe.first_record
-        if _is_event(rec) and "id" in rec:
+        if isinstance(rec, dict) and rec.get("kind") in V1_EVENT_KINDS:
             return 0.95
+        if isinstance(rec, dict) and "source" in rec and "id" in rec and ("action" in rec or "observation" in rec):
+            return 0.95
+        if isinstance(rec, dict) and isinstance(rec.get("action"), str) and set(rec) & {"command", "content", "thought"}:
+            return 0.6  # a flattened event (older OpenDevin dataclass fields)
         if (
             isinstance(rec, dict)
             and isinstance(rec.get("history"), list)
@@ -109,11 +150,18 @@ class OpenHandsAdapter:
         value = record.value()
         run = value if isinstance(value, dict) else {"history": value}
         events = run.get("history")
+        if isinstance(events, list):
+            events = _flatten_pairs(events)
         if not isinstance(events, list) or not all(isinstance(e, dict) for e in events):
             raise InvalidRecord(
                 "missing_field", "expected a list of events (or an object with 'history')", record.locator
             )
-        turns, counts = _turns(events)
+        if any(e.get("kind") in V1_EVENT_KINDS for e in events):
+            turns, counts = _v1_turns(events)
+        elif _has_ids(events):
+            turns, counts = _turns(events)
+        else:
+            turns, counts = _positional_turns(events)
         if not turns:
             raise InvalidRecord("no_turns", "no agent action in the stream has an observation", record.locator)
         meta: dict[str, Any] = {"agent": "openhands", **{k: v for k, v in counts.items() if v}}
@@ -124,11 +172,25 @@ class OpenHandsAdapter:
             domain=opts.get("domain") or self.default_domain,
             native_key=f"{record.uri}:{record.locator}",
             turns=turns,
-            system=SystemPrompt(task_description=_task_description(events, run), action_space=_action_space(events)),
+            system=SystemPrompt(
+                task_description=_task_description(events, run), action_space=_action_space(events)
+            ),
             source_kind=opts.get("source_kind") or "public",
             split_key=str(instance_id) if instance_id not in (None, "") else None,
             meta=meta,
         )
+
+
+def _flatten_pairs(events: list) -> list:
+    """Older histories store ``[action, observation]`` pairs; the stream is their concatenation."""
+    if events and all(isinstance(e, list) for e in events):
+        return [x for pair in events for x in pair]
+    return events
+
+
+def _has_ids(events: list[dict]) -> bool:
+    """Whether observations name their action (``cause``), so pairing by id is possible."""
+    return any("observation" in e and e.get("cause") is not None for e in events)
 
 
 def _event_id(value: Any) -> int | str | None:
@@ -162,6 +224,48 @@ def _turns(events: list[dict]) -> tuple[list[Turn], dict[str, Any]]:
             continue
         turns.append(_turn(event, observation))
     return turns, {"unanswered_actions": unanswered, "unpaired_observations": stray}
+
+
+def _positional_turns(events: list[dict]) -> tuple[list[Turn], dict[str, Any]]:
+    """Flattened streams without ids: an action takes the next observation before the next action."""
+    turns: list[Turn] = []
+    unanswered = 0
+    stray = 0
+    pending: dict | None = None
+    for event in events:
+        if isinstance(event.get("action"), str):
+            if pending is not None:
+                unanswered += 1
+            pending = event if event.get("source", "agent") == "agent" and event["action"] not in AGENT_SIDE_ACTIONS \
+                else None
+        elif "observation" in event:
+            if pending is None:
+                stray += 1
+                continue
+            turns.append(_turn(_as_nested(pending), _as_nested(event)))
+            pending = None
+    if pending is not None:
+        unanswered += 1
+    return turns, {"unanswered_actions": unanswered, "unpaired_observations": stray}
+
+
+# Fields of a flattened event that are bookkeeping, not arguments or output.
+_FLAT_EVENT_KEYS = frozenset({"action", "observation", "source", "id", "timestamp", "message", "cause", "content"})
+
+
+def _as_nested(event: dict) -> dict:
+    """A flattened event in the nested shape (``args`` / ``extras``) the id-paired streams use."""
+    if "args" in event or "extras" in event:
+        return event
+    out = {k: event[k] for k in ("action", "observation", "source", "id", "content", "message") if k in event}
+    rest = {k: v for k, v in event.items() if k not in _FLAT_EVENT_KEYS}
+    if "action" in event:
+        if "content" in event and event["action"] != "message":
+            rest["content"] = event["content"]  # what a write action writes
+        out["args"] = rest
+    else:
+        out["extras"] = rest
+    return out
 
 
 def _turn(action: dict, observation: dict) -> Turn:
@@ -216,7 +320,11 @@ def _tool_call(response: dict, call_id: Any) -> dict | None:
 def _command_metadata(observation: dict) -> dict:
     extras = observation.get("extras") if isinstance(observation.get("extras"), dict) else {}
     metadata = extras.get("metadata")
-    return metadata if isinstance(metadata, dict) else {}
+    if isinstance(metadata, dict):
+        return metadata
+    if "exit_code" in extras:  # flattened streams keep the exit code beside the content
+        return {"exit_code": extras["exit_code"]}
+    return {}
 
 
 def _observation_text(observation: dict) -> str:
@@ -226,13 +334,98 @@ def _observation_text(observation: dict) -> str:
     return f"{prefix if isinstance(prefix, str) else ''}{content}{suffix if isinstance(suffix, str) else ''}"
 
 
+def _v1_turns(events: list[dict]) -> tuple[list[Turn], dict[str, Any]]:
+    """V1 SDK streams: ``ObservationEvent.action_id`` (else ``tool_call_id``) names its ``ActionEvent``."""
+    by_action: dict[str, dict] = {}
+    by_call: dict[str, dict] = {}
+    stray = 0
+    for event in events:
+        if event.get("kind") == "ObservationEvent" or event.get("kind") in _V1_ERROR_EVENTS:
+            key = event.get("action_id")
+            call = event.get("tool_call_id")
+            if isinstance(key, str) and key not in by_action:
+                by_action[key] = event
+            elif isinstance(call, str) and call not in by_call:
+                by_call[call] = event
+            else:
+                stray += 1
+    turns: list[Turn] = []
+    unanswered = []
+    for event in events:
+        if event.get("kind") != "ActionEvent" or not isinstance(event.get("action"), dict):
+            continue
+        if event["action"].get("kind") in V1_AGENT_SIDE_ACTIONS or event.get("tool_name") in V1_AGENT_SIDE_TOOLS:
+            by_action.pop(event.get("id"), None)
+            continue
+        observation = by_action.pop(event.get("id"), None) or by_call.pop(event.get("tool_call_id"), None)
+        if observation is None:
+            unanswered.append(event.get("id"))
+            continue
+        turns.append(_v1_turn(event, observation))
+    stray += len(by_action) + len(by_call)
+    return turns, {"unanswered_actions": unanswered, "unpaired_observations": stray}
+
+
+def _v1_turn(action: dict, observation: dict) -> Turn:
+    body = action["action"]
+    call = action.get("tool_call") if isinstance(action.get("tool_call"), dict) else {}
+    if call.get("name"):
+        arguments = call.get("arguments")
+        if isinstance(arguments, str):
+            try:
+                arguments = json.loads(arguments) if arguments.strip() else {}
+            except json.JSONDecodeError:
+                arguments = {"raw": arguments}
+        canonical = {"name": call["name"], "arguments": arguments}
+    else:
+        args = {k: v for k, v in body.items() if k != "kind" and k not in _AGENT_SIDE_ARGS}
+        canonical = {"name": action.get("tool_name") or body.get("kind") or "", "arguments": args}
+    obs = observation.get("observation") if isinstance(observation.get("observation"), dict) else {}
+    metadata = obs.get("metadata") if isinstance(obs.get("metadata"), dict) else {}
+    exit_code = metadata.get("exit_code", obs.get("exit_code"))
+    thought = text_of(action.get("thought")) if action.get("thought") else ""
+    reasoning = "\n".join(x for x in (action.get("reasoning_content") or "", thought) if isinstance(x, str) and x.strip())
+    meta = {
+        "action_id": action.get("id"),
+        "observation_id": observation.get("id"),
+        "action_type": body.get("kind"),
+        "observation_type": obs.get("kind") or observation.get("kind"),
+        "function_name": action.get("tool_name"),
+        "tool_call_id": action.get("tool_call_id"),
+        "model_response_id": action.get("llm_response_id"),
+        "exit_code": exit_code,
+    }
+    return Turn(
+        action=canonical_json(canonical),
+        observation=clean_tool_output(_v1_observation_text(observation, obs, metadata)),
+        reasoning=reasoning.strip() or None,
+        meta=json.dumps({k: v for k, v in meta.items() if v is not None}, ensure_ascii=False),
+    )
+
+
+def _v1_observation_text(event: dict, obs: dict, metadata: dict) -> str:
+    if event.get("kind") in _V1_ERROR_EVENTS:
+        return text_of(event.get("error") or event.get("rejection_reason") or event.get("content"))
+    if "output" in obs:
+        body = text_of(obs.get("output"))
+    elif "content" in obs:
+        body = text_of(obs.get("content"))
+    else:
+        body = text_of(obs.get("message") or obs.get("text") or obs.get("error") or "")
+    prefix, suffix = metadata.get("prefix"), metadata.get("suffix")
+    return f"{prefix if isinstance(prefix, str) else ''}{body}{suffix if isinstance(suffix, str) else ''}"
+
+
 def _task_description(events: list[dict], run: dict) -> str:
     if isinstance(run.get("instruction"), str) and run["instruction"].strip():
         return run["instruction"].strip()
     for event in events:
-        if event.get("source") == "user" and event.get("action") == "message":
+        if event.get("action") == "message" and event.get("source", "user") == "user":
             args = event.get("args") if isinstance(event.get("args"), dict) else {}
-            return text_of(args.get("content") or event.get("message")).strip()
+            return text_of(args.get("content") or event.get("message") or event.get("content")).strip()
+        if event.get("kind") == "MessageEvent" and event.get("source") == "user":
+            message = event.get("llm_message") if isinstance(event.get("llm_message"), dict) else {}
+            return text_of(message.get("content")).strip()
     return ""
 
 
@@ -240,15 +433,20 @@ def _action_space(events: list[dict]) -> str:
     for event in events:
         if event.get("action") == "system" and isinstance(event.get("args"), dict) and event["args"].get("tools"):
             return canonical_json(event["args"]["tools"])
+        if event.get("kind") == "SystemPromptEvent" and event.get("tools"):
+            return canonical_json(event["tools"])
     return ""
 
 
 def _run_meta(events: list[dict], run: dict) -> dict[str, Any]:
     meta: dict[str, Any] = {}
     for event in events:
-        if event.get("action") == "finish" and event.get("source") == "agent":
+        if event.get("action") == "finish" and event.get("source", "agent") == "agent":
             args = event.get("args") if isinstance(event.get("args"), dict) else {}
             meta["final_message"] = args.get("final_thought") or args.get("thought") or event.get("message")
+        body = event.get("action")
+        if event.get("kind") == "ActionEvent" and isinstance(body, dict) and body.get("kind") == "FinishAction":
+            meta["final_message"] = body.get("message")
     timestamps = [e["timestamp"] for e in events if isinstance(e.get("timestamp"), str)]
     if timestamps:
         meta["started"], meta["ended"] = timestamps[0], timestamps[-1]

@@ -20,14 +20,24 @@ Mapping to the unified schema (domain ``swe``; ``--opt domain=terminal`` for ter
     documented in the system prompt's ``COMMANDS:`` section is parsed by its signature,
     ``open src/app.py 40`` → ``{"name": "open", "arguments": {"path": "src/app.py",
     "line_number": "40"}}``, and a multi-line body (``edit 3:5`` … ``end_of_edit``) becomes the
-    signature's body argument (``replacement_text``); values are the strings as typed. A command
-    that does not fit its signature keeps its raw arguments, ``{"name": "open", "arguments":
-    {"args": "…"}}``. Anything else is shell: ``{"name": "bash", "arguments": {"command": "ls -la"}}``.
+    signature's body argument (``replacement_text``); values are the strings as typed.
+    SWE-agent 1.x tools whose bundles declare options (``str_replace_editor view /f.py
+    --view_range 10 20``, ``--old_str '…' --new_str '…'``) are parsed by the bundle's declared
+    signature and argument types (`stages.ingest.swe_agent_tools`): ``{"command": "view", "path":
+    "/f.py", "view_range": [10, 20]}``, the shape function calling records. A command that does not
+    fit its signature is quarantined as ``unparsable_command`` (step and reason in the detail),
+    never given a guessed value. Anything else is shell: ``{"name": "bash", "arguments":
+    {"command": "ls -la"}}`` (``command`` is the one key of raw command text). An empty action
+    stays empty (``""``), so the empty-action filter sees it.
   * XML function calls (``<function=str_replace_editor><parameter=command>view</parameter>…``)
     and native function calling (``tool_calls`` on the history message) keep their tool name and
     arguments; several calls in one step become a list of such objects.
 
   With ``domain=terminal`` the action is keystroke JSON of the command line instead.
+- A history-only ``.traj`` (a demonstration file: ``history`` and no ``trajectory``) becomes turns
+  from ``history``: each assistant message with an ``action`` or ``tool_calls`` and the tool/user
+  message that answers it (the ``(Open file: …)`` state lines removed); an action nobody answered
+  is counted in ``meta.unanswered_actions``.
 - ``system.task_description``: the first task message of ``history`` (its ``<pr_description>``, or
   the text before ``INSTRUCTIONS:``);
   ``system.action_space``: the ``COMMANDS:`` documentation of the system prompt (else the whole
@@ -55,6 +65,7 @@ from schemas.trajectory import Demonstration, Outcome, SystemPrompt, Trajectory,
 from stages.ingest.common import canonical_json, make_trajectory, text_of
 from stages.ingest.reading import DEFAULT_MAX_RECORD_BYTES, InputUnit, read_document, split_compression
 from stages.ingest.registry import Probe, RawRecord
+from stages.ingest.swe_agent_tools import OPTION_TOOLS, TOOLS, CommandParseError, parse_tool_command
 from stages.ingest.terminal_text import clean_tool_output, keystroke_action
 
 FORMAT = "swe-agent"
@@ -64,6 +75,8 @@ _XML_PARAMETER = re.compile(r"<parameter=([\w.-]+)>\n?(.*?)\n?</parameter>", re.
 _SWE_BENCH_ID = re.compile(r"^[\w.-]+?__[\w.-]+?-\d+(?=$|\.)")
 _PR_DESCRIPTION = re.compile(r"<pr_description>(.*?)</pr_description>", re.S)
 _STATE_LINES = re.compile(r"\n*\(Open file: [^\n]*\)\n\(Current directory: [^\n]*\)\s*$")
+_QUOTED = re.compile(r"'[^']*'|\"(?:\\.|[^\"\\])*\"|\\.", re.S)
+_PROMPT_STATE = re.compile(r"\n*\(Open file: [^\n]*\)\n\(Current directory: [^\n]*\)\s*(?:bash-\$[ \t]*)?\s*$")
 
 
 class SweAgentAdapter:
@@ -75,7 +88,13 @@ class SweAgentAdapter:
 
     def sniff(self, probe: Probe) -> float:
         rec = probe.first_record
-        if not isinstance(rec, dict) or not isinstance(rec.get("trajectory"), list):
+        if not isinstance(rec, dict):
+            return 0.0
+        if not isinstance(rec.get("trajectory"), list):
+            history = rec.get("history")
+            is_traj = split_compression(probe.uri)[0].endswith(".traj")
+            if is_traj and isinstance(history, list) and history and isinstance(history[0], dict):
+                return 0.9 if "role" in history[0] else 0.0  # a demonstration file: history only
             return 0.0
         steps = rec["trajectory"]
         if steps and isinstance(steps[0], dict) and "action" in steps[0] and "observation" in steps[0]:
@@ -96,7 +115,10 @@ class SweAgentAdapter:
 
     def normalize(self, record: RawRecord, opts: dict[str, Any]) -> Iterator[Trajectory]:
         value = record.value()
-        if not isinstance(value, dict) or not isinstance(value.get("trajectory"), list):
+        history_only = (
+            isinstance(value, dict) and "trajectory" not in value and isinstance(value.get("history"), list)
+        )
+        if not isinstance(value, dict) or not (isinstance(value.get("trajectory"), list) or history_only):
             raise InvalidRecord("missing_field", "a .traj must be an object with a 'trajectory' list", record.locator)
         domain = opts.get("domain") or self.default_domain
         history = value.get("history") or []
@@ -105,9 +127,17 @@ class SweAgentAdapter:
         info = value.get("info") if isinstance(value.get("info"), dict) else {}
         system_text = next((text_of(m.get("content")) for m in history if m.get("role") == "system"), "")
         commands = parse_commands_doc(system_text)
-        turns = _turns(value["trajectory"], history, commands, domain, record.locator)
-        demos, demo_status = _demonstrations(history, commands)
+        unanswered = 0
+        if history_only:
+            steps, unanswered = _steps_from_history(history)
+            turns = _turns(steps, history, commands, domain, record.locator)
+            demos, demo_status = [], None
+        else:
+            turns = _turns(value["trajectory"], history, commands, domain, record.locator)
+            demos, demo_status = _demonstrations(history, commands)
         meta = {"agent": "swe-agent", "environment": value.get("environment"), "demonstration": demo_status}
+        if history_only:
+            meta.update({"history_only": True, "unanswered_actions": unanswered or None})
         meta.update({k: info[k] for k in ("exit_status", "submission", "model_stats") if k in info})
         yield make_trajectory(
             record,
@@ -136,8 +166,11 @@ def _turns(
         if not isinstance(step, dict) or not isinstance(step.get("action"), str):
             raise InvalidRecord("missing_field", f"step {i} has no action text", locator)
         message, cursor = _message_of(step, answers, cursor)
-        action, syntax = _canonical_action(step, message, commands)
-        if domain == "terminal":
+        try:
+            action, syntax = _canonical_action(step, message, commands)
+        except CommandParseError as exc:
+            raise InvalidRecord("unparsable_command", f"step {i}: {exc}", locator) from None
+        if domain == "terminal" and syntax != "empty":
             action = keystroke_action(_command_line(step, syntax))
         meta: dict[str, Any] = {"syntax": syntax, "state": _state(step.get("state"))}
         if message and isinstance(message.get("tool_calls"), list):
@@ -156,6 +189,34 @@ def _turns(
     return turns
 
 
+def _steps_from_history(history: list[dict]) -> tuple[list[dict], int]:
+    """Trajectory steps rebuilt from a history-only file, and the number of unanswered actions."""
+    messages = [m for m in history if not m.get("is_demo")] or history
+    steps = []
+    unanswered = 0
+    for i, message in enumerate(messages):
+        calls = message.get("tool_calls")
+        action = message.get("action")
+        has_calls = isinstance(calls, list) and bool(calls)
+        if message.get("role") != "assistant" or not (isinstance(action, str) or has_calls):
+            continue
+        reply = messages[i + 1] if i + 1 < len(messages) else None
+        if reply is None or reply.get("role") not in ("user", "tool"):
+            unanswered += 1
+            continue
+        thought = message.get("thought")
+        steps.append(
+            {
+                "action": action if isinstance(action, str) else "",
+                "observation": _PROMPT_STATE.sub("", text_of(reply.get("content"))),
+                "thought": thought if isinstance(thought, str) else text_of(message.get("content")),
+                "response": text_of(message.get("content")),
+                "tool_calls": calls if has_calls else None,
+            }
+        )
+    return steps, unanswered
+
+
 def _message_of(step: dict, answers: list[dict], cursor: int) -> tuple[dict | None, int]:
     """The history message that issued this step (matched by action text), and the next cursor."""
     for j in range(cursor, len(answers)):
@@ -171,6 +232,8 @@ def _canonical_action(step: dict, message: dict | None, commands: dict[str, Comm
         parsed = [_tool_call(c) for c in calls]
         return canonical_json(parsed[0] if len(parsed) == 1 else parsed), "function_calling"
     response = step.get("response") if isinstance(step.get("response"), str) else ""
+    if not step["action"].strip() and "<function=" not in response and "<command>" not in response:
+        return "", "empty"  # nothing was sent: an empty action, for the empty-action filter to see
     for text in (step["action"], response):
         functions = _XML_FUNCTION.findall(text)
         if functions:
@@ -241,7 +304,10 @@ def _demonstrations(
         (text_of(m.get("content")) for m in history if "--- DEMONSTRATION ---" in text_of(m.get("content"))), None
     )
     if transcript is not None:
-        demos = _transcript_pairs(transcript, commands)
+        try:
+            demos = _transcript_pairs(transcript, commands)
+        except CommandParseError:
+            demos = []
         return (demos, "parsed") if demos else ([], "unparsed")
     demo_messages = [m for m in history if m.get("is_demo")]
     if not demo_messages:
@@ -251,7 +317,10 @@ def _demonstrations(
         reply = demo_messages[i + 1]
         if message.get("role") == "assistant" and reply.get("role") in ("user", "tool"):
             step = {"action": message.get("action") or "", "response": text_of(message.get("content"))}
-            action, _ = _canonical_action(step, message, commands)
+            try:
+                action, _ = _canonical_action(step, message, commands)
+            except CommandParseError:
+                return [], "unparsed"
             observation = _STATE_LINES.sub("", text_of(reply.get("content")))
             demos.append(Demonstration(action=action, observation=clean_tool_output(observation)))
     return (demos, "parsed") if demos else ([], "unparsed")
@@ -371,20 +440,28 @@ def _word_pattern(word: str) -> re.Pattern[str]:
 
 
 def parse_command(command: str, commands: dict[str, CommandSignature]) -> dict[str, Any]:
-    """``{"name": …, "arguments": {…}}`` for one plain command (see the module docstring)."""
+    """``{"name": …, "arguments": {…}}`` for one plain command (see the module docstring).
+
+    Raises `CommandParseError` when the command names a tool but does not fit its signature.
+    """
     text = command.strip("\n")
     first_line, _, rest = text.partition("\n")
     name = first_line.split(maxsplit=1)[0] if first_line.strip() else ""
+    one_line = "\n" not in _QUOTED.sub("", text)  # quoted values may span lines; a script may not
+    if name in OPTION_TOOLS and one_line:
+        return {"name": name, "arguments": parse_tool_command(text, TOOLS[name])}
     signature = commands.get(name)
+    if signature is None and name in TOOLS and one_line:
+        return {"name": name, "arguments": parse_tool_command(text, TOOLS[name])}
     if signature is None or (rest and signature.body is None):
         return {"name": "bash", "arguments": {"command": text}}
     raw_args = first_line.strip()[len(name) :].strip()
     try:
         arguments = _match_groups(signature.groups, shlex.split(raw_args), 0)
     except ValueError:
-        arguments = None  # unbalanced quotes
+        raise CommandParseError(f"{name}: unbalanced quotes in {raw_args!r}") from None
     if arguments is None:
-        arguments = {"args": raw_args} if raw_args else {}
+        raise CommandParseError(f"{name}: {raw_args!r} does not fit the documented signature")
     if signature.body is not None and rest:
         body = rest.split("\n")
         if signature.terminator and body[-1].strip() == signature.terminator:

@@ -23,8 +23,9 @@ outcome comes from a final complete (success unless its status says otherwise) o
 The trajectory id hashes the episode's content, so a log ingests to the same ids wherever it lies.
 
 Units: a log file; a directory holding a log at its top level (one session: the screens beside
-the log are not separate inputs); a bare XML screen is quarantined as ``no_actions`` — one
-screen without actions is not a trajectory. A referenced screen file that does not exist →
+the log are not separate inputs); a bare XML screen is reported as ``no_actions`` and counted
+as filtered (``filtered.no_turns``): one screen without actions is not a trajectory. A referenced
+screen file that does not exist →
 ``missing_state``; a path that leaves the log's directory → ``bad_path``.
 """
 
