@@ -16,6 +16,7 @@ from schemas.trajectory import Trajectory
 from stages.ingest.reading import InputUnit
 from stages.ingest.registry import Adapter, RawRecord
 from stages.redact import redact_text
+from stages.uri_credentials import strip_uri_credentials
 
 
 @dataclass
@@ -30,7 +31,7 @@ class Normalized:
 def quarantine_row(err: InvalidRecord, uri: str, fmt: str, stage: str = "normalize") -> dict[str, Any]:
     # The detail may quote input text (a bad field value): it is redacted like everything past raw/.
     return {
-        "uri": redact_text(err.uri or uri)[0],
+        "uri": redact_text(strip_uri_credentials(err.uri or uri))[0],
         "locator": err.locator or "",
         "format": fmt,
         "stage": stage,
