@@ -6,6 +6,7 @@ exists with the same spec hash is skipped, so re-running the same command resume
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import posixpath
@@ -165,6 +166,13 @@ def run_pipeline(cfg: dict[str, Any], echo: Echo = _stderr, executor: Executor |
     executor = executor or make_executor(cfg)
     try:
         return _run(cfg, fs, root, executor, echo)
+    except OSError as exc:
+        if exc.errno != errno.ENOSPC:
+            raise
+        raise ConfigError(
+            f"no space left on device writing {cfg['run']['out']}; free space and run the same command again "
+            "(finished tasks are kept)"
+        ) from None
     finally:
         if own_executor:
             executor.close()
