@@ -18,7 +18,7 @@ from typing import Any
 
 from pipeline.config_schema import check_config
 from schemas.errors import ConfigError
-from stages.uri_credentials import strip_uri_credentials
+from stages.uri_credentials import recorded_uri
 
 DEFAULTS: dict[str, Any] = {
     "run": {
@@ -132,7 +132,7 @@ def output_config(cfg: dict[str, Any]) -> dict[str, Any]:
     # Input URIs are recorded (manifest) and hashed without their credentials: a new password is the same input.
     for section, key in (("run", "input"), ("dedup", "decontaminate")):
         if key in out.get(section, {}):
-            out[section][key] = [strip_uri_credentials(u) if isinstance(u, str) else u for u in out[section][key]]
+            out[section][key] = [recorded_uri(u) if isinstance(u, str) else u for u in out[section][key]]
     return out
 
 

@@ -37,7 +37,7 @@ from pipeline.outputs import out_fs, write_json_atomic
 from schemas.errors import InvalidRecord
 from stages.ingest.reading import DEFAULT_MAX_RECORD_BYTES, InputUnit, container_of, filesystem, split_compression
 from stages.ingest.registry import RawRecord
-from stages.uri_credentials import strip_uri_credentials
+from stages.uri_credentials import recorded_uri
 
 DEFAULT_SPLIT_BYTES = 64 * 1024 * 1024
 DEFAULT_GROUP_BYTES = 8 * 1024 * 1024
@@ -317,7 +317,7 @@ def run_scan_task(task: dict[str, Any]) -> dict[str, Any]:
             last = chunk[-1:]
     except (EOFError, zstandard.ZstdError) as exc:
         error = f"{type(exc).__name__}: {exc}"  # the file is then read whole, where errors are quarantined
-    public_uri = strip_uri_credentials(task["uri"])
+    public_uri = recorded_uri(task["uri"])
     result = {
         "task_id": task["task_id"], "stage": "scan", "uri": public_uri, "newlines": newlines, "length": length,
         "ends_with_newline": last == b"\n", "error": error, "spec_hash": task["spec_hash"], "rows": 0,

@@ -3,7 +3,7 @@
 An input is opened with the URI as given — fsspec hands ``https://user:pass@host/…``, a pre-signed
 ``?X-Amz-Signature=…`` or an Azure ``?sig=…`` on to its backend — but every URI written to an output
 (manifest inputs and config, task markers, ``source.uri`` of trajectories, raw and quarantine rows) is
-this form, so no credential outlives the read::
+this form (`recorded_uri`: also redacted like any text), so no credential outlives the read::
 
     https://deploy:hunter2@example.com/logs/a.jsonl?X-Amz-Signature=ab12&part=1
     → https://example.com/logs/a.jsonl?part=1
@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import re
 from urllib.parse import unquote_plus
+
+from stages.redact import redact_text
 
 # A query parameter whose name says it carries a credential (case-insensitive, anywhere in the name):
 # signatures of pre-signed S3/GCS/Azure URLs, tokens, keys, passwords, session and client secrets.
@@ -44,6 +46,11 @@ def _strip_link(uri: str) -> str:
 
 def _param_name(pair: str) -> str:
     return unquote_plus(pair.partition("=")[0])
+
+
+def recorded_uri(uri: str) -> str:
+    """The form of `uri` written to outputs: credentials stripped, and any secret in its path redacted."""
+    return redact_text(strip_uri_credentials(uri))[0]
 
 
 def strip_uri_credentials(uri: str) -> str:
