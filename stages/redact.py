@@ -333,10 +333,13 @@ def _scan_wrapped(text: str, counts: Counter) -> str:
     return _WRAPPED.sub(sub, text)
 
 
+_USER_PASSWORD = re.compile(rb"[\x21-\x7e]{1,256}:[\x20-\x7e]{1,512}")
+
+
 def _docker_auth(value: str) -> bool:
-    """A Docker ``config.json`` ``auth`` value is base64 of ``user:password``."""
+    """A Docker ``config.json`` ``auth`` value is base64 of printable ``user:password``."""
     try:
-        return b":" in base64.b64decode(value, validate=True)
+        return _USER_PASSWORD.fullmatch(base64.b64decode(value, validate=True)) is not None
     except (binascii.Error, ValueError):
         return False
 
@@ -462,7 +465,7 @@ _RULES: list[SecretRule] = [
     ),
     SecretRule(
         "netrc",
-        re.compile(r"\bmachine[ \t]+\S+(?:\s+(?:login|account|port)[ \t]+\S+)*\s+password[ \t]+(?P<v>\S+)"),
+        re.compile(r"\bmachine[ \t]+\S+\s+login[ \t]+\S+(?:\s+(?:account|port)[ \t]+\S+)*\s+password[ \t]+(?P<v>\S+)"),
         _value("v", "password", _keep_plain("v")),
     ),
     SecretRule(
