@@ -148,9 +148,12 @@ def run_cmd(config_path: str | None, dry_run: bool, **kw: Any) -> None:
 @handle_errors
 def validate_cmd(paths: tuple[str, ...], format: str | None, domain: str | None, opts, as_json: bool) -> None:
     """Check inputs against an adapter without writing anything."""
+    from pipeline.config_schema import check_adapter_options
     from pipeline.validate import validate_inputs
 
-    report = validate_inputs(list(paths), format, domain, parse_opt(opts), echo=None if as_json else click.echo)
+    adapter_opts = parse_opt(opts)
+    check_adapter_options(adapter_opts)
+    report = validate_inputs(list(paths), format, domain, adapter_opts, echo=None if as_json else click.echo)
     if as_json:
         click.echo(json.dumps(report, sort_keys=True))
 

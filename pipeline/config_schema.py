@@ -215,16 +215,27 @@ def _key(loc: tuple[Any, ...]) -> tuple[tuple[str, ...], str]:
     return parts, flag
 
 
+def _first_error(exc: ValidationError, prefix: tuple[str, ...] = ()) -> ConfigError:
+    error = exc.errors(include_url=False)[0]
+    parts, flag = _key((*prefix, *error["loc"]))
+    where = ".".join(parts) + (f" ({flag})" if flag else "")
+    if error["type"] in ("extra_forbidden", "missing"):
+        return ConfigError(f"{_describe(error)} {'.'.join(parts)!r}")
+    return ConfigError(f"{where}: {_describe(error)}, not {error.get('input')!r}")
+
+
 def check_config(cfg: dict[str, Any]) -> None:
     """Raise one `ConfigError` line for the first value of `cfg` that breaks the schema."""
     try:
         RunConfig.model_validate(cfg)
     except ValidationError as exc:
-        error = exc.errors(include_url=False)[0]
-        parts, flag = _key(error["loc"])
-        where = ".".join(parts) + (f" ({flag})" if flag else "")
-        if error["type"] in ("extra_forbidden", "missing"):
-            raise ConfigError(f"{_describe(error)} {'.'.join(parts)!r}") from None
-        value = error.get("input")
-        raise ConfigError(f"{where}: {_describe(error)}, not {value!r}") from None
+        raise _first_error(exc) from None
+
+
+def check_adapter_options(opts: dict[str, Any]) -> None:
+    """The `--opt` values of `lwm validate`, checked as `ingest.options` of a run would be."""
+    try:
+        AdapterOptions.model_validate(opts)
+    except ValidationError as exc:
+        raise _first_error(exc, ("ingest", "options")) from None
 

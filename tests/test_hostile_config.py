@@ -195,3 +195,11 @@ def test_a_read_only_export_target_is_one_line(corpus, tmp_path):
         if os.geteuid() == 0:
             subprocess.run(["umount", str(target)], capture_output=True)
 
+
+
+def test_validate_checks_adapter_options_as_run_does(tmp_path):
+    src = tmp_path / "a.jsonl"
+    src.write_text('{"traj_id": "a", "domain": "mcp", "turns": []}\n')
+    status, stderr = _invoke(["validate", str(src), "--opt", "max_record_bytes=abc"])
+    assert status == 2
+    assert _one_error_line(stderr) == "ingest.options.max_record_bytes (--opt): must be an integer, not 'abc'"
