@@ -23,6 +23,9 @@ scans per text and no rule regex at all):
 - command-line passwords: ``--password X``, ``--password=X``, ``--api-key X`` …; ``-pSECRET`` only
   after ``mysql``/``mariadb`` tools and ``-p``/``-a`` after ``sshpass``/``redis-cli`` (a bare ``-p``
   is a port, a path or a parent flag far more often than a password); ``curl -u user:PASS``;
+- credential files: ``.netrc`` entries (``machine H login U password PASS``), ``.pgpass`` lines
+  (``host:port:db:user:PASS``), Docker ``config.json`` ``"auth": "<base64 of user:pass>"`` (``docker_auth``);
+- a provider token (``ghp_…``, ``AKIA…``, ``eyJ…`` …) that a terminal wrapped over two lines;
 - assignments ``KEY=…``, ``export KEY=…``, ``KEY: …``, ``"key": "…"`` whose key names a secret
   (secret, password, passwd, passphrase, token, api_key/apikey, access_key, secret_key, private_key,
   credential, auth_key, client_secret): ``aws_secret_key``, ``azure_client_secret``, ``password``,
