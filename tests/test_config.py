@@ -121,3 +121,20 @@ def test_recorded_config_drops_input_credentials_and_the_hash_ignores_them():
     assert output_config(a)["run"]["input"] == ["https://example.com/a.jsonl"]
     assert config_hash(a) == config_hash(b)
     assert a["run"]["input"] == ["https://bob:pw1@example.com/a.jsonl"]  # the run itself still reads with them
+
+
+def test_schema_literals_follow_the_trajectory_schema():
+    from typing import get_args
+
+    from pipeline.config_schema import Domain, SourceKind
+    from schemas.trajectory import DOMAINS, SOURCE_KINDS
+    from stages.filters import FILTER_ORDER
+    from stages.tokenizer import ENGINES
+
+    assert set(get_args(Domain)) == {"", *DOMAINS}
+    assert set(get_args(SourceKind)) == set(SOURCE_KINDS)
+    assert set(FILTER_ORDER) >= set(DEFAULTS["filter"]["enabled"])
+    for engine in ENGINES:
+        assert resolve(overrides={"tokenizer": {"engine": engine}})["tokenizer"]["engine"] == engine
+    with pytest.raises(ConfigError, match=r"^tokenizer\.engine"):
+        resolve(overrides={"tokenizer": {"engine": "sentencepiece"}})
