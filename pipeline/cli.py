@@ -6,6 +6,7 @@ the traceback instead.
 
 from __future__ import annotations
 
+import errno
 import functools
 import json
 import sys
@@ -17,13 +18,28 @@ from pipeline.config import load_config_file, parse_opt, resolve
 from schemas.errors import ConfigError
 
 
-def _fail(msg: str) -> None:
-    click.echo(f"lwm: error: {msg}", err=True)
-    sys.exit(2)
+def os_error_line(exc: OSError) -> str:
+    """One line for an operating-system error: what failed, on which path, and what to do for a full disk."""
+    what = exc.strerror or str(exc) or type(exc).__name__
+    paths = [str(p) for p in (exc.filename, getattr(exc, "filename2", None)) if p is not None]
+    line = f"{what}: {' → '.join(paths)}" if paths else what
+    if exc.errno == errno.ENOSPC:
+        line += " (free space and run the same command again: finished tasks are kept)"
+    return line
+
+
+def error_line(exc: BaseException) -> tuple[str, int]:
+    """The one line and exit status for an error that ends a command (2: input, config or environment; 1: a bug)."""
+    if isinstance(exc, ConfigError):
+        return str(exc), 2
+    if isinstance(exc, OSError):
+        return os_error_line(exc), 2
+    text = " ".join(str(exc).split())[:500]
+    return f"internal error: {type(exc).__name__}: {text} (run with --debug for the traceback)", 1
 
 
 def handle_errors(fn):
-    """Turn expected errors into one line; `--debug` (on the group) re-raises for a traceback."""
+    """Turn every error into one line; `--debug` (on the group) re-raises for a traceback."""
 
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
@@ -31,10 +47,14 @@ def handle_errors(fn):
         debug = (ctx.find_root().params or {}).get("debug", False)
         try:
             return fn(*args, **kwargs)
-        except (ConfigError, FileNotFoundError, PermissionError) as exc:
+        except (click.ClickException, click.exceptions.Exit, click.Abort):
+            raise  # usage errors and exits are click's own, already one line
+        except Exception as exc:
             if debug:
                 raise
-            _fail(str(exc) if isinstance(exc, ConfigError) else f"{exc.strerror}: {exc.filename}")
+            line, status = error_line(exc)
+            click.echo(f"lwm: error: {line}", err=True)
+            sys.exit(status)
 
     return wrapper
 
@@ -68,8 +88,9 @@ def _run_overrides(**kw: Any) -> dict[str, Any]:
     if kw.get("keep_mode"):
         out["masking"] = {"keep_mode": kw["keep_mode"]}
     if kw.get("sft_turns") is not None:
-        value = kw["sft_turns"]
-        out["pools"] = {"sft_turns": value if value == "all" else int(value)}
+        value = kw["sft_turns"].strip()
+        # a number becomes an int; anything else stays text for the schema to name (pools.sft_turns)
+        out["pools"] = {"sft_turns": int(value) if value.lstrip("-").isdigit() else value}
     if kw.get("redact_emails"):
         out["redact"] = {"emails": True}
     llm = {name: kw[key] for key, name in (("llm_endpoint", "endpoint"), ("llm_model", "model"),
@@ -144,9 +165,12 @@ def run_cmd(config_path: str | None, dry_run: bool, **kw: Any) -> None:
 @handle_errors
 def validate_cmd(paths: tuple[str, ...], format: str | None, domain: str | None, opts, as_json: bool) -> None:
     """Check inputs against an adapter without writing anything."""
+    from pipeline.config_schema import check_adapter_options
     from pipeline.validate import validate_inputs
 
-    report = validate_inputs(list(paths), format, domain, parse_opt(opts), echo=None if as_json else click.echo)
+    adapter_opts = parse_opt(opts)
+    check_adapter_options(adapter_opts)
+    report = validate_inputs(list(paths), format, domain, adapter_opts, echo=None if as_json else click.echo)
     if as_json:
         click.echo(json.dumps(report, sort_keys=True))
 

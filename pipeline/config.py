@@ -3,6 +3,9 @@
 Every CLI flag has a config key (``--max-quarantine-rate`` is ``run.max_quarantine_rate``). The
 resolved config is printed by ``--dry-run`` and stored in the manifest with its hash; the part
 that shapes the output bytes (everything but where and how the run executes) is hashed.
+
+The whole resolved config is checked against one typed schema (`pipeline.config_schema`): a value of
+the wrong type or out of range is one `ConfigError` line naming its key (and its flag, if it has one).
 """
 
 from __future__ import annotations
@@ -13,7 +16,9 @@ import json
 import tomllib
 from typing import Any
 
+from pipeline.config_schema import check_config
 from schemas.errors import ConfigError
+from stages.uri_credentials import recorded_uri
 
 DEFAULTS: dict[str, Any] = {
     "run": {
@@ -92,7 +97,7 @@ def _merge(base: dict[str, Any], override: dict[str, Any], path: tuple[str, ...]
     out = copy.deepcopy(base)
     for key, value in override.items():
         here = (*path, key)
-        if key not in base and path not in FREE_FORM and path[:1] != ("ingest",):
+        if key not in base and path not in FREE_FORM:
             where = ".".join(here)
             raise ConfigError(f"unknown config key {where!r}")
         if isinstance(value, dict) and isinstance(base.get(key), dict) and here not in FREE_FORM:
@@ -120,36 +125,12 @@ def resolve(file_config: dict[str, Any] | None = None, overrides: dict[str, Any]
     llm = [part.pop("llm") for part in (file_config, overrides) if "llm" in part]
     cfg = _merge(DEFAULTS, file_config)
     cfg = _merge(cfg, overrides)
-    _check(cfg)
+    check_config(cfg)
     if llm:
         from pipeline.llm_stage import resolve_llm
 
         cfg["llm"] = resolve_llm(llm)
     return cfg
-
-
-def _check(cfg: dict[str, Any]) -> None:
-    ratios = cfg["pools"]["ratios"]
-    unknown = set(ratios) - {"cpt", "sft", "rl", "eval"}
-    if unknown:
-        raise ConfigError(f"pools.ratios: unknown pool {sorted(unknown)[0]!r}; pools are cpt, sft, rl, eval")
-    if any(not isinstance(v, int | float) or v < 0 for v in ratios.values()) or sum(ratios.values()) <= 0:
-        raise ConfigError("pools.ratios: ratios must be non-negative numbers with a positive sum")
-    k = cfg["pools"]["sft_turns"]
-    if not (k == "all" or (isinstance(k, int) and k >= 1)):
-        raise ConfigError(f"pools.sft_turns must be a positive integer or \"all\", not {k!r}")
-    rate = cfg["run"]["max_quarantine_rate"]
-    if not isinstance(rate, int | float) or not 0 <= rate <= 1:
-        raise ConfigError(f"run.max_quarantine_rate must be within [0, 1], not {rate!r}")
-    mtw = cfg["executor"]["max_tasks_per_worker"]
-    if not (mtw == "auto" or (isinstance(mtw, int) and not isinstance(mtw, bool) and mtw >= 0)):
-        raise ConfigError(f"executor.max_tasks_per_worker must be \"auto\" or an integer ≥ 0, not {mtw!r}")
-    if cfg["executor"]["kind"] not in ("ray", "local"):
-        raise ConfigError(f"executor.kind must be ray or local, not {cfg['executor']['kind']!r}")
-    if cfg["render"]["chat_format"] not in ("chatml", "plain"):
-        raise ConfigError(f"render.chat_format must be chatml or plain, not {cfg['render']['chat_format']!r}")
-    if cfg["masking"]["keep_mode"] not in ("weight", "turn", "token"):
-        raise ConfigError(f"masking.keep_mode must be weight, turn or token, not {cfg['masking']['keep_mode']!r}")
 
 
 def output_config(cfg: dict[str, Any]) -> dict[str, Any]:
@@ -164,6 +145,10 @@ def output_config(cfg: dict[str, Any]) -> dict[str, Any]:
         from pipeline.llm_stage import output_llm_config
 
         out["llm"] = output_llm_config(out["llm"])
+    # Input URIs are recorded (manifest) and hashed without their credentials: a new password is the same input.
+    for section, key in (("run", "input"), ("dedup", "decontaminate")):
+        if key in out.get(section, {}):
+            out[section][key] = [recorded_uri(u) if isinstance(u, str) else u for u in out[section][key]]
     return out
 
 

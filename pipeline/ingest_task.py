@@ -27,6 +27,7 @@ from schemas.trajectory import TRAJECTORY_SCHEMA
 from stages.ingest.reading import InputUnit, filesystem
 from stages.ingest.registry import get_adapter, resolve_opts
 from stages.normalize import normalize_unit, quarantine_row
+from stages.uri_credentials import recorded_uri
 
 __all__ = ["describe_input", "run_ingest_task", "task_id_for"]
 
@@ -42,7 +43,7 @@ def describe_input(unit: InputUnit) -> dict[str, Any]:
             while chunk := f.read(1 << 20):
                 digest.update(chunk)
                 size += len(chunk)
-    return {"uri": unit.uri, "size": size, "sha256": digest.hexdigest(), "files": len(files)}
+    return {"uri": recorded_uri(unit.uri), "size": size, "sha256": digest.hexdigest(), "files": len(files)}
 
 
 def _text_chars(traj) -> int:
@@ -69,12 +70,13 @@ def _ingest_unit(unit: InputUnit, task: dict[str, Any], stats: Stats, writers) -
     transforms = build_transforms(task["cfg"])
     for item in normalize_unit(unit, adapter, opts, stats):
         if item.raw is not None:
-            r_writer.write_row({"uri": item.raw.uri, "locator": item.raw.locator, "format": fmt, "payload": item.raw.payload})
+            r_writer.write_row({"uri": recorded_uri(item.raw.uri), "locator": item.raw.locator, "format": fmt, "payload": item.raw.payload})
         if item.quarantine is not None:
             q_writer.write_row(item.quarantine)
         for traj in item.trajectories:
             kept = apply_transforms(traj, transforms, stats)
             if kept is not None:
+                kept.source.uri = recorded_uri(kept.source.uri)
                 stats.add("trajectories.kept")
                 stats.add("turns.kept", len(kept.turns))
                 stats.add(f"domains.{kept.domain}")
@@ -109,7 +111,7 @@ def run_ingest_task(task: dict[str, Any]) -> dict[str, Any]:
             unit_stats = Stats()
             _ingest_unit(unit, task, unit_stats, writers)
             stats.merge(unit_stats)
-            members.append({"uri": unit.uri, "stats": unit_stats.to_dict()})
+            members.append({"uri": recorded_uri(unit.uri), "stats": unit_stats.to_dict()})
         for w in writers:
             w.close()
     except BaseException:
@@ -124,7 +126,7 @@ def run_ingest_task(task: dict[str, Any]) -> dict[str, Any]:
     result = {
         "task_id": tid,
         "stage": "ingest",
-        "uri": units[0].uri,
+        "uri": recorded_uri(units[0].uri),
         "format": task["format"],
         "input": described,
         "stats": stats.to_dict(),

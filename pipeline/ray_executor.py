@@ -4,6 +4,10 @@ Laptop: a local Ray instance is started with explicit CPUs and no dashboard, and
 end. Cluster: ``--ray-address`` (or ``RAY_ADDRESS``) connects to it; outputs should then live on
 storage every node sees (a shared path or ``s3://``). Tasks write their outputs atomically and are
 retried by Ray when a worker dies, so a retry reproduces the same bytes.
+
+An exception raised by a task function comes back to the driver as data and is raised there as
+itself, so the run ends with the same one line as under the in-process runner (no Ray traceback);
+a worker that dies is still Ray's to retry.
 """
 
 from __future__ import annotations
@@ -11,6 +15,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import pickle
 import warnings
 from typing import Any
 
@@ -25,11 +30,28 @@ def _wrap(fn: TaskFn):
     def run_row(row: dict[str, Any]) -> dict[str, Any]:
         task = json.loads(row["task"])
         try:
-            return {"task_id": task["task_id"], "result": json.dumps(fn(task))}
+            return {"task_id": task["task_id"], "result": json.dumps(fn(task)), "error": b""}
+        except Exception as exc:
+            return {"task_id": task["task_id"], "result": "", "error": pack_error(exc)}
         finally:
             release_memory()
 
     return run_row
+
+
+def pack_error(exc: Exception) -> bytes:
+    """The exception as bytes for the driver: itself when it pickles, else a `RuntimeError` with its line."""
+    exc.__traceback__ = None
+    try:
+        data = pickle.dumps(exc)
+        pickle.loads(data)
+        return data
+    except Exception:
+        return pickle.dumps(RuntimeError(f"{type(exc).__name__}: {exc}"))
+
+
+def _unpack_error(data: bytes) -> Exception:
+    return pickle.loads(data)
 
 
 def release_memory() -> None:
@@ -51,6 +73,12 @@ def release_memory() -> None:
         ctypes.CDLL("libc.so.6").malloc_trim(0)
     except (OSError, AttributeError):  # not glibc: nothing to trim
         pass
+
+
+def quiet_ray_startup() -> None:
+    """Keep Ray's notice about token authentication off the terminal: it speaks of Ray's own cluster
+    security, which `RAY_AUTH_MODE` sets, and says nothing about the run; its level is raised, nothing else."""
+    logging.getLogger("ray._private.authentication.authentication_token_setup").setLevel(logging.ERROR)
 
 
 def quiet_ray_data() -> None:
@@ -77,6 +105,7 @@ class RayExecutor:
         self._auto = max_tasks_per_worker == "auto"
         self.max_tasks_per_worker = 0 if self._auto else int(max_tasks_per_worker)
         address = address or os.environ.get("RAY_ADDRESS") or None
+        quiet_ray_startup()
         if not ray.is_initialized():
             if address:
                 ray.init(address=address, log_to_driver=False, logging_level=logging.WARNING)
@@ -118,10 +147,16 @@ class RayExecutor:
                 **({"max_calls": self.max_tasks_per_worker} if self.max_tasks_per_worker else {}),
             )
         results: dict[str, dict[str, Any]] = {}
+        errors: dict[str, bytes] = {}
         for row in ds.iter_rows():
+            if row["error"]:
+                errors[row["task_id"]] = row["error"]
+                continue
             result = json.loads(row["result"])
             results[row["task_id"]] = result
             progress.update(rows=int(result.get("rows", 0)), nbytes=int(result.get("bytes", 0)))
+        if errors:  # the first failed task in task order, as the in-process runner would have met it
+            raise next(_unpack_error(errors[t["task_id"]]) for t in tasks if t["task_id"] in errors)
         return [results[t["task_id"]] for t in tasks]
 
     def close(self) -> None:

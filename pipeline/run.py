@@ -6,6 +6,7 @@ exists with the same spec hash is skipped, so re-running the same command resume
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import posixpath
@@ -40,6 +41,7 @@ from pipeline.stats import merge_all
 from schemas.errors import ConfigError
 from stages.ingest.reading import InputUnit, expand_inputs
 from stages.ingest.registry import claims_dir, get_adapter, sniff
+from stages.uri_credentials import strip_uri_credentials
 
 Echo = Callable[[str], None]
 
@@ -55,7 +57,7 @@ def resolve_units(cfg: dict[str, Any], echo: Echo = _stderr) -> list[tuple[Input
         get_adapter(fmt)  # unknown names fail before any work
     if not cfg["run"]["input"]:
         raise ConfigError("no input given (--input PATH, or run.input in the config)")
-    units = expand_inputs(list(cfg["run"]["input"]), claims_dir=partial(claims_dir, fmt=fmt))
+    units = _expand_inputs(list(cfg["run"]["input"]), fmt)
     if not units:
         raise ConfigError(f"no input files found in {', '.join(cfg['run']['input'])}")
     resolved = []
@@ -69,6 +71,24 @@ def resolve_units(cfg: dict[str, Any], echo: Echo = _stderr) -> list[tuple[Input
         summary = ", ".join(f"{k} ({v} unit{'s' if v != 1 else ''})" for k, v in sorted(sniffed.items()))
         echo(f"sniffed format: {summary}")
     return resolved
+
+
+def _expand_inputs(specs: list[str], fmt: str | None) -> list[InputUnit]:
+    """`expand_inputs`, with an input that cannot be listed (unreachable host, no credentials) as one line."""
+    try:
+        return expand_inputs(specs, claims_dir=partial(claims_dir, fmt=fmt))
+    except ConfigError:
+        raise
+    except Exception as exc:  # fsspec backends raise their own types (aiohttp, botocore …)
+        failing = specs[0]
+        for spec in specs:  # name the input that fails
+            try:
+                expand_inputs([spec], claims_dir=partial(claims_dir, fmt=fmt))
+            except Exception:
+                failing = spec
+                break
+        reason = " ".join(str(exc).split())[:300] or type(exc).__name__
+        raise ConfigError(f"run.input (--input): cannot read {strip_uri_credentials(failing)}: {reason}") from None
 
 
 def adapter_opts(cfg: dict[str, Any]) -> dict[str, Any]:
@@ -134,6 +154,9 @@ def run_pipeline(cfg: dict[str, Any], echo: Echo = _stderr, executor: Executor |
         raise ConfigError("no output given (--out DIR, or run.out in the config)")
     fs, root = out_fs(cfg["run"]["out"])
     ensure_dir(fs, root)
+    for name in ("manifest.json", "_timings.json", "_SUCCESS"):  # found now, not after the whole run
+        if fs.isdir(posixpath.join(root, name)):
+            raise ConfigError(f"{posixpath.join(root, name)} is a directory; remove it or choose another --out")
     if fs.exists(posixpath.join(root, "_SUCCESS")):
         fs.rm(posixpath.join(root, "_SUCCESS"))
     removed = remove_stale_temps(fs, root)
@@ -143,6 +166,13 @@ def run_pipeline(cfg: dict[str, Any], echo: Echo = _stderr, executor: Executor |
     executor = executor or make_executor(cfg)
     try:
         return _run(cfg, fs, root, executor, echo)
+    except OSError as exc:
+        if exc.errno != errno.ENOSPC:
+            raise
+        raise ConfigError(
+            f"no space left on device writing {cfg['run']['out']}; free space and run the same command again "
+            "(finished tasks are kept)"
+        ) from None
     finally:
         if own_executor:
             executor.close()

@@ -38,6 +38,7 @@ from schemas.errors import InvalidRecord
 from stages.ingest.atif import is_streaming_atif
 from stages.ingest.reading import DEFAULT_MAX_RECORD_BYTES, InputUnit, container_of, filesystem, split_compression
 from stages.ingest.registry import RawRecord
+from stages.uri_credentials import recorded_uri
 
 DEFAULT_SPLIT_BYTES = 64 * 1024 * 1024
 DEFAULT_GROUP_BYTES = 8 * 1024 * 1024
@@ -320,11 +321,12 @@ def run_scan_task(task: dict[str, Any]) -> dict[str, Any]:
             last = chunk[-1:]
     except (EOFError, zstandard.ZstdError) as exc:
         error = f"{type(exc).__name__}: {exc}"  # the file is then read whole, where errors are quarantined
+    public_uri = recorded_uri(task["uri"])
     result = {
-        "task_id": task["task_id"], "stage": "scan", "uri": task["uri"], "newlines": newlines, "length": length,
+        "task_id": task["task_id"], "stage": "scan", "uri": public_uri, "newlines": newlines, "length": length,
         "ends_with_newline": last == b"\n", "error": error, "spec_hash": task["spec_hash"], "rows": 0,
         "bytes": task["end"] - task["start"],
-        "input": {"uri": task["uri"], "range": [task["start"], task["end"]], "size": task["end"] - task["start"],
+        "input": {"uri": public_uri, "range": [task["start"], task["end"]], "size": task["end"] - task["start"],
                   "sha256": digest.hexdigest(), "files": 1},
     }
     fs_out, root = out_fs(task["out"])

@@ -7,20 +7,26 @@ class InvalidRecord(Exception):
     """A native record that cannot become a trajectory.
 
     `reason` is a short stable code used for counting (``malformed_json``,
-    ``missing_field``, ``line_too_long`` ...); `detail` is one human line; `locator`
-    says where the record is (``line 12``, ``byte 4096``, ``member states/a.json``).
+    ``missing_field``, ``line_too_long`` ...); `detail` is the human text, kept whole up to
+    `DETAIL_KEEP_CHARS` so that secrets in it are redacted before it is cut to one line
+    (`DETAIL_CHARS`, where it is recorded); `locator` says where the record is (``line 12``,
+    ``byte 4096``, ``member states/a.json``).
     """
+
+    DETAIL_CHARS = 500
+    DETAIL_KEEP_CHARS = 64 * 1024
 
     def __init__(self, reason: str, detail: str = "", locator: str = "", uri: str = "") -> None:
         self.reason = reason
-        self.detail = " ".join(str(detail).split())[:500]
+        self.detail = str(detail)[: self.DETAIL_KEEP_CHARS]
         self.locator = locator
         self.uri = uri
         super().__init__(self.one_line())
 
     def one_line(self) -> str:
         where = ":".join(p for p in (self.uri, self.locator) if p)
-        text = f"{self.reason}: {self.detail}" if self.detail else self.reason
+        detail = " ".join(self.detail.split())[: self.DETAIL_CHARS]
+        text = f"{self.reason}: {detail}" if detail else self.reason
         return f"{where}: {text}" if where else text
 
 

@@ -24,6 +24,7 @@ from stages.ingest.common import SkippedMember
 from stages.ingest.reading import InputUnit
 from stages.ingest.registry import Adapter, RawRecord
 from stages.redact import redact_text
+from stages.uri_credentials import recorded_uri
 
 # Adapter reasons that mean "read fine, but no (action, observation) pair": filtered, not quarantined.
 NO_TURN_REASONS = frozenset({"no_turns", "no_actions"})
@@ -40,14 +41,16 @@ class Normalized:
 
 
 def quarantine_row(err: InvalidRecord, uri: str, fmt: str, stage: str = "normalize") -> dict[str, Any]:
-    # The detail may quote input text (a bad field value): it is redacted like everything past raw/.
+    # Detail and locator may quote input text (a bad field value, a member's name): they are redacted like
+    # everything past raw/, and only then made one line and cut, so no part of a secret survives the cut.
+    detail = " ".join(redact_text(err.detail)[0].split())[: InvalidRecord.DETAIL_CHARS]
     return {
-        "uri": redact_text(err.uri or uri)[0],
-        "locator": err.locator or "",
+        "uri": recorded_uri(err.uri or uri),
+        "locator": redact_text(err.locator or "")[0],
         "format": fmt,
         "stage": stage,
         "reason": err.reason,
-        "detail": redact_text(err.detail)[0],
+        "detail": detail,
     }
 
 

@@ -23,6 +23,9 @@ scans per text and no rule regex at all):
 - command-line passwords: ``--password X``, ``--password=X``, ``--api-key X`` …; ``-pSECRET`` only
   after ``mysql``/``mariadb`` tools and ``-p``/``-a`` after ``sshpass``/``redis-cli`` (a bare ``-p``
   is a port, a path or a parent flag far more often than a password); ``curl -u user:PASS``;
+- credential files: ``.netrc`` entries (``machine H login U password PASS``), ``.pgpass`` lines
+  (``host:port:db:user:PASS``), Docker ``config.json`` ``"auth": "<base64 of user:pass>"`` (``docker_auth``);
+- a provider token (``ghp_…``, ``AKIA…``, ``eyJ…`` …) that a terminal wrapped over two lines;
 - assignments ``KEY=…``, ``export KEY=…``, ``KEY: …``, ``"key": "…"`` whose key names a secret
   (secret, password, passwd, passphrase, token, api_key/apikey, access_key, secret_key, private_key,
   credential, auth_key, client_secret): ``aws_secret_key``, ``azure_client_secret``, ``password``,
@@ -42,6 +45,8 @@ strings, ``password`` in prose, ``sk-`` inside words (``task-list``), URLs witho
 
 from __future__ import annotations
 
+import base64
+import binascii
 import itertools
 import re
 from collections import Counter
@@ -62,6 +67,10 @@ _AWS_GATE = re.compile(rb"A(?:KIA|SIA|BIA|CCA|Iza)")
 _UNDERSCORE_TOKEN_GATE = re.compile(rb"_[A-Za-z0-9]{16}")
 _DASH_TOKEN_GATE = re.compile(rb"-[A-Za-z0-9_\-]{20}")
 _CLI_TOOL_GATE = re.compile(rb"m(?:ysql|ariadb)")
+_PGPASS_GATE = re.compile(rb":(?:\d{1,5}|\*):[^:\s]+:[^:\s]+:\S")
+# Prefixes of the provider tokens above; a token whose line ends inside it was wrapped by a terminal.
+_WRAP_HEAD = r"(?:gh[pousr]_|github_pat_|gl(?:pat|dt|rt|ptt)-|xox[a-z]-|sk-|hf_|npm_|pypi-|whsec_|[sr]k_(?:live|test)_|A(?:KIA|SIA|BIA|CCA|Iza)|eyJ)"
+_WRAPPED_GATE = re.compile(rb"(?<![A-Za-z0-9_-])" + _WRAP_HEAD.encode() + rb"[A-Za-z0-9_.\-]*\r?\n[A-Za-z0-9_\-]")
 _KEYWORDS = ("secret", "pass", "token", "key", "credential")
 _KEYWORD_BYTES = tuple(w.encode("ascii") for w in _KEYWORDS)
 
@@ -110,6 +119,14 @@ def open_gates(text: str) -> set[str]:
         gates.add("cli_tool")
     if b"curl" in low:
         gates.add("curl")
+    if b"machine" in low and "keyword" in gates:
+        gates.add("netrc")
+    if b'auth"' in raw or b'auth\\"' in raw:
+        gates.add("docker_auth")
+    if _PGPASS_GATE.search(raw):
+        gates.add("pgpass")
+    if b"\n" in raw and _WRAPPED_GATE.search(raw):
+        gates.add("wrapped")
     return gates
 
 
@@ -297,6 +314,39 @@ def _scan_assignments(text: str, counts: Counter) -> str:
     return text
 
 
+_WRAPPED = re.compile(
+    r"(?<![A-Za-z0-9_-])(?P<head>" + _WRAP_HEAD + r"[A-Za-z0-9_.\-]{0,512})(?P<brk>\r?\n)(?P<tail>[A-Za-z0-9_.\-]{1,512})"
+)
+
+
+def _scan_wrapped(text: str, counts: Counter) -> str:
+    """A provider token broken over two lines (a terminal wraps at its width): the two parts, joined, are
+    redacted as one token when the first part alone is not one; the line break moves after the placeholder."""
+
+    def sub(m: re.Match) -> str:
+        head, tail = m.group("head"), m.group("tail")
+        if redact_text(head)[1]:
+            return m.group(0)  # whole on its own line: the token rules take it
+        joined, found = redact_text(head + tail)
+        if not found:
+            return m.group(0)
+        counts.update(found)
+        return joined + m.group("brk")
+
+    return _WRAPPED.sub(sub, text)
+
+
+_USER_PASSWORD = re.compile(rb"[\x21-\x7e]{1,256}:[\x20-\x7e]{1,512}")
+
+
+def _docker_auth(value: str) -> bool:
+    """A Docker ``config.json`` ``auth`` value is base64 of printable ``user:password``."""
+    try:
+        return _USER_PASSWORD.fullmatch(base64.b64decode(value, validate=True)) is not None
+    except (binascii.Error, ValueError):
+        return False
+
+
 def _flag_kind(m: re.Match) -> str:
     return assignment_kind(m.group("flag"))
 
@@ -318,6 +368,7 @@ def _auth_kind(m: re.Match) -> str:
 
 _B64 = r"[A-Za-z0-9+/]"
 _RULES: list[SecretRule] = [
+    SecretRule("wrapped", None, scan=_scan_wrapped),
     SecretRule(
         "private_key",
         re.compile(
@@ -415,6 +466,21 @@ _RULES: list[SecretRule] = [
         re.compile(r"\bcurl\b[^\n|;&]*?[ \t](?:-u|--user)[ \t]*(?P<q>[\"']?)[^\s:'\"]+:(?P<v>[^\s'\"]+)(?P=q)"),
         _value("v", "password", _keep_plain("v")),
     ),
+    SecretRule(
+        "netrc",
+        re.compile(r"\bmachine[ \t]+\S+\s+login[ \t]+\S+(?:\s+(?:account|port)[ \t]+\S+)*\s+password[ \t]+(?P<v>\S+)"),
+        _value("v", "password", _keep_plain("v")),
+    ),
+    SecretRule(
+        "docker_auth",
+        re.compile(r"\\*\"auth\\*\"[ \t]*:[ \t]*\\*\"(?P<v>" + _B64 + r"{8,}={0,2})\\*\""),
+        _value("v", "docker_auth", lambda m: not _docker_auth(m.group("v"))),
+    ),
+    SecretRule(
+        "pgpass",
+        re.compile(r"^(?P<pre>[A-Za-z0-9._*\-]+:(?:\d{1,5}|\*):[^:\s]+:[^:\s]+:)(?P<v>\S+)[ \t]*\r?$", re.MULTILINE),
+        _value("v", "password", _keep_plain("v")),
+    ),
     SecretRule("keyword", None, scan=_scan_assignments),
 ]
 _EMAIL_RULE = SecretRule(
@@ -448,8 +514,9 @@ _FIELD_SEPARATOR = "\n\x00\n"
 
 
 def _text_fields(traj: Trajectory) -> list[str | None]:
-    s = traj.system
-    out = [s.task_description, s.action_space, s.initial_state, s.simulation_instruction, traj.meta]
+    s, src = traj.system, traj.source
+    out = [traj.traj_id, traj.split_key, src.uri, src.locator]
+    out += [s.task_description, s.action_space, s.initial_state, s.simulation_instruction, traj.meta]
     for d in s.demonstrations:
         out += [d.action, d.observation]
     for t in traj.turns:
@@ -459,16 +526,19 @@ def _text_fields(traj: Trajectory) -> list[str | None]:
 
 def _with_text_fields(traj: Trajectory, values: list[str | None]) -> Trajectory:
     it = iter(values)
+    traj_id, split_key, uri, locator = (next(it) for _ in range(4))
     task, space, state, instruction, meta = (next(it) for _ in range(5))
     demos = [Demonstration(next(it), next(it)) for _ in traj.system.demonstrations]
     turns = [replace(t, action=next(it), observation=next(it), reasoning=next(it), meta=next(it)) for t in traj.turns]
     system = replace(traj.system, task_description=task, action_space=space, initial_state=state,
                      demonstrations=demos, simulation_instruction=instruction)
-    return replace(traj, system=system, turns=turns, meta=meta)
+    source = replace(traj.source, uri=uri, locator=locator)
+    return replace(traj, traj_id=traj_id, split_key=split_key, source=source, system=system, turns=turns, meta=meta)
 
 
 def redact_trajectory(traj: Trajectory, emails: bool = False) -> tuple[Trajectory, Counter]:
-    """`traj` with every text field redacted (system, demonstrations, turns, meta) and the counts per kind.
+    """`traj` with every text field redacted (ids, source URI and locator, system, demonstrations, turns, meta)
+    and the counts per kind.
 
     Returns the same object when nothing was found.
     """

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from pipeline.config import config_hash, parse_opt, resolve
+from pipeline.config import DEFAULTS, FREE_FORM, config_hash, output_config, parse_opt, resolve
 from pipeline.ray_executor import RECYCLE_BYTES, RayExecutor
 from schemas.errors import ConfigError
 
@@ -50,3 +50,91 @@ def test_auto_worker_recycling_follows_input_size():
     ex._auto, ex.max_tasks_per_worker = False, 5
     ex.plan_for_input(10 * RECYCLE_BYTES)
     assert ex.max_tasks_per_worker == 5
+
+
+def _leaves(node: dict, path: tuple[str, ...] = ()):
+    for key, value in node.items():
+        here = (*path, key)
+        if isinstance(value, dict) and here not in FREE_FORM:
+            yield from _leaves(value, here)
+        else:
+            yield here, value
+
+
+def _wrong_type(value):
+    """A value of another type than the default's (a fraction for text, text for numbers, lists and tables …)."""
+    if isinstance(value, bool):
+        return "yes"
+    if isinstance(value, str):
+        return 2.5
+    if isinstance(value, int | float):
+        return "big"
+    return 5 if value is None else "x"
+
+
+def _nested(path: tuple[str, ...], value) -> dict:
+    for key in reversed(path):
+        value = {key: value}
+    return value
+
+
+LEAVES = list(_leaves(DEFAULTS))
+
+
+@pytest.mark.parametrize(("path", "default"), LEAVES, ids=[".".join(p) for p, _ in LEAVES])
+def test_every_key_rejects_a_value_of_the_wrong_type_naming_the_key(path, default):
+    with pytest.raises(ConfigError) as err:
+        resolve(_nested(path, _wrong_type(default)))
+    assert str(err.value).startswith(".".join(path)), str(err.value)
+    assert "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        ({"ingest": {"split_bytes": 0}}, "ingest.split_bytes: must be ≥ 1, not 0"),
+        ({"shards": {"max_rows": 0}}, "shards.max_rows: must be ≥ 1, not 0"),
+        ({"pools": {"context_limit": -1}}, "pools.context_limit: must be ≥ 1, not -1"),
+        ({"dedup": {"bands": -1}}, "dedup.bands: must be ≥ 0, not -1"),
+        ({"run": {"max_quarantine_rate": True}}, "run.max_quarantine_rate (--max-quarantine-rate): must be a finite number"),
+        ({"pools": {"ratios": {"cpt": float("nan")}}}, "pools.ratios: ratios must be non-negative numbers"),
+        ({"ingest": {"options": {"max_record_bytes": "abc"}}}, "ingest.options.max_record_bytes (--opt): must be an integer"),
+        ({"ingest": {"nope": 1}}, "unknown config key 'ingest.nope'"),
+        ({"executor": {"num_cpus": -1}}, "executor.num_cpus (--num-cpus): must be ≥ 0, not -1"),
+        ({"shards": {"compression_level": 30}}, "shards.compression_level: must be ≤ 22, not 30"),
+    ],
+)
+def test_out_of_range_values_are_one_line_naming_key_and_bound(override, message):
+    with pytest.raises(ConfigError) as err:
+        resolve(overrides=override)
+    assert str(err.value).startswith(message), str(err.value)
+
+
+def test_adapter_options_beyond_the_common_ones_stay_free_for_the_adapter():
+    cfg = resolve(overrides={"ingest": {"options": {"messages_path": "data.messages", "max_record_bytes": 1024}}})
+    assert cfg["ingest"]["options"] == {"messages_path": "data.messages", "max_record_bytes": 1024}
+
+
+def test_recorded_config_drops_input_credentials_and_the_hash_ignores_them():
+    a = resolve(overrides={"run": {"input": ["https://bob:pw1@example.com/a.jsonl"]}})
+    b = resolve(overrides={"run": {"input": ["https://alice:pw2@example.com/a.jsonl?X-Amz-Signature=ab"]}})
+    assert output_config(a)["run"]["input"] == ["https://example.com/a.jsonl"]
+    assert config_hash(a) == config_hash(b)
+    assert a["run"]["input"] == ["https://bob:pw1@example.com/a.jsonl"]  # the run itself still reads with them
+
+
+def test_schema_literals_follow_the_trajectory_schema():
+    from typing import get_args
+
+    from pipeline.config_schema import Domain, SourceKind
+    from schemas.trajectory import DOMAINS, SOURCE_KINDS
+    from stages.filters import FILTER_ORDER
+    from stages.tokenizer import ENGINES
+
+    assert set(get_args(Domain)) == {"", *DOMAINS}
+    assert set(get_args(SourceKind)) == set(SOURCE_KINDS)
+    assert set(FILTER_ORDER) >= set(DEFAULTS["filter"]["enabled"])
+    for engine in ENGINES:
+        assert resolve(overrides={"tokenizer": {"engine": engine}})["tokenizer"]["engine"] == engine
+    with pytest.raises(ConfigError, match=r"^tokenizer\.engine"):
+        resolve(overrides={"tokenizer": {"engine": "sentencepiece"}})

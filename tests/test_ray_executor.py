@@ -211,6 +211,42 @@ def test_one_and_two_cpus_through_the_cli_give_the_same_bytes_and_a_quiet_stderr
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert_same_outputs(ray_run, out)
     # Ray Data's own INFO lines and notices stay off the terminal; our progress lines are there
-    for noise in ("execution finished", "Progress bars disabled", "RayDeprecationWarning", "streaming_executor"):
+    for noise in ("execution finished", "Progress bars disabled", "RayDeprecationWarning", "streaming_executor",
+                  "Token authentication"):
         assert noise not in proc.stderr, noise
     assert "[ingest] " in proc.stderr and "[shards] " in proc.stderr
+
+
+def test_a_task_exception_is_raised_on_the_driver_as_itself_in_task_order(ray_session):
+    from pipeline.progress import Progress
+    from pipeline.ray_executor import RayExecutor
+    from schemas.errors import ConfigError
+
+    def fail_on_odd(task):
+        if task["n"] % 2:
+            raise ConfigError(f"task {task['n']} cannot write its output")
+        return {"task_id": task["task_id"], "rows": 1}
+
+    tasks = [{"task_id": f"t{n}", "n": n} for n in range(5)]
+    with pytest.raises(ConfigError, match=r"^task 1 cannot write its output$"):
+        RayExecutor().map(fail_on_odd, tasks, Progress("test", len(tasks), mode="off"))
+
+
+def test_a_task_error_under_ray_is_the_same_one_line_as_under_the_local_runner(tmp_path):
+    """An ingest task cannot create its trajectories folder (a file holds the name): the same stderr, the
+    same exit status under both executors, and neither a traceback nor Ray's token-auth notice."""
+    src = write_corpus(tmp_path / "in", files=2, per_file=5)
+    seen = {}
+    for kind in ("local", "ray"):
+        out = tmp_path / kind
+        out.mkdir()
+        (out / "trajectories").write_text("a file where the layer's folder goes\n")
+        proc = subprocess.run([LWM, "run", "--executor", kind, "--num-cpus", "1", "-i", str(src), "-o", str(out),
+                               "--progress", "off"], capture_output=True, text=True, env=clean_env(), timeout=240)
+        for noise in ("Traceback", "RayTaskError", "UserCodeException", "Token authentication"):
+            assert noise not in proc.stderr, proc.stderr[-3000:]
+        seen[kind] = (proc.returncode, proc.stderr.replace(str(out), "OUT"))
+    assert seen["ray"] == seen["local"]
+    status, stderr = seen["ray"]
+    assert status == 2
+    assert stderr.splitlines()[-1] == "lwm: error: output not writable: OUT/trajectories (File exists)"

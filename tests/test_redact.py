@@ -88,6 +88,30 @@ CASES = [
     ("curl -u admin:Adm1nPw https://x", "curl -u admin:<SECRET:password> https://x"),
 ]
 
+DOCKER_AUTH = "ZGVwbG95Okh1bnRlcjIyIQ=="  # base64 of deploy:Hunter22!
+# Formats without a `key=value` separator, and a token a terminal wrapped at its width.
+MORE_CASES = [
+    ("$ cat ~/.netrc\nmachine api.example.com\n  login bob\n  password c4cd94da15ea0544802c2cfd5ec4ead324327430\n",
+     "$ cat ~/.netrc\nmachine api.example.com\n  login bob\n  password <SECRET:password>\n"),
+    ("machine git.example.com login ci password Tr1cky-pw", "machine git.example.com login ci password <SECRET:password>"),
+    (json.dumps({"auths": {"https://index.docker.io/v1/": {"auth": DOCKER_AUTH}}}),
+     '{"auths": {"https://index.docker.io/v1/": {"auth": "<SECRET:docker_auth>"}}}'),
+    (json.dumps(json.dumps({"auth": DOCKER_AUTH})), json.dumps(json.dumps({"auth": "<SECRET:docker_auth>"}))),
+    ("$ cat ~/.pgpass\ndb.example.com:5432:shop:alice:s3cr3t-Pg\n*:*:*:postgres:Pg!pw2024\n",
+     "$ cat ~/.pgpass\ndb.example.com:5432:shop:alice:<SECRET:password>\n*:*:*:postgres:<SECRET:password>\n"),
+    (f"$ echo $GITHUB_TOKEN\n{GITHUB[:17]}\n{GITHUB[17:]}\n$ ", "$ echo $GITHUB_TOKEN\n<SECRET:github_token>\n\n$ "),
+    (f"key={AWS_ID[:9]}\r\n{AWS_ID[9:]} ok", "key=<SECRET:aws_access_key>\r\n ok"),
+    (f"Bearer {JWT[:30]}\n{JWT[30:]}", "Bearer <SECRET:jwt>\n"),
+    (f"token {GITHUB}\nnext line of output", "token <SECRET:github_token>\nnext line of output"),  # the next line stays
+]
+MORE_LOOKALIKES = [
+    "machine learning password reset: see the docs",
+    "main.c:12:5: error: expected ';'\nutil.py:3:1: E302 expected 2 blank lines",
+    '{"auth": "required", "auth_type": "oauth"}',
+    "see sk-\nlearn docs, AKIA\nis not a key",
+    "12:30:45 ready\n2024-01-01 10:00:00:123 started",
+]
+
 LOOKALIKES = [
     "commit 3f786850e387550fdab836ed7e6dc881de23001b (HEAD -> main)",
     "sha256:e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855",
@@ -109,7 +133,7 @@ LOOKALIKES = [
 ]
 
 
-@pytest.mark.parametrize(("text", "expected"), CASES, ids=[c[1][:40] for c in CASES])
+@pytest.mark.parametrize(("text", "expected"), CASES + MORE_CASES, ids=[c[1][:40] for c in CASES + MORE_CASES])
 def test_planted_secret_becomes_its_placeholder(text, expected):
     out, counts = redact_text(text)
     assert out == expected
@@ -123,7 +147,7 @@ def test_at_least_fifteen_kinds_are_covered():
     assert len(kinds) >= 20, sorted(kinds)
 
 
-@pytest.mark.parametrize("text", LOOKALIKES, ids=[t[:30] for t in LOOKALIKES])
+@pytest.mark.parametrize("text", LOOKALIKES + MORE_LOOKALIKES, ids=[t[:30] for t in LOOKALIKES + MORE_LOOKALIKES])
 def test_lookalike_is_unchanged(text):
     assert redact_text(text) == (text, Counter())
 
@@ -380,3 +404,67 @@ def test_quarantine_detail_leaks_no_secret(redacted_run):
     rows = [r for p in (redacted_run / "quarantine").glob("*.parquet") for r in pq.read_table(p).to_pylist()]
     assert [r["reason"] for r in rows] == ["bad_domain"]
     assert _leaks([json.dumps(rows)]) == []
+
+
+# --- ids, locators and cut quarantine details -------------------------------------------------------------
+
+
+def test_ids_source_and_locator_of_a_trajectory_are_redacted():
+    traj = Trajectory(
+        traj_id=f"run-{GITHUB}", domain="terminal", split_key=f"task {AWS_ID}",
+        source=Source("public", "lwm-jsonl", "https://deploy:s3cr3t-Pa55@git.example.com/a.jsonl", f"member {SLACK}"),
+        system=SystemPrompt("task", "keys"), turns=[Turn("ls", "ok")],
+    )
+    out, counts = redact_trajectory(traj)
+    assert (out.traj_id, out.split_key) == ("run-<SECRET:github_token>", "task <SECRET:aws_access_key>")
+    assert out.source.uri == "https://deploy:<SECRET:url_password>@git.example.com/a.jsonl"
+    assert out.source.locator == "member <SECRET:slack_token>"
+    assert counts == Counter(github_token=1, aws_access_key=1, url_password=1, slack_token=1)
+
+
+def test_a_quarantine_detail_is_redacted_before_it_is_cut():
+    from schemas.errors import InvalidRecord
+    from stages.normalize import quarantine_row
+
+    body = GITHUB[4:]
+    for at in range(470, 500, 3):  # the token straddles the 500-character cut
+        err = InvalidRecord("bad_value", "x" * at + " " + GITHUB + " tail", f"member {NPM}.json")
+        row = quarantine_row(err, "in.jsonl", "lwm-jsonl")
+        assert len(row["detail"]) <= 500
+        assert not any(body[i : i + 8] in row["detail"] for i in range(len(body) - 7)), row["detail"][-40:]
+        assert row["locator"] == "member <SECRET:npm_token>.json"
+
+
+@pytest.fixture(scope="module")
+def id_run(tmp_path_factory) -> Path:
+    tmp = tmp_path_factory.mktemp("ids")
+    good = [{"traj_id": f"deploy-{GITHUB}-{i}", "domain": "terminal", "split_key": f"{NPM}-{i}",
+             "system": {"task_description": "list files", "action_space": "keystrokes"},
+             "turns": [{"action": "ls", "observation": f"a{i}.txt"}, {"action": "pwd", "observation": "/app"}]}
+            for i in range(6)]
+    # the quoted domain puts the token across the 500-character cut of the quarantine detail
+    bad = {"traj_id": "bad", "domain": "x" * 470 + " " + HF, "split_key": "b",
+           "system": {"task_description": "t", "action_space": "a"}, "turns": [{"action": "a", "observation": "b"}]}
+    src = tmp / "ids.jsonl"
+    src.write_text("\n".join(json.dumps(r) for r in [*good, bad]) + "\n")
+    out = tmp / "out"
+    proc = subprocess.run([sys.executable, "-m", "pipeline.cli", "run", "--executor", "local", "-i", str(src), "-o",
+                           str(out), "--progress", "off", "--max-quarantine-rate", "0.5"],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    return out
+
+
+def test_secrets_in_ids_and_quarantine_details_reach_no_output_outside_raw(id_run):
+    from stages.tokenizer import load_tokenizer
+
+    tok = load_tokenizer()
+    files = [p for p in id_run.rglob("*.parquet") if p.relative_to(id_run).parts[0] != "raw"]
+    texts = [t for p in files for t in _table_texts(p, tok)]
+    texts += [p.read_text() for p in id_run.rglob("*.json")]
+    pieces = [s[i : i + 10] for s in (GITHUB, NPM, HF) for i in range(4, len(s) - 9)]
+    assert sorted({p for p in pieces for t in texts if p in t}) == []
+    trajs = [r for p in (id_run / "trajectories").glob("*.parquet") for r in pq.read_table(p).to_pylist()]
+    assert sorted(t["traj_id"] for t in trajs) == [f"deploy-<SECRET:github_token>-{i}" for i in range(6)]
+    rows = [r for p in (id_run / "quarantine").glob("*.parquet") for r in pq.read_table(p).to_pylist()]
+    assert [r["reason"] for r in rows] == ["bad_domain"] and "<SECRET:hugging" in rows[0]["detail"]

@@ -1,0 +1,205 @@
+"""Hostile configuration and environment: every probe ends as one `lwm: error:` line naming what is wrong, exit 2.
+
+Values of the wrong type or range (in a config file or on the command line), unknown keys, an unreachable input
+URL, a read-only export target, a full disk and a ``manifest.json`` that is a directory. A full disk is also
+re-run after space was freed: the output is then byte-identical to a clean run.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+import pipeline.outputs
+from pipeline.cli import main
+from tests.test_ray_executor import assert_same_outputs, write_corpus
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _lwm(*args: str, timeout: int = 300) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    env["PYTHONPATH"] = str(ROOT)
+    return subprocess.run([sys.executable, "-m", "pipeline.cli", *args], capture_output=True, text=True,
+                          timeout=timeout, env=env)
+
+
+def _one_error_line(stderr: str) -> str:
+    """The error line; fails unless it is the only `lwm: error:` line and no traceback was printed."""
+    assert "Traceback" not in stderr, stderr
+    errors = [line for line in stderr.splitlines() if line.startswith("lwm: error: ")]
+    assert len(errors) == 1, stderr
+    return errors[0].removeprefix("lwm: error: ")
+
+
+def _invoke(args: list[str]):
+    result = CliRunner().invoke(main, args)
+    return result.exit_code, result.stderr
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory) -> Path:
+    return write_corpus(tmp_path_factory.mktemp("hostile") / "in", files=3, per_file=12)
+
+
+# (TOML text of a config file, the key the error line must name first, a word of the reason)
+FILE_PROBES = [
+    ('[ingest]\nsplit_bytes = "big"', "ingest.split_bytes", "integer"),
+    ("[shards]\nmax_rows = 0", "shards.max_rows", "≥ 1"),
+    ('[pools]\ncontext_limit = "x"', "pools.context_limit", "integer"),
+    ("[pools]\ncontext_limit = -1", "pools.context_limit", "≥ 1"),
+    ("[dedup]\nbands = -1", "dedup.bands", "≥ 0"),
+    ("[run]\nmax_quarantine_rate = true", "run.max_quarantine_rate", "number"),
+    ("[ingest]\nsplitbytes = 1024", "unknown config key 'ingest.splitbytes'", ""),
+    ('[ingest.options]\nmax_record_bytes = "abc"', "ingest.options.max_record_bytes", "integer"),
+    ("[dedup]\nthreshold = 1.5", "dedup.threshold", "≤ 1"),
+    ('[tokenizer]\nengine = "fast"', "tokenizer.engine", "one of"),
+    ("[filter]\nmin_turns = 2.5", "filter.min_turns", "integer"),
+]
+
+
+@pytest.mark.parametrize(("toml", "key", "reason"), FILE_PROBES, ids=[p[1] for p in FILE_PROBES])
+def test_a_bad_config_file_value_is_one_line_naming_its_key(toml, key, reason, tmp_path):
+    cfg = tmp_path / "bad.toml"
+    cfg.write_text(toml + "\n")
+    status, stderr = _invoke(["run", "-i", "x", "-o", str(tmp_path / "out"), "--config", str(cfg), "--dry-run"])
+    line = _one_error_line(stderr)
+    assert status == 2
+    assert line.startswith(key), line
+    assert reason in line
+
+
+FLAG_PROBES = [
+    (["--opt", "max_record_bytes=abc"], "ingest.options.max_record_bytes (--opt)", "'abc'"),
+    (["--sft-turns", "abc"], "pools.sft_turns (--sft-turns)", "'abc'"),
+    (["--sft-turns", "0"], "pools.sft_turns (--sft-turns)", "0"),
+    (["--num-cpus", "-1"], "executor.num_cpus (--num-cpus)", "-1"),
+    (["--max-quarantine-rate", "1.5"], "run.max_quarantine_rate (--max-quarantine-rate)", "1.5"),
+    (["--opt", "source_kind=vendor"], "ingest.options.source_kind (--opt)", "'vendor'"),
+]
+
+
+@pytest.mark.parametrize(("flags", "key", "value"), FLAG_PROBES, ids=[" ".join(p[0]) for p in FLAG_PROBES])
+def test_a_bad_flag_value_is_one_line_naming_key_and_flag(flags, key, value, tmp_path):
+    status, stderr = _invoke(["run", "-i", "x", "-o", str(tmp_path / "out"), *flags, "--dry-run"])
+    line = _one_error_line(stderr)
+    assert status == 2
+    assert line.startswith(key), line
+    assert line.endswith(value), line
+
+
+def test_a_bad_flag_through_the_installed_command_is_one_line(tmp_path):
+    proc = _lwm("run", "-i", "x", "-o", str(tmp_path / "out"), "--sft-turns", "abc", "--num-cpus", "2", "--dry-run")
+    assert proc.returncode == 2
+    assert _one_error_line(proc.stderr) == "pools.sft_turns (--sft-turns): must be a positive integer or \"all\", not 'abc'"
+
+
+def _closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]  # nothing listens on it once the socket is closed
+
+
+def test_an_unreachable_input_url_is_one_line_naming_the_input(tmp_path):
+    url = f"http://127.0.0.1:{_closed_port()}/logs/a.jsonl"
+    status, stderr = _invoke(["run", "-i", url, "-o", str(tmp_path / "out"), "--executor", "local", "--progress", "off"])
+    line = _one_error_line(stderr)
+    assert status == 2
+    assert line.startswith(f"run.input (--input): cannot read {url}: "), line
+
+
+def test_a_manifest_json_directory_fails_at_once_with_one_line(corpus, tmp_path):
+    out = tmp_path / "out"
+    (out / "manifest.json").mkdir(parents=True)
+    status, stderr = _invoke(["run", "-i", str(corpus), "-o", str(out), "--executor", "local", "--progress", "off"])
+    assert status == 2
+    assert _one_error_line(stderr) == f"{out}/manifest.json is a directory; remove it or choose another --out"
+    assert sorted(p.name for p in out.iterdir()) == ["manifest.json"]  # no stage ran before the check
+
+
+def _fail_shard_commits(monkeypatch) -> None:
+    """Make every commit under shards/ fail as a full disk does (the shard stage runs last)."""
+    commit = pipeline.outputs._commit
+
+    def full(fs, tmp, path):
+        if "/shards/" in path:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        commit(fs, tmp, path)
+
+    monkeypatch.setattr(pipeline.outputs, "_commit", full)
+
+
+def test_a_full_disk_is_one_line_and_the_rerun_is_byte_identical(corpus, tmp_path, monkeypatch):
+    args = ["run", "-i", str(corpus), "--executor", "local", "--progress", "off"]
+    assert _invoke([*args, "-o", str(tmp_path / "clean")])[0] == 0
+    with monkeypatch.context() as mp:
+        _fail_shard_commits(mp)
+        status, stderr = _invoke([*args, "-o", str(tmp_path / "out")])
+    assert status == 2
+    assert _one_error_line(stderr) == (f"no space left on device writing {tmp_path / 'out'}; free space and run the "
+                                       "same command again (finished tasks are kept)")
+    assert not (tmp_path / "out" / "_SUCCESS").exists()
+    status, _ = _invoke([*args, "-o", str(tmp_path / "out")])
+    assert status == 0
+    assert_same_outputs(tmp_path / "clean", tmp_path / "out")
+
+
+def _mount_tmpfs(path: Path, options: str) -> bool:
+    path.mkdir(parents=True, exist_ok=True)
+    return subprocess.run(["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(path)], capture_output=True).returncode == 0
+
+
+def test_a_real_full_disk_under_ray_is_one_line_and_the_rerun_is_byte_identical(corpus, tmp_path):
+    """A 200 KiB tmpfs as output (needs the right to mount; skipped otherwise), then grown to 64 MiB."""
+    disk = tmp_path / "disk"
+    if not _mount_tmpfs(disk, "size=200k"):
+        pytest.skip("cannot mount a tmpfs here")
+    try:
+        args = ["run", "-i", str(corpus), "--num-cpus", "2", "--progress", "off"]
+        proc = _lwm(*args, "-o", str(disk / "out"))
+        assert proc.returncode == 2, proc.stderr
+        assert _one_error_line(proc.stderr).startswith(f"no space left on device writing {disk / 'out'}")
+        assert "Token authentication" not in proc.stderr
+        subprocess.run(["mount", "-o", "remount,size=64m", str(disk)], check=True)
+        assert _lwm(*args, "-o", str(disk / "out")).returncode == 0
+        assert _lwm(*args, "--executor", "local", "-o", str(tmp_path / "clean")).returncode == 0
+        assert_same_outputs(tmp_path / "clean", disk / "out")
+    finally:
+        subprocess.run(["umount", str(disk)], capture_output=True)
+
+
+def test_a_read_only_export_target_is_one_line(corpus, tmp_path):
+    run = tmp_path / "run"
+    status, stderr = _invoke(["run", "-i", str(corpus), "-o", str(run), "--executor", "local", "--progress", "off"])
+    assert status == 0, stderr
+    target = tmp_path / "ro"
+    if os.geteuid() != 0:
+        target.mkdir()
+        target.chmod(0o555)
+    elif not _mount_tmpfs(target, "ro,size=64k"):
+        pytest.skip("running as root without the right to mount: no read-only directory to write into")
+    try:
+        status, stderr = _invoke(["export", "agentworldbench", str(run), str(target / "bench.jsonl")])
+        line = _one_error_line(stderr)
+        assert status == 2
+        assert str(target / "bench.jsonl") in line
+        assert "Read-only file system" in line or "Permission denied" in line
+    finally:
+        if os.geteuid() == 0:
+            subprocess.run(["umount", str(target)], capture_output=True)
+
+
+
+def test_validate_checks_adapter_options_as_run_does(tmp_path):
+    src = tmp_path / "a.jsonl"
+    src.write_text('{"traj_id": "a", "domain": "mcp", "turns": []}\n')
+    status, stderr = _invoke(["validate", str(src), "--opt", "max_record_bytes=abc"])
+    assert status == 2
+    assert _one_error_line(stderr) == "ingest.options.max_record_bytes (--opt): must be an integer, not 'abc'"
