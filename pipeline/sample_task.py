@@ -127,7 +127,7 @@ def build_rows(traj: Trajectory, cfg: dict[str, Any], seg, table, stats: Stats, 
             continue
         if verify and cfg["render"]["chat_format"] == "chatml":
             kept = sorted(set(parts.span_turns) - ({t} if t else set()))
-            check_segmentwise(seg, parts.ids, ts.rendered_text(kept, t or None))
+            check_segmentwise(seg, parts.ids, ts.rendered_parts(kept, t or None))
             verify = False
         sid = sample_id(traj.traj_id, pool, t, template)
         row = {
