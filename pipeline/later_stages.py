@@ -6,7 +6,7 @@ import math
 from typing import Any
 
 from pipeline.config import output_config
-from pipeline.sample_task import run_sample_task
+from pipeline.sample_task import duplicate_offsets, run_sample_task
 from pipeline.shard_task import run_shard_task
 from pipeline.stats import merge_all
 from stages.pools import POOLS
@@ -56,10 +56,13 @@ def run(cfg: dict[str, Any], fs, root: str, executor, ingest_results, manifest, 
     sample_cfg = {k: cfg[k] for k in ("pools", "templates", "masking", "tokenizer", "render", "shards")}
     sample_hash = _spec_hash(output_config(sample_cfg), buckets)
     drop = _drop_list(fs, root)
+    dups = duplicate_offsets(fs, root, [r["task_id"] for r in ingest_results])  # trajectories sharing an id
     tasks = []
     for r in ingest_results:
+        shared = dups.get(r["task_id"], {})
         tasks.append({"task_id": r["task_id"], "out": cfg["run"]["out"], "cfg": cfg, "buckets": buckets,
-                      "drop": sorted(drop), "spec_hash": _spec_hash(sample_hash, r["spec_hash"], sorted(drop))})
+                      "drop": sorted(drop), "dups": shared,
+                      "spec_hash": _spec_hash(sample_hash, r["spec_hash"], sorted(drop), *([shared] if shared else []))})
     sample_results, stage_runs["samples"] = _run_stage(executor, "samples", run_sample_task, tasks, fs, root, progress)
     shard_spec = _spec_hash(sample_hash, [r["spec_hash"] for r in sample_results])
     shard_tasks = [
