@@ -12,6 +12,7 @@ import io
 import json
 import posixpath
 import sys
+import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -25,6 +26,7 @@ DEFAULT_MAX_RECORD_BYTES = 64 * 1024 * 1024
 DATA_SUFFIXES = (".jsonl", ".ndjson", ".json", ".csv", ".parquet", ".traj", ".cast", ".xml", ".yaml", ".yml", ".log")
 COMPRESSIONS = {".gz": "gzip", ".zst": "zstd", ".zstd": "zstd"}
 _CHUNK = 1 << 20
+BOM = b"\xef\xbb\xbf"  # a UTF-8 byte order mark: accepted at the start of a file and dropped
 
 
 @dataclass(frozen=True)
@@ -76,52 +78,140 @@ def join_uri(base: str, *parts: str) -> str:
 
 
 def open_binary(uri: str) -> io.BufferedIOBase:
-    """A decompressed binary stream of the file (gzip and zstd by suffix)."""
+    """A decompressed binary stream of the file (gzip and zstd by suffix).
+
+    Decompression is bounded per read (`_Decompressed`): a decompression bomb costs the caller's
+    read size, not its expanded size. A stream cut inside a compressed member first gives every
+    byte that can be decoded before the cut, then ends with `EOFError` on the next read.
+    """
     _, compression = split_compression(uri)
     fs, path = filesystem(uri)
     raw = fs.open(path, "rb")
-    if compression == "gzip":
-        import gzip
-
-        return gzip.GzipFile(fileobj=raw)  # type: ignore[return-value]
-    if compression == "zstd":
-        return io.BufferedReader(_ZstdReader(raw), buffer_size=_CHUNK)  # type: ignore[return-value]
-    return raw
+    if compression is None:
+        return raw
+    decoder = _GzipMembers() if compression == "gzip" else _ZstdFrames()
+    return io.BufferedReader(_Decompressed(raw, decoder), buffer_size=_CHUNK)  # type: ignore[return-value]
 
 
-class _ZstdReader(io.RawIOBase):
-    """Streaming zstd decompression that notices a truncated last frame (zstandard's stream
-    reader returns a silent EOF there)."""
+# Output of one decompression step is at most about this many bytes (plus one zstd block).
+_STEP_OUTPUT = 1 << 22
+# zstd's densest encoding (an RLE block: 4 bytes for up to 128 KiB) expands one input byte to at
+# most 32 KiB, so feeding this much input per step bounds a step's output near _STEP_OUTPUT.
+_ZSTD_STEP_INPUT = _STEP_OUTPUT >> 15
+_GZIP_STEP_INPUT = 1 << 16  # zlib bounds its own output (max_length)
 
-    def __init__(self, raw) -> None:
-        self._raw = raw
+
+class _GzipMembers:
+    """Concatenated gzip members through zlib, with output bounded per call."""
+
+    def __init__(self) -> None:
+        self._dobj = zlib.decompressobj(wbits=31)
+        self.in_member = False
+
+    def step(self, data: bytes, limit: int) -> tuple[bytes, bytes]:
+        """(output, input left over) for `data`; at most `limit` output bytes."""
+        if not data:
+            return b"", b""
+        self.in_member = True
+        try:
+            out = self._dobj.decompress(data, limit)
+        except zlib.error as exc:
+            raise OSError(f"corrupt gzip stream ({exc})") from None
+        rest = self._dobj.unconsumed_tail
+        if self._dobj.eof:
+            tail = self._dobj.unused_data
+            self._dobj = zlib.decompressobj(wbits=31)
+            self.in_member = False
+            rest = tail + rest if tail.strip(b"\0") else b""  # trailing zero padding is allowed
+        return out, rest
+
+    @property
+    def step_input(self) -> int:
+        return _GZIP_STEP_INPUT
+
+
+class _ZstdFrames:
+    """Concatenated zstd frames, fed in small input steps so that a step's output stays bounded."""
+
+    def __init__(self) -> None:
         self._dctx = zstandard.ZstdDecompressor()
         self._dobj = self._dctx.decompressobj()
-        self._buf = b""
-        self._in_frame = False
+        self.in_frame = False
+
+    def step(self, data: bytes, limit: int) -> tuple[bytes, bytes]:
+        if not data:
+            return b"", b""
+        self.in_frame = True
+        out = self._dobj.decompress(data)
+        rest = b""
+        if self._dobj.eof:
+            rest = self._dobj.unused_data
+            self._dobj = self._dctx.decompressobj()
+            self.in_frame = False
+        return out, rest
+
+    @property
+    def in_member(self) -> bool:
+        return self.in_frame
+
+    @property
+    def step_input(self) -> int:
+        return _ZSTD_STEP_INPUT
+
+
+class _Decompressed(io.RawIOBase):
+    """A raw stream of decompressed bytes: each read decompresses a bounded step of input.
+
+    A compressed stream that ends inside a member/frame reads as end-of-file once (so a buffered
+    reader hands out every byte decoded before the cut), then raises `EOFError`.
+    """
+
+    def __init__(self, raw, decoder) -> None:
+        self._raw = raw
+        self._decoder = decoder
+        self._input = b""
+        self._input_pos = 0
+        self._out = b""
+        self._out_pos = 0
+        self._raw_done = False
+        self._truncated = False
+        self._reported = False
 
     def readable(self) -> bool:
         return True
 
+    def _next_input(self) -> bytes:
+        step = self._decoder.step_input
+        if self._input_pos >= len(self._input) and not self._raw_done:
+            self._input = self._raw.read(_CHUNK)
+            self._input_pos = 0
+            if not self._input:
+                self._raw_done = True
+        piece = self._input[self._input_pos : self._input_pos + step]
+        self._input_pos += len(piece)
+        return piece
+
     def readinto(self, b) -> int:
-        while not self._buf:
-            chunk = self._raw.read(_CHUNK)
-            if not chunk:
-                if self._in_frame and not self._dobj.eof:
-                    raise EOFError("compressed stream ended before the end of its frame")
+        while self._out_pos >= len(self._out):
+            if self._truncated:
+                if self._reported:
+                    raise EOFError("compressed stream ended before the end of its last member")
+                self._reported = True
                 return 0
-            while chunk:
-                self._in_frame = True
-                self._buf += self._dobj.decompress(chunk)
-                if self._dobj.eof:
-                    chunk = self._dobj.unused_data
-                    self._dobj = self._dctx.decompressobj()
-                    self._in_frame = bool(chunk)
-                else:
-                    chunk = b""
-        n = min(len(b), len(self._buf))
-        b[:n] = self._buf[:n]
-        self._buf = self._buf[n:]
+            piece = self._next_input()
+            if not piece:
+                if self._decoder.in_member:
+                    self._truncated = True
+                    continue
+                return 0
+            out, rest = self._decoder.step(piece, _STEP_OUTPUT)
+            if rest:  # zlib's unconsumed tail, or the start of the next member: decoded next
+                self._input = rest + self._input[self._input_pos :]
+                self._input_pos = 0
+            self._out, self._out_pos = out, 0
+        n = min(len(b), len(self._out) - self._out_pos)
+        b[:n] = self._out[self._out_pos : self._out_pos + n]
+        self._out_pos += n
         return n
 
     def close(self) -> None:
@@ -130,10 +220,10 @@ class _ZstdReader(io.RawIOBase):
 
 
 def read_head(uri: str, size: int = 65536) -> bytes:
-    """Up to `size` decompressed bytes from the start of the file ('' if unreadable)."""
+    """Up to `size` decompressed bytes from the start of the file ('' if unreadable), without a BOM."""
     try:
         with open_binary(uri) as f:
-            return f.read(size)
+            return f.read(size).removeprefix(BOM)
     except (OSError, EOFError, zstandard.ZstdError):
         return b""
 
@@ -205,6 +295,8 @@ def iter_lines(uri: str, max_bytes: int = DEFAULT_MAX_RECORD_BYTES) -> Iterator[
                     if nl < 0:
                         break
                     lineno += 1
+                    if lineno == 1 and pending and not oversized:
+                        pending[0] = pending[0].removeprefix(BOM)
                     out = _finish_line(uri, lineno, pending, oversized, max_bytes)
                     if out is not None:
                         yield out
@@ -214,6 +306,8 @@ def iter_lines(uri: str, max_bytes: int = DEFAULT_MAX_RECORD_BYTES) -> Iterator[
         yield InvalidRecord("truncated_stream", f"stream ends early or is corrupt ({exc})", f"line {lineno + 1}", uri)
         return
     if pending or oversized:
+        if lineno == 0 and pending and not oversized:
+            pending[0] = pending[0].removeprefix(BOM)
         out = _finish_line(uri, lineno + 1, pending, oversized, max_bytes)
         if out is not None:
             yield out
@@ -253,7 +347,7 @@ def read_document(uri: str, max_bytes: int = DEFAULT_MAX_RECORD_BYTES) -> bytes 
         return InvalidRecord("truncated_stream", f"stream ends early or is corrupt ({exc})", "document", uri)
     if len(data) > max_bytes:
         return InvalidRecord("record_too_large", f"document exceeds {max_bytes} bytes", "document", uri)
-    return data
+    return data.removeprefix(BOM)
 
 
 def iter_json(uri: str, max_bytes: int = DEFAULT_MAX_RECORD_BYTES) -> Iterator[tuple[str, Any] | InvalidRecord]:
@@ -281,7 +375,7 @@ def iter_csv(uri: str, max_bytes: int = DEFAULT_MAX_RECORD_BYTES) -> Iterator[tu
     csv.field_size_limit(min(max_bytes, sys.maxsize))
     try:
         with open_binary(uri) as f:
-            text = io.TextIOWrapper(f, encoding="utf-8", newline="")
+            text = io.TextIOWrapper(f, encoding="utf-8-sig", newline="")
             reader = csv.DictReader(text)
             row = 0
             while True:
