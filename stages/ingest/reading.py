@@ -333,9 +333,14 @@ def iter_jsonl(uri: str, max_bytes: int = DEFAULT_MAX_RECORD_BYTES) -> Iterator[
             continue
         lineno, text = item
         try:
-            yield f"line {lineno}", json.loads(text)
+            value = json.loads(text)
         except json.JSONDecodeError as exc:
             yield InvalidRecord("malformed_json", f"{exc.msg} at column {exc.colno}", f"line {lineno}", uri)
+            continue
+        except RecursionError:
+            yield InvalidRecord("too_deep", "JSON nested deeper than the parser allows", f"line {lineno}", uri)
+            continue
+        yield f"line {lineno}", value
 
 
 def read_document(uri: str, max_bytes: int = DEFAULT_MAX_RECORD_BYTES) -> bytes | InvalidRecord:
@@ -362,6 +367,9 @@ def iter_json(uri: str, max_bytes: int = DEFAULT_MAX_RECORD_BYTES) -> Iterator[t
         where = f"line {exc.lineno}" if isinstance(exc, json.JSONDecodeError) else "document"
         reason = exc.msg if isinstance(exc, json.JSONDecodeError) else "not UTF-8"
         yield InvalidRecord("malformed_json", reason, where, uri)
+        return
+    except RecursionError:
+        yield InvalidRecord("too_deep", "JSON nested deeper than the parser allows", "document", uri)
         return
     if isinstance(value, list):
         for i, item in enumerate(value):
