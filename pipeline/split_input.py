@@ -124,7 +124,8 @@ class IngestWork:
 
 
 def task_id_for(identity: str) -> str:
-    return hashlib.sha256(identity.encode()).hexdigest()[:16]
+    # A file name that is not UTF-8 reaches us with its bytes as lone surrogates: hash those bytes.
+    return hashlib.sha256(identity.encode("utf-8", "surrogateescape")).hexdigest()[:16]
 
 
 def input_size(unit: InputUnit) -> int:

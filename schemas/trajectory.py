@@ -64,7 +64,8 @@ TRAJECTORY_SCHEMA = pa.schema(
 
 def make_traj_id(fmt: str, native_key: str) -> str:
     """Stable id from the source format and the record's native identity (id, or file + locator)."""
-    digest = hashlib.sha256(f"{fmt}\x00{native_key}".encode()).hexdigest()
+    # surrogateescape: a native key holding a non-UTF-8 file name hashes that name's bytes
+    digest = hashlib.sha256(f"{fmt}\x00{native_key}".encode("utf-8", "surrogateescape")).hexdigest()
     return digest[:24]
 
 
@@ -76,12 +77,27 @@ def _dump_meta(meta: Any) -> str | None:
     return json.dumps(meta, ensure_ascii=False, sort_keys=True, default=str)
 
 
+def printable_uri(uri: str) -> str:
+    """`uri` as valid UTF-8 text: the bytes of a non-UTF-8 file name (which reach Python as lone
+    surrogates) are written as ``\\xNN``."""
+    if not isinstance(uri, str) or uri.isascii():
+        return uri
+    try:
+        raw = uri.encode("utf-8", "surrogateescape")
+    except UnicodeEncodeError:  # a surrogate that no file-name decoding produced
+        return uri.encode("utf-8", "backslashreplace").decode("utf-8")
+    return raw.decode("utf-8", "backslashreplace")
+
+
 @dataclass
 class Source:
     kind: str = "public"
     format: str = ""
-    uri: str = ""
+    uri: str = ""  # recorded as printable UTF-8 (`printable_uri`); the input is opened by its own name
     locator: str = ""
+
+    def __post_init__(self) -> None:
+        self.uri = printable_uri(self.uri)
 
 
 @dataclass

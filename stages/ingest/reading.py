@@ -10,6 +10,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import os
 import posixpath
 import sys
 import zlib
@@ -72,6 +73,34 @@ def _protocols(fs: fsspec.AbstractFileSystem) -> tuple[str, ...]:
     return (p,) if isinstance(p, str) else tuple(p)
 
 
+class LinkOutsideInput(OSError):
+    """A symbolic link whose target lies outside the folder it sits in (like a ``../`` path)."""
+
+
+def check_link(fs: fsspec.AbstractFileSystem, path: str) -> None:
+    """Raise `LinkOutsideInput` when a local `path` is a link out of its own folder.
+
+    Links that leave the input are treated like ``../`` paths: a logged screen ``002.xml`` pointing
+    at ``/home/me/.ssh/id_rsa`` must never pull that file into shards.
+    """
+    if "file" not in _protocols(fs) or not os.path.islink(path):
+        return
+    if not _inside(os.path.realpath(path), os.path.realpath(os.path.dirname(path) or ".")):
+        raise LinkOutsideInput(f"{os.path.basename(path)} is a link out of its folder; not read")
+
+
+def _inside(path: str, root: str) -> bool:
+    return path == root or path.startswith(root.rstrip(os.sep) + os.sep)
+
+
+def _stream_error(exc: BaseException) -> str:
+    return "link_outside_input" if isinstance(exc, LinkOutsideInput) else "truncated_stream"
+
+
+def _stream_detail(exc: BaseException) -> str:
+    return str(exc) if isinstance(exc, LinkOutsideInput) else f"stream ends early or is corrupt ({exc})"
+
+
 def join_uri(base: str, *parts: str) -> str:
     """Join path parts onto a URI or local path (fsspec URLs keep their protocol)."""
     return posixpath.join(base.rstrip("/"), *parts)
@@ -86,6 +115,7 @@ def open_binary(uri: str) -> io.BufferedIOBase:
     """
     _, compression = split_compression(uri)
     fs, path = filesystem(uri)
+    check_link(fs, path)
     raw = fs.open(path, "rb")
     if compression is None:
         return raw
@@ -238,29 +268,37 @@ def expand_inputs(specs: list[str], claims_dir=None) -> list[InputUnit]:
     for spec in specs:
         fs, path = filesystem(spec)
         if fs.isdir(path):
-            _walk(fs, path, units, claims_dir)
+            _walk(fs, path, units, claims_dir, _real(fs, path))
             continue
         matches = sorted(fs.glob(path)) if any(c in path for c in "*?[") else [path]
         if not matches or not all(fs.exists(m) for m in matches):
             raise ConfigError(f"input not found: {spec}")
         for m in matches:
             if fs.isdir(m):
-                _walk(fs, m, units, claims_dir)
+                _walk(fs, m, units, claims_dir, _real(fs, m))
             else:
                 uri = _unstrip(fs, m)
                 units[uri] = InputUnit(uri)
     return sorted(units.values(), key=lambda u: u.uri)
 
 
-def _walk(fs, path: str, units: dict[str, InputUnit], claims_dir) -> None:
+def _real(fs, path: str) -> str | None:
+    """The real path of a local input root (None for other filesystems, which have no links)."""
+    return os.path.realpath(path) if "file" in _protocols(fs) else None
+
+
+def _walk(fs, path: str, units: dict[str, InputUnit], claims_dir, root: str | None = None) -> None:
     uri = _unstrip(fs, path)
     if claims_dir is not None and claims_dir(uri):
         units[uri] = InputUnit(uri, is_dir=True)
         return
     for entry in sorted(fs.ls(path, detail=True), key=lambda e: e["name"]):
         name = entry["name"]
+        if (root is not None and entry["type"] == "directory" and os.path.islink(name)
+                and not _inside(os.path.realpath(name), root)):
+            continue  # a folder link out of the input root, like a ../ path: not walked
         if entry["type"] == "directory":
-            _walk(fs, name, units, claims_dir)
+            _walk(fs, name, units, claims_dir, root)
         elif is_data_file(name):
             u = _unstrip(fs, name)
             units[u] = InputUnit(u)
@@ -303,7 +341,7 @@ def iter_lines(uri: str, max_bytes: int = DEFAULT_MAX_RECORD_BYTES) -> Iterator[
                     pending, pending_len, oversized = [], 0, False
                     start = nl + 1
     except (EOFError, zstandard.ZstdError, OSError) as exc:
-        yield InvalidRecord("truncated_stream", f"stream ends early or is corrupt ({exc})", f"line {lineno + 1}", uri)
+        yield InvalidRecord(_stream_error(exc), _stream_detail(exc), f"line {lineno + 1}", uri)
         return
     if pending or oversized:
         if lineno == 0 and pending and not oversized:
@@ -349,7 +387,7 @@ def read_document(uri: str, max_bytes: int = DEFAULT_MAX_RECORD_BYTES) -> bytes 
         with open_binary(uri) as f:
             data = f.read(max_bytes + 1)
     except (EOFError, zstandard.ZstdError, OSError) as exc:
-        return InvalidRecord("truncated_stream", f"stream ends early or is corrupt ({exc})", "document", uri)
+        return InvalidRecord(_stream_error(exc), _stream_detail(exc), "document", uri)
     if len(data) > max_bytes:
         return InvalidRecord("record_too_large", f"document exceeds {max_bytes} bytes", "document", uri)
     return data.removeprefix(BOM)
@@ -401,7 +439,7 @@ def iter_csv(uri: str, max_bytes: int = DEFAULT_MAX_RECORD_BYTES) -> Iterator[tu
                     continue
                 yield f"row {row}", record
     except (EOFError, zstandard.ZstdError, OSError, UnicodeDecodeError) as exc:
-        yield InvalidRecord("truncated_stream", f"stream ends early or is corrupt ({exc})", "document", uri)
+        yield InvalidRecord(_stream_error(exc), _stream_detail(exc), "document", uri)
 
 
 def iter_parquet(uri: str, max_bytes: int = DEFAULT_MAX_RECORD_BYTES) -> Iterator[tuple[str, Any] | InvalidRecord]:
@@ -410,7 +448,11 @@ def iter_parquet(uri: str, max_bytes: int = DEFAULT_MAX_RECORD_BYTES) -> Iterato
 
     fs, path = filesystem(uri)
     try:
+        check_link(fs, path)
         pf = pq.ParquetFile(fs.open(path, "rb"))
+    except LinkOutsideInput as exc:
+        yield InvalidRecord("link_outside_input", str(exc), "document", uri)
+        return
     except Exception as exc:  # pyarrow raises ArrowInvalid/OSError variants for non-parquet bytes
         yield InvalidRecord("malformed_parquet", str(exc).splitlines()[0], "document", uri)
         return
