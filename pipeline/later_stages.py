@@ -6,7 +6,7 @@ import math
 from typing import Any
 
 from pipeline.config import output_config
-from pipeline.sample_task import run_sample_task
+from pipeline.sample_task import duplicate_offsets, run_sample_task
 from pipeline.shard_task import run_shard_task
 from pipeline.stats import merge_all
 from stages.pools import POOLS
@@ -59,11 +59,14 @@ def run(cfg: dict[str, Any], fs, root: str, executor, ingest_results, manifest, 
     from pipeline.llm_stage import run_llm_stages
 
     llm = run_llm_stages(cfg, fs, root, executor, ingest_results, manifest, stage_runs, echo, drop)
+    dups = duplicate_offsets(fs, root, [r["task_id"] for r in ingest_results])  # trajectories sharing an id
     tasks = []
     for r in ingest_results:
-        spec = [sample_hash, r["spec_hash"], sorted(drop)] + ([llm["specs"][r["task_id"]]] if llm else [])
+        shared = dups.get(r["task_id"], {})
+        spec = [sample_hash, r["spec_hash"], sorted(drop)] + ([shared] if shared else [])
+        spec += [llm["specs"][r["task_id"]]] if llm else []
         tasks.append({"task_id": r["task_id"], "out": cfg["run"]["out"], "cfg": cfg, "buckets": buckets,
-                      "drop": sorted(drop), "spec_hash": _spec_hash(*spec),
+                      "drop": sorted(drop), "dups": shared, "spec_hash": _spec_hash(*spec),
                       **({"llm": {"stages": llm["stages"]}} if llm else {})})
     sample_results, stage_runs["samples"] = _run_stage(executor, "samples", run_sample_task, tasks, fs, root, progress)
     shard_spec = _spec_hash(sample_hash, [r["spec_hash"] for r in sample_results])

@@ -57,7 +57,8 @@ def write_bytes_atomic(fs: fsspec.AbstractFileSystem, path: str, data: bytes) ->
 
 def write_json_atomic(fs: fsspec.AbstractFileSystem, path: str, value: Any) -> None:
     text = json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False, default=str) + "\n"
-    write_bytes_atomic(fs, path, text.encode())
+    # A lone surrogate (a non-UTF-8 file name, a JSON "\\ud800") becomes its JSON escape again.
+    write_bytes_atomic(fs, path, text.encode("utf-8", "backslashreplace"))
 
 
 def read_json(fs: fsspec.AbstractFileSystem, path: str) -> Any:
@@ -103,7 +104,12 @@ class AtomicParquetWriter:
 
     def flush(self) -> None:
         if self._rows:
-            table = pa.Table.from_pylist(self._rows, schema=self.schema)
+            try:
+                table = pa.Table.from_pylist(self._rows, schema=self.schema)
+            except UnicodeEncodeError:
+                # Validation keeps lone surrogates out of trajectories; raw payloads (JSON text) and
+                # recorded URIs may still hold one: it is written as its backslash escape.
+                table = pa.Table.from_pylist([escape_surrogates(r) for r in self._rows], schema=self.schema)
             self._writer.write_table(table, row_group_size=self.rows_per_group)
             self.num_rows += len(self._rows)
             self._rows = []
@@ -130,6 +136,17 @@ class AtomicParquetWriter:
             self.close()
         else:
             self.abort()
+
+
+def escape_surrogates(value: Any) -> Any:
+    """`value` with each lone surrogate in its strings replaced by its ``\\udXXX`` escape."""
+    if isinstance(value, str):
+        return value if value.isascii() else value.encode("utf-8", "backslashreplace").decode("utf-8")
+    if isinstance(value, dict):
+        return {k: escape_surrogates(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [escape_surrogates(v) for v in value]
+    return value
 
 
 def remove_stale_temps(fs: fsspec.AbstractFileSystem, root: str) -> int:

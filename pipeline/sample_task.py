@@ -81,11 +81,55 @@ def _account(stats: Stats, traj: Trajectory, pool: str, template: str, parts: Sa
         stats.add("turns.dropped_for_context", parts.dropped_turns)
 
 
-def build_rows(traj: Trajectory, cfg: dict[str, Any], seg, table, stats: Stats, verify: bool = False, aug=None):
+def duplicate_offsets(fs, root: str, task_ids: list[str]) -> dict[str, dict[str, int]]:
+    """Per trajectories part, for each ``traj_id`` that more than one trajectory of the run carries:
+    how many of them come in earlier parts (parts in task-id order, rows in file order).
+
+    Only parts holding such ids appear; a run without shared ids gets ``{}``.
+    """
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    columns = {}
+    for tid in sorted(task_ids):
+        path = f"{root}/trajectories/part-{tid}.parquet"
+        if fs.exists(path):
+            columns[tid] = pq.read_table(fs.open(path, "rb"), columns=["traj_id"]).column("traj_id")
+    if not columns:
+        return {}
+    counts = pc.value_counts(pa.chunked_array([c for col in columns.values() for c in col.chunks],
+                                              type=pa.string()))
+    shared = pc.filter(counts.field("values"), pc.greater(counts.field("counts"), 1))
+    if len(shared) == 0:
+        return {}
+    seen: dict[str, int] = {}
+    out: dict[str, dict[str, int]] = {}
+    for tid, col in columns.items():
+        ids = pc.filter(col, pc.is_in(col, value_set=shared)).to_pylist()
+        if ids:
+            out[tid] = {t: seen.get(t, 0) for t in sorted(set(ids))}
+            for t in ids:
+                seen[t] = seen.get(t, 0) + 1
+    return out
+
+
+def sample_key(traj_id: str, occurrence: int) -> str:
+    """What a sample id hashes for the n-th trajectory (1-based) of the run carrying `traj_id`.
+
+    The first keeps the plain id, so runs without shared ids keep their sample ids; a later one
+    hashes ``traj_id`` + ``\x1f#n`` (a control character no adapter writes into an id).
+    """
+    return traj_id if occurrence <= 1 else f"{traj_id}\x1f#{occurrence}"
+
+
+def build_rows(traj: Trajectory, cfg: dict[str, Any], seg, table, stats: Stats, verify: bool = False,
+               id_key: str | None = None, aug=None):
     """Yield ``(pool, row)`` for every sample of one trajectory under the resolved config.
 
-    `aug` (`pipeline.llm_stage.Augment`) applies the model-in-the-loop stages' outputs first.
+    `id_key` (default: the traj_id) is what the sample ids hash (`sample_key`); `aug`
+    (`pipeline.llm_stage.Augment`) applies the model-in-the-loop stages' outputs first.
     """
+    id_key = id_key or traj.traj_id
     dropped = aug.apply(traj) if aug is not None else {}
     pools_cfg = cfg["pools"]
     pool = pool_of(traj.split_key, pools_cfg["ratios"], pools_cfg["seed"])
@@ -111,7 +155,7 @@ def build_rows(traj: Trajectory, cfg: dict[str, Any], seg, table, stats: Stats, 
             messages.append({"role": "user", "content": user_prompt(traj, h)})
             messages.append({"role": "assistant", "content": history_reply(traj.turns[h - 1].observation)})
         messages.append({"role": "user", "content": target_prompt(traj, t)})
-        sid = sample_id(traj.traj_id, pool, t, template)
+        sid = sample_id(id_key, pool, t, template)
         stats.add("samples.rl")
         stats.add(f"templates.rl.{template}")
         stats.add("tokens.rl.total", len(prompt))
@@ -137,9 +181,9 @@ def build_rows(traj: Trajectory, cfg: dict[str, Any], seg, table, stats: Stats, 
             continue
         if verify and cfg["render"]["chat_format"] == "chatml":
             kept = sorted(set(parts.span_turns) - ({t} if t else set()))
-            check_segmentwise(seg, parts.ids, ts.rendered_text(kept, t or None))
+            check_segmentwise(seg, parts.ids, ts.rendered_parts(kept, t or None))
             verify = False
-        sid = sample_id(traj.traj_id, pool, t, template)
+        sid = sample_id(id_key, pool, t, template)
         row = {
             **base,
             "sample_id": sid,
@@ -158,7 +202,8 @@ def build_rows(traj: Trajectory, cfg: dict[str, Any], seg, table, stats: Stats, 
 
 
 def run_sample_task(task: dict[str, Any]) -> dict[str, Any]:
-    """Samples of one trajectories part. `task`: task_id, out, cfg, buckets, spec_hash, drop (ids)."""
+    """Samples of one trajectories part. `task`: task_id, out, cfg, buckets, spec_hash, drop (ids),
+    dups (`duplicate_offsets` of this part)."""
     cfg = task["cfg"]
     fs, root = out_fs(task["out"])
     tok = load_tokenizer(cfg["tokenizer"]["spec"], cfg["tokenizer"]["engine"] or None)
@@ -166,6 +211,7 @@ def run_sample_task(task: dict[str, Any]) -> dict[str, Any]:
     table = load_table(cfg["masking"]["table"])
     stats = Stats()
     drop = set(task.get("drop") or ())
+    dups = dict(task.get("dups") or {})
     writer = SampleWriter(fs, root, task["task_id"], task["buckets"], 1)
     aug = None
     if task.get("llm"):
@@ -179,10 +225,14 @@ def run_sample_task(task: dict[str, Any]) -> dict[str, Any]:
         for batch in pf.iter_batches(batch_size=64):
             for d in batch.to_pylist():
                 traj = Trajectory.from_dict(d)
+                key = traj.traj_id
+                if key in dups:
+                    dups[key] += 1
+                    key = sample_key(key, dups[key])
                 if traj.traj_id in drop:
                     continue
                 shipped = False
-                for pool, row in build_rows(traj, cfg, seg, table, stats, verify, aug):
+                for pool, row in build_rows(traj, cfg, seg, table, stats, verify, key, aug):
                     writer.write(pool, row)
                     shipped = True
                 if shipped:  # the trajectory reaches the shards (counted for the run summary)

@@ -43,13 +43,54 @@ def find_sample(run_dir: str, sample: str | None, index: int | None, pool: str |
     raise ConfigError(f"no sample {'id ' + sample if sample else f'at index {index or 0}'} in {run_dir}")
 
 
+DATA_OPEN, DATA_CLOSE = "⟪", "⟫"
+
+
+def _special_ids(tok) -> dict[int, str]:
+    """Id → text of the special tokens the vocabulary has (only these can come from the renderer)."""
+    vocab = getattr(tok, "vocab", None)
+    if vocab is not None:
+        return {i: t for t, i in vocab.special_tokens.items()}
+    return {i: t for t, i in getattr(tok, "_added", {}).items()}
+
+
+def _spelled_specials(texts: list[str], specials: set[str]) -> set[int]:
+    """Indices of the tokens that help spell a special-token string as ordinary text."""
+    joined = "".join(texts)
+    starts, pos = [], 0
+    for text in texts:
+        starts.append(pos)
+        pos += len(text)
+    marked: set[int] = set()
+    for special in specials:
+        at = joined.find(special)
+        while at >= 0:
+            end = at + len(special)
+            marked.update(i for i, s in enumerate(starts) if s < end and s + len(texts[i]) > at)
+            at = joined.find(special, end)
+    return marked
+
+
 def render_sample(row: dict, tok, plain: bool) -> str:
-    """Tokens with weights: ANSI colors, or `plain` marks ``⟦w=0.05⟧…`` where the weight changes."""
+    """Tokens with weights: ANSI colors, or `plain` marks ``⟦w=0.05⟧…`` where the weight changes.
+
+    Tokens that spell a special-token string as ordinary text (data such as a logged ``<|im_end|>``)
+    are shown between ``⟪`` and ``⟫``, so they never look like the renderer's real special tokens.
+    """
+    specials = _special_ids(tok)
     if "input_ids" not in row:
-        return tok.decode(row["prompt_ids"]) + "\n--- reference ---\n" + row["reference"]
+        ids = row["prompt_ids"]
+        texts = [tok.decode([i]) for i in ids]
+        marked = _spelled_specials([t if i not in specials else "\0" for i, t in zip(ids, texts)], set(specials.values()))
+        shown = "".join(_wrap(texts, k, marked) for k in range(len(ids)))
+        return shown + "\n--- reference ---\n" + row["reference"]
+    ids, weights = row["input_ids"], row["loss_weight"]
+    texts = [tok.decode([i]) for i in ids]
+    # a real special token never joins a spelled one: blank it out before searching
+    marked = _spelled_specials([t if i not in specials else "\0" for i, t in zip(ids, texts)], set(specials.values()))
     out, current = [], None
-    for tid, w in zip(row["input_ids"], row["loss_weight"]):
-        text = tok.decode([tid])
+    for k, w in enumerate(weights):
+        text = _wrap(texts, k, marked)
         if plain:
             if w != current:
                 out.append(f"⟦w={w:g}⟧")
@@ -60,6 +101,15 @@ def render_sample(row: dict, tok, plain: bool) -> str:
     if not plain:
         out.append("\x1b[0m")
     return "".join(out)
+
+
+def _wrap(texts: list[str], k: int, marked: set[int]) -> str:
+    text = texts[k]
+    if k in marked and k - 1 not in marked:
+        text = DATA_OPEN + text
+    if k in marked and k + 1 not in marked:
+        text += DATA_CLOSE
+    return text
 
 
 @click.command("show")
@@ -89,6 +139,7 @@ def show_cmd(run_dir: str, sample: str | None, index: int | None, pool: str | No
         if not plain:
             click.echo("legend: \x1b[90mgrey w=0\x1b[0m \x1b[34mblue w<0.25\x1b[0m \x1b[33myellow w<0.75\x1b[0m "
                        "\x1b[32mgreen w≥0.75\x1b[0m", color=True)
+        click.echo(f"{DATA_OPEN}…{DATA_CLOSE}: a special-token string in the data, encoded as ordinary text")
         click.echo(render_sample(row, tok, plain), color=not plain)
 
     go()

@@ -36,7 +36,17 @@ import zstandard
 from pipeline.outputs import out_fs, write_json_atomic
 from schemas.errors import InvalidRecord
 from stages.ingest.atif import is_streaming_atif
-from stages.ingest.reading import DEFAULT_MAX_RECORD_BYTES, InputUnit, container_of, filesystem, split_compression
+from stages.ingest.reading import (
+    _STEP_OUTPUT,
+    _ZSTD_STEP_INPUT,
+    BOM,
+    DEFAULT_MAX_RECORD_BYTES,
+    InputUnit,
+    _ZstdFrames,
+    container_of,
+    filesystem,
+    split_compression,
+)
 from stages.ingest.registry import RawRecord
 from stages.uri_credentials import recorded_uri
 
@@ -117,7 +127,8 @@ class IngestWork:
 
 
 def task_id_for(identity: str) -> str:
-    return hashlib.sha256(identity.encode()).hexdigest()[:16]
+    # A file name that is not UTF-8 reaches us with its bytes as lone surrogates: hash those bytes.
+    return hashlib.sha256(identity.encode("utf-8", "surrogateescape")).hexdigest()[:16]
 
 
 def input_size(unit: InputUnit) -> int:
@@ -271,22 +282,21 @@ def _raw_chunks(uri: str, start: int, stop: int | None = None) -> Iterator[bytes
 
 
 def _inflate(chunks: Iterator[bytes], compression: str | None) -> Iterator[bytes]:
-    """Decompressed bytes of `chunks` (starting at a frame for zstd; frames follow one another)."""
+    """Decompressed bytes of `chunks` (starting at a frame for zstd; frames follow one another),
+    decoded in bounded steps as `open_binary` does, so a bomb never expands in one piece."""
     if compression != "zstd":
         yield from chunks
         return
-    dctx = zstandard.ZstdDecompressor()
-    dobj, in_frame = dctx.decompressobj(), False
+    frames = _ZstdFrames()
     for chunk in chunks:
-        while chunk:
-            in_frame = True
-            out = dobj.decompress(chunk)
-            chunk = b""
-            if dobj.eof:
-                chunk, dobj, in_frame = dobj.unused_data, dctx.decompressobj(), False
-            if out:
-                yield out
-    if in_frame:
+        view = memoryview(chunk)
+        for i in range(0, len(chunk), _ZSTD_STEP_INPUT):
+            piece = bytes(view[i : i + _ZSTD_STEP_INPUT])
+            while piece:
+                out, piece = frames.step(piece, _STEP_OUTPUT)
+                if out:
+                    yield out
+    if frames.in_frame:
         raise EOFError("compressed stream ended before the end of its frame")
 
 
@@ -388,6 +398,8 @@ def iter_range_lines(uri: str, r: dict[str, Any], max_bytes: int) -> Iterator[tu
                 if skipping:
                     skipping = False
                 else:
+                    if lineno == 1 and pending and not oversized:
+                        pending[0] = pending[0].removeprefix(BOM)
                     out = _finish_line(uri, lineno, pending, oversized, max_bytes)
                     if out is not None:
                         yield out
@@ -400,6 +412,8 @@ def iter_range_lines(uri: str, r: dict[str, Any], max_bytes: int) -> Iterator[tu
         yield InvalidRecord("truncated_stream", f"stream ends early or is corrupt ({exc})", f"line {lineno + 1}", uri)
         return
     if not skipping and (pending or oversized):
+        if lineno == 0 and pending and not oversized:
+            pending[0] = pending[0].removeprefix(BOM)
         out = _finish_line(uri, lineno + 1, pending, oversized, max_bytes)
         if out is not None:
             yield out

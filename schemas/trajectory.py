@@ -64,7 +64,8 @@ TRAJECTORY_SCHEMA = pa.schema(
 
 def make_traj_id(fmt: str, native_key: str) -> str:
     """Stable id from the source format and the record's native identity (id, or file + locator)."""
-    digest = hashlib.sha256(f"{fmt}\x00{native_key}".encode()).hexdigest()
+    # surrogateescape: a native key holding a non-UTF-8 file name hashes that name's bytes
+    digest = hashlib.sha256(f"{fmt}\x00{native_key}".encode("utf-8", "surrogateescape")).hexdigest()
     return digest[:24]
 
 
@@ -76,12 +77,27 @@ def _dump_meta(meta: Any) -> str | None:
     return json.dumps(meta, ensure_ascii=False, sort_keys=True, default=str)
 
 
+def printable_uri(uri: str) -> str:
+    """`uri` as valid UTF-8 text: the bytes of a non-UTF-8 file name (which reach Python as lone
+    surrogates) are written as ``\\xNN``."""
+    if not isinstance(uri, str) or uri.isascii():
+        return uri
+    try:
+        raw = uri.encode("utf-8", "surrogateescape")
+    except UnicodeEncodeError:  # a surrogate that no file-name decoding produced
+        return uri.encode("utf-8", "backslashreplace").decode("utf-8")
+    return raw.decode("utf-8", "backslashreplace")
+
+
 @dataclass
 class Source:
     kind: str = "public"
     format: str = ""
-    uri: str = ""
+    uri: str = ""  # recorded as printable UTF-8 (`printable_uri`); the input is opened by its own name
     locator: str = ""
+
+    def __post_init__(self) -> None:
+        self.uri = printable_uri(self.uri)
 
 
 @dataclass
@@ -182,21 +198,40 @@ class Trajectory:
                     simulation_instruction=sysd.get("simulation_instruction"),
                 ),
                 turns=turns,
-                outcome=Outcome(out.get("success"), out.get("reward")) if out else None,
+                outcome=Outcome(out.get("success"), out.get("reward")) if out is not None else None,
                 meta=_dump_meta(d.get("meta")),
             )
         except (KeyError, TypeError, AttributeError) as exc:
             raise InvalidRecord("missing_field", f"trajectory field {exc}", locator) from None
+        except RecursionError:
+            raise InvalidRecord("too_deep", "a trajectory field is nested too deeply", locator) from None
         validate(traj, locator)
         return traj
 
 
 def validate(traj: Trajectory, locator: str = "") -> None:
-    """Check the invariants of SPEC §4; raise `InvalidRecord` naming the first broken one."""
+    """Check the invariants of SPEC §4; raise `InvalidRecord` naming the first broken one.
+
+    This is the one validation every trajectory passes, in ``lwm run`` and ``lwm validate`` alike:
+    besides the invariants it checks every field's type against `TRAJECTORY_SCHEMA` and that every
+    text is encodable UTF-8 (no lone surrogate such as a JSON ``"\\ud800"``), so nothing that passes
+    can fail later in a writer, the redactor or the renderer. An integer `outcome.reward` is stored
+    as its float.
+    """
 
     def bad(reason: str, detail: str) -> None:
         raise InvalidRecord(reason, detail, locator)
 
+    for name, value, optional in _text_fields(traj):
+        if value is None and optional:
+            continue
+        if not isinstance(value, str):
+            bad("wrong_type", f"{name} must be text{' or null' if optional else ''}, got {type(value).__name__}")
+        if not value.isascii():
+            try:
+                value.encode("utf-8")
+            except UnicodeEncodeError as exc:
+                bad("bad_encoding", f"{name} holds a lone surrogate (U+{ord(value[exc.start]):04X}) at {exc.start}")
     if not traj.traj_id:
         bad("missing_field", "traj_id is empty")
     if traj.domain not in DOMAINS:
@@ -205,18 +240,62 @@ def validate(traj: Trajectory, locator: str = "") -> None:
         bad("missing_field", "split_key is empty")
     if traj.source.kind and traj.source.kind not in SOURCE_KINDS:
         bad("bad_value", f"source.kind {traj.source.kind!r} is not one of {', '.join(SOURCE_KINDS)}")
-    for name in ("task_description", "action_space"):
-        if not isinstance(getattr(traj.system, name), str):
-            bad("wrong_type", f"system.{name} must be text")
     if not traj.turns:
         bad("no_turns", "the trajectory has no turns")
+    out = traj.outcome
+    if out is not None:
+        if not isinstance(out, Outcome):
+            bad("wrong_type", "outcome must be an object or null")
+        if out.success is not None and not isinstance(out.success, bool):
+            bad("wrong_type", f"outcome.success must be true, false or null, got {type(out.success).__name__}")
+        reward = out.reward
+        if reward is not None and (isinstance(reward, bool) or not isinstance(reward, (int, float))):
+            bad("wrong_type", f"outcome.reward must be a number or null, got {type(reward).__name__}")
+        if isinstance(reward, int):  # stored as float64: an integer reward becomes its nearest float
+            try:
+                out.reward = float(reward)
+            except OverflowError:
+                bad("bad_value", "outcome.reward is out of range")
+
+
+def _text_fields(traj: Trajectory):
+    """``(name, value, optional)`` of every text field, in schema order (wrong containers are
+    reported as a wrong-typed field)."""
+    yield "traj_id", traj.traj_id, False
+    yield "domain", traj.domain, False
+    yield "split_key", traj.split_key, False
+    src = traj.source
+    if not isinstance(src, Source):
+        yield "source", src, False
+        return
+    for name in ("kind", "format", "uri", "locator"):
+        yield f"source.{name}", getattr(src, name), False
+    sy = traj.system
+    if not isinstance(sy, SystemPrompt):
+        yield "system", sy, False
+        return
+    yield "system.task_description", sy.task_description, False
+    yield "system.action_space", sy.action_space, False
+    yield "system.initial_state", sy.initial_state, True
+    yield "system.simulation_instruction", sy.simulation_instruction, True
+    if not isinstance(sy.demonstrations, list):
+        yield "system.demonstrations", sy.demonstrations, False
+        return
+    for i, d in enumerate(sy.demonstrations, 1):
+        yield f"system.demonstrations[{i}].action", getattr(d, "action", None), False
+        yield f"system.demonstrations[{i}].observation", getattr(d, "observation", None), False
+    if not isinstance(traj.turns, list):
+        yield "turns", traj.turns, False
+        return
     for i, t in enumerate(traj.turns, 1):
-        if not isinstance(t.action, str) or not isinstance(t.observation, str):
-            bad("wrong_type", f"turn {i}: action and observation must be text")
-        for name in ("reasoning", "meta"):
-            value = getattr(t, name)
-            if value is not None and not isinstance(value, str):
-                bad("wrong_type", f"turn {i}: {name} must be text or null")
+        if not isinstance(t, Turn):
+            yield f"turn {i}", t, False
+            continue
+        yield f"turn {i}: action", t.action, False
+        yield f"turn {i}: observation", t.observation, False
+        yield f"turn {i}: reasoning", t.reasoning, True
+        yield f"turn {i}: meta", t.meta, True
+    yield "meta", traj.meta, True
 
 
 def trajectories_to_table(trajs: list[Trajectory]) -> pa.Table:

@@ -19,7 +19,7 @@ from typing import Any
 
 from pipeline.stats import Stats
 from schemas.errors import InvalidRecord
-from schemas.trajectory import Trajectory
+from schemas.trajectory import Trajectory, validate
 from stages.ingest.common import SkippedMember
 from stages.ingest.reading import InputUnit
 from stages.ingest.registry import Adapter, RawRecord
@@ -75,6 +75,8 @@ def normalize_unit(unit: InputUnit, adapter: Adapter, opts: dict[str, Any], stat
             continue
         try:
             trajs = list(adapter.normalize(item, opts))
+            for traj in trajs:  # the one validation of `lwm run` and `lwm validate`, whatever the adapter
+                validate(traj, item.locator)
         except InvalidRecord as err:
             if err.reason in NO_TURN_REASONS:
                 stats.add("records.normalized")
@@ -87,7 +89,7 @@ def normalize_unit(unit: InputUnit, adapter: Adapter, opts: dict[str, Any], stat
             stats.add(f"quarantined.{err.reason}")
             yield Normalized(item, [], quarantine_row(err, item.uri, adapter.name))
             continue
-        except (ValueError, TypeError, KeyError, IndexError, AttributeError) as exc:
+        except (ValueError, TypeError, KeyError, IndexError, AttributeError, RecursionError) as exc:
             # An adapter bug on unexpected input must not stop the run: quarantine it visibly.
             err = InvalidRecord("adapter_error", f"{type(exc).__name__}: {exc}", item.locator, item.uri)
             stats.add("records.quarantined")

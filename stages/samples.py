@@ -22,7 +22,6 @@ from stages.render import (
     PRED_CLOSE,
     PRED_OPEN,
     PREDICT_INSTRUCTION,
-    chatml,
     history_reply,
     plain,
     target_prompt,
@@ -289,17 +288,29 @@ class TrajectorySamples:
             return None
         return SampleParts(ids, weights, out_spans, span_turns)
 
-    def rendered_text(self, parts_turns: list[int], target: int | None) -> str:
-        """The whole rendered text of a ChatML sample (for the segment-wise check)."""
-        text = chatml("system", self.system_text)
+    def rendered_parts(self, parts_turns: list[int], target: int | None) -> list[tuple[str, bool]]:
+        """The rendered ChatML sample as ``(text, is_special)`` parts (for the segment-wise check).
+
+        Special tokens are parts of their own, so data that spells one stays ordinary text.
+        """
+        parts: list[tuple[str, bool]] = []
+
+        def message(role: str, content: str) -> None:
+            parts.extend([(CHATML_START, True), (f"{role}\n{content}", False), (CHATML_END, True), ("\n", False)])
+
+        message("system", self.system_text)
         for t in parts_turns:
-            text += chatml("user", user_prompt(self.traj, t))
-            text += chatml("assistant", history_reply(self.traj.turns[t - 1].observation))
+            message("user", user_prompt(self.traj, t))
+            message("assistant", history_reply(self.traj.turns[t - 1].observation))
         if target is not None:
             turn = self.traj.turns[target - 1]
-            text += chatml("user", target_prompt(self.traj, target))
-            text += chatml("assistant", target_reply(turn.observation, turn.reasoning))
-        return self.seg.norm(text)
+            message("user", target_prompt(self.traj, target))
+            message("assistant", target_reply(turn.observation, turn.reasoning))
+        return [(text if special else self.seg.norm(text), special) for text, special in parts]
+
+    def rendered_text(self, parts_turns: list[int], target: int | None) -> str:
+        """The whole rendered text of a ChatML sample (special tokens spelled out)."""
+        return "".join(text for text, _ in self.rendered_parts(parts_turns, target))
 
 
 _ENCODE_CACHE: dict[tuple[int, str], list[int]] = {}

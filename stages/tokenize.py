@@ -5,7 +5,8 @@ equal the ids of the whole text; weights attach to character spans and each toke
 weight of the span holding its last byte. Two facts make reuse exact for byte-level BPE with a
 GPT-4/Qwen-style pre-tokenizer (letters, digits, punctuation runs, whitespace runs):
 
-- a special token is always a boundary (ChatML messages are tokenized independently);
+- a special token is always a boundary (ChatML messages are tokenized independently; only the
+  renderer places special tokens, by id, and every text is encoded as ordinary text);
 - a text ending in a letter or digit can be followed by anything: the pre-token before the
   junction ends there. Otherwise only the trailing run of non-alphanumeric characters can merge
   with what follows, so ``tokens(A + B) = tokens(A)[:n] + tokens(A[s:] + B)`` where ``s`` starts
@@ -174,9 +175,27 @@ def project_weights(
     return ids, weights
 
 
-def check_segmentwise(seg: SegmentTokenizer, ids: list[int], text: str) -> None:
-    """Raise if segment-wise ids differ from tokenizing the whole rendered text."""
-    whole = seg.tok.encode(text)
+def encode_rendered(tok, parts: list[tuple[str, bool]]) -> list[int]:
+    """Ids of a rendered sample given as ``(text, is_special)`` parts: each special part becomes its
+    special id, each run of ordinary parts is encoded whole as text."""
+    ids: list[int] = []
+    run: list[str] = []
+    for text, special in parts:
+        if not special:
+            run.append(text)
+            continue
+        if run:
+            ids += tok.encode("".join(run))
+            run = []
+        ids.append(tok.token_id(text))
+    if run:
+        ids += tok.encode("".join(run))
+    return ids
+
+
+def check_segmentwise(seg: SegmentTokenizer, ids: list[int], parts: list[tuple[str, bool]]) -> None:
+    """Raise if segment-wise ids differ from tokenizing the whole rendered sample (`encode_rendered`)."""
+    whole = encode_rendered(seg.tok, parts)
     if whole != list(ids):
         first = next((i for i, (a, b) in enumerate(zip(whole, ids)) if a != b), min(len(whole), len(ids)))
         raise AssertionError(

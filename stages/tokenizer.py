@@ -11,15 +11,16 @@
 tokenizer pickles as its spec, so Ray workers rebuild it from their own process cache instead of
 receiving a vocabulary over the wire.
 
-Special tokens of the vocabulary that appear in text are always encoded as their special ids:
-chat rendering writes ``<|im_start|>`` as text and relies on that.
+Only the renderer emits special tokens, by id (``token_id``). ``encode`` treats every string as
+data: a special-token string inside it (``<|im_end|>``, ``<|endoftext|>``, ...) is encoded as the
+ordinary text it spells, so logged content can never forge chat structure or end-of-text. Added
+tokens that a ``tokenizer.json`` marks as not special are still matched in text.
 
 Unicode normalization: the default vocabulary normalizes text to NFC before encoding (as its
 reference encoder and the Hugging Face Qwen tokenizers do), so ``decode(encode(x)) == x`` holds
 for NFC text and gives NFC(x) otherwise. The tiktoken engine normalizes the whole text, as the
-reference encoder does; the ``tokenizers`` engine normalizes the pieces between special tokens.
-They differ only where a combining mark directly follows a special token and composes with its
-last character (``<|im_end|>`` + U+0338 becomes ``<|im_end|≯`` under whole-text NFC).
+reference encoder does; so does the ``tokenizers`` engine, since no special token splits the text
+it encodes.
 """
 
 from __future__ import annotations
@@ -68,7 +69,7 @@ class Tokenizer(Protocol):
         ...
 
     def encode(self, text: str) -> list[int]:
-        """Ids of `text`; special tokens in the text become their special ids."""
+        """Ids of `text` as ordinary text: a special-token string in it never becomes a special id."""
         ...
 
     def encode_batch(self, texts: Sequence[str]) -> list[list[int]]:
@@ -182,7 +183,7 @@ def default_vocabulary() -> RankVocabulary:
 
 class TiktokenTokenizer:
     """The tiktoken engine over a `RankVocabulary`; encodes exactly like the vocabulary's reference
-    encoder (normalize the whole text, then tiktoken with every special token allowed)."""
+    encoder with no special token allowed (normalize the whole text, then ordinary BPE)."""
 
     engine = "tiktoken"
 
@@ -215,7 +216,7 @@ class TiktokenTokenizer:
         return unicodedata.normalize(form, text) if form else text
 
     def encode(self, text: str) -> list[int]:
-        return self._encoding.encode(self._normalize(text), allowed_special="all", disallowed_special=())
+        return self._encoding.encode_ordinary(self._normalize(text))
 
     def encode_batch(self, texts: Sequence[str]) -> list[list[int]]:
         # tiktoken's threaded encode_batch does not run in parallel here (tiktoken 0.14 keeps the
@@ -239,7 +240,9 @@ class HFTokenizer:
     """The `tokenizers` engine over a Hugging Face ``tokenizer.json``.
 
     Truncation and padding stored in the file are switched off, and no post-processor tokens are
-    added: the renderer writes every special token itself.
+    added: the renderer writes every special token itself. Text is encoded by a second backend
+    built from the same file without its special added tokens, so a special-token string in data
+    goes through the normalizer, pre-tokenizer and BPE model like any other text.
     """
 
     engine = "tokenizers"
@@ -278,13 +281,23 @@ class HFTokenizer:
     def vocab_size(self) -> int:
         return self._backend.get_vocab_size(with_added_tokens=True)
 
+    @functools.cached_property
+    def _ordinary(self) -> tokenizers.Tokenizer:
+        """The backend without its special added tokens (built once, on first encode)."""
+        document = json.loads(self._backend.to_str())
+        document["added_tokens"] = [t for t in document.get("added_tokens") or [] if not t.get("special")]
+        backend = tokenizers.Tokenizer.from_str(json.dumps(document))
+        backend.no_truncation()
+        backend.no_padding()
+        return backend
+
     def encode(self, text: str) -> list[int]:
-        return self._backend.encode(text, add_special_tokens=False).ids
+        return self._ordinary.encode(text, add_special_tokens=False).ids
 
     def encode_batch(self, texts: Sequence[str]) -> list[list[int]]:
         # Runs on the Rust thread pool (size: RAYON_NUM_THREADS); the fast variant skips the
         # character offsets, which nothing here uses.
-        return [encoding.ids for encoding in self._backend.encode_batch_fast(list(texts), add_special_tokens=False)]
+        return [encoding.ids for encoding in self._ordinary.encode_batch_fast(list(texts), add_special_tokens=False)]
 
     def decode(self, ids: Sequence[int]) -> str:
         return self._backend.decode(list(ids), skip_special_tokens=False)

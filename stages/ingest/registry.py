@@ -152,7 +152,7 @@ def sniff(unit: InputUnit) -> tuple[str | None, float]:
     for adapter in adapters().values():
         try:
             score = float(adapter.sniff(probe))
-        except (ValueError, TypeError, KeyError, AttributeError, IndexError):
+        except (ValueError, TypeError, KeyError, AttributeError, IndexError, RecursionError):
             score = 0.0
         if score > best_score:
             best, best_score = adapter.name, score

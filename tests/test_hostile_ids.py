@@ -1,0 +1,72 @@
+"""Sample ids are unique in every run: trajectories sharing a traj_id (in one file or across files)
+are told apart by their occurrence, and a run without shared ids keeps the plain ids."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+
+from pipeline.demo import DOMAINS, write_demo
+from stages.pools import sample_id
+
+
+def lwm(*args: str) -> subprocess.CompletedProcess:
+    proc = subprocess.run([sys.executable, "-m", "pipeline.cli", *args], capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    return proc
+
+
+def shard_rows(out: Path) -> list[dict]:
+    rows = []
+    for p in sorted((out / "shards").rglob("*.parquet")):
+        rows += pq.read_table(p, columns=["sample_id", "traj_id", "pool", "turn_idx", "template"]).to_pylist()
+    return rows
+
+
+def traj(traj_id: str, i: int, turns: int = 3) -> dict:
+    return {"traj_id": traj_id, "domain": "terminal", "split_key": f"task-{i % 7}",
+            "system": {"task_description": f"task {i}", "action_space": "keys"},
+            "turns": [{"action": f'[{{"keystrokes": "echo {i}-{j}\\n"}}]', "observation": f"out {i} {j} " * (i % 5 + 1)}
+                      for j in range(turns)]}
+
+
+def test_shared_traj_ids_give_unique_sample_ids(tmp_path):
+    src = tmp_path / "in"
+    src.mkdir()
+    # 40 valid records sharing one id, plus ids repeated across two files
+    (src / "same.jsonl").write_text("".join(json.dumps(traj("same", i)) + "\n" for i in range(40)))
+    (src / "a.jsonl").write_text("".join(json.dumps(traj(f"t{i}", 100 + i)) + "\n" for i in range(10)))
+    (src / "b.jsonl").write_text("".join(json.dumps(traj(f"t{i}", 200 + i)) + "\n" for i in range(10)))
+    (src / "u.jsonl").write_text("".join(json.dumps(traj(f"solo{i}", 300 + i)) + "\n" for i in range(5)))
+    out = tmp_path / "out"
+    lwm("run", "--executor", "local", "-i", str(src), "-o", str(out), "--format", "lwm-jsonl", "--sft-turns", "all")
+    rows = shard_rows(out)
+    ids = [r["sample_id"] for r in rows]
+    assert len(ids) == len(set(ids))
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert len(rows) == sum(v for k, v in manifest["counts"]["samples"].items() if k in ("cpt", "sft", "rl", "eval"))
+    # all 40 trajectories sharing "same" reached the shards: 40 cpt rows, or turn rows of 40 distinct ids
+    same = [r for r in rows if r["traj_id"] == "same"]
+    assert len({(r["pool"], r["turn_idx"], r["template"]) for r in same}) < len(same)
+    assert len(same) >= 40
+    # a traj_id nobody else carries keeps the plain id (runs without collisions are unchanged)
+    solo = [r for r in rows if r["traj_id"].startswith("solo")]
+    assert solo
+    for r in solo:
+        assert r["sample_id"] == sample_id(r["traj_id"], r["pool"], r["turn_idx"], r["template"])
+
+
+@pytest.mark.parametrize("executor", ["local"])
+def test_sample_ids_unique_over_every_demo_corpus(tmp_path, executor):
+    src = tmp_path / "demo"
+    for domain in DOMAINS:
+        write_demo(domain, str(src / domain), seed=5, n=24)
+    out = tmp_path / "out"
+    lwm("run", "--executor", executor, "-i", str(src), "-o", str(out), "--sft-turns", "all")
+    ids = [r["sample_id"] for r in shard_rows(out)]
+    assert len(ids) > 100 and len(ids) == len(set(ids))
