@@ -105,7 +105,11 @@ class DedupSection(_Section):
     seed: int
     decontaminate: list[str]
     ngram: Count
-    ngram_max_docs: Count
+    ngram_common_share: Fraction
+    ngram_common_min_docs: NonNegative
+    ngram_overlap: Annotated[float, Field(gt=0, le=1)]
+    ngram_min_shared: Count
+    near_specific_share: Fraction
     buckets: NonNegative
 
 
