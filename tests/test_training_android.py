@@ -52,3 +52,45 @@ def test_tiny_model_learns_the_android_demo_shards_and_resumes(tmp_path):
     assert second.returncode == 0, second.stderr[-3000:]
     assert "resumed from" in second.stdout and "at step 100" in second.stdout
     assert [json.loads(x)["step"] for x in log2.read_text().splitlines()] == [110]
+
+
+@pytest.mark.slow
+def test_long_android_samples_are_refused_or_keep_their_weighted_tail(tmp_path):
+    import pyarrow.parquet as pq
+    from click.testing import CliRunner
+
+    from training.cli import train as train_command
+    from training.collate import micro_batches
+    from training.dataset import ShardDataset
+    from training.shards import resolve_shard_files
+
+    _lwm("demo", "--domain", "android", "--native", "-n", "40", "--out", str(tmp_path / "in"))
+    (tmp_path / "run.toml").write_text("[pools]\nratios = {cpt = 1.0, sft = 0.0, rl = 0.0, eval = 0.0}\n")
+    _lwm("run", "--executor", "local", "--progress", "off", "-i", str(tmp_path / "in"), "-o", str(tmp_path / "run"),
+         "--config", str(tmp_path / "run.toml"))
+    shards = str(tmp_path / "run" / "shards" / "cpt")
+    table = pq.read_table(resolve_shard_files([shards])[0], columns=["num_tokens", "loss_weight"])
+    longest = max(table.column("num_tokens").to_pylist())
+    first_weighted = sorted(next(i for i, w in enumerate(ws) if w > 0) for ws in table.column("loss_weight").to_pylist())
+    assert longest > 2048 and first_weighted[len(first_weighted) // 2] > 1000  # the system prompt comes first
+    manifest = json.loads((tmp_path / "run" / "manifest.json").read_text())
+    assert max(s["max_tokens"] for s in manifest["shards"]) == longest
+
+    # what cutting each sample to its first 2048 tokens would train on: mostly nothing
+    heads = list(micro_batches(iter(ShardDataset(shards, shuffle=False)), 2048, pack=True))
+    assert sum(float(b.label_weights.sum()) == 0 for b in heads) > len(heads) // 3
+
+    common = ["--shards", shards, *TINY, "--max-steps", "6", "--log-every", "1", "--pack"]
+    refused = CliRunner().invoke(train_command, common)
+    assert refused.exit_code == 1
+    assert refused.output.strip().splitlines() == [
+        f"Error: the longest sample has {longest} tokens (manifest.json) but a row holds --micro-batch-tokens 2048: "
+        f"raise --micro-batch-tokens to {longest}, or choose --long-samples drop | truncate-left | window"
+    ]
+    log = tmp_path / "left.jsonl"
+    kept = CliRunner().invoke(train_command, [*common, "--long-samples", "truncate-left", "--log-json", str(log)])
+    assert kept.exit_code == 0, kept.output
+    entries = [json.loads(line) for line in log.read_text().splitlines()]
+    assert all(e["loss_tokens"] > 0 and e["empty_rows"] == 0 for e in entries)
+    assert entries[-1]["long_samples"]["truncated_left"] >= 1
+    assert "cut to their last 2048 tokens" in kept.output

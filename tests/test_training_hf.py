@@ -130,3 +130,14 @@ def test_activation_checkpointing_leaves_the_step_unchanged(qwen_dir, shards, tm
 
 def test_wrapper_is_what_the_trainer_builds(qwen_dir):
     assert isinstance(load_hf_causal_lm(qwen_dir), HFCausalLM)
+
+
+def test_bf16_compute_keeps_float32_weights_and_close_losses(qwen_dir, shards, tmp_path):
+    full = _run(qwen_dir, shards, tmp_path / "fp32", 2, precision="fp32")
+    half = _run(qwen_dir, shards, tmp_path / "bf16", 2, precision="bf16")
+    assert [e["tokens"] for e in full] == [e["tokens"] for e in half]
+    for a, b in zip(full, half):
+        assert b["loss"] == pytest.approx(a["loss"], rel=3e-2)
+        assert b["loss"] != a["loss"]  # the forward really ran in bf16
+    state = load_checkpoint(str(tmp_path / "bf16")).model
+    assert all(t.dtype == torch.float32 for t in state.values() if t.is_floating_point())

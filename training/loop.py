@@ -1,10 +1,12 @@
 """The training run behind `lwm train`: settings, distributed set-up, the step loop, checkpoints.
 
-Runs as one process, or one process per rank under ``torchrun`` (DistributedDataParallel: gloo
-on CPU, nccl on GPU). Each global step draws ``grad_accum`` micro-batches per rank, computes the
-global loss denominator, accumulates gradients, clips and steps AdamW and the schedule. A run
-given ``out`` resumes from the newest checkpoint there: model, optimizer, schedule, the exact
-data position of every rank, and the step count.
+Runs as one process, or one process per rank under ``torchrun`` (DistributedDataParallel, or
+FSDP2 with ``--fsdp``: gloo on CPU, nccl on GPU). Before the first step the longest sample of the
+shards is compared with the row length (`training.long_samples`). Each global step draws
+``grad_accum`` micro-batches per rank, computes the global loss denominator, accumulates
+gradients, clips and steps AdamW and the schedule. A run given ``out`` resumes from the newest
+checkpoint there: model, optimizer, schedule, the exact data position of every rank (down to the
+window of a windowed sample), and the step count.
 """
 
 from __future__ import annotations
