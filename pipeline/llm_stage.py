@@ -119,7 +119,7 @@ def resolve_llm(sections: Sequence[dict[str, Any]]) -> dict[str, Any]:
                 raise ConfigError(f"unknown config key 'llm.{key}'")
             out[key] = value
     for name in out["stages"]:
-        if name not in _REGISTRY:
+        if name not in _REGISTRY and ":" not in name:
             raise ConfigError(f"llm.stages: unknown stage {name!r}; known: {', '.join(sorted(_REGISTRY))}")
     if not isinstance(out["candidates"], int) or out["candidates"] < 1:
         raise ConfigError(f"llm.candidates must be a positive integer, not {out['candidates']!r}")
@@ -137,12 +137,17 @@ def llm_enabled(cfg: dict[str, Any]) -> bool:
 
 
 def register_stage(name: str, target: str) -> None:
-    """Make a stage available to ``llm.stages``; `target` is ``"module:attribute"``."""
+    """Make a stage available to ``llm.stages`` in this process; `target` is ``"module:attribute"``.
+
+    Ray workers are other processes: there, name a stage that is not built in by its
+    ``"module:attribute"`` path in ``llm.stages`` instead.
+    """
     _REGISTRY[name] = target
 
 
 def get_stage(name: str):
-    target = _REGISTRY.get(name) or _BUILTIN.get(name)
+    """The stage object of an ``llm.stages`` entry: a built-in or registered name, or ``"module:attribute"``."""
+    target = _REGISTRY.get(name) or _BUILTIN.get(name) or (name if ":" in name else None)
     if target is None:
         raise ConfigError(f"unknown llm stage {name!r}")
     module, attr = target.split(":")
@@ -263,6 +268,7 @@ def make_client(llm: dict[str, Any], out: str, ledger=None, judge: bool = False)
         timeout_s=float(llm["timeout_s"]), max_retries=int(llm["max_retries"]),
         backoff_s=float(llm["backoff_s"]), max_backoff_s=float(llm["max_backoff_s"]),
         max_concurrency=int(llm["concurrency"]), cache_dir=cache_root(out), ledger=ledger,
+        default_params={"temperature": 0.0} if judge else None,  # the judge grades; it does not sample
     )
 
 
@@ -295,7 +301,7 @@ class Augment:
         self.stages = []
         for name in stages:
             stage = get_stage(name)
-            path = stage_output(root, name, task_id)
+            path = stage_output(root, stage.name, task_id)
             rows: dict[str, list[dict[str, Any]]] = {}
             if fs.exists(path):
                 for row in pq.read_table(fs.open(path, "rb")).to_pylist():
@@ -330,15 +336,15 @@ def run_llm_task(task: dict[str, Any]) -> dict[str, Any]:
     step = max(1, int(llm["batch"]))
     for i in range(0, len(trajs), step):
         rows.extend(stage.process(trajs[i : i + step], ctx))
-    with AtomicParquetWriter(fs, stage_output(root, name, task["task_id"]), stage.schema, rows_per_group=1024,
+    with AtomicParquetWriter(fs, stage_output(root, stage.name, task["task_id"]), stage.schema, rows_per_group=1024,
                              compression_level=3) as w:
         import pyarrow as pa
 
         w.write_table(pa.Table.from_pylist(rows, schema=stage.schema))
     usage = _merge_usage([ctx.client.usage.as_dict(), ctx.judge.usage.as_dict()])
-    result = {"task_id": task["task_id"], "stage": f"llm_{name}", "stats": ctx.stats.to_dict(), "usage": usage,
+    result = {"task_id": task["task_id"], "stage": f"llm_{stage.name}", "stats": ctx.stats.to_dict(), "usage": usage,
               "rows": len(rows), "bytes": 0, "spec_hash": task["spec_hash"]}
-    write_json_atomic(fs, posixpath.join(root, "_tasks", f"llm_{name}", f"{task['task_id']}.json"), result)
+    write_json_atomic(fs, posixpath.join(root, "_tasks", f"llm_{stage.name}", f"{task['task_id']}.json"), result)
     return result
 
 
@@ -429,13 +435,14 @@ def run_llm_stages(cfg: dict[str, Any], fs, root: str, executor, ingest_results,
     prior: dict[str, str] = {r["task_id"]: r["spec_hash"] for r in ingest_results}
     done: list[str] = []
     for name in llm["stages"]:
+        _remove_stale(fs, root, get_stage(name).name, set(prior))
         owner = _LedgerOwner(executor, llm)
         try:
             tasks = [{"task_id": tid, "stage": name, "out": cfg["run"]["out"], "cfg": cfg, "drop": sorted(drop),
                       "ledger": owner.spec, "earlier": list(done),
                       "spec_hash": _spec_hash(base, name, prior[tid], sorted(drop))}
                      for tid in sorted(prior)]
-            stage_key = f"llm_{name}"
+            stage_key = f"llm_{get_stage(name).name}"
             with _Ticker(stage_key, owner.ledger, progress_mode):
                 try:
                     results, stage_runs[stage_key] = _run_stage(executor, stage_key, run_llm_task, tasks, fs, root,
@@ -454,11 +461,23 @@ def run_llm_stages(cfg: dict[str, Any], fs, root: str, executor, ingest_results,
             owner.close()
         prior = {r["task_id"]: r["spec_hash"] for r in results}
         stats = merge_all([r["stats"] for r in results])
-        section["stages"][name] = {"usage": _merge_usage([r["usage"] for r in results]), "counts": stats.nested(),
+        section["stages"][get_stage(name).name] = {"usage": _merge_usage([r["usage"] for r in results]), "counts": stats.nested(),
                                    "rows": sum(int(r["rows"]) for r in results)}
         done.append(name)
     manifest["llm"] = section
     return {"stages": done, "specs": {tid: _spec_hash(base, spec) for tid, spec in prior.items()}}
+
+
+def _remove_stale(fs, root: str, name: str, task_ids: set[str]) -> None:
+    """Outputs and markers of parts that no longer exist (another input or task layout in this folder)."""
+    for folder in (f"llm/{name}", f"_tasks/llm_{name}"):
+        base = posixpath.join(root, folder)
+        if not fs.exists(base):
+            continue
+        for p in fs.find(base):
+            stem = posixpath.basename(p).split(".", 1)[0].removeprefix("part-")
+            if ".tmp-" not in p and stem not in task_ids:
+                fs.rm(p)
 
 
 def dry_run(cfg: dict[str, Any], fs, root: str, ingest_results, drop: set[str], echo) -> dict[str, Any]:
@@ -480,7 +499,7 @@ def dry_run(cfg: dict[str, Any], fs, root: str, ingest_results, drop: set[str], 
                 for req in requests:
                     if len(shown) < int(llm["dry_run_show"]):
                         shown.append({"messages": list(req.messages), "salt": req.salt, "params": req.params})
-        report[name] = {"items": items, "calls_min": low, "calls_max": high, "first_requests": shown}
+        report[stage.name] = {"items": items, "calls_min": low, "calls_max": high, "first_requests": shown}
         echo(f"[llm dry run] stage {name}: {items} item(s), projected {low:,}–{high:,} calls "
              f"(model {llm['model']}, judge {llm['judge_model'] or llm['model']})")
         for k, req in enumerate(shown, 1):

@@ -31,6 +31,13 @@ def print_run_summary(manifest: dict[str, Any], out: str) -> None:
             click.echo(render_table(rows, f"pool {name}"))
         samples = manifest["counts"].get("samples", {})
         click.echo(", ".join(f"{p}: {int(samples.get(p, 0))} samples" for p in ("cpt", "sft", "rl", "eval")), err=True)
+    for name, stage in (manifest.get("llm") or {}).get("stages", {}).items():
+        u, c = stage["usage"], stage["counts"]
+        dropped = ", ".join(f"{k} {int(v)}" for k, v in sorted((c.get("dropped") or {}).items()))
+        click.echo(f"llm {name}: {u['requests']} requests, {u['cache_hits']} cached, {u['failures']} failed, "
+                   f"{u['prompt_tokens'] + u['completion_tokens']:,} tokens"
+                   + (f"; kept {int(c['kept'])}" if "kept" in c else "") + (f"; dropped: {dropped}" if dropped else ""),
+                   err=True)
     wmat = manifest.get("wmat")
     if wmat:
         pools = wmat["pools"]

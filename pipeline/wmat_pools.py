@@ -162,10 +162,24 @@ def run_wmat_pool_task(task: dict[str, Any]) -> dict[str, Any]:
     return result
 
 
+def _remove_stale(fs, root: str, task_ids: set[str]) -> None:
+    """Files and markers of parts an earlier run over another input or task layout left here."""
+    for folder in ("wmat", "_tasks/wmat_pools"):
+        base = posixpath.join(root, folder)
+        if not fs.exists(base):
+            continue
+        for p in fs.find(base):
+            stem = posixpath.basename(p).split(".", 1)[0].removeprefix("part-")
+            if stem not in task_ids:
+                fs.rm(p)
+
+
 def run_wmat_pools(cfg: dict[str, Any], fs, root: str, executor, llm_run: dict[str, Any] | None, drop: set[str],
                    manifest: dict[str, Any], stage_runs: dict[str, Any]) -> None:
     """Write the WMAT pools when the ``wmat_blocks`` stage ran; records them in the manifest."""
-    if not llm_run or STAGE_NAME not in llm_run["stages"]:
+    from pipeline.llm_stage import get_stage
+
+    if not llm_run or not any(get_stage(name).name == STAGE_NAME for name in llm_run["stages"]):
         return
     from pipeline.config import output_config
     from pipeline.run import _run_stage, _spec_hash
@@ -178,6 +192,7 @@ def run_wmat_pools(cfg: dict[str, Any], fs, root: str, executor, llm_run: dict[s
              for tid, spec in sorted(llm_run["specs"].items())]
     results, stage_runs["wmat_pools"] = _run_stage(executor, "wmat_pools", run_wmat_pool_task, tasks, fs, root,
                                                    cfg["executor"]["progress"])
+    _remove_stale(fs, root, {t["task_id"] for t in tasks})
     stats = merge_all([r["stats"] for r in results]).nested().get("wmat", {})
     for pool in (*WMAT_POOLS, "rl"):
         stats.setdefault(pool, {}).setdefault("samples", 0)

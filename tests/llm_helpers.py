@@ -126,3 +126,38 @@ def llm_config(inputs, out, url: str, pool: str, **llm) -> dict:
          "llm": {"endpoint": url, "model": "scripted", "timeout_s": 0.5, "max_retries": 1, "backoff_s": 0.01,
                  "concurrency": 4, **llm}},
     )
+
+
+class TurnCountStage:
+    """A stage outside the package, named by its path in ``llm.stages``: asks the model once per
+    trajectory and records the answer's length (nothing in the samples changes)."""
+
+    name = "turn_count"
+
+    def __init__(self) -> None:
+        import pyarrow as pa
+
+        self.schema = pa.schema([("traj_id", pa.string()), ("answer_chars", pa.int64())])
+
+    def wants(self, traj, ctx) -> bool:
+        return True
+
+    def _request(self, traj):
+        from stages.llm.stage import Request
+
+        return Request([{"role": "system", "content": INSTRUCTION_SYSTEM},
+                        {"role": "user", "content": f"scn=inone {len(traj.turns)} turns"}])
+
+    def dry_requests(self, traj, ctx):
+        return [self._request(traj)], (1, 1)
+
+    def process(self, trajs, ctx):
+        answers = ctx.send([self._request(t) for t in trajs])
+        ctx.stats.add("asked", len(trajs))
+        return [{"traj_id": t.traj_id, "answer_chars": len(a.text or "")} for t, a in zip(trajs, answers)]
+
+    def apply(self, traj, rows, ctx):
+        return {}
+
+
+TURN_COUNT = TurnCountStage()

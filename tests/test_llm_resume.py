@@ -64,6 +64,8 @@ def test_a_killed_run_resumes_without_resending_and_gives_the_same_shards(tmp_pa
                                capture_output=True, text=True, timeout=300)
         resent = list(server.requests)
     assert again.returncode == 0, again.stderr[-2000:]
+    assert f"llm sft_reasoning: {sum(1 for b in resent if 'seed' in b or b['messages'][0]['content'].startswith('You grade'))} requests" in again.stderr
+    assert "; kept 12" in again.stderr
     # only requests still in flight when the process died (at most the concurrency) are asked again
     assert len(_keys(killed) & _keys(resent)) <= 2
     assert len(_keys(killed) | _keys(resent)) == total and len(resent) < total - 35

@@ -9,6 +9,7 @@ import logging
 import subprocess
 from pathlib import Path
 
+import pyarrow.parquet as pq
 import pytest
 
 from pipeline.config import config_hash, resolve
@@ -179,3 +180,33 @@ def test_on_ray_the_stages_give_the_bytes_of_the_in_process_run(ray_session, cor
             run_pipeline(budget, echo=lambda m: None, executor=RayExecutor())
     assert _shards(out) == _shards(fresh_out)
     assert manifest["llm"]["stages"]["sft_reasoning"]["counts"] == fresh_manifest["llm"]["stages"]["sft_reasoning"]["counts"]
+
+
+def test_another_task_layout_leaves_no_stage_output_of_the_old_one(corpus, tmp_path):
+    out = tmp_path / "out"
+    with JudgeServer(Script()) as server:
+        for split in (400, 1 << 30):  # byte ranges of 400 bytes (several parts), then one part
+            cfg = llm_config([corpus], out, server.url, "sft")
+            cfg["ingest"]["split_bytes"] = split
+            run_pipeline(cfg, echo=lambda m: None)
+            parts = {p.stem for p in (out / "_tasks" / "ingest").glob("*.json")}
+            for stage in ("instructions", "sft_reasoning"):
+                assert {p.stem.removeprefix("part-") for p in (out / "llm" / stage).glob("*.parquet")} == parts
+                assert {p.stem for p in (out / "_tasks" / f"llm_{stage}").glob("*.json")} == parts
+            if split == 400:
+                assert len(parts) > 1
+
+
+def test_a_stage_outside_the_package_runs_by_its_path(corpus, tmp_path):
+    out = tmp_path / "out"
+    with JudgeServer(Script()) as server:
+        manifest = run_pipeline(llm_config([corpus], out, server.url, "cpt", stages=["tests.llm_helpers:TURN_COUNT"]),
+                                echo=lambda m: None)
+        assert len(server.requests) == len(CLEAN)
+    stage = manifest["llm"]["stages"]["turn_count"]
+    assert stage["counts"] == {"asked": len(CLEAN)} and stage["usage"]["requests"] == len(CLEAN)
+    rows = [r for p in (out / "llm" / "turn_count").glob("*.parquet") for r in pq.read_table(p).to_pylist()]
+    answer = "<simulation_instruction>\nNONE\n</simulation_instruction>"
+    assert sorted(r["traj_id"] for r in rows) == sorted(f"t-{s}" for s in CLEAN)
+    assert {r["answer_chars"] for r in rows} == {len(answer)}
+    assert (out / "_tasks" / "llm_turn_count").is_dir()

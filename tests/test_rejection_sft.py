@@ -167,3 +167,23 @@ def test_the_reasoning_weight_changes_weights_of_reasoning_tokens_only(chat_form
     assert {one.weights[i] for i in changed} == {1.0} and {quarter.weights[i] for i in changed} == {0.25}
     assert seg.tok.decode([one.ids[i] for i in changed]) == turns[1].reasoning
     assert changed == list(range(changed[0], changed[-1] + 1))
+
+
+def test_on_the_real_samples_every_sft_target_carries_kept_reasoning_and_its_real_observation(shared_data, tmp_path):
+    out = tmp_path / "out"
+    with JudgeServer(Script()) as server:  # default script: candidates judged 5, 4, 3 (winner: candidate 0)
+        cfg = llm_config([shared_data], out, server.url, "sft")
+        cfg["run"]["max_quarantine_rate"] = 1.0
+        manifest = run_pipeline(cfg, echo=lambda m: None)
+    trajs = {r["traj_id"]: r for p in (out / "trajectories").glob("*.parquet") for r in pq.read_table(p).to_pylist()}
+    rows = _rows(out, "llm/sft_reasoning")
+    assert len(rows) >= 10 and {r["status"] for r in rows} == {"kept"}
+    shard = _rows(out, "shards/sft")
+    assert manifest["llm"]["stages"]["sft_reasoning"]["counts"]["kept"] == len(rows) >= len(shard) >= 10
+    tok = load_tokenizer("default")
+    for row in shard:
+        observation = trajs[row["traj_id"]]["turns"][row["turn_idx"] - 1]["observation"]
+        reasoning = candidate_text("", 0, 5).split(PRED_OPEN)[0].strip() + "\n"
+        trained = [i for i, x in enumerate(row["loss_weight"]) if x > 0]
+        text = tok.decode(row["input_ids"][trained[0] : trained[-1] + 1])
+        assert text == f"{reasoning}{PRED_OPEN}{observation}{PRED_CLOSE}<|im_end|>", row["traj_id"]

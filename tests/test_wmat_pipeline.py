@@ -118,7 +118,8 @@ def test_each_scenario_ends_as_scripted(runs):
         "malformed": 2 * outcome["malformed"],
         "no_confidence": outcome["missing_q"],
     }
-    assert counts["blocks"]["rejected"] == outcome["spoiler"] + outcome["malformed"]
+    assert counts["rejected"] == outcome["spoiler"] + outcome["malformed"]
+    assert counts["kept"] == len(rows) - counts["rejected"]
     # re-asks say why the first answer was refused
     reasks = [c for c in runs["writer"].calls[: runs["first_calls"]] if c[3]]
     assert len(reasks) == outcome["spoiler_then_valid"] + outcome["missing_q"] + outcome["spoiler"] + outcome["malformed"]
@@ -235,6 +236,8 @@ def test_the_run_summary_names_the_wmat_pools(runs):
             f"rl: {pools['rl']['samples']} samples")
     assert line in m["stderr"]
     assert "wmat:" not in runs["manifests"]["off"]["stderr"]
+    c = m["llm"]["stages"]["wmat_blocks"]["counts"]
+    assert f"; kept {int(c['kept'])}; dropped: malformed {int(c['dropped']['malformed'])}" in m["stderr"]
 
 
 def test_a_dry_run_projects_the_block_requests_and_sends_nothing(runs):
