@@ -9,6 +9,13 @@ on), and each block, policy span and observation is its own ``turn_spans`` entry
 ``turn_category`` ``world_model``, ``policy`` or ``observation``, so ``lwm train
 --category-weight world_model=0.5`` re-weights one kind of span at load time. The manifest's
 ``wmat`` section counts samples and tokens per pool and lists the files with their sha256.
+
+``OUT/wmat/rl/part-<task>.parquet`` holds the FE-SFT prompts for offline RL with the WMAT reward:
+per kept block of a trajectory with a recorded outcome, the prompt ``messages`` (system and user of
+the FE-SFT sample), ``future`` (the later real trajectory as text, R_ground's reference) and
+``correct`` (the recorded success, I of R_calib) — the ``ground_truth`` / ``extra_info["correct"]``
+of `stages.reward.wmat_frameworks.compute_score` and the ``future`` / ``correct`` columns of its
+``trl_reward`` — and ``omega`` (ω of the domain).
 """
 
 from __future__ import annotations
@@ -22,13 +29,43 @@ import pyarrow as pa
 from pipeline.llm_stage import Augment
 from pipeline.outputs import AtomicParquetWriter, out_fs, write_json_atomic
 from pipeline.stats import Stats, merge_all
-from schemas.shard import SHARD_SCHEMA
+from schemas.shard import MESSAGE_TYPE, SHARD_SCHEMA
 from schemas.trajectory import Trajectory
 from stages.llm.wmat_blocks import STAGE_NAME
-from stages.wmat import OBSERVATION, POLICY, WORLD_MODEL, fesft_segments, midtrain_segments, tokenize_segments
+from stages.reward.wmat import omega_for
+from stages.wmat import (
+    OBSERVATION,
+    POLICY,
+    WORLD_MODEL,
+    agent_system,
+    fesft_prompt,
+    fesft_segments,
+    future_text,
+    midtrain_segments,
+    tokenize_segments,
+)
 
 WMAT_POOLS = ("midtrain", "fesft")
 TEMPLATE = "wmat"
+RL_SCHEMA = pa.schema([
+    ("sample_id", pa.string()),
+    ("traj_id", pa.string()),
+    ("domain", pa.string()),
+    ("turn_idx", pa.int32()),
+    ("total_turns", pa.int32()),
+    ("messages", pa.list_(MESSAGE_TYPE)),
+    ("future", pa.string()),
+    ("correct", pa.bool_()),
+    ("omega", pa.float32()),
+])
+
+
+def _rl_row(traj: Trajectory, t: int) -> dict[str, Any]:
+    return {"sample_id": _sample_id(traj.traj_id, "rl", t), "traj_id": traj.traj_id, "domain": traj.domain,
+            "turn_idx": t, "total_turns": len(traj.turns),
+            "messages": [{"role": "system", "content": agent_system(traj, with_format=True)},
+                         {"role": "user", "content": fesft_prompt(traj, t)}],
+            "future": future_text(traj, t), "correct": bool(traj.outcome.success), "omega": omega_for(traj.domain)}
 
 
 def _sample_id(traj_id: str, pool: str, step: int) -> str:
@@ -92,7 +129,7 @@ def run_wmat_pool_task(task: dict[str, Any]) -> dict[str, Any]:
             if r["status"] == "kept":
                 blocks_by_traj.setdefault(r["traj_id"], {})[r["step"]] = r["block"]
     stats = Stats()
-    out: dict[str, list[dict[str, Any]]] = {p: [] for p in WMAT_POOLS}
+    out: dict[str, list[dict[str, Any]]] = {p: [] for p in (*WMAT_POOLS, "rl")}
     for traj in _trajectories(fs, root, task["task_id"], set(task.get("drop") or ())):
         blocks = blocks_by_traj.get(traj.traj_id)
         if not blocks:
@@ -105,11 +142,17 @@ def run_wmat_pool_task(task: dict[str, Any]) -> dict[str, Any]:
             row = _row(traj, "fesft", t, seg, fesft_segments(traj, t, blocks[t], chat_format), weights, limit, stats)
             if row:
                 out["fesft"].append(row)
+            if traj.outcome is not None and traj.outcome.success is not None:
+                out["rl"].append(_rl_row(traj, t))
+                stats.add("wmat.rl.samples")
+            else:
+                stats.add("wmat.rl.no_outcome")
     files = []
-    for pool in WMAT_POOLS:
+    for pool in (*WMAT_POOLS, "rl"):
         path = pool_path(root, pool, task["task_id"])
-        table = pa.Table.from_pylist(sorted(out[pool], key=lambda r: r["sample_id"]), schema=SHARD_SCHEMA)
-        with AtomicParquetWriter(fs, path, SHARD_SCHEMA, rows_per_group=512,
+        schema = RL_SCHEMA if pool == "rl" else SHARD_SCHEMA
+        table = pa.Table.from_pylist(sorted(out[pool], key=lambda r: r["sample_id"]), schema=schema)
+        with AtomicParquetWriter(fs, path, schema, rows_per_group=512,
                                  compression_level=cfg["shards"]["compression_level"]) as w:
             w.write_table(table)
         files.append({"path": posixpath.relpath(path, root), "rows": table.num_rows, "bytes": fs.size(path)})
@@ -119,10 +162,24 @@ def run_wmat_pool_task(task: dict[str, Any]) -> dict[str, Any]:
     return result
 
 
+def _remove_stale(fs, root: str, task_ids: set[str]) -> None:
+    """Files and markers of parts an earlier run over another input or task layout left here."""
+    for folder in ("wmat", "_tasks/wmat_pools"):
+        base = posixpath.join(root, folder)
+        if not fs.exists(base):
+            continue
+        for p in fs.find(base):
+            stem = posixpath.basename(p).split(".", 1)[0].removeprefix("part-")
+            if stem not in task_ids:
+                fs.rm(p)
+
+
 def run_wmat_pools(cfg: dict[str, Any], fs, root: str, executor, llm_run: dict[str, Any] | None, drop: set[str],
                    manifest: dict[str, Any], stage_runs: dict[str, Any]) -> None:
     """Write the WMAT pools when the ``wmat_blocks`` stage ran; records them in the manifest."""
-    if not llm_run or STAGE_NAME not in llm_run["stages"]:
+    from pipeline.llm_stage import get_stage
+
+    if not llm_run or not any(get_stage(name).name == STAGE_NAME for name in llm_run["stages"]):
         return
     from pipeline.config import output_config
     from pipeline.run import _run_stage, _spec_hash
@@ -135,8 +192,9 @@ def run_wmat_pools(cfg: dict[str, Any], fs, root: str, executor, llm_run: dict[s
              for tid, spec in sorted(llm_run["specs"].items())]
     results, stage_runs["wmat_pools"] = _run_stage(executor, "wmat_pools", run_wmat_pool_task, tasks, fs, root,
                                                    cfg["executor"]["progress"])
+    _remove_stale(fs, root, {t["task_id"] for t in tasks})
     stats = merge_all([r["stats"] for r in results]).nested().get("wmat", {})
-    for pool in WMAT_POOLS:
+    for pool in (*WMAT_POOLS, "rl"):
         stats.setdefault(pool, {}).setdefault("samples", 0)
     files = [f for r in results for f in r["files"]]
     for f in files:

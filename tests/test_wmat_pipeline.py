@@ -22,6 +22,7 @@ import pytest
 
 from pipeline.outputs import out_fs
 from stages.pools import pool_of
+from stages.reward import wmat_frameworks
 from stages.reward.wmat_format import check_output
 from stages.tokenizer import load_tokenizer
 from tests.judge_server import JudgeServer
@@ -117,7 +118,8 @@ def test_each_scenario_ends_as_scripted(runs):
         "malformed": 2 * outcome["malformed"],
         "no_confidence": outcome["missing_q"],
     }
-    assert counts["blocks"]["rejected"] == outcome["spoiler"] + outcome["malformed"]
+    assert counts["rejected"] == outcome["spoiler"] + outcome["malformed"]
+    assert counts["kept"] == len(rows) - counts["rejected"]
     # re-asks say why the first answer was refused
     reasks = [c for c in runs["writer"].calls[: runs["first_calls"]] if c[3]]
     assert len(reasks) == outcome["spoiler_then_valid"] + outcome["missing_q"] + outcome["spoiler"] + outcome["malformed"]
@@ -230,9 +232,12 @@ def test_the_ray_executor_writes_the_same_pools(runs):
 def test_the_run_summary_names_the_wmat_pools(runs):
     m = runs["manifests"]["on"]
     pools = m["wmat"]["pools"]
-    line = f"wmat: fesft: {pools['fesft']['samples']} samples, midtrain: {pools['midtrain']['samples']} samples"
+    line = (f"wmat: fesft: {pools['fesft']['samples']} samples, midtrain: {pools['midtrain']['samples']} samples, "
+            f"rl: {pools['rl']['samples']} samples")
     assert line in m["stderr"]
     assert "wmat:" not in runs["manifests"]["off"]["stderr"]
+    c = m["llm"]["stages"]["wmat_blocks"]["counts"]
+    assert f"; kept {int(c['kept'])}; dropped: malformed {int(c['dropped']['malformed'])}" in m["stderr"]
 
 
 def test_a_dry_run_projects_the_block_requests_and_sends_nothing(runs):
@@ -244,3 +249,30 @@ def test_a_dry_run_projects_the_block_requests_and_sends_nothing(runs):
     assert f"stage wmat_blocks: {items} item(s), projected {steps:,}–{2 * steps:,} calls" in text
     assert "# Ground truth, do not reveal" in text  # the first rendered request is shown
     assert not (runs["base"] / "dry" / "wmat").exists()
+
+
+def test_rl_prompts_carry_what_the_wmat_reward_needs(runs):
+    out = runs["base"] / "on"
+    tok = load_tokenizer("default")
+    trajs = _trajs(out)
+    kept = [r for r in _rows(out, "llm/wmat_blocks") if r["status"] == "kept"]
+    with_outcome = [r for r in kept if (trajs[r["traj_id"]]["outcome"] or {}).get("success") is not None]
+    rl = {(r["traj_id"], r["turn_idx"]): r for r in _rows(out, "wmat/rl")}
+    assert set(rl) == {(r["traj_id"], r["step"]) for r in with_outcome} and 0 < len(with_outcome) < len(kept)
+    replies = {(r["traj_id"], r["turn_idx"]): tok.decode(r["input_ids"]).split("<|im_start|>assistant\n")[-1]
+               .removesuffix("<|im_end|>\n") for r in _rows(out, "wmat/fesft")}
+    for key, row in rl.items():
+        d = trajs[key[0]]
+        assert row["correct"] == d["outcome"]["success"] and row["omega"] == pytest.approx(0.2)
+        assert [m["role"] for m in row["messages"]] == ["system", "user"]
+        assert row["messages"][1]["content"] in tok.decode(
+            next(r for r in _rows(out, "wmat/fesft") if (r["traj_id"], r["turn_idx"]) == key)["input_ids"])
+        # the future starts with the observation of the step and ends with the last one
+        assert row["future"].startswith(d["turns"][key[1] - 1]["observation"])
+        assert row["future"].endswith(d["turns"][-1]["observation"])
+        # the recorded reply, scored: q = 80% on success, 20% else (the script's blocks)
+        got = wmat_frameworks.compute_score("lwm/search", replies[key], row["future"], {"correct": row["correct"]})
+        assert got["r_calib"] == pytest.approx(0.96 if row["correct"] else -0.04)
+        assert 0.0 <= got["r_ground"] <= 1.0 and got["score"] == pytest.approx(got["r_calib"] + got["r_ground"])
+        assert wmat_frameworks.trl_reward([row["messages"]], [replies[key]], [row["future"]], [row["correct"]]) == \
+            [pytest.approx(got["score"])]

@@ -97,7 +97,7 @@ class WmatBlockStage:
             pending = retry
         out_rows = [rows[(traj.traj_id, t)] for traj in trajs for t in self.steps(traj, ctx)]
         for row in out_rows:
-            ctx.stats.add(f"blocks.{row['status']}")
+            ctx.stats.add(row["status"])
             if row["status"] == "rejected":
                 ctx.stats.add(f"dropped.{row['reason']}")
         return out_rows
