@@ -130,6 +130,20 @@ def load_histogram(run_dir: str, source: str = "auto") -> tuple[list[dict[str, A
     return histogram_from_shards(run_dir)["records"], keep
 
 
+def removed_line(run_dir: str) -> str:
+    """``removed before sampling: N exact_duplicate, …`` from the manifest's dedup counts ('' without them)."""
+    from pipeline.outputs import out_fs, read_json
+
+    fs, base = out_fs(run_dir)
+    counts = read_json(fs, posixpath.join(base, "manifest.json")).get("counts", {}).get("dedup") or {}
+    reasons = (("exact_removed", "exact_duplicate"), ("near_removed", "near_duplicate"),
+               ("decontaminated_near", "decontaminated_near"), ("decontaminated_ngram", "decontaminated_ngram"))
+    if not any(k in counts for k, _ in reasons):
+        return ""
+    return "removed before sampling (dedup/removed.parquet): " + ", ".join(
+        f"{int(counts.get(k, 0))} {name}" for k, name in reasons)
+
+
 @click.command("hist")
 @click.argument("run_dir")
 @click.option("--by", default="", help="Break down by keys: domain, pool, template (comma-separated).")
@@ -163,6 +177,9 @@ def hist_cmd(run_dir: str, by: str, as_json: bool, png: str | None, source: str)
         for name, rows in result["groups"].items():
             click.echo(render_table(rows, name))
             click.echo("")
+        removed = removed_line(run_dir)
+        if removed:
+            click.echo(removed, err=True)
         if png:
             click.echo(f"wrote {png}", err=True)
 

@@ -230,6 +230,11 @@ def test_manifest_and_summary_count_removals_per_reason(decontaminated):
     counts = manifest["counts"]["dedup"]
     assert (counts["decontaminated_near"], counts["decontaminated_ngram"]) == (4, 2)
     assert "decontaminated: 4 near copies and 2 by shared task n-grams" in stderr
+    hist = subprocess.run([sys.executable, "-m", "pipeline.cli", "hist", str(out)], capture_output=True, text=True,
+                          timeout=300)
+    assert hist.returncode == 0, hist.stderr
+    assert ("removed before sampling (dedup/removed.parquet): 0 exact_duplicate, 0 near_duplicate, "
+            "4 decontaminated_near, 2 decontaminated_ngram") in hist.stderr
     assert (counts["exact_removed"], counts["near_removed"]) == (0, 0)
     assert manifest["dedup"]["references"] == 3
 

@@ -1,13 +1,14 @@
-"""``lwm export agentworldbench``: evaluator-format rows that match the shards and round-trip through ingest.
+"""``lwm export agentworldbench``: official-layout rows that match the shards and round-trip through ingest.
 
-What round-trips (AgentWorldBench rows → ``lwm run --format agentworldbench`` with every trajectory in
-eval and a template that is just ``{simulation_instruction}`` → export): the rows themselves (same count,
-task, histories, current prompts, bare responses, turn_idx, total_turns), when the input rows follow
-lwmkit's conventions (its prediction instruction, bare references) and cover every eval turn (trajectories
-of at most five turns; eval_subsample 1.0). What does not: ``id`` (a new sample id), and ``system_str``
-whenever the first turn carries a Current State or Task Instruction — ingest turns those into
-``initial_state`` / ``task_description``, and the template appends every non-empty field it does not
-mention, so the exported system prompt gains an ``## Initial state`` (``## Task``) section.
+What round-trips (official AgentWorldBench rows → ``lwm run --format agentworldbench`` with every trajectory
+in eval and a template that is just ``{simulation_instruction}`` → export): the rows themselves (same count,
+task, prompt lists, response lists, current prompts, turn_idx, total_turns), when the input rows follow
+lwmkit's conventions (its prediction instruction on the evaluated entry, marker-prefixed responses) and
+cover every eval turn (trajectories of at most five turns; eval_subsample 1.0). What does not: ``id`` (a
+new sample id), and ``system_str`` whenever the first turn carries a Current State or Task Instruction —
+ingest turns those into ``initial_state`` / ``task_description``, and the template appends every non-empty
+field it does not mention, so the exported system prompt gains an ``## Initial state`` (``## Task``)
+section (ingest drops that section again: tests/test_agentworldbench_eval.py checks the fixpoint).
 """
 
 from __future__ import annotations

@@ -1,17 +1,23 @@
 """``agentworldbench``: AgentWorldBench evaluation rows, rebuilt into the trajectories they were cut from.
 
-Native record (one JSONL row, abridged)::
+Native record (one JSONL row of the official layout, abridged)::
 
     {"task": "terminal", "id": "t7-2", "system_str": "You simulate a Linux terminal...", "turn_idx": 2, "total_turns": 3,
-     "prompt": [{"role": "user", "content": "### Turn 1\\n**Current State:**\\n$ \\n\\n**Action:**\\n```json\\n[...]\\n```"},
-     {"role": "assistant", "content": "**Environment Observation:**\\na b"}], "current_prompt": "### Turn 2\\n...", "response": ["..."]}
+     "prompt": ["### Turn 1\\n**Current State:**\\n$ \\n\\n**Action:**\\n```json\\n[...]\\n```", "### Turn 2\\n...```\\n\\nThink...",
+                "### Turn 3\\n..."],
+     "response": ["**Environment Observation:**\\na b", "...", "..."], "current_prompt": "### Turn 2\\n...```"}
 
-A row asks for one turn of a trajectory: ``prompt`` is the history (user turn prompts and assistant
-``**Environment Observation:**`` messages, as ``{role, content}`` objects or as plain alternating strings,
-user first), ``current_prompt`` the evaluated turn's prompt (it ends with an instruction to answer inside
-``<predicted_observation>``) and ``response`` the reference observation (possibly wrapped in those tags). A
+A row asks for one turn of a trajectory. In the official layout (the evaluator's ``eval.py``) ``prompt``
+and ``response`` hold every turn of the trajectory as strings: the user turn prompts (the evaluated
+one may end with an instruction to answer inside ``<predicted_observation>``, others may too) and the
+ground-truth observations (bare, after an ``**Environment Observation:**`` marker, or wrapped in
+``<predicted_observation>``); ``current_prompt`` is the evaluated turn's prompt, with or without that
+instruction, and must be the same turn as ``prompt[turn_idx - 1]``. The older layout is read too:
+``prompt`` the history only (user turn prompts and assistant ``**Environment Observation:**`` messages, as
+``{role, content}`` objects or plain alternating strings, user first), ``response`` the one reference. A
 turn prompt is ``### Turn N``, then on the first turn optional ``**Task Instruction:**`` and
-``**Current State:**`` sections (in that order), then ``**Action:**`` and a fenced json block.
+``**Current State:**`` sections (in that order), then ``**Action:**`` and a fenced json block; text after
+the block is ignored.
 
 Grouping: rows of one trajectory repeat its history, so they are grouped by (``system_str``, the parsed first
 turn: action, state and instruction) and, inside a group, a row whose turns agree with a longer row's
@@ -19,10 +25,12 @@ turn: action, state and instruction) and, inside a group, a row whose turns agre
 separate trajectories, so two runs that merely start alike are never merged. Grouping holds one file's
 rows in memory (evaluation files are small).
 
-Mapping to the unified schema: turns = the longest row's history plus its evaluated turn (the reference
-becomes that turn's observation); every turn some row evaluated has ``meta.evaluated``. initial_state = the
-first turn's current state; task_description = its task instruction ('' when absent); the row's
-``system_str`` is the world-model prompt it was evaluated with, so it becomes ``simulation_instruction``.
+Mapping to the unified schema: turns = every turn of the longest row (an official row holds them all; an
+older-layout row its history plus its evaluated turn); every turn some row evaluated has
+``meta.evaluated``. initial_state = the first turn's current state; task_description = its task
+instruction ('' when absent); the row's ``system_str`` is the world-model prompt it was evaluated with, so
+it becomes ``simulation_instruction`` — without the ``## Task`` / ``## Initial state`` sections a template
+appended for those two fields, when it ends with exactly them (`simulation_instruction_of`).
 The domain comes from ``task`` when it names one (``opts["domain"]`` wins); traj_id from the longest
 row's id and turn; ``meta`` keeps task, row ids and ``total_turns`` (a rebuilt trajectory can be shorter).
 """
