@@ -70,7 +70,13 @@ _CLI_TOOL_GATE = re.compile(rb"m(?:ysql|ariadb)")
 _PGPASS_GATE = re.compile(rb":(?:\d{1,5}|\*):[^:\s]+:[^:\s]+:\S")
 # Prefixes of the provider tokens above; a token whose line ends inside it was wrapped by a terminal.
 _WRAP_HEAD = r"(?:gh[pousr]_|github_pat_|gl(?:pat|dt|rt|ptt)-|xox[a-z]-|sk-|hf_|npm_|pypi-|whsec_|[sr]k_(?:live|test)_|A(?:KIA|SIA|BIA|CCA|Iza)|eyJ)"
-_WRAPPED_GATE = re.compile(rb"(?<![A-Za-z0-9_-])" + _WRAP_HEAD.encode() + rb"[A-Za-z0-9_.\-]*\r?\n[A-Za-z0-9_\-]")
+# Its gate runs over the reversed bytes: the scan then starts from a literal newline (fast) and reads the line's
+# last token-like run backwards, up to one of the prefixes above (each spelled backwards, then a word boundary).
+_WRAPPED_GATE_REVERSED = re.compile(
+    rb"\n(?<=[A-Za-z0-9_\-]\n)\r?[A-Za-z0-9_.\-]*?"
+    rb"(?:_[pousr]hg|_tap_buhtig|-(?:tap|td|tr|ttp)lg|-[a-z]xox|-ks|_fh|_mpn|-ipyp|_ceshw|_(?:evil|tset)_k[sr]"
+    rb"|(?:AIK|AIS|AIB|ACC|azI)A|Jye)(?![A-Za-z0-9_\-])"
+)
 _KEYWORDS = ("secret", "pass", "token", "key", "credential")
 _KEYWORD_BYTES = tuple(w.encode("ascii") for w in _KEYWORDS)
 
@@ -125,7 +131,7 @@ def open_gates(text: str) -> set[str]:
         gates.add("docker_auth")
     if _PGPASS_GATE.search(raw):
         gates.add("pgpass")
-    if b"\n" in raw and _WRAPPED_GATE.search(raw):
+    if b"\n" in raw and _WRAPPED_GATE_REVERSED.search(raw[::-1]):
         gates.add("wrapped")
     return gates
 
@@ -319,16 +325,28 @@ _WRAPPED = re.compile(
 )
 
 
+_WRAP_MIN_WIDTH = 40  # narrower lines are not a terminal's width: a token ending one is whole
+
+
 def _scan_wrapped(text: str, counts: Counter) -> str:
-    """A provider token broken over two lines (a terminal wraps at its width): the two parts, joined, are
-    redacted as one token when the first part alone is not one; the line break moves after the placeholder."""
+    """A provider token broken over two lines (a terminal wraps at its width) is redacted as one token, the line
+    break moved after the placeholder: when the first part alone is no token, or when it is one (a variable-length
+    token cut short) that runs to the end of a line at least `_WRAP_MIN_WIDTH` wide and the next line starts with
+    a generated-looking run (digits and capitals, or case switching all the time: ``x9Qz…``, not a word like
+    ``commit`` or ``AKIAshort``) that ends as a token does (not in ``sha256:`` or ``key=``)."""
 
     def sub(m: re.Match) -> str:
         head, tail = m.group("head"), m.group("tail")
-        if redact_text(head)[1]:
-            return m.group(0)  # whole on its own line: the token rules take it
+        head_out, head_found = redact_text(head)
+        if head_found:
+            width = m.end("head") - (text.rfind("\n", 0, m.start("head")) + 1)
+            ends_as_token = text[m.end() : m.end() + 1] not in tuple(":=/(@[{<")
+            switching = len(tail) >= 8 and _case_switches(tail) * 3 >= len(tail)
+            generated = ends_as_token and len(tail) >= 4 and (_random_like(tail) or switching)
+            if width < _WRAP_MIN_WIDTH or not head_out.endswith(">") or not generated:
+                return m.group(0)  # whole on its line: the token rules take it
         joined, found = redact_text(head + tail)
-        if not found:
+        if not found or joined == head_out + tail:
             return m.group(0)
         counts.update(found)
         return joined + m.group("brk")

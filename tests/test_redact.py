@@ -102,7 +102,8 @@ MORE_CASES = [
     (f"$ echo $GITHUB_TOKEN\n{GITHUB[:17]}\n{GITHUB[17:]}\n$ ", "$ echo $GITHUB_TOKEN\n<SECRET:github_token>\n\n$ "),
     (f"key={AWS_ID[:9]}\r\n{AWS_ID[9:]} ok", "key=<SECRET:aws_access_key>\r\n ok"),
     (f"Bearer {JWT[:30]}\n{JWT[30:]}", "Bearer <SECRET:jwt>\n"),
-    (f"token {GITHUB}\nnext line of output", "token <SECRET:github_token>\nnext line of output"),  # the next line stays
+    (f"token {AWS_ID}\nnext line of output", "token <SECRET:aws_access_key>\nnext line of output"),  # the next line stays
+    (f"$ echo $T\n{GITHUB}\nok", "$ echo $T\n<SECRET:github_token>\nok"),  # a narrow line: not a wrap
 ]
 MORE_LOOKALIKES = [
     "machine learning password reset: see the docs",
@@ -468,3 +469,23 @@ def test_secrets_in_ids_and_quarantine_details_reach_no_output_outside_raw(id_ru
     assert sorted(t["traj_id"] for t in trajs) == [f"deploy-<SECRET:github_token>-{i}" for i in range(6)]
     rows = [r for p in (id_run / "quarantine").glob("*.parquet") for r in pq.read_table(p).to_pylist()]
     assert [r["reason"] for r in rows] == ["bad_domain"] and "<SECRET:hugging" in rows[0]["detail"]
+
+
+WHSEC = _j("wh", "sec_", "AbCdEfGhIjKlMnOpQrStUvWx12")
+PAT_GENERATED = _j("github", "_pat_", "11AbC2dEf3GhI4jKl5MnO6_", "pQr7StU8vWx9YzA0bCd1EfG2hIj3KlM4nOp5QrS6tUv7WxY8zAb9Cd")
+# each provider token with the length of its prefix: a terminal may wrap it anywhere after the prefix
+WRAPPABLE = [(GITHUB, 4), (PAT_GENERATED, 11), (GITLAB, 6), (SLACK, 5), (OPENAI, 3), (ANTHROPIC, 3), (HF, 3),
+             (STRIPE, 8), (NPM, 4), (PYPI, 5), (AWS_ID, 4), (GCP_API, 4), (JWT, 3), (WHSEC, 6)]
+
+
+@pytest.mark.parametrize(("token", "prefix"), WRAPPABLE, ids=[t[:6] for t, _ in WRAPPABLE])
+def test_a_token_wrapped_at_any_column_after_its_prefix_is_still_redacted(token, prefix):
+    rest = token[prefix:]
+    for cut in range(prefix, len(token) - 1, 2):
+        for brk in ("\n", "\r\n"):
+            width = 80 if cut < 70 else 120  # a terminal wraps the line at its width
+            head = (" " * width + token[:cut])[-width:]
+            text = f"{head}{brk}{token[cut:]}\n$ "
+            out, counts = redact_text(text)
+            assert sum(counts.values()) == 1, (cut, out)
+            assert not any(rest[i : i + 8] in out.replace(brk, "") for i in range(len(rest) - 7)), (cut, out)
