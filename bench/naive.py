@@ -18,8 +18,8 @@ from bench.common import Figure
 from masking import load_table, score_turn
 from pipeline.config import resolve
 from pipeline.sample_task import build_rows
-from pipeline.stats import Stats
 from schemas.shard import schema_for
+from schemas.stats import Stats
 from schemas.trajectory import Trajectory
 from stages.pools import choose_turns
 from stages.render import chatml, history_reply, target_prompt, target_reply, user_prompt

@@ -49,7 +49,7 @@ def _lwmkit_seconds(run_dir: str, cfg: dict, out: str) -> float:
     """The sample stage over the run's trajectories parts, as the pipeline runs it, into a fresh folder."""
     from pipeline.later_stages import bucket_counts
     from pipeline.sample_task import run_sample_task
-    from pipeline.stats import Stats
+    from schemas.stats import Stats
 
     if os.path.exists(out):
         shutil.rmtree(out)

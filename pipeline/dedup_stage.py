@@ -36,8 +36,8 @@ import pyarrow.parquet as pq
 
 from pipeline.config import output_config
 from pipeline.outputs import AtomicParquetWriter, out_fs, write_json_atomic
-from pipeline.stats import Stats, merge_all
 from schemas.errors import ConfigError
+from schemas.stats import Stats, merge_all
 from stages.decontam import (
     ROLE_REFERENCE,
     ROLE_TRAIN,

@@ -19,10 +19,10 @@ from typing import Any
 
 from pipeline.outputs import AtomicParquetWriter, out_fs, write_json_atomic
 from pipeline.split_input import RangeAdapter, task_id_for
-from pipeline.stats import Stats
 from pipeline.transforms import apply_transforms, build_transforms
 from schemas.errors import InvalidRecord
 from schemas.layers import QUARANTINE_SCHEMA, RAW_SCHEMA
+from schemas.stats import Stats
 from schemas.trajectory import TRAJECTORY_SCHEMA
 from stages.ingest.reading import InputUnit, filesystem
 from stages.ingest.registry import get_adapter, resolve_opts

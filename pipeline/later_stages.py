@@ -8,7 +8,7 @@ from typing import Any
 from pipeline.config import output_config
 from pipeline.sample_task import duplicate_offsets, run_sample_task
 from pipeline.shard_task import run_shard_task
-from pipeline.stats import merge_all
+from schemas.stats import merge_all
 from stages.pools import POOLS
 
 _EVAL_SAMPLES_PER_TRAJ = 2.5  # five chosen turns, half kept

@@ -41,8 +41,8 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from pipeline.outputs import AtomicParquetWriter, out_fs, write_json_atomic
-from pipeline.stats import merge_all
 from schemas.errors import ConfigError
+from schemas.stats import merge_all
 from stages.llm.stage import BudgetExhausted, StageClient, StageContext
 
 LLM_DEFAULTS: dict[str, Any] = {

@@ -37,8 +37,8 @@ from pipeline.split_input import (
     scan_tasks,
     split_settings,
 )
-from pipeline.stats import merge_all
 from schemas.errors import ConfigError
+from schemas.stats import merge_all
 from stages.ingest.reading import InputUnit, expand_inputs
 from stages.ingest.registry import claims_dir, get_adapter, sniff
 from stages.uri_credentials import strip_uri_credentials

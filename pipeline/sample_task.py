@@ -15,8 +15,8 @@ import pyarrow.parquet as pq
 
 from masking import load_table, score_turn
 from pipeline.outputs import AtomicParquetWriter, out_fs, write_json_atomic
-from pipeline.stats import Stats
 from schemas.shard import schema_for
+from schemas.stats import Stats
 from schemas.trajectory import Trajectory
 from stages.pools import choose_template, choose_turns, pool_of, sample_id
 from stages.render import chatml, history_reply, target_prompt, user_prompt

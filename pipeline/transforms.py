@@ -10,7 +10,7 @@ import importlib
 from collections.abc import Callable
 from typing import Any
 
-from pipeline.stats import Stats
+from schemas.stats import Stats
 from schemas.trajectory import Trajectory
 
 TrajectoryStep = Callable[[Trajectory, Stats], Trajectory | None]

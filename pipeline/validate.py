@@ -11,7 +11,7 @@ from collections.abc import Callable
 from functools import partial
 from typing import Any
 
-from pipeline.stats import Stats
+from schemas.stats import Stats
 from stages.ingest.reading import expand_inputs
 from stages.ingest.registry import claims_dir, get_adapter, resolve_opts, sniff
 from stages.normalize import FILTERED_NO_TURNS, normalize_unit

@@ -28,8 +28,8 @@ import pyarrow as pa
 
 from pipeline.llm_stage import Augment
 from pipeline.outputs import AtomicParquetWriter, out_fs, write_json_atomic
-from pipeline.stats import Stats, merge_all
 from schemas.shard import MESSAGE_TYPE, SHARD_SCHEMA
+from schemas.stats import Stats, merge_all
 from schemas.trajectory import Trajectory
 from stages.llm.wmat_blocks import STAGE_NAME
 from stages.reward.wmat import omega_for

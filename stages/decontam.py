@@ -44,8 +44,8 @@ from typing import Any
 
 import pyarrow.parquet as pq
 
-from pipeline.stats import Stats
 from schemas.errors import ConfigError, InvalidRecord
+from schemas.stats import Stats
 from stages.ingest.reading import InputUnit, expand_inputs, filesystem
 from stages.ingest.registry import claims_dir, get_adapter, resolve_opts, sniff
 from stages.pools import pool_of

@@ -37,8 +37,8 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
-from pipeline.stats import Stats
 from schemas.errors import ConfigError
+from schemas.stats import Stats
 from schemas.trajectory import GUI_DOMAINS, Trajectory, Turn
 
 FILTER_ORDER = ("empty_action", "retry_cycle", "gui_no_change", "undeclared_tools", "gui_env_failure", "min_turns")

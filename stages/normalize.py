@@ -17,8 +17,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from pipeline.stats import Stats
 from schemas.errors import InvalidRecord
+from schemas.stats import Stats
 from schemas.trajectory import Trajectory, validate
 from stages.ingest.common import SkippedMember
 from stages.ingest.reading import InputUnit

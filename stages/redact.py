@@ -54,7 +54,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
-from pipeline.stats import Stats
+from schemas.stats import Stats
 from schemas.trajectory import Demonstration, Trajectory
 
 PLACEHOLDER = "<SECRET:{}>"

@@ -19,7 +19,7 @@ import json
 import random
 import re
 
-from pipeline.stats import Stats
+from schemas.stats import Stats
 from stages.decontam import iter_references, reference_units
 
 ORDINARY = set(

@@ -11,7 +11,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from pipeline.stats import Stats
+from schemas.stats import Stats
 from stages.decontam import (
     ROLE_EVAL,
     ROLE_TRAIN,

@@ -24,8 +24,8 @@ from pipeline.config import resolve
 from pipeline.dedup_stage import EDGE_SCHEMA, dedup_settings, removed_rows
 from pipeline.executors import LocalExecutor
 from pipeline.run import run_pipeline
-from pipeline.stats import Stats
 from schemas.errors import ConfigError
+from schemas.stats import Stats
 from stages import dedup
 
 SYSTEM_PROMPT = "You operate a Linux shell in a sandbox. " * 30  # shared boilerplate, ~200 words

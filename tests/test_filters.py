@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from pipeline.config import DEFAULTS
-from pipeline.stats import Stats
 from pipeline.transforms import apply_transforms
 from schemas.errors import ConfigError, InvalidRecord
+from schemas.stats import Stats
 from schemas.trajectory import Source, SystemPrompt, Trajectory, Turn
 from stages import filters
 from stages.filters import FILTER_ORDER, build_filters, declared_tools

@@ -22,11 +22,11 @@ from pipeline.config import resolve
 from pipeline.demo import generate
 from pipeline.outputs import AtomicParquetWriter
 from pipeline.sample_task import build_rows
-from pipeline.stats import Stats
 from pipeline.transforms import apply_transforms, build_transforms
 from schemas.errors import InvalidRecord
 from schemas.layers import QUARANTINE_SCHEMA, RAW_SCHEMA
 from schemas.shard import schema_for
+from schemas.stats import Stats
 from schemas.trajectory import TRAJECTORY_SCHEMA
 from stages.ingest.reading import InputUnit, expand_inputs, iter_jsonl
 from stages.ingest.registry import RawRecord, adapters, claims_dir, get_adapter, resolve_opts, sniff

@@ -107,7 +107,7 @@ def test_real_run_shape_kill_app_lost_event_and_a_broken_state_chain(runs):
 
 
 def test_skipped_member_is_counted_apart_from_records(runs):
-    from pipeline.stats import Stats
+    from schemas.stats import Stats
     from stages.normalize import normalize_unit
 
     stats = Stats()

@@ -236,7 +236,7 @@ TYPED = "openai-messages-typed/reason_tool_use_demo_head8.jsonl"
 
 
 def test_typed_parts_rows_become_turns_and_chats_without_results_are_filtered(shared_data):
-    from pipeline.stats import Stats
+    from schemas.stats import Stats
     from stages.normalize import normalize_unit
 
     stats = Stats()

@@ -106,7 +106,7 @@ def test_registry_sniffs_fixtures(fixtures_dir, name):
 
 
 def test_real_glaive_sample_turns_and_chats_without_calls_are_filtered(shared_data):
-    from pipeline.stats import Stats
+    from schemas.stats import Stats
     from stages.normalize import normalize_unit
 
     stats = Stats()

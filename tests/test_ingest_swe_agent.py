@@ -287,7 +287,7 @@ def test_1x_options_are_parsed_by_the_declared_signature(fixtures_dir):
 
 
 def test_empty_action_is_stripped_by_the_empty_action_filter(fixtures_dir):
-    from pipeline.stats import Stats
+    from schemas.stats import Stats
     from stages.filters import build_filters
 
     traj = one(fixtures_dir / "swe-agent" / "thought_action_1x.traj")

@@ -17,7 +17,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pipeline.stats import Stats
+from schemas.stats import Stats
 from schemas.trajectory import Demonstration, Source, SystemPrompt, Trajectory, Turn
 from stages.redact import build_redactor, redact_text, redact_trajectory
 

@@ -20,8 +20,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from pipeline.stats import Stats
 from schemas.errors import ConfigError
+from schemas.stats import Stats
 from schemas.trajectory import Trajectory
 from stages.llm.client import ChatClient, ChatResult
 
