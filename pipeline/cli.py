@@ -6,57 +6,13 @@ the traceback instead.
 
 from __future__ import annotations
 
-import errno
-import functools
 import json
-import sys
 from typing import Any
 
 import click
 
 from pipeline.config import load_config_file, parse_opt, resolve
-from schemas.errors import ConfigError
-
-
-def os_error_line(exc: OSError) -> str:
-    """One line for an operating-system error: what failed, on which path, and what to do for a full disk."""
-    what = exc.strerror or str(exc) or type(exc).__name__
-    paths = [str(p) for p in (exc.filename, getattr(exc, "filename2", None)) if p is not None]
-    line = f"{what}: {' → '.join(paths)}" if paths else what
-    if exc.errno == errno.ENOSPC:
-        line += " (free space and run the same command again: finished tasks are kept)"
-    return line
-
-
-def error_line(exc: BaseException) -> tuple[str, int]:
-    """The one line and exit status for an error that ends a command (2: input, config or environment; 1: a bug)."""
-    if isinstance(exc, ConfigError):
-        return str(exc), 2
-    if isinstance(exc, OSError):
-        return os_error_line(exc), 2
-    text = " ".join(str(exc).split())[:500]
-    return f"internal error: {type(exc).__name__}: {text} (run with --debug for the traceback)", 1
-
-
-def handle_errors(fn):
-    """Turn every error into one line; `--debug` (on the group) re-raises for a traceback."""
-
-    @functools.wraps(fn)
-    def wrapper(*args, **kwargs):
-        ctx = click.get_current_context()
-        debug = (ctx.find_root().params or {}).get("debug", False)
-        try:
-            return fn(*args, **kwargs)
-        except (click.ClickException, click.exceptions.Exit, click.Abort):
-            raise  # usage errors and exits are click's own, already one line
-        except Exception as exc:
-            if debug:
-                raise
-            line, status = error_line(exc)
-            click.echo(f"lwm: error: {line}", err=True)
-            sys.exit(status)
-
-    return wrapper
+from pipeline.errors import error_line, handle_errors, os_error_line  # noqa: F401  (re-exported)
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})

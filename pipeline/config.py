@@ -127,7 +127,7 @@ def resolve(file_config: dict[str, Any] | None = None, overrides: dict[str, Any]
     cfg = _merge(cfg, overrides)
     check_config(cfg)
     if llm:
-        from pipeline.llm_stage import resolve_llm
+        from pipeline.llm_config import resolve_llm
 
         cfg["llm"] = resolve_llm(llm)
     return cfg
@@ -142,7 +142,7 @@ def output_config(cfg: dict[str, Any]) -> dict[str, Any]:
             node = node.get(key, {})
         node.pop(path[-1], None)
     if "llm" in out:
-        from pipeline.llm_stage import output_llm_config
+        from pipeline.llm_config import output_llm_config
 
         out["llm"] = output_llm_config(out["llm"])
     # Input URIs are recorded (manifest) and hashed without their credentials: a new password is the same input.

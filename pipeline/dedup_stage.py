@@ -35,6 +35,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from pipeline.config import output_config
+from pipeline.engine import run_stage, spec_hash
 from pipeline.outputs import AtomicParquetWriter, out_fs, write_json_atomic
 from schemas.errors import ConfigError
 from schemas.stats import Stats, merge_all
@@ -496,7 +497,6 @@ def _write_removed(fs, root: str, rows: list[dict[str, str]]) -> None:
 
 def run_dedup_stage(cfg, fs, root: str, executor, ingest_results, manifest, stage_runs, echo) -> None:
     """Map, reduce and cluster (see the module docstring); writes ``dedup/removed.parquet`` and manifest counts."""
-    from pipeline.run import _run_stage, _spec_hash
 
     settings = dedup_settings(cfg, merge_all([r["stats"] for r in ingest_results]))
     if not (settings["exact"] or settings["near"] or settings["decontam"]):
@@ -506,28 +506,28 @@ def run_dedup_stage(cfg, fs, root: str, executor, ingest_results, manifest, stag
         return
     progress = cfg["executor"]["progress"]
     base = {"out": cfg["run"]["out"], "settings": settings}
-    spec = _spec_hash("dedup", output_config({"dedup": cfg["dedup"]}), settings)
-    tasks = [{**base, "task_id": r["task_id"], "source": "part", "spec_hash": _spec_hash(spec, r["spec_hash"])}
+    spec = spec_hash("dedup", output_config({"dedup": cfg["dedup"]}), settings)
+    tasks = [{**base, "task_id": r["task_id"], "source": "part", "spec_hash": spec_hash(spec, r["spec_hash"])}
              for r in ingest_results]
     for uri in reference_units(list(cfg["dedup"]["decontaminate"])):
         tid = "ref-" + hashlib.sha256(uri.encode()).hexdigest()[:16]
         tasks.append({**base, "task_id": tid, "source": "reference", "uri": uri,
-                      "spec_hash": _spec_hash(spec, uri, _reference_fingerprint(uri))})
-    map_results, stage_runs["dedup-map"] = _run_stage(executor, "dedup-map", run_dedup_map_task, tasks, fs, root,
+                      "spec_hash": spec_hash(spec, uri, _reference_fingerprint(uri))})
+    map_results, stage_runs["dedup-map"] = run_stage(executor, "dedup-map", run_dedup_map_task, tasks, fs, root,
                                                       progress)
     files: dict[int, list[str]] = {}
     for r in map_results:
         for b, rel in r["files"].items():
             files.setdefault(int(b), []).append(rel)
-    map_spec = _spec_hash(spec, [r["spec_hash"] for r in map_results])
+    map_spec = spec_hash(spec, [r["spec_hash"] for r in map_results])
     # Commonness is a share of every trajectory compared: the run's own (all pools) and the references.
     compared = sum(r["rows"] for r in map_results)
     limit = common_limit(compared, settings["ngram_common_share"], settings["ngram_common_min_docs"])
     settings = {**settings, "ngram_limit": limit}
     base = {**base, "settings": settings}
-    reduce_tasks = [{**base, "task_id": f"b{b:05d}", "files": sorted(files[b]), "spec_hash": _spec_hash(map_spec, b)}
+    reduce_tasks = [{**base, "task_id": f"b{b:05d}", "files": sorted(files[b]), "spec_hash": spec_hash(map_spec, b)}
                     for b in sorted(files)]
-    reduce_results, stage_runs["dedup-reduce"] = _run_stage(executor, "dedup-reduce", run_dedup_reduce_task,
+    reduce_results, stage_runs["dedup-reduce"] = run_stage(executor, "dedup-reduce", run_dedup_reduce_task,
                                                             reduce_tasks, fs, root, progress)
     tables = []
     for r in reduce_results:

@@ -9,20 +9,12 @@ runs the same functions on Ray Data.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any, Protocol
+from typing import Any
 
+from pipeline.engine import Executor, TaskFn
 from pipeline.progress import Progress
 
-TaskFn = Callable[[dict[str, Any]], dict[str, Any]]
-
-
-class Executor(Protocol):
-    name: str
-
-    def map(self, fn: TaskFn, tasks: list[dict[str, Any]], progress: Progress) -> list[dict[str, Any]]: ...
-
-    def close(self) -> None: ...
+__all__ = ["Executor", "LocalExecutor", "TaskFn", "make_executor"]
 
 
 class LocalExecutor:

@@ -191,7 +191,7 @@ def export_group() -> None:
 @click.argument("out")
 def agentworldbench_cmd(run_dir: str, out: str) -> None:
     """Write the eval pool of RUN_DIR as AgentWorldBench JSONL to OUT (one row per evaluated turn)."""
-    from pipeline.cli import handle_errors
+    from pipeline.errors import handle_errors
 
     @handle_errors
     def go() -> None:

@@ -162,7 +162,7 @@ def write_rl_dataset(run_dir: str, out_dir: str, fmt: str, val_fraction: float =
 
 
 def _export(fmt: str, run_dir: str, out_dir: str, val_fraction: float) -> None:
-    from pipeline.cli import handle_errors
+    from pipeline.errors import handle_errors
 
     @handle_errors
     def go() -> None:

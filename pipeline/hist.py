@@ -16,24 +16,9 @@ import click
 import numpy as np
 
 from schemas.errors import ConfigError
+from stages.histogram import histogram_from_stats  # noqa: F401  (re-exported)
 
 KEYS = ("domain", "pool", "template", "category")
-
-
-def histogram_from_stats(stats) -> dict[str, Any]:
-    """Records (domain, pool, template, category, turns, tokens, weighted) from sample-stage counters."""
-    cells: dict[tuple[str, ...], dict[str, float]] = defaultdict(lambda: {"turns": 0, "tokens": 0, "weighted": 0.0})
-    for key, value in stats.to_dict().items():
-        if not key.startswith("hist."):
-            continue
-        _, domain, pool, template, category, field = key.split(".")
-        cells[(domain, pool, template, category)][field] += value
-    records = [
-        {"domain": d, "pool": p, "template": t, "category": c, "turns": int(v["turns"]), "tokens": int(v["tokens"]),
-         "weighted": round(float(v["weighted"]), 4)}
-        for (d, p, t, c), v in sorted(cells.items())
-    ]
-    return {"records": records}
 
 
 def histogram_from_shards(root: str) -> dict[str, Any]:
@@ -152,7 +137,7 @@ def removed_line(run_dir: str) -> str:
 @click.option("--source", type=click.Choice(["auto", "shards", "manifest"]), default="auto", show_default=True)
 def hist_cmd(run_dir: str, by: str, as_json: bool, png: str | None, source: str) -> None:
     """Mask category histogram of a run (shards, or the manifest when the shards are remote)."""
-    from pipeline.cli import handle_errors
+    from pipeline.errors import handle_errors
 
     @handle_errors
     def go():

@@ -6,9 +6,11 @@ import math
 from typing import Any
 
 from pipeline.config import output_config
+from pipeline.engine import run_stage, spec_hash
 from pipeline.sample_task import duplicate_offsets, run_sample_task
 from pipeline.shard_task import run_shard_task
 from schemas.stats import merge_all
+from stages.histogram import histogram_from_stats
 from stages.pools import POOLS
 
 _EVAL_SAMPLES_PER_TRAJ = 2.5  # five chosen turns, half kept
@@ -48,13 +50,12 @@ def bucket_counts(cfg: dict[str, Any], stats) -> dict[str, int]:
 
 
 def run(cfg: dict[str, Any], fs, root: str, executor, ingest_results, manifest, stage_runs, echo) -> None:
-    from pipeline.run import _run_stage, _spec_hash
 
     progress = cfg["executor"]["progress"]
     ingest_stats = merge_all([r["stats"] for r in ingest_results])
     buckets = bucket_counts(cfg, ingest_stats)
     sample_cfg = {k: cfg[k] for k in ("pools", "templates", "masking", "tokenizer", "render", "shards")}
-    sample_hash = _spec_hash(output_config(sample_cfg), buckets)
+    sample_hash = spec_hash(output_config(sample_cfg), buckets)
     drop = _drop_list(fs, root)
     from pipeline.llm_stage import run_llm_stages
 
@@ -66,24 +67,23 @@ def run(cfg: dict[str, Any], fs, root: str, executor, ingest_results, manifest, 
         spec = [sample_hash, r["spec_hash"], sorted(drop)] + ([shared] if shared else [])
         spec += [llm["specs"][r["task_id"]]] if llm else []
         tasks.append({"task_id": r["task_id"], "out": cfg["run"]["out"], "cfg": cfg, "buckets": buckets,
-                      "drop": sorted(drop), "dups": shared, "spec_hash": _spec_hash(*spec),
+                      "drop": sorted(drop), "dups": shared, "spec_hash": spec_hash(*spec),
                       **({"llm": {"stages": llm["stages"]}} if llm else {})})
-    sample_results, stage_runs["samples"] = _run_stage(executor, "samples", run_sample_task, tasks, fs, root, progress)
-    shard_spec = _spec_hash(sample_hash, [r["spec_hash"] for r in sample_results])
+    sample_results, stage_runs["samples"] = run_stage(executor, "samples", run_sample_task, tasks, fs, root, progress)
+    shard_spec = spec_hash(sample_hash, [r["spec_hash"] for r in sample_results])
     shard_tasks = [
         {"task_id": f"{pool}-{b:05d}", "out": cfg["run"]["out"], "pool": pool, "bucket": b,
          "compression_level": cfg["shards"]["compression_level"], "spec_hash": shard_spec}
         for pool in POOLS
         for b in range(buckets[pool])
     ]
-    shard_results, stage_runs["shards"] = _run_stage(executor, "shards", run_shard_task, shard_tasks, fs, root, progress)
+    shard_results, stage_runs["shards"] = run_stage(executor, "shards", run_shard_task, shard_tasks, fs, root, progress)
     _stale_shards(fs, root, {r["shard"]["path"] for r in shard_results})
     if llm:
         from pipeline.wmat_pools import run_wmat_pools
 
         run_wmat_pools(cfg, fs, root, executor, llm, drop, manifest, stage_runs)
     stats = merge_all([r["stats"] for r in sample_results])
-    from pipeline.hist import histogram_from_stats
     from stages.tokenizer import load_tokenizer
 
     tok = load_tokenizer(cfg["tokenizer"]["spec"], cfg["tokenizer"]["engine"] or None)

@@ -28,8 +28,6 @@ samples stage applies them all.
 
 from __future__ import annotations
 
-import hashlib
-import importlib
 import json
 import os
 import posixpath
@@ -40,63 +38,19 @@ import uuid
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from pipeline.engine import run_stage, spec_hash
+from pipeline.llm_config import (  # noqa: F401  (re-exported: the stage API lives here for callers)
+    LLM_DEFAULTS,
+    LLM_EXECUTION_KEYS,
+    get_stage,
+    llm_enabled,
+    output_llm_config,
+    register_stage,
+    resolve_llm,
+)
 from pipeline.outputs import AtomicParquetWriter, out_fs, write_json_atomic
-from schemas.errors import ConfigError
 from schemas.stats import merge_all
 from stages.llm.stage import BudgetExhausted, StageClient, StageContext
-
-LLM_DEFAULTS: dict[str, Any] = {
-    "endpoint": "",  # base URL of an OpenAI-compatible server (…/v1); empty = the stages are off
-    "model": "",
-    "api_key_env": "OPENAI_API_KEY",  # name of the environment variable holding the key (never the key)
-    "judge_endpoint": "",  # empty = endpoint
-    "judge_model": "",  # empty = model
-    "stages": ["instructions", "sft_reasoning"],
-    "concurrency": 8,  # requests in flight per task
-    "batch": 32,  # trajectories whose requests are sent together
-    "timeout_s": 120.0,
-    "max_retries": 4,
-    "backoff_s": 1.0,
-    "max_backoff_s": 30.0,
-    "max_requests": 0,  # per invocation, over all workers; 0 = no limit
-    "max_tokens": 0,  # prompt + completion tokens per invocation; 0 = no limit
-    "dry_run": False,
-    "dry_run_show": 2,  # rendered requests printed per stage
-    "temperature": 0.8,
-    "max_completion_tokens": 2048,
-    "seed": 0,
-    # rejection-sampled sft reasoning
-    "candidates": 3,
-    "threshold": 20.0,  # reward on the rubric scale [0, 25]; 20 = mean judge score 4 of 5
-    "reasoning_weight": 1.0,  # loss weight of the kept reasoning tokens
-    "max_prompt_chars": 200_000,
-    # simulation instructions
-    "instruction_pools": ["cpt", "sft", "rl"],
-    "instruction_max_chars": 600,
-    "instruction_obs_chars": 1500,  # each observation shown to the model is cut to this many characters
-    "instruction_reasks": 1,
-    "spoiler_ngram": 8,  # an instruction sharing this many consecutive words with an observation is rejected
-    # world-model blocks (WMAT: stages.llm.wmat_blocks, pipeline.wmat_pools)
-    "wmat_pools": ["cpt", "sft"],  # trajectories of these pools get blocks
-    "wmat_steps": 2,  # steps per trajectory that get a block
-    "wmat_obs_chars": 1500,
-    "wmat_reasks": 1,
-    "wmat_spoiler_ngram": 5,  # a block sharing this many consecutive words with the future (only) is a spoiler
-    "wmat_world_model_weight": 1.0,
-    "wmat_policy_weight": 1.0,
-    "wmat_observation_weight": 1.0,  # mid-training only; FE-SFT prompts have weight 0
-}
-
-# Keys that say where and how requests are sent; they never change the output bytes.
-LLM_EXECUTION_KEYS = ("endpoint", "api_key_env", "judge_endpoint", "concurrency", "batch", "timeout_s", "max_retries",
-                      "backoff_s", "max_backoff_s", "max_requests", "max_tokens", "dry_run", "dry_run_show")
-
-_BUILTIN = {
-    "instructions": "stages.llm.instructions:STAGE",
-    "sft_reasoning": "stages.llm.rejection:STAGE",
-    "wmat_blocks": "stages.llm.wmat_blocks:STAGE",
-}
-_REGISTRY: dict[str, str] = dict(_BUILTIN)
 
 
 class LLMDryRun(Exception):  # the run stops after printing its plan; not an error
@@ -108,50 +62,6 @@ class LLMDryRun(Exception):  # the run stops after printing its plan; not an err
 
 
 # ------------------------------------------------------------------------------------ config
-
-
-def resolve_llm(sections: Sequence[dict[str, Any]]) -> dict[str, Any]:
-    """``[llm]`` sections (file, then overrides) over `LLM_DEFAULTS`, checked."""
-    out = dict(LLM_DEFAULTS)
-    for section in sections:
-        for key, value in section.items():
-            if key not in LLM_DEFAULTS:
-                raise ConfigError(f"unknown config key 'llm.{key}'")
-            out[key] = value
-    for name in out["stages"]:
-        if name not in _REGISTRY and ":" not in name:
-            raise ConfigError(f"llm.stages: unknown stage {name!r}; known: {', '.join(sorted(_REGISTRY))}")
-    if not isinstance(out["candidates"], int) or out["candidates"] < 1:
-        raise ConfigError(f"llm.candidates must be a positive integer, not {out['candidates']!r}")
-    for key in ("max_requests", "max_tokens"):
-        if not isinstance(out[key], int) or out[key] < 0:
-            raise ConfigError(f"llm.{key} must be an integer ≥ 0 (0 = no limit), not {out[key]!r}")
-    if out["endpoint"] and not out["model"]:
-        raise ConfigError("llm.model is required with llm.endpoint")
-    return out
-
-
-def llm_enabled(cfg: dict[str, Any]) -> bool:
-    llm = cfg.get("llm")
-    return bool(llm and llm.get("endpoint") and llm.get("stages"))
-
-
-def register_stage(name: str, target: str) -> None:
-    """Make a stage available to ``llm.stages`` in this process; `target` is ``"module:attribute"``.
-
-    Ray workers are other processes: there, name a stage that is not built in by its
-    ``"module:attribute"`` path in ``llm.stages`` instead.
-    """
-    _REGISTRY[name] = target
-
-
-def get_stage(name: str):
-    """The stage object of an ``llm.stages`` entry: a built-in or registered name, or ``"module:attribute"``."""
-    target = _REGISTRY.get(name) or _BUILTIN.get(name) or (name if ":" in name else None)
-    if target is None:
-        raise ConfigError(f"unknown llm stage {name!r}")
-    module, attr = target.split(":")
-    return getattr(importlib.import_module(module), attr)
 
 
 # ------------------------------------------------------------------------------------ ledger
@@ -409,28 +319,19 @@ class _Ticker:
 # ------------------------------------------------------------------------------------ driver
 
 
-def _spec_hash(*parts: Any) -> str:
-    return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:16]
-
-
-def output_llm_config(llm: dict[str, Any]) -> dict[str, Any]:
-    return {k: v for k, v in llm.items() if k not in LLM_EXECUTION_KEYS}
-
-
 def run_llm_stages(cfg: dict[str, Any], fs, root: str, executor, ingest_results, manifest: dict[str, Any],
                    stage_runs: dict[str, Any], echo: Callable[[str], None], drop: set[str]) -> dict[str, Any] | None:
     """Run every configured stage; returns what the sample tasks need (None when the stages are off)."""
     if not llm_enabled(cfg):
         return None
     from pipeline.config import output_config
-    from pipeline.run import _run_stage
 
     llm = cfg["llm"]
     if llm["dry_run"]:
         raise LLMDryRun(dry_run(cfg, fs, root, ingest_results, drop, echo))
     progress_mode = cfg["executor"]["progress"]
     # what the prompts depend on: pools, templates, rendering, the stage settings, the model
-    base = _spec_hash(output_config({k: cfg[k] for k in ("pools", "templates", "render")}), output_llm_config(llm))
+    base = spec_hash(output_config({k: cfg[k] for k in ("pools", "templates", "render")}), output_llm_config(llm))
     section: dict[str, Any] = {"model": llm["model"], "judge_model": llm["judge_model"] or llm["model"], "stages": {}}
     prior: dict[str, str] = {r["task_id"]: r["spec_hash"] for r in ingest_results}
     done: list[str] = []
@@ -440,12 +341,12 @@ def run_llm_stages(cfg: dict[str, Any], fs, root: str, executor, ingest_results,
         try:
             tasks = [{"task_id": tid, "stage": name, "out": cfg["run"]["out"], "cfg": cfg, "drop": sorted(drop),
                       "ledger": owner.spec, "earlier": list(done),
-                      "spec_hash": _spec_hash(base, name, prior[tid], sorted(drop))}
+                      "spec_hash": spec_hash(base, name, prior[tid], sorted(drop))}
                      for tid in sorted(prior)]
             stage_key = f"llm_{get_stage(name).name}"
             with _Ticker(stage_key, owner.ledger, progress_mode):
                 try:
-                    results, stage_runs[stage_key] = _run_stage(executor, stage_key, run_llm_task, tasks, fs, root,
+                    results, stage_runs[stage_key] = run_stage(executor, stage_key, run_llm_task, tasks, fs, root,
                                                                 progress_mode)
                 except Exception as exc:
                     snap = owner.ledger.snapshot()
@@ -465,7 +366,7 @@ def run_llm_stages(cfg: dict[str, Any], fs, root: str, executor, ingest_results,
                                    "rows": sum(int(r["rows"]) for r in results)}
         done.append(name)
     manifest["llm"] = section
-    return {"stages": done, "specs": {tid: _spec_hash(base, spec) for tid, spec in prior.items()}}
+    return {"stages": done, "specs": {tid: spec_hash(base, spec) for tid, spec in prior.items()}}
 
 
 def _remove_stale(fs, root: str, name: str, task_ids: set[str]) -> None:

@@ -19,7 +19,7 @@ import pickle
 import warnings
 from typing import Any
 
-from pipeline.executors import TaskFn
+from pipeline.engine import TaskFn
 from pipeline.progress import Progress
 
 MAX_RETRIES = 3

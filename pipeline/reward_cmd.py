@@ -150,7 +150,7 @@ def reward_cmd(**kw: Any) -> None:
     \b
       lwm reward out/ preds.jsonl --judge-url http://localhost:8000/v1 --judge-model Qwen/Qwen3-32B
     """
-    from pipeline.cli import handle_errors  # imported here: the cli imports this module
+    from pipeline.errors import handle_errors
 
     handle_errors(score_predictions)(**kw)
 

@@ -7,8 +7,6 @@ exists with the same spec hash is skipped, so re-running the same command resume
 from __future__ import annotations
 
 import errno
-import hashlib
-import json
 import posixpath
 import sys
 from collections.abc import Callable
@@ -16,7 +14,8 @@ from functools import partial
 from typing import Any
 
 from pipeline.config import config_hash, output_config
-from pipeline.executors import Executor, make_executor
+from pipeline.engine import Executor, run_stage, spec_hash
+from pipeline.executors import make_executor
 from pipeline.ingest_task import run_ingest_task
 from pipeline.outputs import (
     ensure_dir,
@@ -27,7 +26,6 @@ from pipeline.outputs import (
     write_bytes_atomic,
     write_json_atomic,
 )
-from pipeline.progress import Progress
 from pipeline.split_input import (
     apply_scans,
     input_entries,
@@ -100,38 +98,6 @@ def adapter_opts(cfg: dict[str, Any]) -> dict[str, Any]:
     return opts
 
 
-def _spec_hash(*parts: Any) -> str:
-    return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:16]
-
-
-def _run_stage(
-    executor: Executor,
-    stage: str,
-    fn,
-    tasks: list[dict[str, Any]],
-    fs,
-    root: str,
-    progress_mode: str,
-) -> tuple[list[dict[str, Any]], dict[str, Any]]:
-    """Run the tasks that have no matching marker; returns all results and the stage's run stats."""
-    done, todo = [], []
-    for task in tasks:
-        marker = posixpath.join(root, "_tasks", stage, f"{task['task_id']}.json")
-        if fs.exists(marker):
-            prev = read_json(fs, marker)
-            if prev.get("spec_hash") == task["spec_hash"]:
-                done.append(prev)
-                continue
-        todo.append(task)
-    progress = Progress(stage, len(todo), mode=progress_mode)
-    fresh = executor.map(fn, todo, progress) if todo else []
-    seconds = progress.finish() if todo else 0.0
-    if todo:
-        remove_stale_temps(fs, root)  # left by attempts that died and were retried; every task is done now
-    results = sorted(done + fresh, key=lambda r: r["task_id"])
-    return results, {"tasks": len(tasks), "skipped": len(done), "ran": len(todo), "seconds": round(seconds, 3)}
-
-
 def check_quarantine_rate(results: list[dict[str, Any]], bound: float) -> None:
     """Fail with one line naming the worst file and reason when too much input is quarantined."""
     total = merge_all([r["stats"] for r in results])
@@ -195,15 +161,15 @@ def _run(cfg: dict[str, Any], fs, root: str, executor: Executor, echo: Echo) -> 
         plan = plan_ingest(units, split_settings(cfg))
         scans = scan_tasks(plan, cfg["run"]["out"])
         if scans:
-            scanned, stage_runs["scan"] = _run_stage(executor, "scan", run_scan_task, scans, fs, root, progress_mode)
+            scanned, stage_runs["scan"] = run_stage(executor, "scan", run_scan_task, scans, fs, root, progress_mode)
             plan = apply_scans(plan, scanned)
         tasks = []
         for work in plan:
             fields = work.task_fields()
             ranged = [fields["range"]] if "range" in fields else []
-            spec = _spec_hash(work.identity, work.format, opts, output_config(ingest_cfg), *ranged)
+            spec = spec_hash(work.identity, work.format, opts, output_config(ingest_cfg), *ranged)
             tasks.append({**fields, "opts": opts, "out": cfg["run"]["out"], "cfg": cfg, "spec_hash": spec})
-        ingest_results, stage_runs["ingest"] = _run_stage(
+        ingest_results, stage_runs["ingest"] = run_stage(
             executor, "ingest", run_ingest_task, tasks, fs, root, progress_mode
         )
         stale = remove_stale_task_outputs(fs, root, {t["task_id"] for t in tasks})

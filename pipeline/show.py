@@ -120,7 +120,7 @@ def _wrap(texts: list[str], k: int, marked: set[int]) -> str:
 @click.option("--plain", is_flag=True, help="Mark weights in text instead of colors (for pipes).")
 def show_cmd(run_dir: str, sample: str | None, index: int | None, pool: str | None, plain: bool) -> None:
     """One sample decoded, each token colored by its weight, with per-turn categories."""
-    from pipeline.cli import handle_errors
+    from pipeline.errors import handle_errors
 
     @handle_errors
     def go():

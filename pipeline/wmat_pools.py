@@ -26,6 +26,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from pipeline.engine import run_stage, spec_hash
 from pipeline.llm_stage import Augment
 from pipeline.outputs import AtomicParquetWriter, out_fs, write_json_atomic
 from schemas.shard import MESSAGE_TYPE, SHARD_SCHEMA
@@ -182,15 +183,14 @@ def run_wmat_pools(cfg: dict[str, Any], fs, root: str, executor, llm_run: dict[s
     if not llm_run or not any(get_stage(name).name == STAGE_NAME for name in llm_run["stages"]):
         return
     from pipeline.config import output_config
-    from pipeline.run import _run_stage, _spec_hash
 
     shaping = output_config({k: cfg[k] for k in ("tokenizer", "render", "shards")})
-    base = _spec_hash(shaping, {k: v for k, v in cfg["llm"].items() if k.startswith("wmat_")},
+    base = spec_hash(shaping, {k: v for k, v in cfg["llm"].items() if k.startswith("wmat_")},
                       cfg["pools"]["context_limit"])
     tasks = [{"task_id": tid, "out": cfg["run"]["out"], "cfg": cfg, "stages": list(llm_run["stages"]),
-              "drop": sorted(drop), "spec_hash": _spec_hash(base, spec, sorted(drop))}
+              "drop": sorted(drop), "spec_hash": spec_hash(base, spec, sorted(drop))}
              for tid, spec in sorted(llm_run["specs"].items())]
-    results, stage_runs["wmat_pools"] = _run_stage(executor, "wmat_pools", run_wmat_pool_task, tasks, fs, root,
+    results, stage_runs["wmat_pools"] = run_stage(executor, "wmat_pools", run_wmat_pool_task, tasks, fs, root,
                                                    cfg["executor"]["progress"])
     _remove_stale(fs, root, {t["task_id"] for t in tasks})
     stats = merge_all([r["stats"] for r in results]).nested().get("wmat", {})

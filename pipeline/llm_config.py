@@ -1,0 +1,114 @@
+"""The ``[llm]`` config section: defaults, checks, the part that shapes output, and the stage registry.
+
+Kept apart from the stage driver (`pipeline.llm_stage`) so that `pipeline.config` can resolve the
+section without importing the driver.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Sequence
+from typing import Any
+
+from schemas.errors import ConfigError
+
+LLM_DEFAULTS: dict[str, Any] = {
+    "endpoint": "",  # base URL of an OpenAI-compatible server (…/v1); empty = the stages are off
+    "model": "",
+    "api_key_env": "OPENAI_API_KEY",  # name of the environment variable holding the key (never the key)
+    "judge_endpoint": "",  # empty = endpoint
+    "judge_model": "",  # empty = model
+    "stages": ["instructions", "sft_reasoning"],
+    "concurrency": 8,  # requests in flight per task
+    "batch": 32,  # trajectories whose requests are sent together
+    "timeout_s": 120.0,
+    "max_retries": 4,
+    "backoff_s": 1.0,
+    "max_backoff_s": 30.0,
+    "max_requests": 0,  # per invocation, over all workers; 0 = no limit
+    "max_tokens": 0,  # prompt + completion tokens per invocation; 0 = no limit
+    "dry_run": False,
+    "dry_run_show": 2,  # rendered requests printed per stage
+    "temperature": 0.8,
+    "max_completion_tokens": 2048,
+    "seed": 0,
+    # rejection-sampled sft reasoning
+    "candidates": 3,
+    "threshold": 20.0,  # reward on the rubric scale [0, 25]; 20 = mean judge score 4 of 5
+    "reasoning_weight": 1.0,  # loss weight of the kept reasoning tokens
+    "max_prompt_chars": 200_000,
+    # simulation instructions
+    "instruction_pools": ["cpt", "sft", "rl"],
+    "instruction_max_chars": 600,
+    "instruction_obs_chars": 1500,  # each observation shown to the model is cut to this many characters
+    "instruction_reasks": 1,
+    "spoiler_ngram": 8,  # an instruction sharing this many consecutive words with an observation is rejected
+    # world-model blocks (WMAT: stages.llm.wmat_blocks, pipeline.wmat_pools)
+    "wmat_pools": ["cpt", "sft"],  # trajectories of these pools get blocks
+    "wmat_steps": 2,  # steps per trajectory that get a block
+    "wmat_obs_chars": 1500,
+    "wmat_reasks": 1,
+    "wmat_spoiler_ngram": 5,  # a block sharing this many consecutive words with the future (only) is a spoiler
+    "wmat_world_model_weight": 1.0,
+    "wmat_policy_weight": 1.0,
+    "wmat_observation_weight": 1.0,  # mid-training only; FE-SFT prompts have weight 0
+}
+
+# Keys that say where and how requests are sent; they never change the output bytes.
+LLM_EXECUTION_KEYS = ("endpoint", "api_key_env", "judge_endpoint", "concurrency", "batch", "timeout_s", "max_retries",
+                      "backoff_s", "max_backoff_s", "max_requests", "max_tokens", "dry_run", "dry_run_show")
+
+_BUILTIN = {
+    "instructions": "stages.llm.instructions:STAGE",
+    "sft_reasoning": "stages.llm.rejection:STAGE",
+    "wmat_blocks": "stages.llm.wmat_blocks:STAGE",
+}
+_REGISTRY: dict[str, str] = dict(_BUILTIN)
+
+
+def resolve_llm(sections: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """``[llm]`` sections (file, then overrides) over `LLM_DEFAULTS`, checked."""
+    out = dict(LLM_DEFAULTS)
+    for section in sections:
+        for key, value in section.items():
+            if key not in LLM_DEFAULTS:
+                raise ConfigError(f"unknown config key 'llm.{key}'")
+            out[key] = value
+    for name in out["stages"]:
+        if name not in _REGISTRY and ":" not in name:
+            raise ConfigError(f"llm.stages: unknown stage {name!r}; known: {', '.join(sorted(_REGISTRY))}")
+    if not isinstance(out["candidates"], int) or out["candidates"] < 1:
+        raise ConfigError(f"llm.candidates must be a positive integer, not {out['candidates']!r}")
+    for key in ("max_requests", "max_tokens"):
+        if not isinstance(out[key], int) or out[key] < 0:
+            raise ConfigError(f"llm.{key} must be an integer ≥ 0 (0 = no limit), not {out[key]!r}")
+    if out["endpoint"] and not out["model"]:
+        raise ConfigError("llm.model is required with llm.endpoint")
+    return out
+
+
+def llm_enabled(cfg: dict[str, Any]) -> bool:
+    llm = cfg.get("llm")
+    return bool(llm and llm.get("endpoint") and llm.get("stages"))
+
+
+def register_stage(name: str, target: str) -> None:
+    """Make a stage available to ``llm.stages`` in this process; `target` is ``"module:attribute"``.
+
+    Ray workers are other processes: there, name a stage that is not built in by its
+    ``"module:attribute"`` path in ``llm.stages`` instead.
+    """
+    _REGISTRY[name] = target
+
+
+def get_stage(name: str):
+    """The stage object of an ``llm.stages`` entry: a built-in or registered name, or ``"module:attribute"``."""
+    target = _REGISTRY.get(name) or _BUILTIN.get(name) or (name if ":" in name else None)
+    if target is None:
+        raise ConfigError(f"unknown llm stage {name!r}")
+    module, attr = target.split(":")
+    return getattr(importlib.import_module(module), attr)
+
+
+def output_llm_config(llm: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in llm.items() if k not in LLM_EXECUTION_KEYS}
