@@ -17,8 +17,8 @@ from masking import load_table, score_turn
 from pipeline.demo import generate
 from schemas.trajectory import Trajectory
 from stages.samples import TrajectorySamples
-from stages.tokenize import segment_tokenizer
 from stages.tokenizer import load_tokenizer
+from stages.tokenizer.segments import segment_tokenizer
 
 LIMIT = 262144
 

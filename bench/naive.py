@@ -24,8 +24,8 @@ from schemas.trajectory import Trajectory
 from stages.pools import choose_turns
 from stages.render import chatml, history_reply, target_prompt, target_reply, user_prompt
 from stages.templates import render_system
-from stages.tokenize import segment_tokenizer
 from stages.tokenizer import load_tokenizer
+from stages.tokenizer.segments import segment_tokenizer
 
 MODES = {"cpt": ("cpt", 1), "sft, 1 turn": ("sft", 1), "sft, all turns": ("sft", "all")}
 NAIVE_SCHEMA = pa.schema([("sample_id", pa.string()), ("input_ids", pa.list_(pa.int32())),

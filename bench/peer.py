@@ -74,7 +74,7 @@ def run(run_dir: str, cfg: dict, work: str, runs: int) -> Figure:
     import datatrove.pipeline.tokens.tokenizer  # noqa: F401  (it installs its log handler on import)
 
     from stages.tokenizer import default_vocabulary
-    from stages.tokenizer_convert import cached_tokenizer_path, convert_rank_vocabulary
+    from stages.tokenizer.convert import cached_tokenizer_path, convert_rank_vocabulary
 
     logging.getLogger("datatrove").setLevel(logging.ERROR)
     with contextlib.suppress(ImportError):

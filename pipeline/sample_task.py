@@ -23,8 +23,8 @@ from stages.render import chatml, history_reply, target_prompt, user_prompt
 from stages.reward.verifiers import verifier_kind
 from stages.samples import SampleParts, TrajectorySamples
 from stages.templates import render_system
-from stages.tokenize import check_segmentwise, segment_tokenizer
 from stages.tokenizer import load_tokenizer
+from stages.tokenizer.segments import check_segmentwise, segment_tokenizer
 
 
 def bucket_of(sid: str, buckets: int) -> int:

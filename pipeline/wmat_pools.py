@@ -115,8 +115,8 @@ def pool_path(root: str, pool: str, task_id: str) -> str:
 
 def run_wmat_pool_task(task: dict[str, Any]) -> dict[str, Any]:
     """Both WMAT pools of one trajectories part. `task`: task_id, out, cfg, stages, drop, spec_hash."""
-    from stages.tokenize import segment_tokenizer
     from stages.tokenizer import load_tokenizer
+    from stages.tokenizer.segments import segment_tokenizer
 
     cfg = task["cfg"]
     fs, root = out_fs(task["out"])

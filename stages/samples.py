@@ -28,7 +28,7 @@ from stages.render import (
     target_reply,
     user_prompt,
 )
-from stages.tokenize import SegmentTokenizer, project_weights
+from stages.tokenizer.segments import SegmentTokenizer, project_weights
 
 _INSTRUCTION_LEAD = "\n\n"
 assert PREDICT_INSTRUCTION.startswith(_INSTRUCTION_LEAD)

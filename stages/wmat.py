@@ -238,7 +238,7 @@ def tokenize_segments(seg, segments: list[Segment], weights: dict[str, float]
     policy span includes its end-of-turn token and a block and the policy span that follows it are
     separate spans (the newline between them has no category).
     """
-    from stages.tokenize import project_weights
+    from stages.tokenizer.segments import project_weights
 
     ids, index = project_weights(seg, [(seg.norm(text), 1.0) for text, _ in segments], return_index=True)
     loss, spans, cats = [], [], []

@@ -78,7 +78,7 @@ def hf_tokenizer():
     """The built-in Qwen vocabulary as a transformers tokenizer with a ChatML template (no download)."""
     transformers = pytest.importorskip("transformers")
     from stages.tokenizer import default_vocabulary
-    from stages.tokenizer_convert import convert_rank_vocabulary
+    from stages.tokenizer.convert import convert_rank_vocabulary
 
     return transformers.PreTrainedTokenizerFast(
         tokenizer_object=convert_rank_vocabulary(default_vocabulary()), chat_template=CHATML,

@@ -31,8 +31,8 @@ from schemas.trajectory import TRAJECTORY_SCHEMA
 from stages.ingest.reading import InputUnit, expand_inputs, iter_jsonl
 from stages.ingest.registry import RawRecord, adapters, claims_dir, get_adapter, resolve_opts, sniff
 from stages.normalize import normalize_unit
-from stages.tokenize import segment_tokenizer
 from stages.tokenizer import load_tokenizer
+from stages.tokenizer.segments import segment_tokenizer
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 

@@ -149,7 +149,7 @@ def test_the_reasoning_weight_changes_weights_of_reasoning_tokens_only(chat_form
     from masking import load_table, score_turn
     from schemas.trajectory import Source, SystemPrompt, Trajectory, Turn
     from stages.samples import TrajectorySamples
-    from stages.tokenize import segment_tokenizer
+    from stages.tokenizer.segments import segment_tokenizer
 
     turns = [Turn('{"cmd": "ls"}', "a.txt  b.txt"),
              Turn('{"cmd": "pip install numpy"}', "ERROR: No space left on device",

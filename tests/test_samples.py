@@ -15,8 +15,8 @@ from stages.ingest.reading import expand_inputs
 from stages.ingest.registry import claims_dir, get_adapter, resolve_opts, sniff
 from stages.render import chatml, history_reply, target_reply, user_prompt
 from stages.samples import TrajectorySamples
-from stages.tokenize import check_segmentwise, encode_rendered, segment_tokenizer
 from stages.tokenizer import load_tokenizer
+from stages.tokenizer.segments import check_segmentwise, encode_rendered, segment_tokenizer
 
 BIG = 10**9
 

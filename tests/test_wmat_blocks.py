@@ -6,8 +6,8 @@ import pytest
 
 from schemas.trajectory import Outcome, SystemPrompt, Trajectory, Turn
 from stages.reward.wmat_format import check_output
-from stages.tokenize import segment_tokenizer
 from stages.tokenizer import load_tokenizer
+from stages.tokenizer.segments import segment_tokenizer
 from stages.wmat import (
     OBSERVATION,
     POLICY,

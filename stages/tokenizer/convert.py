@@ -30,7 +30,7 @@ from typing import Any
 
 import tokenizers
 
-from stages.tokenizer import RankVocabulary, first_line
+from stages.tokenizer.vocab import RankVocabulary, first_line
 
 # Bump when the produced tokenizer.json changes, so stale cache entries are not reused.
 CONVERTER_VERSION = 1
