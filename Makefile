@@ -29,12 +29,14 @@ data: $(VENV)/.installed
 
 lint: $(VENV)/.installed
 	$(VENV)/bin/ruff check .
+	$(VENV)/bin/lint-imports
 
 fmt: $(VENV)/.installed
 	$(VENV)/bin/ruff format .
 
 test: $(VENV)/.installed
 	$(VENV)/bin/ruff check .
+	$(VENV)/bin/lint-imports
 	$(VENV)/bin/python -m pytest -q
 
 # datatrove is installed for the peer benchmark only (figure 8), not a dependency of lwmkit.

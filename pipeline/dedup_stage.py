@@ -34,9 +34,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from pipeline.config import output_config
-from pipeline.engine import run_stage, spec_hash
-from pipeline.outputs import AtomicParquetWriter, out_fs, write_json_atomic
+from pipeline.engine import Stage, run_stage, spec_hash
+from pipeline.outputs import AtomicParquetWriter, out_fs
 from schemas.errors import ConfigError
 from schemas.stats import Stats, merge_all
 from stages.decontam import (
@@ -282,7 +281,6 @@ def run_dedup_map_task(task: dict[str, Any]) -> dict[str, Any]:
         raise
     result = {"task_id": task["task_id"], "stage": "dedup-map", "files": files, "rows": rows, "bytes": 0,
               "stats": stats.to_dict(), "spec_hash": task["spec_hash"]}
-    write_json_atomic(fs, posixpath.join(root, "_tasks", "dedup-map", f"{task['task_id']}.json"), result)
     return result
 
 
@@ -390,7 +388,6 @@ def run_dedup_reduce_task(task: dict[str, Any]) -> dict[str, Any]:
     stats = {"dedup.bucket_rows": table.num_rows, "dedup.edges": len(rows)}
     result = {"task_id": task["task_id"], "stage": "dedup-reduce", "edges": rel, "rows": table.num_rows,
               "bytes": 0, "stats": stats, "spec_hash": task["spec_hash"]}
-    write_json_atomic(fs, posixpath.join(root, "_tasks", "dedup-reduce", f"{task['task_id']}.json"), result)
     return result
 
 
@@ -506,14 +503,14 @@ def run_dedup_stage(cfg, fs, root: str, executor, ingest_results, manifest, stag
         return
     progress = cfg["executor"]["progress"]
     base = {"out": cfg["run"]["out"], "settings": settings}
-    spec = spec_hash("dedup", output_config({"dedup": cfg["dedup"]}), settings)
+    spec = spec_hash("dedup", DEDUP_MAP.config(cfg), settings)
     tasks = [{**base, "task_id": r["task_id"], "source": "part", "spec_hash": spec_hash(spec, r["spec_hash"])}
              for r in ingest_results]
     for uri in reference_units(list(cfg["dedup"]["decontaminate"])):
         tid = "ref-" + hashlib.sha256(uri.encode()).hexdigest()[:16]
         tasks.append({**base, "task_id": tid, "source": "reference", "uri": uri,
                       "spec_hash": spec_hash(spec, uri, _reference_fingerprint(uri))})
-    map_results, stage_runs["dedup-map"] = run_stage(executor, "dedup-map", run_dedup_map_task, tasks, fs, root,
+    map_results, stage_runs["dedup-map"] = run_stage(executor, DEDUP_MAP, None, tasks, fs, root,
                                                       progress)
     files: dict[int, list[str]] = {}
     for r in map_results:
@@ -527,7 +524,7 @@ def run_dedup_stage(cfg, fs, root: str, executor, ingest_results, manifest, stag
     base = {**base, "settings": settings}
     reduce_tasks = [{**base, "task_id": f"b{b:05d}", "files": sorted(files[b]), "spec_hash": spec_hash(map_spec, b)}
                     for b in sorted(files)]
-    reduce_results, stage_runs["dedup-reduce"] = run_stage(executor, "dedup-reduce", run_dedup_reduce_task,
+    reduce_results, stage_runs["dedup-reduce"] = run_stage(executor, DEDUP_REDUCE, None,
                                                             reduce_tasks, fs, root, progress)
     tables = []
     for r in reduce_results:
@@ -548,3 +545,7 @@ def run_dedup_stage(cfg, fs, root: str, executor, ingest_results, manifest, stag
          f"{counts['clusters']} clusters; decontaminated: {counts['decontaminated_near']} near copies and "
          f"{counts['decontaminated_ngram']} by shared task n-grams (dedup/removed.parquet names the matched "
          "evaluation records)")
+
+
+DEDUP_MAP = Stage("dedup-map", ("dedup",), run_dedup_map_task)
+DEDUP_REDUCE = Stage("dedup-reduce", ("dedup",), run_dedup_reduce_task)

@@ -2,8 +2,8 @@
 
 A task may also carry a group of small units or one byte range of a large file (pipeline/split_input.py).
 Each output file is named after the task id (a hash of the unit's URI, of the group's URIs, or of
-URI + range), written under a temporary name and renamed; the task's marker
-``_tasks/ingest/<id>.json`` is written last, so a task with a marker is finished and a re-run skips it.
+URI + range), written under a temporary name and renamed; the engine writes the task's marker
+``_tasks/ingest/<id>.json`` after the task returns, so a task with a marker is finished and a re-run skips it.
 
 Test hook, off by default: ``LWM_TEST_TASK_DELAY=<seconds>`` makes every ingest task pause that
 long after opening its outputs, so tests can kill a worker or the driver in the middle of a task.
@@ -13,11 +13,11 @@ from __future__ import annotations
 
 import hashlib
 import os
-import posixpath
 import time
 from typing import Any
 
-from pipeline.outputs import AtomicParquetWriter, out_fs, write_json_atomic
+from pipeline.engine import Stage
+from pipeline.outputs import AtomicParquetWriter, out_fs
 from pipeline.split_input import RangeAdapter, task_id_for
 from pipeline.transforms import apply_transforms, build_transforms
 from schemas.errors import InvalidRecord
@@ -136,5 +136,8 @@ def run_ingest_task(task: dict[str, Any]) -> dict[str, Any]:
     }
     if len(units) > 1:
         result["members"] = members
-    write_json_atomic(fs, posixpath.join(root, "_tasks", "ingest", f"{tid}.json"), result)
     return result
+
+
+# Per-trajectory steps read filter and redact; the adapters read ingest; run names inputs and bounds.
+INGEST = Stage("ingest", ("run", "ingest", "filter", "redact"), run_ingest_task)

@@ -5,10 +5,9 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from pipeline.config import output_config
 from pipeline.engine import run_stage, spec_hash
-from pipeline.sample_task import duplicate_offsets, run_sample_task
-from pipeline.shard_task import run_shard_task
+from pipeline.sample_task import SAMPLES, duplicate_offsets
+from pipeline.shard_task import SHARDS
 from schemas.stats import merge_all
 from stages.histogram import histogram_from_stats
 from stages.pools import POOLS
@@ -54,8 +53,7 @@ def run(cfg: dict[str, Any], fs, root: str, executor, ingest_results, manifest, 
     progress = cfg["executor"]["progress"]
     ingest_stats = merge_all([r["stats"] for r in ingest_results])
     buckets = bucket_counts(cfg, ingest_stats)
-    sample_cfg = {k: cfg[k] for k in ("pools", "templates", "masking", "tokenizer", "render", "shards")}
-    sample_hash = spec_hash(output_config(sample_cfg), buckets)
+    sample_hash = spec_hash(SAMPLES.config(cfg), buckets)
     drop = _drop_list(fs, root)
     from pipeline.llm_stage import run_llm_stages
 
@@ -69,7 +67,7 @@ def run(cfg: dict[str, Any], fs, root: str, executor, ingest_results, manifest, 
         tasks.append({"task_id": r["task_id"], "out": cfg["run"]["out"], "cfg": cfg, "buckets": buckets,
                       "drop": sorted(drop), "dups": shared, "spec_hash": spec_hash(*spec),
                       **({"llm": {"stages": llm["stages"]}} if llm else {})})
-    sample_results, stage_runs["samples"] = run_stage(executor, "samples", run_sample_task, tasks, fs, root, progress)
+    sample_results, stage_runs["samples"] = run_stage(executor, SAMPLES, None, tasks, fs, root, progress)
     shard_spec = spec_hash(sample_hash, [r["spec_hash"] for r in sample_results])
     shard_tasks = [
         {"task_id": f"{pool}-{b:05d}", "out": cfg["run"]["out"], "pool": pool, "bucket": b,
@@ -77,7 +75,7 @@ def run(cfg: dict[str, Any], fs, root: str, executor, ingest_results, manifest, 
         for pool in POOLS
         for b in range(buckets[pool])
     ]
-    shard_results, stage_runs["shards"] = run_stage(executor, "shards", run_shard_task, shard_tasks, fs, root, progress)
+    shard_results, stage_runs["shards"] = run_stage(executor, SHARDS, None, shard_tasks, fs, root, progress)
     _stale_shards(fs, root, {r["shard"]["path"] for r in shard_results})
     if llm:
         from pipeline.wmat_pools import run_wmat_pools

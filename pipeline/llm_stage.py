@@ -38,7 +38,7 @@ import uuid
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from pipeline.engine import run_stage, spec_hash
+from pipeline.engine import Stage, run_stage, spec_hash
 from pipeline.llm_config import (  # noqa: F401  (re-exported: the stage API lives here for callers)
     LLM_DEFAULTS,
     LLM_EXECUTION_KEYS,
@@ -48,7 +48,7 @@ from pipeline.llm_config import (  # noqa: F401  (re-exported: the stage API liv
     register_stage,
     resolve_llm,
 )
-from pipeline.outputs import AtomicParquetWriter, out_fs, write_json_atomic
+from pipeline.outputs import AtomicParquetWriter, out_fs
 from schemas.stats import merge_all
 from stages.llm.stage import BudgetExhausted, StageClient, StageContext
 
@@ -254,7 +254,6 @@ def run_llm_task(task: dict[str, Any]) -> dict[str, Any]:
     usage = _merge_usage([ctx.client.usage.as_dict(), ctx.judge.usage.as_dict()])
     result = {"task_id": task["task_id"], "stage": f"llm_{stage.name}", "stats": ctx.stats.to_dict(), "usage": usage,
               "rows": len(rows), "bytes": 0, "spec_hash": task["spec_hash"]}
-    write_json_atomic(fs, posixpath.join(root, "_tasks", f"llm_{stage.name}", f"{task['task_id']}.json"), result)
     return result
 
 
@@ -331,7 +330,7 @@ def run_llm_stages(cfg: dict[str, Any], fs, root: str, executor, ingest_results,
         raise LLMDryRun(dry_run(cfg, fs, root, ingest_results, drop, echo))
     progress_mode = cfg["executor"]["progress"]
     # what the prompts depend on: pools, templates, rendering, the stage settings, the model
-    base = spec_hash(output_config({k: cfg[k] for k in ("pools", "templates", "render")}), output_llm_config(llm))
+    base = spec_hash(output_config({k: cfg[k] for k in LLM.sections if k != "llm"}), output_llm_config(llm))
     section: dict[str, Any] = {"model": llm["model"], "judge_model": llm["judge_model"] or llm["model"], "stages": {}}
     prior: dict[str, str] = {r["task_id"]: r["spec_hash"] for r in ingest_results}
     done: list[str] = []
@@ -409,3 +408,7 @@ def dry_run(cfg: dict[str, Any], fs, root: str, ingest_results, drop: set[str], 
                 echo(f"[{m['role']}]\n{m['content']}")
     echo("[llm dry run] nothing was sent")
     return report
+
+
+# One marker folder per configured stage (llm_<name>); the prompts depend on pools, templates and rendering.
+LLM = Stage("llm", ("pools", "templates", "render", "llm"), run_llm_task)

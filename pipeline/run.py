@@ -1,7 +1,8 @@
 """The plan of a run: inputs → ingest tasks → (samples → shards) → manifest → ``_SUCCESS``.
 
-Every stage is a list of tasks with deterministic ids handed to an executor. A task whose marker
-exists with the same spec hash is skipped, so re-running the same command resumes.
+Every stage is a list of tasks with deterministic ids handed to an executor (`pipeline.engine`).
+A task whose marker exists with the same spec hash is skipped, so re-running the same command
+resumes. `PLAN` lists the stages in the order they run.
 """
 
 from __future__ import annotations
@@ -14,9 +15,11 @@ from functools import partial
 from typing import Any
 
 from pipeline.config import config_hash, output_config
-from pipeline.engine import Executor, run_stage, spec_hash
+from pipeline.dedup_stage import DEDUP_MAP, DEDUP_REDUCE
+from pipeline.engine import Executor, Stage, run_stage, spec_hash
 from pipeline.executors import make_executor
-from pipeline.ingest_task import run_ingest_task
+from pipeline.ingest_task import INGEST
+from pipeline.llm_stage import LLM
 from pipeline.outputs import (
     ensure_dir,
     out_fs,
@@ -26,15 +29,18 @@ from pipeline.outputs import (
     write_bytes_atomic,
     write_json_atomic,
 )
+from pipeline.sample_task import SAMPLES
+from pipeline.shard_task import SHARDS
 from pipeline.split_input import (
+    SCAN,
     apply_scans,
     input_entries,
     input_size,
     plan_ingest,
-    run_scan_task,
     scan_tasks,
     split_settings,
 )
+from pipeline.wmat_pools import WMAT_POOLS
 from schemas.errors import ConfigError
 from schemas.stats import merge_all
 from stages.ingest.reading import InputUnit, expand_inputs
@@ -42,6 +48,9 @@ from stages.ingest.registry import claims_dir, get_adapter, sniff
 from stages.uri_credentials import strip_uri_credentials
 
 Echo = Callable[[str], None]
+
+# Every distributed stage, in run order; each claims the config sections its output depends on.
+PLAN: tuple[Stage, ...] = (SCAN, INGEST, DEDUP_MAP, DEDUP_REDUCE, LLM, SAMPLES, SHARDS, WMAT_POOLS)
 
 
 def _stderr(msg: str) -> None:
@@ -157,20 +166,19 @@ def _run(cfg: dict[str, Any], fs, root: str, executor: Executor, echo: Echo) -> 
         if hasattr(executor, "plan_for_input"):
             executor.plan_for_input(sum(input_size(u) for u, _ in units))
         opts = adapter_opts(cfg)
-        ingest_cfg = {k: cfg[k] for k in ("run", "ingest", "filter", "redact")}
         plan = plan_ingest(units, split_settings(cfg))
         scans = scan_tasks(plan, cfg["run"]["out"])
         if scans:
-            scanned, stage_runs["scan"] = run_stage(executor, "scan", run_scan_task, scans, fs, root, progress_mode)
+            scanned, stage_runs["scan"] = run_stage(executor, SCAN, None, scans, fs, root, progress_mode)
             plan = apply_scans(plan, scanned)
         tasks = []
         for work in plan:
             fields = work.task_fields()
             ranged = [fields["range"]] if "range" in fields else []
-            spec = spec_hash(work.identity, work.format, opts, output_config(ingest_cfg), *ranged)
+            spec = spec_hash(work.identity, work.format, opts, INGEST.config(cfg), *ranged)
             tasks.append({**fields, "opts": opts, "out": cfg["run"]["out"], "cfg": cfg, "spec_hash": spec})
         ingest_results, stage_runs["ingest"] = run_stage(
-            executor, "ingest", run_ingest_task, tasks, fs, root, progress_mode
+            executor, INGEST, None, tasks, fs, root, progress_mode
         )
         stale = remove_stale_task_outputs(fs, root, {t["task_id"] for t in tasks})
         if stale:

@@ -8,13 +8,13 @@ samples on the driver, and the shard a sample lands in depends only on its id.
 
 from __future__ import annotations
 
-import posixpath
 from typing import Any
 
 import pyarrow.parquet as pq
 
 from masking import load_table, score_turn
-from pipeline.outputs import AtomicParquetWriter, out_fs, write_json_atomic
+from pipeline.engine import Stage
+from pipeline.outputs import AtomicParquetWriter, out_fs
 from schemas.shard import schema_for
 from schemas.stats import Stats
 from schemas.trajectory import Trajectory
@@ -246,7 +246,6 @@ def run_sample_task(task: dict[str, Any]) -> dict[str, Any]:
     result = {"task_id": task["task_id"], "stage": "samples", "stats": stats.to_dict(),
               "rows": int(sum(v for k, v in stats.to_dict().items() if k.startswith("samples.") and k.count(".") == 1)),
               "bytes": 0, "spec_hash": task["spec_hash"]}
-    write_json_atomic(fs, posixpath.join(root, "_tasks", "samples", f"{task['task_id']}.json"), result)
     return result
 
 
@@ -256,3 +255,6 @@ def render_example(traj: Trajectory, system_text: str) -> str:
     for i, _turn in enumerate(traj.turns, 1):
         text += chatml("user", user_prompt(traj, i)) + chatml("assistant", history_reply(traj.turns[i - 1].observation))
     return text
+
+
+SAMPLES = Stage("samples", ("pools", "templates", "masking", "tokenizer", "render", "shards"), run_sample_task)

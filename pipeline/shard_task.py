@@ -10,7 +10,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from pipeline.outputs import AtomicParquetWriter, out_fs, write_json_atomic
+from pipeline.engine import Stage
+from pipeline.outputs import AtomicParquetWriter, out_fs
 from schemas.shard import schema_for
 
 
@@ -48,5 +49,7 @@ def run_shard_task(task: dict[str, Any]) -> dict[str, Any]:
         info["max_tokens"] = int(pc.max(table.column("num_tokens")).as_py() or 0)
     result = {"task_id": task["task_id"], "stage": "shards", "shard": info, "rows": table.num_rows,
               "bytes": info["bytes"], "spec_hash": task["spec_hash"], "stats": {}}
-    write_json_atomic(fs, posixpath.join(root, "_tasks", "shards", f"{task['task_id']}.json"), result)
     return result
+
+
+SHARDS = Stage("shards", ("shards",), run_shard_task)  # and, through its spec, everything the samples read

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import posixpath
 import struct
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field, replace
@@ -33,7 +32,7 @@ from typing import Any
 
 import zstandard
 
-from pipeline.outputs import out_fs, write_json_atomic
+from pipeline.engine import Stage
 from schemas.errors import InvalidRecord
 from stages.ingest.atif import is_streaming_atif
 from stages.ingest.reading import (
@@ -339,8 +338,6 @@ def run_scan_task(task: dict[str, Any]) -> dict[str, Any]:
         "input": {"uri": public_uri, "range": [task["start"], task["end"]], "size": task["end"] - task["start"],
                   "sha256": digest.hexdigest(), "files": 1},
     }
-    fs_out, root = out_fs(task["out"])
-    write_json_atomic(fs_out, posixpath.join(root, "_tasks", "scan", f"{task['task_id']}.json"), result)
     return result
 
 
@@ -468,3 +465,6 @@ def input_entries(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
         for m in r.get("members") or [r]:
             out.append({"uri": m["uri"], "input": m["input"], "format": r["format"], "stats": m["stats"]})
     return out
+
+
+SCAN = Stage("scan", ("ingest",), run_scan_task)  # the split and group sizes

@@ -26,9 +26,9 @@ from typing import Any
 
 import pyarrow as pa
 
-from pipeline.engine import run_stage, spec_hash
+from pipeline.engine import Stage, run_stage, spec_hash
 from pipeline.llm_stage import Augment
-from pipeline.outputs import AtomicParquetWriter, out_fs, write_json_atomic
+from pipeline.outputs import AtomicParquetWriter, out_fs
 from schemas.shard import MESSAGE_TYPE, SHARD_SCHEMA
 from schemas.stats import Stats, merge_all
 from schemas.trajectory import Trajectory
@@ -159,7 +159,6 @@ def run_wmat_pool_task(task: dict[str, Any]) -> dict[str, Any]:
         files.append({"path": posixpath.relpath(path, root), "rows": table.num_rows, "bytes": fs.size(path)})
     result = {"task_id": task["task_id"], "stage": "wmat_pools", "stats": stats.to_dict(), "files": files,
               "rows": sum(f["rows"] for f in files), "bytes": 0, "spec_hash": task["spec_hash"]}
-    write_json_atomic(fs, posixpath.join(root, "_tasks", "wmat_pools", f"{task['task_id']}.json"), result)
     return result
 
 
@@ -190,7 +189,7 @@ def run_wmat_pools(cfg: dict[str, Any], fs, root: str, executor, llm_run: dict[s
     tasks = [{"task_id": tid, "out": cfg["run"]["out"], "cfg": cfg, "stages": list(llm_run["stages"]),
               "drop": sorted(drop), "spec_hash": spec_hash(base, spec, sorted(drop))}
              for tid, spec in sorted(llm_run["specs"].items())]
-    results, stage_runs["wmat_pools"] = run_stage(executor, "wmat_pools", run_wmat_pool_task, tasks, fs, root,
+    results, stage_runs["wmat_pools"] = run_stage(executor, WMAT_POOLS, None, tasks, fs, root,
                                                    cfg["executor"]["progress"])
     _remove_stale(fs, root, {t["task_id"] for t in tasks})
     stats = merge_all([r["stats"] for r in results]).nested().get("wmat", {})
@@ -201,3 +200,7 @@ def run_wmat_pools(cfg: dict[str, Any], fs, root: str, executor, llm_run: dict[s
         with fs.open(posixpath.join(root, f["path"]), "rb") as fh:
             f["sha256"] = hashlib.sha256(fh.read()).hexdigest()
     manifest["wmat"] = {"pools": stats, "shards": files}
+
+
+# the wmat_* keys of llm, and pools.context_limit
+WMAT_POOLS = Stage("wmat_pools", ("tokenizer", "render", "shards", "llm", "pools"), run_wmat_pool_task)
