@@ -1,0 +1,159 @@
+"""The structure the code promises: import layers, no import cycles, one engine, every setting claimed."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import grimp
+import pytest
+
+from pipeline.config import DEFAULTS
+from pipeline.engine import Stage, claimed_sections, marker_path, run_stage, spec_hash
+from pipeline.executors import LocalExecutor
+from pipeline.outputs import out_fs
+from pipeline.run import PLAN
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGES = ("bench", "pipeline", "training", "stages", "masking", "schemas")
+
+
+def _lint_imports() -> str:
+    found = Path(sys.executable).parent / "lint-imports"
+    return str(found) if found.exists() else (shutil.which("lint-imports") or "lint-imports")
+
+
+def test_layers_contract_is_kept():
+    """`lint-imports` (the contract in pyproject.toml, imports inside functions included) passes."""
+    proc = subprocess.run([_lint_imports()], cwd=ROOT, capture_output=True, text=True, check=False)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
+    assert "1 kept, 0 broken" in proc.stdout
+
+
+def _cycles(graph) -> list[list[str]]:
+    """Strongly connected components of more than one module (Tarjan, iterative)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+    counter = 0
+    for start in sorted(graph.modules):
+        if start in index:
+            continue
+        work = [(start, iter(sorted(graph.find_modules_directly_imported_by(start))))]
+        index[start] = low[start] = counter
+        counter += 1
+        stack.append(start)
+        on_stack.add(start)
+        while work:
+            node, children = work[-1]
+            child = next(children, None)
+            if child is not None:
+                if child not in index:
+                    index[child] = low[child] = counter
+                    counter += 1
+                    stack.append(child)
+                    on_stack.add(child)
+                    work.append((child, iter(sorted(graph.find_modules_directly_imported_by(child)))))
+                elif child in on_stack:
+                    low[node] = min(low[node], index[child])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                component = []
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    component.append(member)
+                    if member == node:
+                        break
+                if len(component) > 1:
+                    found.append(sorted(component))
+    return found
+
+
+def test_cycle_finder_finds_a_cycle():
+    graph = grimp.ImportGraph()
+    for name in ("a", "a.x", "a.y", "a.z"):
+        graph.add_module(name)
+    graph.add_import(importer="a.x", imported="a.y")
+    graph.add_import(importer="a.y", imported="a.x")
+    graph.add_import(importer="a.z", imported="a.x")
+    assert _cycles(graph) == [["a.x", "a.y"]]
+
+
+def test_import_graph_has_no_cycles():
+    graph = grimp.build_graph(*PACKAGES, include_external_packages=False)
+    assert _cycles(graph) == []
+
+
+def test_every_config_section_except_executor_is_claimed_by_a_stage():
+    """A section no stage hashes would let a resumed run keep outputs made under other settings."""
+    sections = set(DEFAULTS) | {"llm"}  # llm: the opt-in model-in-the-loop section
+    assert sections - claimed_sections(PLAN) == {"executor"}
+    assert "executor" not in claimed_sections(PLAN)
+
+
+def test_plan_stage_names_are_distinct_marker_folders():
+    names = [stage.name for stage in PLAN]
+    assert len(names) == len(set(names))
+
+
+def test_a_claimed_section_reaches_the_spec_hash():
+    cfg = json.loads(json.dumps(DEFAULTS))
+    samples = next(s for s in PLAN if s.name == "samples")
+    before = spec_hash(samples.config(cfg))
+    cfg["masking"]["keep_mode"] = "token" if cfg["masking"]["keep_mode"] != "token" else "turn"
+    assert spec_hash(samples.config(cfg)) != before
+    cfg["executor"]["num_cpus"] = 99  # not claimed: never part of a spec
+    assert "executor" not in samples.config(cfg)
+
+
+def _double(task):
+    calls = Path(task["out"]) / "calls.txt"
+    with open(calls, "a") as fh:
+        fh.write(task["task_id"] + "\n")
+    return {"task_id": task["task_id"], "stage": "double", "stats": {"n": task["n"] * 2}, "rows": 1, "bytes": 0,
+            "spec_hash": task["spec_hash"]}
+
+
+DOUBLE = Stage("double", ("run",), _double)
+
+
+def test_run_stage_writes_every_marker_and_skips_finished_tasks(tmp_path):
+    out = str(tmp_path)
+    fs, root = out_fs(out)
+    tasks = [{"task_id": f"t{i}", "out": out, "n": i, "spec_hash": spec_hash(i)} for i in (2, 0, 1)]
+    results, run = run_stage(LocalExecutor(), DOUBLE, None, tasks, fs, root, "off")
+    assert [r["task_id"] for r in results] == ["t0", "t1", "t2"]
+    assert run["ran"] == 3 and run["skipped"] == 0
+    for r in results:
+        assert json.loads(Path(marker_path(root, "double", r["task_id"])).read_text()) == r
+    # same specs: nothing runs again; one changed spec: only that task runs
+    again, run = run_stage(LocalExecutor(), DOUBLE, None, tasks, fs, root, "off")
+    assert again == results and run["ran"] == 0 and run["skipped"] == 3
+    tasks[0] = {**tasks[0], "spec_hash": spec_hash("changed")}
+    _, run = run_stage(LocalExecutor(), DOUBLE, None, tasks, fs, root, "off")
+    assert run["ran"] == 1
+    assert (tmp_path / "calls.txt").read_text().split() == ["t2", "t0", "t1", "t2"]
+
+
+def test_task_without_marker_is_not_finished(tmp_path):
+    """A task that raises leaves no marker, so the next run runs it again."""
+    out = str(tmp_path)
+    fs, root = out_fs(out)
+
+    tasks = [{"task_id": "t0", "out": out, "n": "x", "spec_hash": "s"}]
+    with pytest.raises(TypeError):
+        run_stage(LocalExecutor(), Stage("bad", (), _fail), None, tasks, fs, root, "off")
+    assert not Path(marker_path(root, "bad", "t0")).exists()
+
+
+def _fail(task):
+    raise TypeError("no")
