@@ -19,7 +19,6 @@ from typing import Any
 from pipeline.engine import Stage
 from pipeline.outputs import AtomicParquetWriter, out_fs
 from pipeline.split_input import RangeAdapter, task_id_for
-from pipeline.transforms import apply_transforms, build_transforms
 from schemas.errors import InvalidRecord
 from schemas.layers import QUARANTINE_SCHEMA, RAW_SCHEMA
 from schemas.stats import Stats
@@ -27,6 +26,7 @@ from schemas.trajectory import TRAJECTORY_SCHEMA
 from stages.ingest.reading import InputUnit, filesystem
 from stages.ingest.registry import get_adapter, resolve_opts
 from stages.normalize import normalize_unit, quarantine_row
+from stages.steps import apply_steps, build_steps, step_sections
 from stages.uri_credentials import recorded_uri
 
 __all__ = ["describe_input", "run_ingest_task", "task_id_for"]
@@ -67,14 +67,14 @@ def _ingest_unit(unit: InputUnit, task: dict[str, Any], stats: Stats, writers) -
     opts = resolve_opts(adapter, task["opts"])
     if task.get("range"):
         adapter = RangeAdapter(adapter, task["range"])
-    transforms = build_transforms(task["cfg"])
+    transforms = build_steps(task["cfg"])
     for item in normalize_unit(unit, adapter, opts, stats):
         if item.raw is not None:
             r_writer.write_row({"uri": recorded_uri(item.raw.uri), "locator": item.raw.locator, "format": fmt, "payload": item.raw.payload})
         if item.quarantine is not None:
             q_writer.write_row(item.quarantine)
         for traj in item.trajectories:
-            kept = apply_transforms(traj, transforms, stats)
+            kept = apply_steps(traj, transforms, stats)
             if kept is not None:
                 kept.source.uri = recorded_uri(kept.source.uri)
                 stats.add("trajectories.kept")
@@ -139,5 +139,5 @@ def run_ingest_task(task: dict[str, Any]) -> dict[str, Any]:
     return result
 
 
-# Per-trajectory steps read filter and redact; the adapters read ingest; run names inputs and bounds.
-INGEST = Stage("ingest", ("run", "ingest", "filter", "redact"), run_ingest_task)
+# run names inputs and bounds, the adapters read ingest, each registered trajectory step its own section.
+INGEST = Stage("ingest", ("run", "ingest", *step_sections()), run_ingest_task)

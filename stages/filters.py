@@ -40,6 +40,7 @@ from typing import Any
 from schemas.errors import ConfigError
 from schemas.stats import Stats
 from schemas.trajectory import GUI_DOMAINS, Trajectory, Turn
+from stages.steps import trajectory_step
 
 FILTER_ORDER = ("empty_action", "retry_cycle", "gui_no_change", "undeclared_tools", "gui_env_failure", "min_turns")
 DEFAULT_MIN_TURNS = 2
@@ -364,6 +365,7 @@ def has_too_few_turns(traj: Trajectory, min_turns: int) -> bool:
     return len(traj.turns) < min_turns
 
 
+@trajectory_step("filter", section="filter", order=10)
 def build_filters(cfg: dict[str, Any]) -> list[Callable[[Trajectory, Stats], Trajectory | None]]:
     """The enabled filters of ``cfg["filter"]`` in SPEC order; unknown names → `ConfigError`."""
     section = cfg.get("filter") or {}

@@ -56,6 +56,7 @@ from typing import Any
 
 from schemas.stats import Stats
 from schemas.trajectory import Demonstration, Trajectory
+from stages.steps import trajectory_step
 
 PLACEHOLDER = "<SECRET:{}>"
 
@@ -576,6 +577,7 @@ def redact_trajectory(traj: Trajectory, emails: bool = False) -> tuple[Trajector
     return _with_text_fields(traj, [next(redacted) if f else f for f in fields]), counts
 
 
+@trajectory_step("redact", section="redact", order=20)
 def build_redactor(cfg: dict[str, Any]) -> list[Callable[[Trajectory, Stats], Trajectory]]:
     """The redaction step for the ingest transforms (``[]`` when ``redact.enabled`` is false)."""
     section = cfg.get("redact", {})

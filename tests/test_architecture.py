@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -16,6 +18,7 @@ from pipeline.engine import Stage, claimed_sections, marker_path, run_stage, spe
 from pipeline.executors import LocalExecutor
 from pipeline.outputs import out_fs
 from pipeline.run import PLAN
+from schemas.trajectory import Source, SystemPrompt, Trajectory, Turn
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ("bench", "pipeline", "training", "stages", "masking", "schemas")
@@ -157,3 +160,49 @@ def test_task_without_marker_is_not_finished(tmp_path):
 
 def _fail(task):
     raise TypeError("no")
+
+
+def _readme_step_example() -> str:
+    text = (ROOT / "README.md").read_text()
+    section = text.split("## How to add a stage", 1)[1].split("\n## ", 1)[0]
+    return re.search(r"```python\n(.*?)```", section, re.DOTALL).group(1)
+
+
+def test_the_readme_step_example_registers_and_runs_in_order():
+    from schemas.stats import Stats
+    from stages.steps import build_steps, registered_steps, unregister_step
+
+    namespace: dict = {}
+    exec(compile(_readme_step_example(), "README.md", "exec"), namespace)
+    try:
+        assert [s.name for s in registered_steps()] == ["filter", "no_task", "redact"]
+        cfg = json.loads(json.dumps(DEFAULTS))
+        cfg["filter"]["enabled"] = []
+        cfg["redact"]["enabled"] = False
+        (step,) = build_steps(cfg)
+        stats = Stats()
+        kept = Trajectory(traj_id="t1", domain="terminal", split_key="k1", source=Source(format="test"),
+                          system=SystemPrompt(task_description="list files"), turns=[Turn(action="ls", observation="a")])
+        assert step(kept, stats) is kept
+        empty = dataclasses.replace(kept, system=dataclasses.replace(kept.system, task_description="  "))
+        assert step(empty, stats) is None
+        assert stats.to_dict() == {"filtered.no_task": 1}
+    finally:
+        unregister_step("no_task")
+    assert [s.name for s in registered_steps()] == ["filter", "redact"]
+
+
+def test_a_step_module_that_is_missing_is_an_error(monkeypatch):
+    from stages import steps
+
+    monkeypatch.setattr(steps, "STEP_MODULES", (*steps.STEP_MODULES, "stages.no_such_step"))
+    with pytest.raises(ModuleNotFoundError):
+        steps.registered_steps()
+
+
+def test_ingest_hashes_every_registered_step_section():
+    from pipeline.ingest_task import INGEST
+    from stages.steps import step_sections
+
+    assert set(step_sections()) == {"filter", "redact"}
+    assert set(step_sections()) <= set(INGEST.sections)

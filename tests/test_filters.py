@@ -10,7 +10,6 @@ from pathlib import Path
 import pytest
 
 from pipeline.config import DEFAULTS
-from pipeline.transforms import apply_transforms
 from schemas.errors import ConfigError, InvalidRecord
 from schemas.stats import Stats
 from schemas.trajectory import Source, SystemPrompt, Trajectory, Turn
@@ -18,6 +17,7 @@ from stages import filters
 from stages.filters import FILTER_ORDER, build_filters, declared_tools
 from stages.ingest import registry
 from stages.ingest.reading import expand_inputs
+from stages.steps import apply_steps
 
 WEB_PAGE = '[ 0] | "Northwind Market"\n[ 1] | input | "Search"\n[ 2] | "Cart (0)"'
 RESULTS = '[ 0] | "Northwind Market"\n[ 3] | "Espresso grinder — 4.6 stars"\n[ 4] | "Add to cart"'
@@ -337,7 +337,7 @@ def test_min_turns_is_checked_after_stripping():
     steps = build_filters(DEFAULTS)
     traj = make("mcp", [(call("a"), "x"), ("", "y"), ("{}", "z")], '["a"]')
     stats = Stats()
-    assert apply_transforms(traj, steps, stats) is None
+    assert apply_steps(traj, steps, stats) is None
     assert stats.to_dict() == {"filtered.min_turns": 1, "turns_stripped.empty_action": 2}
     out, counts = run_one("min_turns", traj, min_turns=3)
     assert out is traj and counts == {}
@@ -359,7 +359,7 @@ def filter_real(folder: Path) -> tuple[Stats, dict[str, int]]:
                 continue
             for traj in adapter.normalize(record, opts):
                 stats.add("in")
-                kept = apply_transforms(traj, steps, stats)
+                kept = apply_steps(traj, steps, stats)
                 if kept is not None:
                     turns_after[f"{Path(unit.uri).name} {record.locator}"] = len(kept.turns)
     return stats, turns_after

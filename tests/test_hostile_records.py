@@ -22,7 +22,6 @@ from pipeline.config import resolve
 from pipeline.demo import generate
 from pipeline.outputs import AtomicParquetWriter
 from pipeline.sample_task import build_rows
-from pipeline.transforms import apply_transforms, build_transforms
 from schemas.errors import InvalidRecord
 from schemas.layers import QUARANTINE_SCHEMA, RAW_SCHEMA
 from schemas.shard import schema_for
@@ -31,6 +30,7 @@ from schemas.trajectory import TRAJECTORY_SCHEMA
 from stages.ingest.reading import InputUnit, expand_inputs, iter_jsonl
 from stages.ingest.registry import RawRecord, adapters, claims_dir, get_adapter, resolve_opts, sniff
 from stages.normalize import normalize_unit
+from stages.steps import apply_steps, build_steps
 from stages.tokenizer import load_tokenizer
 from stages.tokenizer.segments import segment_tokenizer
 
@@ -193,7 +193,7 @@ def test_every_adapter_has_an_output_record(adapter_records):
 def pipeline_parts():
     cfg = resolve()
     cfg["pools"]["ratios"] = {"cpt": 0.25, "sft": 0.25, "rl": 0.25, "eval": 0.25}
-    return cfg, build_transforms(cfg), segment_tokenizer(load_tokenizer()), load_table(cfg["masking"]["table"])
+    return cfg, build_steps(cfg), segment_tokenizer(load_tokenizer()), load_table(cfg["masking"]["table"])
 
 
 def leaf_paths(value, path=()):
@@ -249,7 +249,7 @@ def run_record(record: dict, parts) -> None:
         if item.quarantine is not None:
             write(QUARANTINE_SCHEMA, [item.quarantine])
         for traj in item.trajectories:
-            kept = apply_transforms(traj, transforms, stats)
+            kept = apply_steps(traj, transforms, stats)
             if kept is None:
                 continue
             write(TRAJECTORY_SCHEMA, [kept.to_dict()])
