@@ -46,15 +46,12 @@ from stages.ingest.reading import (
     filesystem,
     split_compression,
 )
-from stages.ingest.registry import RawRecord
+from stages.ingest.registry import RawRecord, reads_line_records
 from stages.uri_credentials import recorded_uri
 
 DEFAULT_SPLIT_BYTES = 64 * 1024 * 1024
 DEFAULT_GROUP_BYTES = 8 * 1024 * 1024
 DEFAULT_GROUP_FILES = 64
-# Adapters whose JSONL reading is exactly one native record per line (records_from_container); for atif
-# only when the file is not streaming ATIF (a header line, then one step per line: one document).
-LINE_RECORD_FORMATS = frozenset({"lwm-jsonl", "openai-messages", "sharegpt", "atif", "magentic-one", "openhands"})
 _CHUNK = 1 << 20
 _ZSTD_MAGIC = 0xFD2FB528
 _SKIPPABLE_MASK, _SKIPPABLE_MAGIC = 0xFFFFFFF0, 0x184D2A50
@@ -172,7 +169,7 @@ def plan_ingest(units: list[tuple[InputUnit, str]], settings: SplitSettings) -> 
 def file_ranges(unit: InputUnit, fmt: str, size: int, split_bytes: int) -> list[ByteRange]:
     """Byte ranges of one file; a single range means the file is read whole."""
     whole = [ByteRange(0, size)]
-    if unit.is_dir or fmt not in LINE_RECORD_FORMATS or container_of(unit.uri) != "jsonl" or size <= split_bytes:
+    if unit.is_dir or not reads_line_records(fmt) or container_of(unit.uri) != "jsonl" or size <= split_bytes:
         return whole
     if fmt == "atif" and is_streaming_atif(unit.uri):
         return whole  # streaming ATIF: the whole file is one document

@@ -8,8 +8,9 @@ import pytest
 
 from schemas.errors import ConfigError, InvalidRecord
 from stages.ingest import registry
-from stages.ingest.openai_messages import ADAPTER, find_chat_path, parse_arguments, resolve_path, tool_action
+from stages.ingest.openai_messages import ADAPTER, find_chat_path, resolve_path
 from stages.ingest.reading import InputUnit
+from stages.ingest.tool_calls import parse_arguments, tool_action
 
 ATLAS = "openai-messages/mcp-atlas/sample_tasks.csv"
 

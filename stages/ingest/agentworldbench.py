@@ -47,7 +47,7 @@ from typing import Any
 from schemas.errors import InvalidRecord
 from schemas.trajectory import DOMAINS, SystemPrompt, Trajectory, Turn
 from stages.ingest.common import make_trajectory
-from stages.ingest.reading import DEFAULT_MAX_RECORD_BYTES, InputUnit, iter_container
+from stages.ingest.reading import InputUnit, iter_container, max_record_bytes
 from stages.ingest.registry import Probe, RawRecord
 from stages.templates.fill import FIELD_HEADINGS
 
@@ -362,7 +362,7 @@ class AgentWorldBenchAdapter:
     def read(self, unit: InputUnit, opts: dict[str, Any]) -> Iterator[RawRecord | InvalidRecord]:
         """One raw record per group of rows (see the module docstring); bad rows come out on their own."""
         groups: dict[str, list[tuple[str, Any]]] = {}
-        for item in iter_container(unit.uri, int(opts.get("max_record_bytes") or DEFAULT_MAX_RECORD_BYTES)):
+        for item in iter_container(unit.uri, max_record_bytes(opts)):
             if isinstance(item, InvalidRecord):
                 yield item
                 continue

@@ -51,7 +51,7 @@ from stages.ingest.android_render import (
     render_elements,
 )
 from stages.ingest.common import canonical_json, make_trajectory
-from stages.ingest.reading import DEFAULT_MAX_RECORD_BYTES, InputUnit, iter_container
+from stages.ingest.reading import InputUnit, iter_container, max_record_bytes
 from stages.ingest.registry import Probe, RawRecord
 
 TAP_DISTANCE = 0.04
@@ -102,7 +102,7 @@ class AitwAdapter:
         return 0.0
 
     def read(self, unit: InputUnit, opts: dict[str, Any]) -> Iterator[RawRecord | InvalidRecord]:
-        max_bytes = int(opts.get("max_record_bytes") or DEFAULT_MAX_RECORD_BYTES)
+        max_bytes = max_record_bytes(opts)
         current: str | None = None
         group: list[dict[str, Any]] = []
         finished: set[str] = set()

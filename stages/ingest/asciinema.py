@@ -48,10 +48,10 @@ from schemas.errors import InvalidRecord
 from schemas.trajectory import SystemPrompt, Trajectory, Turn
 from stages.ingest.common import make_trajectory
 from stages.ingest.reading import (
-    DEFAULT_MAX_RECORD_BYTES,
     InputUnit,
     filesystem,
     iter_jsonl,
+    max_record_bytes,
     read_document,
     split_compression,
 )
@@ -95,7 +95,7 @@ class AsciinemaAdapter:
                     "orphan_keys_log", "no .cast recording beside this keystroke log", "document", unit.uri
                 )
             return
-        max_bytes = int(opts.get("max_record_bytes") or DEFAULT_MAX_RECORD_BYTES)
+        max_bytes = max_record_bytes(opts)
         try:
             recording = _read_recording(unit.uri, max_bytes)
         except InvalidRecord as bad:

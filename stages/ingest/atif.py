@@ -59,9 +59,15 @@ from typing import Any
 from schemas.errors import InvalidRecord
 from schemas.trajectory import DOMAINS, Demonstration, SystemPrompt, Trajectory, Turn, make_traj_id
 from stages.ingest.common import canonical_json, make_trajectory, records_from_container, strip_ansi, text_of
-from stages.ingest.openai_messages import action_space_of, orphans_policy, parse_arguments
-from stages.ingest.reading import DEFAULT_MAX_RECORD_BYTES, InputUnit, container_of, iter_container, read_head
+from stages.ingest.reading import (
+    InputUnit,
+    container_of,
+    iter_container,
+    max_record_bytes,
+    read_head,
+)
 from stages.ingest.registry import Probe, RawRecord
+from stages.ingest.tool_calls import action_space_of, orphans_policy, parse_arguments
 
 FORMAT = "atif"
 SOURCES = ("system", "user", "agent")
@@ -339,6 +345,7 @@ class AtifAdapter:
     description = "Harbor's Agent Trajectory Interchange Format (ATIF v1.x) trajectory documents"
     domains = DOMAINS
     default_domain = "terminal"
+    line_records = True  # a .jsonl file may be read as byte ranges of whole lines
     options = {"orphans": "quarantine (default) or skip: what to do with a result whose call is missing"}
 
     def sniff(self, probe: Probe) -> float:
@@ -357,7 +364,7 @@ class AtifAdapter:
         if container_of(unit.uri) != "jsonl":
             yield from records_from_container(unit, self.name, opts)
             return
-        items = iter_container(unit.uri, int(opts.get("max_record_bytes") or DEFAULT_MAX_RECORD_BYTES))
+        items = iter_container(unit.uri, max_record_bytes(opts))
         first = next(items, None)
         if first is None:
             return

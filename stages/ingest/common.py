@@ -9,7 +9,7 @@ from typing import Any
 
 from schemas.errors import InvalidRecord
 from schemas.trajectory import Source, SystemPrompt, Trajectory, Turn, make_traj_id, validate
-from stages.ingest.reading import DEFAULT_MAX_RECORD_BYTES, InputUnit, iter_container
+from stages.ingest.reading import InputUnit, iter_container, max_record_bytes, read_document
 from stages.ingest.registry import RawRecord
 
 _ANSI = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)|\x1b[@-Z\\-_]")
@@ -17,8 +17,7 @@ _ANSI = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)|\
 
 def records_from_container(unit: InputUnit, fmt: str, opts: dict[str, Any]) -> Iterator[RawRecord | InvalidRecord]:
     """Each record of a JSON/JSONL/CSV/Parquet file as a `RawRecord` (bad ones as `InvalidRecord`)."""
-    max_bytes = int(opts.get("max_record_bytes") or DEFAULT_MAX_RECORD_BYTES)
-    for item in iter_container(unit.uri, max_bytes):
+    for item in iter_container(unit.uri, max_record_bytes(opts)):
         if isinstance(item, InvalidRecord):
             yield item
             continue
@@ -29,6 +28,20 @@ def records_from_container(unit: InputUnit, fmt: str, opts: dict[str, Any]) -> I
             yield InvalidRecord("too_deep", "JSON nested deeper than the parser allows", locator, unit.uri)
             continue
         yield RawRecord(unit.uri, locator, fmt, payload)
+
+
+def records_from_document(unit: InputUnit, fmt: str, opts: dict[str, Any]) -> Iterator[RawRecord | InvalidRecord]:
+    """The whole JSON file as one record (locator ``document``), whatever its top-level shape."""
+    data = read_document(unit.uri, max_record_bytes(opts))
+    if isinstance(data, InvalidRecord):
+        yield data
+        return
+    try:
+        value = json.loads(data)
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        yield InvalidRecord("malformed_json", str(exc), "document", unit.uri)
+        return
+    yield RawRecord(unit.uri, "document", fmt, json.dumps(value, ensure_ascii=False))
 
 
 def canonical_json(value: Any) -> str:

@@ -75,10 +75,10 @@ from stages.ingest.android_render import (
 )
 from stages.ingest.common import SkippedMember, canonical_json, make_trajectory
 from stages.ingest.reading import (
-    DEFAULT_MAX_RECORD_BYTES,
     InputUnit,
     filesystem,
     join_uri,
+    max_record_bytes,
     read_document,
     read_head,
 )
@@ -153,7 +153,7 @@ class DroidBotAdapter:
         return is_droidbot_dir(uri) or bool(droidtask_files(uri))
 
     def read(self, unit: InputUnit, opts: dict[str, Any]) -> Iterator[RawRecord | InvalidRecord]:
-        max_bytes = int(opts.get("max_record_bytes") or DEFAULT_MAX_RECORD_BYTES)
+        max_bytes = max_record_bytes(opts)
         root = unit.uri
         for run_dir in _droidbot_dirs(root):
             yield from self._read_run(root, run_dir, max_bytes)

@@ -26,6 +26,7 @@ class LwmJsonlAdapter:
     description = "the unified trajectory schema, one trajectory per line"
     domains = DOMAINS
     default_domain = "terminal"
+    line_records = True  # a .jsonl file may be read as byte ranges of whole lines
     options: dict[str, str] = {}
 
     def sniff(self, probe: Probe) -> float:

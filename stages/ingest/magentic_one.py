@@ -89,6 +89,7 @@ class MagenticOneAdapter:
     description = "Magentic-One multi-agent logs: history of Orchestrator / WebSurfer / ... messages"
     domains = ("search",)
     default_domain = "search"
+    line_records = True  # a .jsonl file may be read as byte ranges of whole lines
     options: dict[str, str] = {}
 
     def sniff(self, probe: Probe) -> float:

@@ -35,8 +35,8 @@ from typing import Any
 
 from schemas.errors import InvalidRecord
 from schemas.trajectory import SystemPrompt, Trajectory, Turn
-from stages.ingest.common import make_trajectory, text_of
-from stages.ingest.reading import DEFAULT_MAX_RECORD_BYTES, InputUnit, read_document, split_compression
+from stages.ingest.common import make_trajectory, records_from_document, text_of
+from stages.ingest.reading import InputUnit, split_compression
 from stages.ingest.registry import Probe, RawRecord
 from stages.ingest.terminal_text import clean_tool_output, keystroke_action
 
@@ -69,17 +69,8 @@ class MiniSweAgentAdapter:
         return 0.8 if split_compression(probe.uri)[0].endswith(".traj.json") and has_block else 0.0
 
     def read(self, unit: InputUnit, opts: dict[str, Any]) -> Iterator[RawRecord | InvalidRecord]:
-        data = read_document(unit.uri, int(opts.get("max_record_bytes") or DEFAULT_MAX_RECORD_BYTES))
-        if isinstance(data, InvalidRecord):
-            yield data
-            return
-        try:
-            value = json.loads(data)
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-            yield InvalidRecord("malformed_json", str(exc), "document", unit.uri)
-            return
         # The whole file is one run, whether a bare message list or an object around it.
-        yield RawRecord(unit.uri, "document", FORMAT, json.dumps(value, ensure_ascii=False))
+        yield from records_from_document(unit, FORMAT, opts)
 
     def normalize(self, record: RawRecord, opts: dict[str, Any]) -> Iterator[Trajectory]:
         value = record.value()

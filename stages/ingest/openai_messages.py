@@ -44,11 +44,18 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from schemas.errors import ConfigError, InvalidRecord
+from schemas.errors import InvalidRecord
 from schemas.trajectory import DOMAINS, SystemPrompt, Trajectory, Turn
 from stages.ingest.common import canonical_json, make_trajectory, records_from_container, strip_ansi, text_of
-from stages.ingest.reading import DEFAULT_MAX_RECORD_BYTES, InputUnit, container_of, read_document
+from stages.ingest.reading import InputUnit, container_of, max_record_bytes, read_document
 from stages.ingest.registry import Probe, RawRecord
+from stages.ingest.tool_calls import (
+    ToolCallPairing,
+    action_space_of,
+    decoded_field,
+    orphans_policy,
+    parse_arguments,
+)
 
 FORMAT = "openai-messages"
 MESSAGE_FIELDS = ("messages", "traj", "TRAJECTORY", "trajectory")
@@ -60,84 +67,6 @@ ID_FIELDS = ("id", "traj_id", "session_id", "ID")
 # are only named, so a huge column cannot bloat every trajectory.
 MAX_META_FIELD_CHARS = 16384
 _SYSTEM_ROLES = ("system", "developer")
-
-
-# ---------------------------------------------------------------- tool calls shared with sharegpt and atif
-
-
-def parse_arguments(raw: Any) -> Any:
-    """Tool-call arguments as a value: JSON text is parsed when valid, anything else is kept as given."""
-    if raw is None:
-        return {}
-    if isinstance(raw, str):
-        try:
-            return json.loads(raw)
-        except json.JSONDecodeError:
-            return raw
-    return raw
-
-
-def tool_action(name: str, arguments: Any) -> str:
-    """Canonical action text of one tool call: ``{"name": ..., "arguments": ...}``."""
-    return canonical_json({"name": name, "arguments": parse_arguments(arguments)})
-
-
-def orphans_policy(opts: dict[str, Any]) -> str:
-    """``quarantine`` (default) or ``skip`` from ``opts["orphans"]``; anything else is a `ConfigError`."""
-    value = opts.get("orphans") or "quarantine"
-    if value not in ("quarantine", "skip"):
-        raise ConfigError(f"option orphans must be 'quarantine' or 'skip', not {value!r}")
-    return value
-
-
-@dataclass
-class _Call:
-    name: str
-    action: str
-    call_id: str | None
-    reasoning: str | None
-    observation: str | None = None
-
-
-@dataclass
-class ToolCallPairing:
-    """Tool calls in the order they were made, each waiting for its result; turns come out in call order."""
-
-    calls: list[_Call] = field(default_factory=list)
-
-    def call(self, name: str, arguments: Any, call_id: str | None = None, reasoning: str | None = None) -> None:
-        self.calls.append(_Call(name, tool_action(name, arguments), call_id, reasoning))
-
-    def answer_by_id(self, call_id: str, observation: str) -> bool:
-        """Give the result to the unanswered call with this id; False when there is none."""
-        for c in self.calls:
-            if c.observation is None and c.call_id == call_id:
-                c.observation = observation
-                return True
-        return False
-
-    def answer_next(self, observation: str, name: str | None = None) -> bool:
-        """Give the result to the oldest unanswered call (of this name, if given); False when there is none."""
-        for c in self.calls:
-            if c.observation is None and (name is None or c.name == name):
-                c.observation = observation
-                return True
-        return False
-
-    def turns(self) -> list[Turn]:
-        out = []
-        for c in self.calls:
-            if c.observation is not None:
-                meta = json.dumps({"tool_call_id": c.call_id}) if c.call_id else None
-                out.append(Turn(action=c.action, observation=c.observation, reasoning=c.reasoning, meta=meta))
-        return out
-
-    def pending(self) -> list[str]:
-        """Names of the calls still waiting for a result, oldest first."""
-        return [c.name for c in self.calls if c.observation is None]
-
-    def unanswered(self) -> int:
-        return sum(1 for c in self.calls if c.observation is None)
 
 
 # ---------------------------------------------------------------- locating the conversation in a record
@@ -203,16 +132,6 @@ def _pick(record: dict, option: str | None, candidates: tuple[str, ...]) -> tupl
     return None, None
 
 
-def _decoded(value: Any, what: str, locator: str) -> Any:
-    """A field that may hold JSON text (CSV cells) as a value."""
-    if isinstance(value, str) and value.strip()[:1] in ("[", "{"):
-        try:
-            return json.loads(value)
-        except json.JSONDecodeError as exc:
-            raise InvalidRecord("malformed_json", f"{what}: {exc.msg} at column {exc.colno}", locator) from None
-    return value
-
-
 def locate_messages(value: Any, opts: dict[str, Any], locator: str) -> tuple[list, dict, str | None]:
     """The message list of a record, the record's fields (``{}`` for a bare list) and the field it came from."""
     fields = value if isinstance(value, dict) else {}
@@ -227,7 +146,7 @@ def locate_messages(value: Any, opts: dict[str, Any], locator: str) -> tuple[lis
             where = f"; a chat list was found at {hint!r}: set messages_path" if hint else ""
             wanted = opts.get("messages_column") or ", ".join(MESSAGE_FIELDS)
             raise InvalidRecord("missing_field", f"no messages field ({wanted}){where}", locator)
-        messages = _decoded(messages, used, locator)
+        messages = decoded_field(messages, used, locator)
         if isinstance(messages, dict) and isinstance(messages.get("messages"), list):
             messages = messages["messages"]
     else:
@@ -390,14 +309,6 @@ def walk_messages(messages: list, locator: str, orphans: str = "quarantine") -> 
     return conv
 
 
-def action_space_of(tools: Any, locator: str) -> str:
-    """The declared tools as canonical JSON text ('' when none)."""
-    tools = _decoded(tools, "tools", locator)
-    if tools in (None, "", []):
-        return ""
-    return tools if isinstance(tools, str) else canonical_json(tools)
-
-
 def _scalar_fields(fields: dict, used: set[str]) -> tuple[dict, list[str]]:
     kept, omitted = {}, []
     for key, value in fields.items():
@@ -422,6 +333,7 @@ class OpenAIMessagesAdapter:
     description = "OpenAI chat messages with tool_calls / role=tool results (JSONL, JSON, CSV, Parquet)"
     domains = DOMAINS
     default_domain = "mcp"
+    line_records = True  # a .jsonl file may be read as byte ranges of whole lines
     options = {
         "messages_path": "dotted path to the message list, with list indices (answer_generation.train_messages.-1)",
         "messages_column": "field/column holding the messages (default: messages, traj, TRAJECTORY, trajectory)",
@@ -461,7 +373,7 @@ class OpenAIMessagesAdapter:
 
     def _read_json(self, unit: InputUnit, opts: dict[str, Any]) -> Iterator[RawRecord | InvalidRecord]:
         # A JSON list is either runs (one record each) or one conversation; the generic reader cannot tell.
-        data = read_document(unit.uri, int(opts.get("max_record_bytes") or DEFAULT_MAX_RECORD_BYTES))
+        data = read_document(unit.uri, max_record_bytes(opts))
         if isinstance(data, InvalidRecord):
             yield data
             return

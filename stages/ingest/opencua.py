@@ -46,7 +46,14 @@ from schemas.errors import InvalidRecord
 from schemas.trajectory import SystemPrompt, Trajectory, Turn
 from stages.ingest.common import canonical_json, make_trajectory
 from stages.ingest.desktop_render import RenderedTree, render_uia, role_of
-from stages.ingest.reading import DEFAULT_MAX_RECORD_BYTES, InputUnit, filesystem, iter_jsonl, join_uri, read_document
+from stages.ingest.reading import (
+    InputUnit,
+    filesystem,
+    iter_jsonl,
+    join_uri,
+    max_record_bytes,
+    read_document,
+)
 from stages.ingest.registry import Probe, RawRecord
 
 EVENTS_FILE = "reduced_events_complete.jsonl"
@@ -91,7 +98,7 @@ class OpenCuaAdapter:
         """The whole session as one record (its events, snapshots, metadata and task)."""
         session_dir = unit.uri.rstrip("/") if unit.is_dir else posixpath.dirname(unit.uri)
         events_uri = join_uri(session_dir, EVENTS_FILE) if unit.is_dir else unit.uri
-        max_bytes = int(opts.get("max_record_bytes") or DEFAULT_MAX_RECORD_BYTES)
+        max_bytes = max_record_bytes(opts)
         try:
             session = {
                 "session": posixpath.basename(session_dir),

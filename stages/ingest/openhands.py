@@ -58,8 +58,8 @@ from typing import Any
 
 from schemas.errors import InvalidRecord
 from schemas.trajectory import SystemPrompt, Trajectory, Turn
-from stages.ingest.common import canonical_json, make_trajectory, records_from_container, text_of
-from stages.ingest.reading import DEFAULT_MAX_RECORD_BYTES, InputUnit, container_of, read_document
+from stages.ingest.common import canonical_json, make_trajectory, records_from_container, records_from_document, text_of
+from stages.ingest.reading import InputUnit, container_of
 from stages.ingest.registry import Probe, RawRecord
 from stages.ingest.terminal_text import clean_tool_output
 
@@ -111,6 +111,7 @@ class OpenHandsAdapter:
     description = "OpenHands event streams (JSON event lists, or evaluation JSONL with a 'history' of events)"
     domains = ("swe",)
     default_domain = "swe"
+    line_records = True  # a .jsonl file may be read as byte ranges of whole lines
     options: dict[str, str] = {}
 
     def sniff(self, probe: Probe) -> float:
@@ -134,17 +135,8 @@ class OpenHandsAdapter:
         if container_of(unit.uri) == "jsonl":
             yield from records_from_container(unit, FORMAT, opts)  # evaluation output: one run per line
             return
-        data = read_document(unit.uri, int(opts.get("max_record_bytes") or DEFAULT_MAX_RECORD_BYTES))
-        if isinstance(data, InvalidRecord):
-            yield data
-            return
-        try:
-            value = json.loads(data)
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-            yield InvalidRecord("malformed_json", str(exc), "document", unit.uri)
-            return
         # A JSON list is the event stream of one run, not a list of records.
-        yield RawRecord(unit.uri, "document", FORMAT, json.dumps(value, ensure_ascii=False))
+        yield from records_from_document(unit, FORMAT, opts)
 
     def normalize(self, record: RawRecord, opts: dict[str, Any]) -> Iterator[Trajectory]:
         value = record.value()

@@ -381,6 +381,11 @@ def iter_jsonl(uri: str, max_bytes: int = DEFAULT_MAX_RECORD_BYTES) -> Iterator[
         yield f"line {lineno}", value
 
 
+def max_record_bytes(opts: dict[str, Any]) -> int:
+    """The record size bound of adapter options (``max_record_bytes``; unset or 0 → the default)."""
+    return max_record_bytes(opts)
+
+
 def read_document(uri: str, max_bytes: int = DEFAULT_MAX_RECORD_BYTES) -> bytes | InvalidRecord:
     """A whole (decompressed) file, refused past `max_bytes` without reading it all."""
     try:

@@ -8,6 +8,8 @@ An adapter is any object with these attributes (a Protocol, not a base class):
 
 - ``name`` (``"openai-messages"``), ``description`` (one line), ``domains`` (the domains it can
   produce), ``default_domain``, ``options`` (``{key: help}`` for ``--opt KEY=VALUE``);
+- ``line_records`` (optional, default False): every line of a ``.jsonl`` file is one whole record,
+  so a large file may be read as byte ranges of lines (`pipeline.split_input`);
 - ``sniff(probe) -> float``: confidence in [0, 1] that the unit is in this format;
 - ``claims_dir(uri) -> bool`` (optional): whether a directory is one session of this format;
 - ``read(unit, opts) -> Iterator[RawRecord | InvalidRecord]``: native records with provenance;
@@ -114,18 +116,12 @@ _REGISTRY: dict[str, Adapter] | None = None
 
 
 def adapters() -> dict[str, Adapter]:
-    """All registered adapters by name (modules not yet written are skipped)."""
+    """All registered adapters by name; a listed module that is missing is an error."""
     global _REGISTRY
     if _REGISTRY is None:
         found: dict[str, Adapter] = {}
         for mod_name in ADAPTER_MODULES:
-            try:
-                mod = importlib.import_module(mod_name)
-            except ModuleNotFoundError as exc:
-                if exc.name == mod_name:
-                    continue
-                raise
-            adapter = mod.ADAPTER
+            adapter = importlib.import_module(mod_name).ADAPTER
             found[adapter.name] = adapter
         _REGISTRY = found
     return _REGISTRY
@@ -176,3 +172,8 @@ def resolve_opts(adapter: Adapter, opts: dict[str, Any]) -> dict[str, Any]:
             f"format {adapter.name} produces domains {', '.join(adapter.domains)}, not {out['domain']!r}"
         )
     return out
+
+
+def reads_line_records(fmt: str) -> bool:
+    """Whether format `fmt` declares each line of its ``.jsonl`` files one whole record (unknown: no)."""
+    return bool(getattr(adapters().get(fmt), "line_records", False))

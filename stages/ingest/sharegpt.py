@@ -34,9 +34,9 @@ from typing import Any
 from schemas.errors import InvalidRecord
 from schemas.trajectory import DOMAINS, SystemPrompt, Trajectory
 from stages.ingest.common import make_trajectory, records_from_container, strip_ansi
-from stages.ingest.openai_messages import ToolCallPairing, action_space_of, orphans_policy
 from stages.ingest.reading import InputUnit
 from stages.ingest.registry import Probe, RawRecord
+from stages.ingest.tool_calls import ToolCallPairing, action_space_of, orphans_policy
 
 FORMAT = "sharegpt"
 _USER = ("human", "user")
@@ -144,6 +144,7 @@ class ShareGPTAdapter:
     description = "ShareGPT conversations[{from, value}] with function_call / observation messages"
     domains = DOMAINS
     default_domain = "mcp"
+    line_records = True  # a .jsonl file may be read as byte ranges of whole lines
     options = {"orphans": "quarantine (default) or skip: what to do with an observation whose call is missing"}
 
     def sniff(self, probe: Probe) -> float:

@@ -47,12 +47,12 @@ from stages.ingest.android_render import (
 )
 from stages.ingest.common import canonical_json, make_trajectory
 from stages.ingest.reading import (
-    DEFAULT_MAX_RECORD_BYTES,
     InputUnit,
     container_of,
     filesystem,
     iter_jsonl,
     join_uri,
+    max_record_bytes,
     read_document,
 )
 from stages.ingest.registry import Probe, RawRecord
@@ -103,7 +103,7 @@ class UiautomatorAdapter:
         return bool(action_logs_in(uri))
 
     def read(self, unit: InputUnit, opts: dict[str, Any]) -> Iterator[RawRecord | InvalidRecord]:
-        max_bytes = int(opts.get("max_record_bytes") or DEFAULT_MAX_RECORD_BYTES)
+        max_bytes = max_record_bytes(opts)
         if unit.is_dir:
             for log in action_logs_in(unit.uri):
                 yield from self._read_log(log, max_bytes)

@@ -48,9 +48,9 @@ from typing import Any
 
 from schemas.errors import InvalidRecord
 from schemas.trajectory import SystemPrompt, Trajectory, Turn
-from stages.ingest.common import canonical_json, make_trajectory, text_of
+from stages.ingest.common import canonical_json, make_trajectory, records_from_document, text_of
 from stages.ingest.desktop_render import DEFAULT_LIMITS, RenderLimits, cap_lines
-from stages.ingest.reading import DEFAULT_MAX_RECORD_BYTES, InputUnit, read_document
+from stages.ingest.reading import InputUnit
 from stages.ingest.registry import Probe, RawRecord
 
 WEB_ACTION_SPACE = """\
@@ -116,16 +116,7 @@ class WebVoyagerAdapter:
 
     def read(self, unit: InputUnit, opts: dict[str, Any]) -> Iterator[RawRecord | InvalidRecord]:
         """The whole message list as one record."""
-        data = read_document(unit.uri, int(opts.get("max_record_bytes") or DEFAULT_MAX_RECORD_BYTES))
-        if isinstance(data, InvalidRecord):
-            yield data
-            return
-        try:
-            messages = json.loads(data)
-        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-            yield InvalidRecord("malformed_json", str(exc), "document", unit.uri)
-            return
-        yield RawRecord(unit.uri, "document", self.name, json.dumps(messages, ensure_ascii=False))
+        yield from records_from_document(unit, self.name, opts)
 
     def normalize(self, record: RawRecord, opts: dict[str, Any]) -> Iterator[Trajectory]:
         yield normalize_messages(record, opts.get("domain") or self.default_domain, opts.get("source_kind") or "public")
