@@ -206,3 +206,57 @@ def test_ingest_hashes_every_registered_step_section():
 
     assert set(step_sections()) == {"filter", "redact"}
     assert set(step_sections()) <= set(INGEST.sections)
+
+
+# ---------------------------------------------------------------- adapters declare what they are
+
+
+def test_adapters_declare_line_records():
+    """Formats whose every .jsonl line is one whole native record (hand-checked against each adapter's reader)."""
+    from stages.ingest.registry import adapters, reads_line_records
+
+    declared = {name for name in adapters() if reads_line_records(name)}
+    assert declared == {"lwm-jsonl", "openai-messages", "sharegpt", "atif", "magentic-one", "openhands"}
+    assert not reads_line_records("no-such-format")
+
+
+def test_max_record_bytes_reads_the_option_or_the_default():
+    from stages.ingest.reading import DEFAULT_MAX_RECORD_BYTES, max_record_bytes
+
+    assert max_record_bytes({}) == DEFAULT_MAX_RECORD_BYTES
+    assert max_record_bytes({"max_record_bytes": 0}) == DEFAULT_MAX_RECORD_BYTES
+    assert max_record_bytes({"max_record_bytes": "2048"}) == 2048
+
+
+def test_no_adapter_repeats_the_shared_helpers():
+    sources = {p.name: p.read_text() for p in (ROOT / "stages" / "ingest").glob("*.py")}
+    repeats = [name for name, text in sources.items() if 'opts.get("max_record_bytes")' in text]
+    assert repeats == []
+    cross = [name for name, text in sources.items() if "from stages.ingest.openai_messages import" in text]
+    assert cross == []
+
+
+def test_records_from_document_reads_one_record_or_quarantines(tmp_path):
+    from schemas.errors import InvalidRecord
+    from stages.ingest.common import records_from_document
+    from stages.ingest.reading import InputUnit
+
+    good = tmp_path / "run.json"
+    good.write_text('[{"a": 1}, {"b": "é"}]')
+    (record,) = records_from_document(InputUnit(str(good)), "fmt", {})
+    assert (record.locator, record.format, record.value()) == ("document", "fmt", [{"a": 1}, {"b": "é"}])
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"a": ')
+    (invalid,) = records_from_document(InputUnit(str(bad)), "fmt", {})
+    assert isinstance(invalid, InvalidRecord) and invalid.reason == "malformed_json"
+    (big,) = records_from_document(InputUnit(str(good)), "fmt", {"max_record_bytes": 5})
+    assert isinstance(big, InvalidRecord) and big.reason == "record_too_large"
+
+
+def test_a_listed_adapter_module_that_is_missing_is_an_error(monkeypatch):
+    from stages.ingest import registry
+
+    monkeypatch.setattr(registry, "ADAPTER_MODULES", [*registry.ADAPTER_MODULES, "stages.ingest.no_such_format"])
+    monkeypatch.setattr(registry, "_REGISTRY", None)
+    with pytest.raises(ModuleNotFoundError):
+        registry.adapters()

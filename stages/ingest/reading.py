@@ -383,7 +383,7 @@ def iter_jsonl(uri: str, max_bytes: int = DEFAULT_MAX_RECORD_BYTES) -> Iterator[
 
 def max_record_bytes(opts: dict[str, Any]) -> int:
     """The record size bound of adapter options (``max_record_bytes``; unset or 0 → the default)."""
-    return max_record_bytes(opts)
+    return int(opts.get("max_record_bytes") or DEFAULT_MAX_RECORD_BYTES)
 
 
 def read_document(uri: str, max_bytes: int = DEFAULT_MAX_RECORD_BYTES) -> bytes | InvalidRecord:
