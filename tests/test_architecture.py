@@ -230,7 +230,7 @@ def test_max_record_bytes_reads_the_option_or_the_default():
 
 def test_no_adapter_repeats_the_shared_helpers():
     sources = {p.name: p.read_text() for p in (ROOT / "stages" / "ingest").glob("*.py")}
-    repeats = [name for name, text in sources.items() if 'opts.get("max_record_bytes")' in text]
+    repeats = [name for name, text in sources.items() if 'opts.get("max_record_bytes")' in text and name != "reading.py"]
     assert repeats == []
     cross = [name for name, text in sources.items() if "from stages.ingest.openai_messages import" in text]
     assert cross == []
