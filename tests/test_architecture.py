@@ -260,3 +260,14 @@ def test_a_listed_adapter_module_that_is_missing_is_an_error(monkeypatch):
     monkeypatch.setattr(registry, "_REGISTRY", None)
     with pytest.raises(ModuleNotFoundError):
         registry.adapters()
+
+
+def test_every_listed_command_is_registered_and_a_missing_module_is_an_error(monkeypatch):
+    from pipeline import cli
+
+    assert set(cli.main.commands) == {"run", "validate", "formats", "demo", "hist", "show", "export", "reward",
+                                      "check-format", "train"}
+    assert set(cli.main.commands["export"].commands) >= {"verl", "trl"}
+    monkeypatch.setattr(cli, "COMMANDS", (*cli.COMMANDS, ("pipeline.no_such_command", "cmd")))
+    with pytest.raises(ModuleNotFoundError):
+        cli._register()

@@ -1,18 +1,15 @@
 """The ``lwm`` command line: run, validate, formats, demo, hist, show, export, train.
 
-Errors are one clear line (file, line, what was expected) and exit status 2; ``--debug`` shows
-the traceback instead.
+One module per command, each listed once in `COMMANDS`. Errors are one clear line (file, line,
+what was expected) and exit status 2 (`pipeline.errors.handle_errors`); ``--debug`` shows the
+traceback instead.
 """
 
 from __future__ import annotations
 
-import json
-from typing import Any
+import importlib
 
 import click
-
-from pipeline.config import load_config_file, parse_opt, resolve
-from pipeline.errors import error_line, handle_errors, os_error_line  # noqa: F401  (re-exported)
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -21,182 +18,29 @@ def main(debug: bool) -> None:
     """lwmkit: raw agent logs → weighted token-loss shards for language world models."""
 
 
-def _run_overrides(**kw: Any) -> dict[str, Any]:
-    run: dict[str, Any] = {}
-    executor: dict[str, Any] = {}
-    if kw.get("inputs"):
-        run["input"] = list(kw["inputs"])
-    for key in ("out", "format", "domain", "source_kind", "max_quarantine_rate", "from_layer"):
-        if kw.get(key) is not None:
-            run[key] = kw[key]
-    for key, name in (("executor", "kind"), ("ray_address", "ray_address"), ("num_cpus", "num_cpus")):
-        if kw.get(key) is not None:
-            executor[name] = kw[key]
-    if kw.get("progress") is not None:
-        executor["progress"] = kw["progress"]
-    out: dict[str, Any] = {"run": run, "executor": executor}
-    if kw.get("opts"):
-        out["ingest"] = {"options": parse_opt(kw["opts"])}
-    if kw.get("tokenizer"):
-        out["tokenizer"] = {"spec": kw["tokenizer"]}
-    if kw.get("chat_format"):
-        out["render"] = {"chat_format": kw["chat_format"]}
-    if kw.get("keep_mode"):
-        out["masking"] = {"keep_mode": kw["keep_mode"]}
-    if kw.get("sft_turns") is not None:
-        value = kw["sft_turns"].strip()
-        # a number becomes an int; anything else stays text for the schema to name (pools.sft_turns)
-        out["pools"] = {"sft_turns": int(value) if value.lstrip("-").isdigit() else value}
-    if kw.get("redact_emails"):
-        out["redact"] = {"emails": True}
-    llm = {name: kw[key] for key, name in (("llm_endpoint", "endpoint"), ("llm_model", "model"),
-                                           ("max_requests", "max_requests"), ("max_llm_tokens", "max_tokens"))
-           if kw.get(key) is not None}
-    if kw.get("llm_dry_run"):
-        llm["dry_run"] = True
-    if llm:
-        out["llm"] = llm
-    return out
+# Every command: (module, attribute). A listed module that is missing is an error, not skipped.
+COMMANDS = (
+    ("pipeline.cli.run", "run_cmd"),
+    ("pipeline.cli.validate", "validate_cmd"),
+    ("pipeline.cli.formats", "formats_cmd"),
+    ("pipeline.cli.demo", "demo_cmd"),
+    ("pipeline.hist", "hist_cmd"),
+    ("pipeline.show", "show_cmd"),
+    ("pipeline.export", "export_group"),
+    ("pipeline.export_rl", "export_group"),  # adds `export verl` and `export trl` to the group
+    ("pipeline.reward_cmd", "reward_cmd"),
+    ("pipeline.check_format", "check_format_cmd"),
+    ("training.cli", "train"),
+)
 
 
-@main.command("run")
-@click.option("--input", "-i", "inputs", multiple=True, help="Input path, directory, glob or fsspec URL (repeatable).")
-@click.option("--out", "-o", help="Output directory or fsspec URL.")
-@click.option("--format", "-f", "format", help="Input format (see `lwm formats`); sniffed when omitted.")
-@click.option("--domain", "-d", help="Domain of the trajectories (overrides the format's default).")
-@click.option("--opt", "opts", multiple=True, metavar="KEY=VALUE", help="Adapter option (repeatable).")
-@click.option("--source-kind", type=click.Choice(["sandbox", "public", "internal"]), help="Provenance kind.")
-@click.option("--config", "config_path", help="TOML config file; flags override its keys.")
-@click.option("--executor", type=click.Choice(["ray", "local"]), help="ray (default) or local (in-process).")
-@click.option("--ray-address", help="Ray cluster address (also RAY_ADDRESS); default starts a local Ray.")
-@click.option("--num-cpus", type=int, help="CPUs for a local Ray instance (default: all).")
-@click.option("--tokenizer", help="tokenizer.json path or model directory; default: built-in Qwen3.6 vocabulary.")
-@click.option("--chat-format", type=click.Choice(["chatml", "plain"]), help="Chat format of rendered samples.")
-@click.option("--keep-mode", type=click.Choice(["weight", "turn", "token"]), help="How keep ratios become weights.")
-@click.option("--sft-turns", help="Turn samples per trajectory in the sft pool: a number or 'all'.")
-@click.option("--redact-emails", is_flag=True, default=None, help="Also replace e-mail addresses.")
-@click.option("--max-quarantine-rate", type=float, help="Fail when more than this fraction is quarantined (0.05).")
-@click.option("--from-layer", type=click.Choice(["trajectories"]), help="Re-run later stages from a kept layer.")
-@click.option("--progress", type=click.Choice(["auto", "bar", "lines", "off"]), help="Progress display.")
-@click.option("--dry-run", is_flag=True, help="Print the resolved config and exit.")
-@click.option("--llm-endpoint", help="OpenAI-compatible base URL (…/v1): turns on the model-in-the-loop stages.")
-@click.option("--llm-model", help="Model name sent to the endpoint (llm.model).")
-@click.option("--max-requests", type=int, help="Requests this invocation may send to the model (0 = no limit).")
-@click.option("--max-llm-tokens", type=int, help="Prompt + completion tokens this invocation may spend (0 = no limit).")
-@click.option("--llm-dry-run", is_flag=True, default=None,
-              help="Print the first rendered model requests and the projected calls; send nothing.")
-@handle_errors
-def run_cmd(config_path: str | None, dry_run: bool, **kw: Any) -> None:
-    """Run the pipeline: ingest → trajectories → samples per pool → weighted shards.
-
-    \b
-    Local (default): starts a Ray instance on this machine and stops it at exit.
-      lwm run --input logs/ --out out/
-    Cluster: point at a running Ray cluster (or set RAY_ADDRESS); use shared storage for --out.
-      lwm run --input s3://bucket/logs/ --out s3://bucket/lwm-out --ray-address ray://head:10001
-    In-process, for debugging: --executor local.
-    """
-    file_cfg = load_config_file(config_path) if config_path else {}
-    cfg = resolve(file_cfg, _run_overrides(**kw))
-    if dry_run:
-        click.echo(json.dumps(cfg, indent=2, sort_keys=True))
-        return
-    from pipeline.llm_stage import LLMDryRun
-    from pipeline.report import print_run_summary
-    from pipeline.run import run_pipeline
-
-    try:
-        manifest = run_pipeline(cfg, echo=lambda m: click.echo(m, err=True))
-    except LLMDryRun:
-        return  # the plan was printed; nothing was sent
-    print_run_summary(manifest, cfg["run"]["out"])
-
-
-@main.command("validate")
-@click.argument("paths", nargs=-1, required=True)
-@click.option("--format", "-f", "format", help="Input format; sniffed per file when omitted.")
-@click.option("--domain", "-d", help="Domain override.")
-@click.option("--opt", "opts", multiple=True, metavar="KEY=VALUE", help="Adapter option (repeatable).")
-@click.option("--json", "as_json", is_flag=True, help="Print exactly one JSON object.")
-@handle_errors
-def validate_cmd(paths: tuple[str, ...], format: str | None, domain: str | None, opts, as_json: bool) -> None:
-    """Check inputs against an adapter without writing anything."""
-    from pipeline.config_schema import check_adapter_options
-    from pipeline.validate import validate_inputs
-
-    adapter_opts = parse_opt(opts)
-    check_adapter_options(adapter_opts)
-    report = validate_inputs(list(paths), format, domain, adapter_opts, echo=None if as_json else click.echo)
-    if as_json:
-        click.echo(json.dumps(report, sort_keys=True))
-
-
-@main.command("formats")
-@click.option("--json", "as_json", is_flag=True, help="Machine-readable listing.")
-def formats_cmd(as_json: bool) -> None:
-    """List the supported input formats with their domains and options."""
-    from stages.ingest.registry import adapters
-
-    rows = [
-        {
-            "name": a.name,
-            "description": a.description,
-            "domains": list(a.domains),
-            "default_domain": a.default_domain,
-            "options": dict(a.options),
-        }
-        for a in adapters().values()
-    ]
-    if as_json:
-        click.echo(json.dumps(rows, indent=2))
-        return
-    for r in rows:
-        doms = "all" if len(r["domains"]) == 7 else ", ".join(r["domains"])
-        click.echo(f"{r['name']:<18} {r['description']}")
-        click.echo(f"{'':<18} domains: {doms} (default {r['default_domain']})")
-        for key, help_text in r["options"].items():
-            click.echo(f"{'':<18} --opt {key}=…  {help_text}")
-
-
-@main.command("demo")
-@click.option("--domain", "-d", required=True, help="One of mcp, search, terminal, swe, android, web, os.")
-@click.option("--out", "-o", required=True, help="Directory to write the demo corpus to.")
-@click.option("--seed", type=int, default=0, show_default=True)
-@click.option("-n", "--n", "n", type=int, default=None, help="Trajectories (default 240).")
-@click.option("--native", is_flag=True, help="Write the domain's native log format (android: uiautomator XML).")
-@handle_errors
-def demo_cmd(domain: str, out: str, seed: int, n: int | None, native: bool) -> None:
-    """Write a deterministic demo corpus of simulated sandbox logs."""
-    from pipeline.demo import write_demo
-
-    paths = write_demo(domain, out, seed=seed, n=n, native=native)
-    click.echo(f"wrote demo corpus for {domain}: {len(paths)} file(s) under {out}", err=True)
-
-
-def _register_optional() -> None:
-    """Commands whose modules land separately are attached when present."""
-    import importlib
-
-    for mod_name, attr in (
-        ("pipeline.hist", "hist_cmd"),
-        ("pipeline.show", "show_cmd"),
-        ("pipeline.export", "export_group"),
-        ("pipeline.export_rl", "export_group"),  # adds `export verl` and `export trl` to the group
-        ("pipeline.reward_cmd", "reward_cmd"),
-        ("pipeline.check_format", "check_format_cmd"),
-        ("training.cli", "train"),
-    ):
-        try:
-            mod = importlib.import_module(mod_name)
-        except ModuleNotFoundError as exc:
-            if exc.name == mod_name:
-                continue
-            raise
-        cmd = getattr(mod, attr)
+def _register() -> None:
+    for mod_name, attr in COMMANDS:
+        cmd = getattr(importlib.import_module(mod_name), attr)
         main.add_command(cmd, name=cmd.name)
 
 
-_register_optional()
+_register()
 
 if __name__ == "__main__":
     main()

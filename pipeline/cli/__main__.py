@@ -1,0 +1,5 @@
+"""``python -m pipeline.cli`` is ``lwm``."""
+
+from pipeline.cli import main
+
+main()

@@ -1,0 +1,34 @@
+"""``lwm formats``: the supported input formats with their domains and options."""
+
+from __future__ import annotations
+
+import json
+
+import click
+
+
+@click.command("formats")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable listing.")
+def formats_cmd(as_json: bool) -> None:
+    """List the supported input formats with their domains and options."""
+    from stages.ingest.registry import adapters
+
+    rows = [
+        {
+            "name": a.name,
+            "description": a.description,
+            "domains": list(a.domains),
+            "default_domain": a.default_domain,
+            "options": dict(a.options),
+        }
+        for a in adapters().values()
+    ]
+    if as_json:
+        click.echo(json.dumps(rows, indent=2))
+        return
+    for r in rows:
+        doms = "all" if len(r["domains"]) == 7 else ", ".join(r["domains"])
+        click.echo(f"{r['name']:<18} {r['description']}")
+        click.echo(f"{'':<18} domains: {doms} (default {r['default_domain']})")
+        for key, help_text in r["options"].items():
+            click.echo(f"{'':<18} --opt {key}=…  {help_text}")
