@@ -1,6 +1,6 @@
 """The ingest task: one input unit → ``raw/``, ``trajectories/`` and ``quarantine/`` parts.
 
-A task may also carry a group of small units or one byte range of a large file (pipeline/split_input.py).
+A task may also carry a group of small units or one byte range of a large file (stages/ingest/ranges.py).
 Each output file is named after the task id (a hash of the unit's URI, of the group's URIs, or of
 URI + range), written under a temporary name and renamed; the engine writes the task's marker
 ``_tasks/ingest/<id>.json`` after the task returns, so a task with a marker is finished and a re-run skips it.
@@ -18,11 +18,11 @@ from typing import Any
 
 from pipeline.engine import Stage
 from pipeline.outputs import AtomicParquetWriter, out_fs
-from pipeline.split_input import RangeAdapter, task_id_for
 from schemas.errors import InvalidRecord
 from schemas.layers import QUARANTINE_SCHEMA, RAW_SCHEMA
 from schemas.stats import Stats
 from schemas.trajectory import TRAJECTORY_SCHEMA
+from stages.ingest.ranges import RangeAdapter, task_id_for
 from stages.ingest.reading import InputUnit, filesystem
 from stages.ingest.registry import get_adapter, resolve_opts
 from stages.normalize import normalize_unit, quarantine_row

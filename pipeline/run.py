@@ -31,18 +31,11 @@ from pipeline.outputs import (
 )
 from pipeline.sample_task import SAMPLES
 from pipeline.shard_task import SHARDS
-from pipeline.split_input import (
-    SCAN,
-    apply_scans,
-    input_entries,
-    input_size,
-    plan_ingest,
-    scan_tasks,
-    split_settings,
-)
+from pipeline.split_input import SCAN, input_entries, scan_tasks
 from pipeline.wmat_pools import WMAT_POOLS
 from schemas.errors import ConfigError
 from schemas.stats import merge_all
+from stages.ingest.ranges import apply_scans, input_size, plan_ingest, split_settings
 from stages.ingest.reading import InputUnit, expand_inputs
 from stages.ingest.registry import claims_dir, get_adapter, sniff
 from stages.uri_credentials import strip_uri_credentials

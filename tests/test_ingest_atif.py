@@ -215,7 +215,7 @@ def test_results_in_a_separate_step_answer_the_calls_before_them(fixtures_dir):
 
 
 def test_a_large_streaming_atif_file_is_never_split_into_line_ranges(shared_data, fixtures_dir):
-    from pipeline.split_input import file_ranges
+    from stages.ingest.ranges import file_ranges
 
     streaming = shared_data / "atif" / "session-2025-12-05T07-45-57-649Z-x8251x.atif.jsonl"
     size = streaming.stat().st_size

@@ -1,4 +1,4 @@
-"""Split reading of large inputs (pipeline/split_input.py): ranges give exactly the unsplit records."""
+"""Split reading of large inputs (stages/ingest/ranges.py, pipeline/split_input.py): ranges give exactly the unsplit records."""
 
 from __future__ import annotations
 
@@ -15,18 +15,17 @@ from hypothesis import strategies as st
 
 from pipeline.config import resolve
 from pipeline.run import run_pipeline
-from pipeline.split_input import (
+from pipeline.split_input import run_scan_task, scan_tasks
+from schemas.errors import ConfigError, InvalidRecord
+from stages.ingest.common import records_from_container
+from stages.ingest.ranges import (
     SplitSettings,
     apply_scans,
     file_ranges,
     plan_ingest,
     range_records,
-    run_scan_task,
-    scan_tasks,
     zstd_frames,
 )
-from schemas.errors import ConfigError, InvalidRecord
-from stages.ingest.common import records_from_container
 from stages.ingest.reading import InputUnit
 
 SPLIT = 1000  # bytes per range in the hand-built file below

@@ -32,22 +32,20 @@ from typing import Any
 
 import zstandard
 
-from pipeline.engine import Stage
 from schemas.errors import InvalidRecord
 from stages.ingest.atif import is_streaming_atif
 from stages.ingest.reading import (
     _STEP_OUTPUT,
     _ZSTD_STEP_INPUT,
     BOM,
-    DEFAULT_MAX_RECORD_BYTES,
     InputUnit,
     _ZstdFrames,
     container_of,
     filesystem,
+    max_record_bytes,
     split_compression,
 )
 from stages.ingest.registry import RawRecord, reads_line_records
-from stages.uri_credentials import recorded_uri
 
 DEFAULT_SPLIT_BYTES = 64 * 1024 * 1024
 DEFAULT_GROUP_BYTES = 8 * 1024 * 1024
@@ -262,7 +260,7 @@ def _walk_frames(f, size: int) -> list[tuple[int, int]]:
     return frames
 
 
-def _raw_chunks(uri: str, start: int, stop: int | None = None) -> Iterator[bytes]:
+def raw_chunks(uri: str, start: int, stop: int | None = None) -> Iterator[bytes]:
     """The file's bytes from offset `start` to `stop` (or the end), 1 MiB at a time."""
     fs, path = filesystem(uri)
     with fs.open(path, "rb") as raw:
@@ -277,7 +275,7 @@ def _raw_chunks(uri: str, start: int, stop: int | None = None) -> Iterator[bytes
             yield chunk
 
 
-def _inflate(chunks: Iterator[bytes], compression: str | None) -> Iterator[bytes]:
+def inflate(chunks: Iterator[bytes], compression: str | None) -> Iterator[bytes]:
     """Decompressed bytes of `chunks` (starting at a frame for zstd; frames follow one another),
     decoded in bounded steps as `open_binary` does, so a bomb never expands in one piece."""
     if compression != "zstd":
@@ -294,48 +292,6 @@ def _inflate(chunks: Iterator[bytes], compression: str | None) -> Iterator[bytes
                     yield out
     if frames.in_frame:
         raise EOFError("compressed stream ended before the end of its frame")
-
-
-def scan_tasks(plan: list[IngestWork], out: str) -> list[dict[str, Any]]:
-    """One scan task per byte range of the plan (the first pass that counts newlines)."""
-    tasks = []
-    for work in plan:
-        if work.byte_range is None:
-            continue
-        r, uri = work.byte_range, work.units[0].uri
-        fs, path = filesystem(uri)
-        spec = json.dumps([uri, r.start, r.end, r.compression, int(fs.size(path))])
-        tasks.append({"task_id": work.task_id, "uri": uri, "start": r.start, "end": r.end,
-                      "compression": r.compression, "out": out, "spec_hash": task_id_for(spec)})
-    return tasks
-
-
-def run_scan_task(task: dict[str, Any]) -> dict[str, Any]:
-    """Count the newlines of one range; also its decompressed length, last byte and sha256 (one read)."""
-    digest = hashlib.sha256()
-
-    def hashed(chunks: Iterator[bytes]) -> Iterator[bytes]:
-        for chunk in chunks:
-            digest.update(chunk)
-            yield chunk
-
-    newlines, length, last, error = 0, 0, b"", ""
-    try:
-        for chunk in _inflate(hashed(_raw_chunks(task["uri"], task["start"], task["end"])), task["compression"]):
-            newlines += chunk.count(b"\n")
-            length += len(chunk)
-            last = chunk[-1:]
-    except (EOFError, zstandard.ZstdError) as exc:
-        error = f"{type(exc).__name__}: {exc}"  # the file is then read whole, where errors are quarantined
-    public_uri = recorded_uri(task["uri"])
-    result = {
-        "task_id": task["task_id"], "stage": "scan", "uri": public_uri, "newlines": newlines, "length": length,
-        "ends_with_newline": last == b"\n", "error": error, "spec_hash": task["spec_hash"], "rows": 0,
-        "bytes": task["end"] - task["start"],
-        "input": {"uri": public_uri, "range": [task["start"], task["end"]], "size": task["end"] - task["start"],
-                  "sha256": digest.hexdigest(), "files": 1},
-    }
-    return result
 
 
 def apply_scans(plan: list[IngestWork], scans: list[dict[str, Any]]) -> list[IngestWork]:
@@ -375,7 +331,7 @@ def iter_range_lines(uri: str, r: dict[str, Any], max_bytes: int) -> Iterator[tu
     pending: list[bytes] = []
     pending_len, oversized, offset = 0, False, 0
     try:
-        for chunk in _inflate(_raw_chunks(uri, r["start"]), r["compression"]):
+        for chunk in inflate(raw_chunks(uri, r["start"]), r["compression"]):
             i = 0
             while True:
                 nl = chunk.find(b"\n", i)
@@ -448,20 +404,7 @@ class RangeAdapter:
         self.name = adapter.name
 
     def read(self, unit: InputUnit, opts: dict[str, Any]) -> Iterator[RawRecord | InvalidRecord]:
-        max_bytes = int(opts.get("max_record_bytes") or DEFAULT_MAX_RECORD_BYTES)
-        return range_records(unit.uri, self.name, self.byte_range, max_bytes)
+        return range_records(unit.uri, self.name, self.byte_range, max_record_bytes(opts))
 
     def normalize(self, record: RawRecord, opts: dict[str, Any]):
         return self.adapter.normalize(record, opts)
-
-
-def input_entries(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Per input (file, directory or range): ``{uri, input, format, stats}``, flattening groups."""
-    out = []
-    for r in results:
-        for m in r.get("members") or [r]:
-            out.append({"uri": m["uri"], "input": m["input"], "format": r["format"], "stats": m["stats"]})
-    return out
-
-
-SCAN = Stage("scan", ("ingest",), run_scan_task)  # the split and group sizes

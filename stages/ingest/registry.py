@@ -9,7 +9,7 @@ An adapter is any object with these attributes (a Protocol, not a base class):
 - ``name`` (``"openai-messages"``), ``description`` (one line), ``domains`` (the domains it can
   produce), ``default_domain``, ``options`` (``{key: help}`` for ``--opt KEY=VALUE``);
 - ``line_records`` (optional, default False): every line of a ``.jsonl`` file is one whole record,
-  so a large file may be read as byte ranges of lines (`pipeline.split_input`);
+  so a large file may be read as byte ranges of lines (`stages.ingest.ranges`);
 - ``sniff(probe) -> float``: confidence in [0, 1] that the unit is in this format;
 - ``claims_dir(uri) -> bool`` (optional): whether a directory is one session of this format;
 - ``read(unit, opts) -> Iterator[RawRecord | InvalidRecord]``: native records with provenance;
