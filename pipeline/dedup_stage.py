@@ -10,7 +10,7 @@ cluster_id, survivor; sorted by traj_id), is what the sample stage drops from ev
    ``_work/dedup/b<NNNNN>/<task_id>.parquet``. B comes from input-derived counts (or ``dedup.buckets``),
    never from the executor, and the result does not depend on B anyway: equal keys always meet.
 2. **reduce** (``dedup-reduce``, one task per bucket): rows with equal (kind, band, key) form a group;
-   groups become verified edges (stages/dedup.py, stages/decontam.py), written to
+   groups become verified edges (stages/dedup_graph.py, by the rules of stages/dedup.py and stages/decontam.py), written to
    ``_work/dedup/edges/b<NNNNN>.parquet``.
 3. **clusters** on the driver: union-find over the edge list, then the survivor rule. This holds the
    duplicate pairs in memory — it grows with the number of duplicates (the edges are a spanning forest per
@@ -31,7 +31,6 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from pipeline.engine import Stage, run_stage, spec_hash
@@ -40,37 +39,37 @@ from schemas.errors import ConfigError
 from schemas.stats import Stats, merge_all
 from stages.decontam import (
     ROLE_REFERENCE,
-    ROLE_TRAIN,
     TRAJECTORY_COLUMNS,
     common_limit,
-    exact_group_edges,
     is_active,
     is_run_directory,
     iter_references,
-    near_is_contamination,
-    ngram_group_pairs,
-    ngram_verdicts,
     reference_units,
     role_of,
 )
 from stages.dedup import (
     Signer,
-    UnionFind,
-    band_group_edges,
     band_keys,
-    cluster_id,
     exact_content,
     exact_key,
     lsh_params,
     ngram_keys,
     normalize_text,
-    survivor_rank,
     turn_texts,
     word_hashes,
     words_of,
 )
+from stages.dedup_graph import (
+    KIND_BAND,
+    KIND_EXACT,
+    KIND_NGRAM,
+    KIND_SHARED,
+    KIND_TOTAL,
+    bucket_edges,
+    node_sizes,
+    removed_rows,
+)
 
-KIND_EXACT, KIND_BAND, KIND_NGRAM = 0, 1, 2
 BUCKET_SCHEMA = pa.schema(
     [
         ("kind", pa.int8()),
@@ -96,9 +95,6 @@ REMOVED_SCHEMA = pa.schema(
      ("matched", pa.string()), ("overlap", pa.float64())]
 )
 REASONS = ("exact_duplicate", "near_duplicate", "decontaminated_near", "decontaminated_ngram")
-# Edge kinds of the n-gram measure: specific n-grams of an evaluation record (a, count) and those of them a
-# training trajectory holds (a = training id, b = evaluation id, count); summed over the buckets.
-KIND_TOTAL, KIND_SHARED = "decontam_total", "decontam_shared"
 ROWS_PER_BUCKET = 2_000_000  # ~100 MB of rows for one reduce task
 _FLUSH_ROWS = 65_536
 _MAX_PENDING_ROWS = 4 * _FLUSH_ROWS
@@ -287,83 +283,6 @@ def run_dedup_map_task(task: dict[str, Any]) -> dict[str, Any]:
 # --- reduce -------------------------------------------------------------------------------------------------
 
 
-def bucket_edges(table: pa.Table, settings: dict[str, Any]) -> list[tuple]:
-    """Edges ``(kind, a, b, value)`` of one bucket's rows, sorted and without repeats.
-
-    ``value`` is the Jaccard estimate of a dedup or ``decontam_near`` edge and the n-gram count of a
-    `KIND_TOTAL` / `KIND_SHARED` row. An n-gram group is specific when it has at most
-    ``settings["ngram_limit"]`` members (set on the driver once the number of trajectories is known).
-    """
-    if not table.num_rows:
-        return []
-    kind = table.column("kind").to_numpy()
-    band = table.column("band").to_numpy()
-    key = table.column("key").to_numpy()
-    key2 = table.column("key2").to_numpy()
-    order = np.lexsort((key2, key, band, kind))
-    k, bd, k1, k2 = kind[order], band[order], key[order], key2[order]
-    change = (k[1:] != k[:-1]) | (bd[1:] != bd[:-1]) | (k1[1:] != k1[:-1]) | (k2[1:] != k2[:-1])
-    starts = np.flatnonzero(np.r_[True, change])
-    ends = np.r_[starts[1:], len(order)]
-    sizes = ends - starts
-    role = table.column("role").to_numpy()[order]
-    is_ngram = k[starts] == KIND_NGRAM
-    edges: set[tuple] = set()
-    pair_groups = np.zeros(len(starts), dtype=bool)
-    if is_ngram.any():
-        specific = is_ngram & (sizes <= int(settings.get("ngram_limit", 0)))
-        # Every specific n-gram of an evaluation record counts towards its total, shared or not.
-        counted = np.repeat(specific, sizes) & (role != ROLE_TRAIN)
-        if counted.any():
-            ids = pc.value_counts(table.column("traj_id").take(pa.array(order[counted])))
-            edges.update((KIND_TOTAL, v["values"], "", int(v["counts"])) for v in ids.to_pylist())
-        trains = np.add.reduceat((role == ROLE_TRAIN).astype(np.int64), starts)
-        pair_groups = specific & (trains > 0) & (trains < sizes)
-    big = (sizes > 1) & (~is_ngram | pair_groups)
-    groups = [(int(s), int(e)) for s, e in zip(starts[big], ends[big])]
-    if not groups:
-        return sorted(edges)
-    # One gather per column for all candidate groups (per-group takes on chunked columns dominated the stage).
-    sel = np.concatenate([order[s:e] for s, e in groups])
-    all_ids = table.column("traj_id").take(pa.array(sel)).to_pylist()
-    band_rows = np.concatenate([order[s:e] for s, e in groups if k[s] == KIND_BAND] or [np.zeros(0, np.int64)])
-    sig_at = {}
-    if len(band_rows):
-        raw_sigs = table.column("sig").take(pa.array(band_rows)).to_pylist()
-        sig_at = dict(zip(band_rows.tolist(), raw_sigs))
-    shared: dict[tuple[str, str], int] = {}
-    offset = 0
-    for s, e in groups:
-        ids = all_ids[offset : offset + (e - s)]
-        rows = order[s:e]
-        offset += e - s
-        roles = role[s:e].tolist()
-        first = {}
-        for i, t in enumerate(ids):
-            first.setdefault(t, i)  # a traj_id seen twice (the same id in two inputs) is one node
-        if len(first) < 2:
-            continue
-        pick = list(first.values())
-        ids, roles = [ids[i] for i in pick], [roles[i] for i in pick]
-        group_kind = int(k[s])
-        if group_kind == KIND_EXACT:
-            edges.update(exact_group_edges(ids, roles, settings["exact"]))
-        elif group_kind == KIND_BAND:
-            sigs = np.stack([np.frombuffer(sig_at[int(rows[i])], dtype=np.uint32) for i in pick])
-            edges.update(band_group_edges(ids, roles, sigs, settings["threshold"], settings["near"]))
-        else:
-            for pair in ngram_group_pairs(ids, roles):
-                shared[pair] = shared.get(pair, 0) + 1
-    edges.update((KIND_SHARED, t, e, n) for (t, e), n in shared.items())
-    return sorted(edges)
-
-
-def _node_sizes(table: pa.Table) -> dict[str, tuple[int, int]]:
-    mask = pc.not_equal(table.column("kind"), pa.scalar(KIND_NGRAM, pa.int8()))
-    sub = table.filter(mask).select(["traj_id", "turns", "text_len"])
-    return {t: (n, ln) for t, n, ln in zip(*(sub.column(c).to_pylist() for c in ("traj_id", "turns", "text_len")))}
-
-
 def run_dedup_reduce_task(task: dict[str, Any]) -> dict[str, Any]:
     """Find the verified edges of one bucket and write them."""
     fs, root = out_fs(task["out"])
@@ -373,7 +292,7 @@ def run_dedup_reduce_task(task: dict[str, Any]) -> dict[str, Any]:
             tables.append(pq.read_table(f))
     table = pa.concat_tables(tables) if tables else BUCKET_SCHEMA.empty_table()
     edges = bucket_edges(table, task["settings"])
-    sizes = _node_sizes(table) if edges else {}
+    sizes = node_sizes(table) if edges else {}
     rows = []
     for kind, a, b, value in edges:
         at, al = sizes.get(a, (0, 0))
@@ -389,84 +308,6 @@ def run_dedup_reduce_task(task: dict[str, Any]) -> dict[str, Any]:
     result = {"task_id": task["task_id"], "stage": "dedup-reduce", "edges": rel, "rows": table.num_rows,
               "bytes": 0, "stats": stats, "spec_hash": task["spec_hash"]}
     return result
-
-
-# --- clusters on the driver --------------------------------------------------------------------------------
-
-
-def removed_rows(edges: pa.Table, settings: dict[str, Any] | None = None) -> tuple[list[dict], dict[str, Any]]:
-    """Removed trajectories from all edges: decontamination first, then clusters and the survivor rule.
-
-    `settings` holds the n-gram thresholds (``ngram_overlap``, ``ngram_min_shared``); without them no
-    trajectory is removed for shared n-grams.
-    """
-    near: dict[str, tuple[str, float]] = {}  # train id → (evaluation id, Jaccard) of its closest record
-    totals: dict[str, int] = {}
-    shared: dict[tuple[str, str], int] = {}
-    dedup_edges = []
-    sizes: dict[str, tuple[int, int]] = {}
-    cols = ("kind", "a", "b", "jaccard", "a_turns", "a_len", "b_turns", "b_len", "count")
-    counts_col = edges.column("count").to_pylist() if "count" in edges.column_names else [0] * edges.num_rows
-    for kind, a, b, jac, at, al, bt, bl, n in zip(*(edges.column(c).to_pylist() for c in cols[:-1]), counts_col):
-        if kind == KIND_TOTAL:
-            totals[a] = totals.get(a, 0) + n
-        elif kind == KIND_SHARED:
-            shared[(a, b)] = shared.get((a, b), 0) + n
-        elif kind.startswith("decontam"):
-            old = near.get(a)
-            if old is None or (-jac, b) < (-old[1], old[0]):  # the closest record, then the smallest id
-                near[a] = (b, jac)
-        else:
-            dedup_edges.append((kind, a, b))
-            sizes[a], sizes[b] = (at, al), (bt, bl)
-    contaminated: dict[str, tuple[str, str, float]] = {}
-    if settings:
-        by_ngram = ngram_verdicts(totals, shared, settings["ngram_overlap"], settings["ngram_min_shared"])
-        for t, (w, j) in near.items():
-            if near_is_contamination(totals.get(w, 0), shared.get((t, w), 0), settings):
-                contaminated[t] = ("decontaminated_near", w, j)
-        for t, (share, w, _) in by_ngram.items():
-            contaminated.setdefault(t, ("decontaminated_ngram", w, share))
-    else:
-        contaminated = {t: ("decontaminated_near", w, j) for t, (w, j) in near.items()}
-    rows = [{"traj_id": t, "reason": reason, "cluster_id": cluster_id([w]), "survivor": w, "matched": w,
-             "overlap": round(float(figure), 4)} for t, (reason, w, figure) in contaminated.items()]
-    every, exact = UnionFind(), UnionFind()
-    for kind, a, b in dedup_edges:
-        if a in contaminated or b in contaminated:
-            continue
-        every.union(a, b)
-        if kind == "exact":
-            exact.union(a, b)
-
-    def rank(n: str) -> tuple:
-        return survivor_rank(n, *sizes[n])
-
-    clusters = every.groups()
-    for members in clusters:
-        survivor = min(members, key=rank)
-        cid = cluster_id(members)
-        # The first of each exact class (same normalized content) stands for it; the others are exact copies.
-        firsts: dict[str, str] = {}
-        for n in sorted(members, key=rank):
-            firsts.setdefault(exact.find(n), n)
-        for n in members:
-            if n != survivor:
-                reason = "exact_duplicate" if firsts[exact.find(n)] != n else "near_duplicate"
-                rows.append({"traj_id": n, "reason": reason, "cluster_id": cid, "survivor": survivor, "matched": None,
-                             "overlap": None})
-    rows.sort(key=lambda r: r["traj_id"])
-    reasons = [r["reason"] for r in rows]
-    largest = sorted(clusters, key=lambda m: (-len(m), cluster_id(m)))[:3]
-    counts = {
-        "exact_removed": reasons.count("exact_duplicate"),
-        "near_removed": reasons.count("near_duplicate"),
-        "decontaminated_near": reasons.count("decontaminated_near"),
-        "decontaminated_ngram": reasons.count("decontaminated_ngram"),
-        "clusters": len(clusters),
-        "example_clusters": [cluster_id(m) for m in largest],
-    }
-    return rows, counts
 
 
 # --- the stage ---------------------------------------------------------------------------------------------
