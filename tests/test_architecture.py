@@ -271,3 +271,9 @@ def test_every_listed_command_is_registered_and_a_missing_module_is_an_error(mon
     monkeypatch.setattr(cli, "COMMANDS", (*cli.COMMANDS, ("pipeline.no_such_command", "cmd")))
     with pytest.raises(ModuleNotFoundError):
         cli._register()
+
+
+def test_test_modules_share_helpers_not_each_other():
+    offenders = [p.name for p in (ROOT / "tests").glob("test_*.py")
+                 if re.search(r"^\s*(from tests\.test_|import tests\.test_)", p.read_text(), re.MULTILINE)]
+    assert offenders == []

@@ -19,7 +19,7 @@ from click.testing import CliRunner
 
 import pipeline.outputs
 from pipeline.cli import main
-from tests.test_ray_executor import assert_same_outputs, write_corpus
+from tests.helpers import assert_same_outputs, write_corpus
 
 ROOT = Path(__file__).resolve().parent.parent
 

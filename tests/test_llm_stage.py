@@ -16,9 +16,9 @@ from pipeline.config import config_hash, resolve
 from pipeline.llm_stage import BudgetExhausted, LLMDryRun, resolve_llm
 from pipeline.run import run_pipeline
 from schemas.errors import ConfigError
+from tests.helpers import LWM, clean_env
 from tests.judge_server import JudgeServer
 from tests.llm_helpers import Script, llm_config, scenario, write_llm_corpus
-from tests.test_ray_executor import LWM, clean_env
 
 CLEAN = ["good", "low", "tie"]  # no failing requests: every request is answered (and cached)
 

@@ -10,13 +10,13 @@ from pathlib import Path
 import nbformat
 from nbclient import NotebookClient
 
-from tests.test_pipeline_shards import corpus
+from tests.helpers import shards_corpus
 
 NOTEBOOK = Path(__file__).resolve().parent.parent / "notebooks" / "mask_histograms.ipynb"
 
 
 def test_mask_histograms_notebook_executes(tmp_path, monkeypatch):
-    corpus(tmp_path / "in" / "a.jsonl", n=40)
+    shards_corpus(tmp_path / "in" / "a.jsonl", n=40)
     out = tmp_path / "run"
     subprocess.run([sys.executable, "-m", "pipeline.cli", "run", "--executor", "local", "-i", str(tmp_path / "in"),
                     "-o", str(out), "--progress", "off"], check=True, capture_output=True, timeout=300)

@@ -14,7 +14,7 @@ import subprocess
 import pyarrow.parquet as pq
 import pytest
 
-from tests.test_ray_executor import LWM, clean_env, config_toml, write_corpus
+from tests.helpers import LWM, clean_env, config_toml, write_corpus
 
 s3fs = pytest.importorskip("s3fs")
 moto_server = pytest.importorskip("moto.server")

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import filecmp
 import json
-import random
 import subprocess
 import sys
 from pathlib import Path
@@ -14,8 +13,7 @@ import pytest
 
 from schemas.shard import RL_SCHEMA, SHARD_SCHEMA
 from stages.tokenizer import load_tokenizer
-
-DOMAINS = ("mcp", "terminal", "android", "web")
+from tests.helpers import shards_corpus
 
 
 def lwm(*args: str, check: bool = True) -> subprocess.CompletedProcess:
@@ -25,36 +23,10 @@ def lwm(*args: str, check: bool = True) -> subprocess.CompletedProcess:
     return proc
 
 
-def corpus(path: Path, n: int = 160) -> None:
-    rng = random.Random(7)
-    lines = []
-    for i in range(n):
-        domain = DOMAINS[i % len(DOMAINS)]
-        turns = []
-        for _ in range(rng.randint(2, 7)):
-            kind = rng.choice(["read", "echo", "ack", "status"])
-            arg = f"item{rng.randint(0, 999)}"
-            action = json.dumps({"name": "tool", "arguments": {"path": f"/srv/{arg}.txt", "text": f"note {arg}"}})
-            obs = {
-                "read": f"contents of {arg}: " + " ".join(f"w{rng.randint(0, 5000)}" for _ in range(40)),
-                "echo": json.dumps({"path": f"/srv/{arg}.txt", "text": f"note {arg}"}),
-                "ack": "OK",
-                "status": "done",
-            }[kind]
-            turns.append({"action": action, "observation": obs})
-        lines.append(json.dumps({
-            "traj_id": f"t{i}", "domain": domain, "split_key": f"task{i // 2}",
-            "system": {"task_description": f"Task {i}", "action_space": "tool(path, text)"},
-            "turns": turns,
-        }))
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text("\n".join(lines) + "\n")
-
-
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
     base = tmp_path_factory.mktemp("e2e")
-    corpus(base / "in" / "a.jsonl")
+    shards_corpus(base / "in" / "a.jsonl")
     outs = []
     for name in ("one", "two"):
         out = base / name
@@ -160,7 +132,7 @@ def test_masked_categories_reach_the_weights(runs):
 
 
 def test_config_errors_are_one_clear_line(tmp_path):
-    corpus(tmp_path / "in" / "a.jsonl", n=8)
+    shards_corpus(tmp_path / "in" / "a.jsonl", n=8)
     bad = tmp_path / "bad.toml"
     bad.write_text('[masking.table]\nshort_chars = 64\n[[masking.table.categories]]\nname = "echo"\nwhen = "ol >= banana"\nkeep = 0.1\n')
     cases = [

@@ -14,7 +14,7 @@ import pytest
 
 from pipeline.progress import Progress
 from pipeline.run import run_pipeline
-from tests.test_ray_executor import LWM, clean_env, corpus_config, write_corpus
+from tests.helpers import LWM, clean_env, corpus_config, write_corpus
 
 
 class FakeTerminal(io.StringIO):

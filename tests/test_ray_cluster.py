@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 from pipeline.run import run_pipeline
-from tests.test_ray_executor import LWM, assert_same_outputs, clean_env, config_toml, corpus_config, write_corpus
+from tests.helpers import LWM, assert_same_outputs, clean_env, config_toml, corpus_config, write_corpus
 
 psutil = pytest.importorskip("psutil")
 RAY = str(Path(sys.executable).with_name("ray"))

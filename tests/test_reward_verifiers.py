@@ -200,9 +200,11 @@ def test_real_uiautomator_dumps_rendered_as_screens(shared_data):
 
 
 def test_web_page_elements(shared_data):
-    from tests.test_ingest_webvoyager import REAL, one
+    from stages.ingest.webvoyager import ADAPTER
+    from tests.ingest_helpers import ingest_unit
 
-    t = one(shared_data / REAL)
+    (t,), bad = ingest_unit(ADAPTER, shared_data / "webvoyager/taskAmazon--0/interact_messages.json")
+    assert bad == []
     ref = t.turns[0].observation
     assert verifier_kind("web", ref) == UI_ELEMENTS
     assert 'input | "Search Amazon"' in element_identities(ref)

@@ -17,7 +17,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from stages.uri_credentials import recorded_uri, strip_uri_credentials
-from tests.test_ray_executor import write_corpus
+from tests.helpers import write_corpus
 
 ROOT = Path(__file__).resolve().parent.parent
 PASSWORD = "pw-" + "Zq81xW"  # assembled, so no scanner flags this file
