@@ -17,12 +17,12 @@ import pyarrow.parquet as pq
 from bench.common import Figure
 from masking import load_table, score_turn
 from pipeline.config import resolve
-from pipeline.sample_task import build_rows
 from schemas.shard import schema_for
 from schemas.stats import Stats
 from schemas.trajectory import Trajectory
 from stages.pools import choose_turns
 from stages.render import chatml, history_reply, target_prompt, target_reply, user_prompt
+from stages.sample_rows import build_rows
 from stages.templates import render_system
 from stages.tokenizer import load_tokenizer
 from stages.tokenizer.segments import segment_tokenizer

@@ -13,8 +13,8 @@ import pyarrow.parquet as pq
 
 from bench.common import Figure, corpus_bytes, make_corpus, pipeline_config, quiet, timed
 from pipeline.run import run_pipeline
-from pipeline.sample_task import render_example
 from schemas.trajectory import Trajectory
+from stages.sample_rows import render_example
 from stages.templates import render_system
 from stages.tokenizer import load_tokenizer
 

@@ -21,7 +21,6 @@ from masking import load_table
 from pipeline.config import resolve
 from pipeline.demo import generate
 from pipeline.outputs import AtomicParquetWriter
-from pipeline.sample_task import build_rows
 from schemas.errors import InvalidRecord
 from schemas.layers import QUARANTINE_SCHEMA, RAW_SCHEMA
 from schemas.shard import schema_for
@@ -30,6 +29,7 @@ from schemas.trajectory import TRAJECTORY_SCHEMA
 from stages.ingest.reading import InputUnit, expand_inputs, iter_jsonl
 from stages.ingest.registry import RawRecord, adapters, claims_dir, get_adapter, resolve_opts, sniff
 from stages.normalize import normalize_unit
+from stages.sample_rows import build_rows
 from stages.steps import apply_steps, build_steps
 from stages.tokenizer import load_tokenizer
 from stages.tokenizer.segments import segment_tokenizer

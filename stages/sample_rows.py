@@ -1,0 +1,144 @@
+"""Training rows of one trajectory: every pool's samples rendered, tokenized, weighted and counted.
+
+Pure functions of a trajectory and the resolved config (`build_rows`); the sample stage
+(`pipeline.sample_task`) reads the trajectories and writes what these yield into shard buckets.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from masking import score_turn
+from schemas.stats import Stats
+from schemas.trajectory import Trajectory
+from stages.pools import choose_template, choose_turns, pool_of, sample_id
+from stages.render import chatml, history_reply, target_prompt, user_prompt
+from stages.reward.verifiers import verifier_kind
+from stages.samples import SampleParts, TrajectorySamples
+from stages.templates import render_system
+from stages.tokenizer.segments import check_segmentwise
+
+
+def bucket_of(sid: str, buckets: int) -> int:
+    return int(sid[:12], 16) % buckets
+
+
+def stats_struct(score) -> dict[str, float]:
+    s = score.stats
+    return {"ol": s.ol, "nov": s.nov, "jac": s.jac, "r": s.r}
+
+
+def account(stats: Stats, traj: Trajectory, pool: str, template: str, parts: SampleParts, row: dict[str, Any]) -> None:
+    """Histogram counters: the trained observations (cpt: all; turn pools: the target)."""
+    stats.add(f"samples.{pool}")
+    stats.add(f"templates.{pool}.{template}")
+    stats.add(f"tokens.{pool}.total", len(parts.ids))
+    stats.add(f"tokens.{pool}.loss", row["num_loss_tokens"])
+    stats.add(f"tokens.{pool}.weighted", float(sum(parts.weights)))
+    spans = list(range(len(parts.spans))) if pool == "cpt" else [len(parts.spans) - 1]
+    for k in spans:
+        start, end = parts.spans[k]
+        cat = row["turn_category"][k]
+        base = f"hist.{traj.domain}.{pool}.{template}.{cat}"
+        stats.add(f"{base}.turns")
+        stats.add(f"{base}.tokens", end - start)
+        stats.add(f"{base}.weighted", float(sum(parts.weights[start:end])))
+    if parts.dropped_turns:
+        stats.add("samples.history_truncated")
+        stats.add("turns.dropped_for_context", parts.dropped_turns)
+
+
+def sample_key(traj_id: str, occurrence: int) -> str:
+    """What a sample id hashes for the n-th trajectory (1-based) of the run carrying `traj_id`.
+
+    The first keeps the plain id, so runs without shared ids keep their sample ids; a later one
+    hashes ``traj_id`` + ``\x1f#n`` (a control character no adapter writes into an id).
+    """
+    return traj_id if occurrence <= 1 else f"{traj_id}\x1f#{occurrence}"
+
+
+def build_rows(traj: Trajectory, cfg: dict[str, Any], seg, table, stats: Stats, verify: bool = False,
+               id_key: str | None = None, aug=None):
+    """Yield ``(pool, row)`` for every sample of one trajectory under the resolved config.
+
+    `id_key` (default: the traj_id) is what the sample ids hash (`sample_key`); `aug`
+    (`pipeline.llm_stage.Augment`) applies the model-in-the-loop stages' outputs first.
+    """
+    id_key = id_key or traj.traj_id
+    dropped = aug.apply(traj) if aug is not None else {}
+    pools_cfg = cfg["pools"]
+    pool = pool_of(traj.split_key, pools_cfg["ratios"], pools_cfg["seed"])
+    stats.add(f"pools.{pool}.trajectories")
+    template = choose_template(traj.traj_id, pool, list(cfg["templates"]["mapping"][pool]), pools_cfg["seed"])
+    system_text = render_system(traj, template, tuple(cfg["templates"]["dirs"]))
+    scores = [score_turn(t.action, t.observation, table) for t in traj.turns]
+    ts = TrajectorySamples(traj, system_text, scores, seg, cfg["render"]["chat_format"],
+                           cfg["masking"]["keep_mode"], cfg["masking"]["seed"],
+                           reasoning_weight=aug.reasoning_weight if aug is not None and pool == "sft" else 1.0)
+    limit = int(pools_cfg["context_limit"])
+    total = len(traj.turns)
+    base = {"traj_id": traj.traj_id, "domain": traj.domain, "pool": pool, "template": template, "total_turns": total}
+    if pool == "rl":
+        t = choose_turns(traj.traj_id, pool, total, seed=pools_cfg["seed"])[0]
+        prompt = ts.rl_prompt(t)
+        if len(prompt) > int(pools_cfg["rl_prompt_cap"]):
+            stats.add("filtered.rl_prompt_cap")
+            return
+        score = scores[t - 1]
+        messages = [{"role": "system", "content": system_text}]
+        for h in range(1, t):
+            messages.append({"role": "user", "content": user_prompt(traj, h)})
+            messages.append({"role": "assistant", "content": history_reply(traj.turns[h - 1].observation)})
+        messages.append({"role": "user", "content": target_prompt(traj, t)})
+        sid = sample_id(id_key, pool, t, template)
+        stats.add("samples.rl")
+        stats.add(f"templates.rl.{template}")
+        stats.add("tokens.rl.total", len(prompt))
+        stats.add(f"hist.{traj.domain}.rl.{template}.{score.category}.turns")
+        stats.add(f"hist.{traj.domain}.rl.{template}.{score.category}.tokens", 0)
+        stats.add(f"hist.{traj.domain}.rl.{template}.{score.category}.weighted", 0.0)
+        yield pool, {**base, "sample_id": sid, "turn_idx": t, "prompt_ids": prompt,
+                     "reference": traj.turns[t - 1].observation, "messages": messages,
+                     "turn_category": [score.category], "turn_keep": [score.keep],
+                     "turn_stats": [stats_struct(score)], "num_tokens": len(prompt),
+                     "verifier": verifier_kind(traj.domain, traj.turns[t - 1].observation)}
+        return
+    targets = [0] if pool == "cpt" else choose_turns(
+        traj.traj_id, pool, total, pools_cfg["sft_turns"], pools_cfg["eval_subsample"], pools_cfg["seed"]
+    )
+    for t in targets:
+        if t in dropped:
+            stats.add(f"filtered.llm_{dropped[t]}")
+            continue
+        parts = ts.cpt(limit) if t == 0 else ts.turn_sample(t, limit)
+        if parts is None:
+            stats.add("filtered.sample_over_context_limit")
+            continue
+        if verify and cfg["render"]["chat_format"] == "chatml":
+            kept = sorted(set(parts.span_turns) - ({t} if t else set()))
+            check_segmentwise(seg, parts.ids, ts.rendered_parts(kept, t or None))
+            verify = False
+        sid = sample_id(id_key, pool, t, template)
+        row = {
+            **base,
+            "sample_id": sid,
+            "turn_idx": t,
+            "input_ids": parts.ids,
+            "loss_weight": parts.weights,
+            "turn_spans": [{"start": a, "end": b} for a, b in parts.spans],
+            "turn_category": [scores[k - 1].category for k in parts.span_turns],
+            "turn_keep": [scores[k - 1].keep for k in parts.span_turns],
+            "turn_stats": [stats_struct(scores[k - 1]) for k in parts.span_turns],
+            "num_tokens": len(parts.ids),
+            "num_loss_tokens": len(parts.weights) - parts.weights.count(0.0),
+        }
+        account(stats, traj, pool, template, parts, row)
+        yield pool, row
+
+
+def render_example(traj: Trajectory, system_text: str) -> str:
+    """The ChatML text of a whole trajectory (for docs and debugging)."""
+    text = chatml("system", system_text)
+    for i, _turn in enumerate(traj.turns, 1):
+        text += chatml("user", user_prompt(traj, i)) + chatml("assistant", history_reply(traj.turns[i - 1].observation))
+    return text
