@@ -47,8 +47,8 @@ def _datatrove_seconds(step, texts: list[str]) -> float:
 
 def _lwmkit_seconds(run_dir: str, cfg: dict, out: str) -> float:
     """The sample stage over the run's trajectories parts, as the pipeline runs it, into a fresh folder."""
-    from pipeline.later_stages import bucket_counts
     from pipeline.sample_task import run_sample_task
+    from pipeline.samples_stage import bucket_counts
     from schemas.stats import Stats
 
     if os.path.exists(out):

@@ -38,6 +38,7 @@ import uuid
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from pipeline.config import output_config
 from pipeline.engine import Stage, run_stage, spec_hash
 from pipeline.llm_config import (  # noqa: F401  (re-exported: the stage API lives here for callers)
     LLM_DEFAULTS,
@@ -323,7 +324,6 @@ def run_llm_stages(cfg: dict[str, Any], fs, root: str, executor, ingest_results,
     """Run every configured stage; returns what the sample tasks need (None when the stages are off)."""
     if not llm_enabled(cfg):
         return None
-    from pipeline.config import output_config
 
     llm = cfg["llm"]
     if llm["dry_run"]:

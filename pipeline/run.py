@@ -15,7 +15,7 @@ from functools import partial
 from typing import Any
 
 from pipeline.config import config_hash, output_config
-from pipeline.dedup_stage import DEDUP_MAP, DEDUP_REDUCE
+from pipeline.dedup_stage import DEDUP_MAP, DEDUP_REDUCE, run_dedup_stage
 from pipeline.engine import Executor, Stage, run_stage, spec_hash
 from pipeline.executors import make_executor
 from pipeline.ingest_task import INGEST
@@ -30,6 +30,7 @@ from pipeline.outputs import (
     write_json_atomic,
 )
 from pipeline.sample_task import SAMPLES
+from pipeline.samples_stage import run_sample_stages
 from pipeline.shard_task import SHARDS
 from pipeline.split_input import SCAN, input_entries, scan_tasks
 from pipeline.wmat_pools import WMAT_POOLS
@@ -186,12 +187,8 @@ def _run(cfg: dict[str, Any], fs, root: str, executor: Executor, echo: Echo) -> 
         "layers": _layer_listing(fs, root, ("trajectories", "quarantine")),
         "versions": _versions(),
     }
-    from pipeline.dedup_stage import run_dedup_stage
-
     run_dedup_stage(cfg, fs, root, executor, ingest_results, manifest, stage_runs, echo)
-    from pipeline import later_stages
-
-    later_stages.run(cfg, fs, root, executor, ingest_results, manifest, stage_runs, echo)
+    run_sample_stages(cfg, fs, root, executor, ingest_results, manifest, stage_runs, echo)
     write_json_atomic(fs, posixpath.join(root, "manifest.json"), manifest)
     write_json_atomic(fs, posixpath.join(root, "_timings.json"), stage_runs)
     write_bytes_atomic(fs, posixpath.join(root, "_SUCCESS"), b"")

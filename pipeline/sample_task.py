@@ -14,6 +14,7 @@ import pyarrow.parquet as pq
 
 from masking import load_table
 from pipeline.engine import Stage
+from pipeline.llm_stage import Augment
 from pipeline.outputs import AtomicParquetWriter, out_fs
 from schemas.shard import schema_for
 from schemas.stats import Stats
@@ -94,8 +95,6 @@ def run_sample_task(task: dict[str, Any]) -> dict[str, Any]:
     writer = SampleWriter(fs, root, task["task_id"], task["buckets"], 1)
     aug = None
     if task.get("llm"):
-        from pipeline.llm_stage import Augment
-
         aug = Augment(cfg, fs, root, task["task_id"], task["llm"]["stages"])
     path = f"{root}/trajectories/part-{task['task_id']}.parquet"
     verify = True

@@ -1,4 +1,8 @@
-"""Stages after the trajectories layer: samples per pool (map) and shards per bucket (reduce)."""
+"""The samples and shards stages: samples per pool (map) and shards per bucket (reduce).
+
+They run after dedup, with the model-in-the-loop stages before them and the WMAT pools after them when
+those are configured.
+"""
 
 from __future__ import annotations
 
@@ -6,11 +10,14 @@ import math
 from typing import Any
 
 from pipeline.engine import run_stage, spec_hash
+from pipeline.llm_stage import run_llm_stages
 from pipeline.sample_task import SAMPLES, duplicate_offsets
 from pipeline.shard_task import SHARDS
+from pipeline.wmat_pools import run_wmat_pools
 from schemas.stats import merge_all
 from stages.histogram import histogram_from_stats
 from stages.pools import POOLS
+from stages.tokenizer import load_tokenizer
 
 _EVAL_SAMPLES_PER_TRAJ = 2.5  # five chosen turns, half kept
 _CHARS_PER_TOKEN = 3.5
@@ -48,15 +55,13 @@ def bucket_counts(cfg: dict[str, Any], stats) -> dict[str, int]:
     return out
 
 
-def run(cfg: dict[str, Any], fs, root: str, executor, ingest_results, manifest, stage_runs, echo) -> None:
+def run_sample_stages(cfg: dict[str, Any], fs, root: str, executor, ingest_results, manifest, stage_runs, echo) -> None:
 
     progress = cfg["executor"]["progress"]
     ingest_stats = merge_all([r["stats"] for r in ingest_results])
     buckets = bucket_counts(cfg, ingest_stats)
     sample_hash = spec_hash(SAMPLES.config(cfg), buckets)
     drop = _drop_list(fs, root)
-    from pipeline.llm_stage import run_llm_stages
-
     llm = run_llm_stages(cfg, fs, root, executor, ingest_results, manifest, stage_runs, echo, drop)
     dups = duplicate_offsets(fs, root, [r["task_id"] for r in ingest_results])  # trajectories sharing an id
     tasks = []
@@ -78,12 +83,8 @@ def run(cfg: dict[str, Any], fs, root: str, executor, ingest_results, manifest, 
     shard_results, stage_runs["shards"] = run_stage(executor, SHARDS, None, shard_tasks, fs, root, progress)
     _stale_shards(fs, root, {r["shard"]["path"] for r in shard_results})
     if llm:
-        from pipeline.wmat_pools import run_wmat_pools
-
         run_wmat_pools(cfg, fs, root, executor, llm, drop, manifest, stage_runs)
     stats = merge_all([r["stats"] for r in sample_results])
-    from stages.tokenizer import load_tokenizer
-
     tok = load_tokenizer(cfg["tokenizer"]["spec"], cfg["tokenizer"]["engine"] or None)
     counts = manifest["counts"]
     nested = stats.nested()

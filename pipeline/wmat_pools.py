@@ -26,8 +26,9 @@ from typing import Any
 
 import pyarrow as pa
 
+from pipeline.config import output_config
 from pipeline.engine import Stage, run_stage, spec_hash
-from pipeline.llm_stage import Augment
+from pipeline.llm_stage import Augment, get_stage
 from pipeline.outputs import AtomicParquetWriter, out_fs
 from schemas.shard import MESSAGE_TYPE, SHARD_SCHEMA
 from schemas.stats import Stats, merge_all
@@ -177,12 +178,8 @@ def _remove_stale(fs, root: str, task_ids: set[str]) -> None:
 def run_wmat_pools(cfg: dict[str, Any], fs, root: str, executor, llm_run: dict[str, Any] | None, drop: set[str],
                    manifest: dict[str, Any], stage_runs: dict[str, Any]) -> None:
     """Write the WMAT pools when the ``wmat_blocks`` stage ran; records them in the manifest."""
-    from pipeline.llm_stage import get_stage
-
     if not llm_run or not any(get_stage(name).name == STAGE_NAME for name in llm_run["stages"]):
         return
-    from pipeline.config import output_config
-
     shaping = output_config({k: cfg[k] for k in ("tokenizer", "render", "shards")})
     base = spec_hash(shaping, {k: v for k, v in cfg["llm"].items() if k.startswith("wmat_")},
                       cfg["pools"]["context_limit"])
