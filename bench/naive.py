@@ -3,7 +3,7 @@
 The baseline renders each sample to one ChatML string, tokenizes it whole with the `tokenizers`
 engine (which returns character offsets), weights the tokens whose offsets fall inside an
 observation span, and writes Parquet. lwmkit builds the same samples from cached per-message ids
-(`pipeline.sample_task.build_rows`) and writes the rows with the shard schema.
+(`stages.sample_rows.build_rows`) and writes the rows with the shard schema.
 """
 
 from __future__ import annotations
