@@ -33,7 +33,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from pipeline.engine import Stage, run_stage, spec_hash
+from pipeline.engine import RunContext, Stage, Step, run_stage, spec_hash
 from pipeline.outputs import AtomicParquetWriter, out_fs
 from schemas.errors import ConfigError
 from schemas.stats import Stats, merge_all
@@ -390,3 +390,10 @@ def run_dedup_stage(cfg, fs, root: str, executor, ingest_results, manifest, stag
 
 DEDUP_MAP = Stage("dedup-map", ("dedup",), run_dedup_map_task)
 DEDUP_REDUCE = Stage("dedup-reduce", ("dedup",), run_dedup_reduce_task)
+
+
+def _run_dedup(ctx: RunContext) -> None:
+    run_dedup_stage(ctx.cfg, ctx.fs, ctx.root, ctx.executor, ctx.ingest_results, ctx.manifest, ctx.stage_runs, ctx.echo)
+
+
+DEDUP_STEP = Step("dedup", (DEDUP_MAP, DEDUP_REDUCE), _run_dedup)

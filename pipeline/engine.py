@@ -1,8 +1,9 @@
 """The stage engine: what every distributed stage shares.
 
-A `Stage` names its task function and the config sections its output depends on; the plan of a
-run (`pipeline.run.PLAN`) lists every stage top to bottom, and a test checks that every config
-section except ``executor`` is claimed by one, so no setting can escape the resume check.
+A `Stage` names its task function and the config sections its output depends on. The plan of a
+run (`pipeline.run.PLAN`) is a list of `Step`s read top to bottom, each a driver with the stages
+it runs; a test checks that every config section except ``executor`` is claimed by a stage, so no
+setting can escape the resume check.
 
 A `Task` is a plain dict with a deterministic ``task_id``, the run's ``out`` and a ``spec_hash``
 (the hash of everything its output depends on, the stage's sections included). `run_stage` skips
@@ -19,7 +20,7 @@ import hashlib
 import json
 import posixpath
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import partial
 from typing import Any, NotRequired, Protocol, TypedDict
 
@@ -64,8 +65,32 @@ class Stage:
         return output_config({k: cfg[k] for k in self.sections if k in cfg})
 
 
-def claimed_sections(plan: Iterable[Stage]) -> set[str]:
-    return {section for stage in plan for section in stage.sections}
+@dataclass
+class RunContext:
+    """What the steps of one run share: the config, the output folder, the executor, and what they add."""
+
+    cfg: dict[str, Any]
+    fs: Any
+    root: str
+    executor: Executor
+    echo: Callable[[str], None]
+    manifest: dict[str, Any] = field(default_factory=dict)
+    stage_runs: dict[str, Any] = field(default_factory=dict)  # per stage: tasks, skipped, ran, seconds
+    ingest_results: list[dict[str, Any]] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Step:
+    """One entry of a run's plan: the stages it runs and the driver that plans their tasks, runs them
+    with `run_stage` and records what they found in the manifest."""
+
+    name: str
+    stages: tuple[Stage, ...]
+    run: Callable[[RunContext], None]
+
+
+def claimed_sections(plan: Iterable[Step]) -> set[str]:
+    return {section for step in plan for stage in step.stages for section in stage.sections}
 
 
 class Executor(Protocol):

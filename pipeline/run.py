@@ -15,11 +15,10 @@ from functools import partial
 from typing import Any
 
 from pipeline.config import config_hash, output_config
-from pipeline.dedup_stage import DEDUP_MAP, DEDUP_REDUCE, run_dedup_stage
-from pipeline.engine import Executor, Stage, run_stage, spec_hash
+from pipeline.dedup_stage import DEDUP_STEP
+from pipeline.engine import Executor, RunContext, Step, run_stage, spec_hash
 from pipeline.executors import make_executor
 from pipeline.ingest_task import INGEST
-from pipeline.llm_stage import LLM
 from pipeline.outputs import (
     ensure_dir,
     out_fs,
@@ -29,11 +28,8 @@ from pipeline.outputs import (
     write_bytes_atomic,
     write_json_atomic,
 )
-from pipeline.sample_task import SAMPLES
-from pipeline.samples_stage import run_sample_stages
-from pipeline.shard_task import SHARDS
+from pipeline.samples_stage import SAMPLES_STEP
 from pipeline.split_input import SCAN, input_entries, scan_tasks
-from pipeline.wmat_pools import WMAT_POOLS
 from schemas.errors import ConfigError
 from schemas.stats import merge_all
 from stages.ingest.ranges import apply_scans, input_size, plan_ingest, split_settings
@@ -42,9 +38,6 @@ from stages.ingest.registry import claims_dir, get_adapter, sniff
 from stages.uri_credentials import strip_uri_credentials
 
 Echo = Callable[[str], None]
-
-# Every distributed stage, in run order; each claims the config sections its output depends on.
-PLAN: tuple[Stage, ...] = (SCAN, INGEST, DEDUP_MAP, DEDUP_REDUCE, LLM, SAMPLES, SHARDS, WMAT_POOLS)
 
 
 def _stderr(msg: str) -> None:
@@ -147,10 +140,11 @@ def run_pipeline(cfg: dict[str, Any], echo: Echo = _stderr, executor: Executor |
             executor.close()
 
 
-def _run(cfg: dict[str, Any], fs, root: str, executor: Executor, echo: Echo) -> dict[str, Any]:
+def run_ingest(ctx: RunContext) -> None:
+    """Inputs → (scan →) ingest → the trajectories layer; starts the manifest."""
+    cfg, fs, root, executor, echo, stage_runs = ctx.cfg, ctx.fs, ctx.root, ctx.executor, ctx.echo, ctx.stage_runs
     progress_mode = cfg["executor"]["progress"]
     chash = config_hash(cfg)
-    stage_runs: dict[str, Any] = {}
     if cfg["run"]["from_layer"] == "trajectories":
         ingest_results = _load_markers(fs, root, "ingest")
         if not ingest_results:
@@ -179,7 +173,8 @@ def _run(cfg: dict[str, Any], fs, root: str, executor: Executor, echo: Echo) -> 
             echo(f"removed {stale} file(s) of tasks that an earlier run over other inputs or another layout left")
     check_quarantine_rate(ingest_results, cfg["run"]["max_quarantine_rate"])
     stats = merge_all([r["stats"] for r in ingest_results])
-    manifest: dict[str, Any] = {
+    ctx.ingest_results = ingest_results
+    ctx.manifest = {
         "config": output_config(cfg),
         "config_hash": chash,
         "inputs": [dict(e["input"], format=e["format"]) for e in input_entries(ingest_results)],
@@ -187,12 +182,21 @@ def _run(cfg: dict[str, Any], fs, root: str, executor: Executor, echo: Echo) -> 
         "layers": _layer_listing(fs, root, ("trajectories", "quarantine")),
         "versions": _versions(),
     }
-    run_dedup_stage(cfg, fs, root, executor, ingest_results, manifest, stage_runs, echo)
-    run_sample_stages(cfg, fs, root, executor, ingest_results, manifest, stage_runs, echo)
-    write_json_atomic(fs, posixpath.join(root, "manifest.json"), manifest)
-    write_json_atomic(fs, posixpath.join(root, "_timings.json"), stage_runs)
+
+
+INGEST_STEP = Step("ingest", (SCAN, INGEST), run_ingest)
+# The plan of every run, top to bottom; each step runs its stages on the executor (pipeline.engine).
+PLAN: tuple[Step, ...] = (INGEST_STEP, DEDUP_STEP, SAMPLES_STEP)
+
+
+def _run(cfg: dict[str, Any], fs, root: str, executor: Executor, echo: Echo) -> dict[str, Any]:
+    ctx = RunContext(cfg, fs, root, executor, echo)
+    for step in PLAN:
+        step.run(ctx)
+    write_json_atomic(fs, posixpath.join(root, "manifest.json"), ctx.manifest)
+    write_json_atomic(fs, posixpath.join(root, "_timings.json"), ctx.stage_runs)
     write_bytes_atomic(fs, posixpath.join(root, "_SUCCESS"), b"")
-    return manifest
+    return ctx.manifest
 
 
 def _load_markers(fs, root: str, stage: str) -> list[dict[str, Any]]:

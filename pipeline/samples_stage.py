@@ -9,11 +9,11 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from pipeline.engine import run_stage, spec_hash
-from pipeline.llm_stage import run_llm_stages
+from pipeline.engine import RunContext, Step, run_stage, spec_hash
+from pipeline.llm_stage import LLM, run_llm_stages
 from pipeline.sample_task import SAMPLES, duplicate_offsets
 from pipeline.shard_task import SHARDS
-from pipeline.wmat_pools import run_wmat_pools
+from pipeline.wmat_pools import WMAT_POOLS, run_wmat_pools
 from schemas.stats import merge_all
 from stages.histogram import histogram_from_stats
 from stages.pools import POOLS
@@ -122,3 +122,12 @@ def _stale_shards(fs, root: str, keep: set[str]) -> None:
     for p in fs.find(base):
         if posixpath.relpath(p, root) not in keep:
             fs.rm(p)
+
+
+def _run_samples(ctx: RunContext) -> None:
+    run_sample_stages(ctx.cfg, ctx.fs, ctx.root, ctx.executor, ctx.ingest_results, ctx.manifest, ctx.stage_runs,
+                      ctx.echo)
+
+
+# The model-in-the-loop stages (when configured) run first, the WMAT pools (when their blocks exist) last.
+SAMPLES_STEP = Step("samples", (LLM, SAMPLES, SHARDS, WMAT_POOLS), _run_samples)
