@@ -277,3 +277,31 @@ def test_test_modules_share_helpers_not_each_other():
     offenders = [p.name for p in (ROOT / "tests").glob("test_*.py")
                  if re.search(r"^\s*(from tests\.test_|import tests\.test_)", p.read_text(), re.MULTILINE)]
     assert offenders == []
+
+
+# Source files over 400 lines, each one cohesive table or rule set (or named here as not yet split).
+LONG_FILES = {
+    "stages/redact.py": "the secret patterns and their replacement rules",
+    "stages/ingest/swe_agent.py": "one format's rules (SWE-agent trajectories)",
+    "stages/ingest/droidbot.py": "one format's rules (DroidBot UTG and event logs)",
+    "stages/ingest/reading.py": "the container readers (JSON, JSONL, CSV, Parquet, compression) and their bounds",
+    "pipeline/demo/android.py": "the android demo world: its screens and actions as data",
+    "stages/ingest/openhands.py": "one format's rules (OpenHands event streams)",
+    "stages/ingest/openai_messages.py": "one format's rules (OpenAI chat messages)",
+    "pipeline/llm_stage.py": "not yet split: the model-in-the-loop driver, its cache and its budget ledger",
+    "stages/ingest/ranges.py": "byte ranges of large inputs: planning, zstd frames, reading whole lines",
+    "stages/ingest/atif.py": "one format's rules (ATIF)",
+    "stages/dedup.py": "the dedup rules: normalization, MinHash/LSH keys, survivor rule",
+    "masking/table.py": "the masking table: its schema and checks",
+    "stages/ingest/opencua.py": "one format's rules (OpenCUA)",
+}
+
+
+def test_files_over_400_lines_are_the_listed_ones():
+    long = {}
+    for package in PACKAGES:
+        for path in (ROOT / package).rglob("*.py"):
+            lines = path.read_text().count("\n")
+            if lines > 400:
+                long[str(path.relative_to(ROOT))] = lines
+    assert set(long) <= set(LONG_FILES), {k: v for k, v in long.items() if k not in LONG_FILES}
