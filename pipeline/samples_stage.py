@@ -13,7 +13,7 @@ from pipeline.engine import RunContext, Step, run_stage, spec_hash
 from pipeline.llm_stage import LLM, run_llm_stages
 from pipeline.sample_task import SAMPLES, duplicate_offsets
 from pipeline.shard_task import SHARDS
-from pipeline.wmat_pools import WMAT_POOLS, run_wmat_pools
+from pipeline.wmat_pools import WMAT_POOLS_STAGE, run_wmat_pools
 from schemas.stats import merge_all
 from stages.histogram import histogram_from_stats
 from stages.pools import POOLS
@@ -130,4 +130,4 @@ def _run_samples(ctx: RunContext) -> None:
 
 
 # The model-in-the-loop stages (when configured) run first, the WMAT pools (when their blocks exist) last.
-SAMPLES_STEP = Step("samples", (LLM, SAMPLES, SHARDS, WMAT_POOLS), _run_samples)
+SAMPLES_STEP = Step("samples", (LLM, SAMPLES, SHARDS, WMAT_POOLS_STAGE), _run_samples)

@@ -186,7 +186,7 @@ def run_wmat_pools(cfg: dict[str, Any], fs, root: str, executor, llm_run: dict[s
     tasks = [{"task_id": tid, "out": cfg["run"]["out"], "cfg": cfg, "stages": list(llm_run["stages"]),
               "drop": sorted(drop), "spec_hash": spec_hash(base, spec, sorted(drop))}
              for tid, spec in sorted(llm_run["specs"].items())]
-    results, stage_runs["wmat_pools"] = run_stage(executor, WMAT_POOLS, None, tasks, fs, root,
+    results, stage_runs["wmat_pools"] = run_stage(executor, WMAT_POOLS_STAGE, None, tasks, fs, root,
                                                    cfg["executor"]["progress"])
     _remove_stale(fs, root, {t["task_id"] for t in tasks})
     stats = merge_all([r["stats"] for r in results]).nested().get("wmat", {})
@@ -200,4 +200,4 @@ def run_wmat_pools(cfg: dict[str, Any], fs, root: str, executor, llm_run: dict[s
 
 
 # the wmat_* keys of llm, and pools.context_limit
-WMAT_POOLS = Stage("wmat_pools", ("tokenizer", "render", "shards", "llm", "pools"), run_wmat_pool_task)
+WMAT_POOLS_STAGE = Stage("wmat_pools", ("tokenizer", "render", "shards", "llm", "pools"), run_wmat_pool_task)
