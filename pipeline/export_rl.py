@@ -34,7 +34,7 @@ import click
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from pipeline.export import export_group, finished_run_config
+from pipeline.export import export_group
 from pipeline.outputs import AtomicParquetWriter, out_fs
 from schemas.errors import ConfigError
 from stages.reward.core import split_prompt
@@ -77,10 +77,17 @@ TRL_SCHEMA = pa.schema([
 _COLUMNS = ["sample_id", "traj_id", "domain", "template", "turn_idx", "total_turns", "messages", "reference"]
 
 
+def finished_run(run_dir: str):
+    """(filesystem, root) of a finished run; `ConfigError` when it has no ``_SUCCESS``."""
+    fs, root = out_fs(run_dir)
+    if not fs.exists(posixpath.join(root, "_SUCCESS")):
+        raise ConfigError(f"{run_dir}: not a finished run (no _SUCCESS); run `lwm run` to completion first")
+    return fs, root
+
+
 def rl_samples(run_dir: str) -> list[dict[str, Any]]:
     """Every row of a finished run's rl shards (the columns the exports need), by sample id."""
-    fs, root = out_fs(run_dir)
-    finished_run_config(fs, root, run_dir)
+    fs, root = finished_run(run_dir)
     base = posixpath.join(root, "shards", "rl")
     files = sorted(p for p in fs.find(base) if p.endswith(".parquet")) if fs.exists(base) else []
     rows = []
@@ -175,8 +182,8 @@ def verl_cmd(run_dir: str, out_dir: str, val_fraction: float) -> None:
 
     \b
     Train with the world-model reward:
-      custom_reward_function.path=<lwmkit>/stages/reward/frameworks.py
-      custom_reward_function.name=compute_score
+      reward.custom_reward_function.path=<lwmkit>/stages/reward/frameworks.py
+      reward.custom_reward_function.name=compute_score
     """
     _export("verl", run_dir, out_dir, val_fraction)
 

@@ -23,7 +23,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from pipeline.outputs import out_fs
+from pipeline.export_rl import finished_run
 from schemas.errors import ConfigError
 from schemas.trajectory import Trajectory
 from stages.render import user_prompt
@@ -37,16 +37,9 @@ def _parquet_files(fs, base: str) -> list[str]:
     return sorted(p for p in fs.find(base) if p.endswith(".parquet")) if fs.exists(base) else []
 
 
-def _finished_root(run_dir: str):
-    fs, root = out_fs(run_dir)
-    if not fs.exists(posixpath.join(root, "_SUCCESS")):
-        raise ConfigError(f"{run_dir}: not a finished run (no _SUCCESS); run `lwm run` to completion first")
-    return fs, root
-
-
 def rl_inputs(run_dir: str) -> dict[str, RewardInput]:
     """sample id → reward input (completion still empty) for the rl pool."""
-    fs, root = _finished_root(run_dir)
+    fs, root = finished_run(run_dir)
     out = {}
     for path in _parquet_files(fs, posixpath.join(root, "shards", "rl")):
         with fs.open(path, "rb") as f:
@@ -62,7 +55,7 @@ def rl_inputs(run_dir: str) -> dict[str, RewardInput]:
 def eval_inputs(run_dir: str) -> dict[str, RewardInput]:
     """sample id → reward input (completion still empty) for the eval pool; the history is rebuilt
     from the trajectories layer, as the rl pool's rendered messages hold it."""
-    fs, root = _finished_root(run_dir)
+    fs, root = finished_run(run_dir)
     samples = []
     for path in _parquet_files(fs, posixpath.join(root, "shards", "eval")):
         with fs.open(path, "rb") as f:

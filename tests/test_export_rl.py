@@ -9,7 +9,10 @@ dependencies). Their tests are skipped when the package is absent. What they est
   function scores a real row through a loopback judge with verl's keyword call;
 - TRL: ``datasets`` reads ``train.parquet``, TRL sees a conversational prompt and its chat-template
   path renders exactly the prompt tokens the rl shard stores; ``GRPOTrainer._calculate_rewards``
-  calls `make_trl_reward` with the exported columns.
+  calls `make_trl_reward` with the exported columns;
+- verl again, end to end: its ``NaiveRewardManager`` decodes a rollout's token ids and scores them
+  through the loaded ``compute_score``; the README's verl overrides compose with verl's own
+  ``ppo_trainer`` config (Hydra) and load the reward.
 """
 
 from __future__ import annotations
@@ -275,3 +278,77 @@ def test_the_readme_training_with_rl_example_runs(tmp_path):
     assert len(verl_rows) == len(trl_rows) > 0
     assert {r["data_source"] for r in verl_rows} == {"lwmkit/terminal"}
     assert {r["verifier"] for r in trl_rows} <= {"terminal", "none"}
+
+
+def test_export_of_an_unfinished_run_is_a_one_line_error(tmp_path):
+    proc = lwm("export", "verl", str(tmp_path), str(tmp_path / "out"), check=False)
+    assert proc.returncode == 2 and "not a finished run" in proc.stderr and "Traceback" not in proc.stderr
+    proc = lwm("export", "trl", str(tmp_path), str(tmp_path / "out"), "--val-fraction", "1.5", check=False)
+    assert proc.returncode == 2
+    assert not (tmp_path / "out").exists()
+
+
+def test_verls_naive_reward_manager_scores_a_decoded_rollout(verl_dir, hf_tokenizer):
+    """The whole verl path: token ids → its reward manager → decode → our compute_score → the score."""
+    pytest.importorskip("verl")
+    import numpy as np
+    import torch
+    from omegaconf import OmegaConf
+    from verl import DataProto
+    from verl.experimental.reward_loop.reward_manager.naive import NaiveRewardManager
+    from verl.trainer.ppo.reward import get_custom_reward_fn
+
+    rows = pq.read_table(verl_dir / "train.parquet").to_pylist()
+    row = next(r for r in rows if r["extra_info"]["verifier"] == "json_fields")
+    ref = row["reward_model"]["ground_truth"]
+    with JudgeServer(lambda body, n: Answer(scores_answer(3))) as server:
+        cfg = OmegaConf.create({"reward": {"custom_reward_function": {
+            "path": str(ROOT / "stages" / "reward" / "frameworks.py"), "name": "compute_score",
+            "reward_kwargs": {"judge_url": server.url, "judge_model": "judge", "judge_backoff_s": 0.01}}}})
+        manager = NaiveRewardManager(cfg, hf_tokenizer, get_custom_reward_fn(cfg))
+        prompt = torch.tensor([[1, 2, 3]])
+        response = hf_tokenizer(target_reply(ref, "The tool returns the article.\n"), add_special_tokens=False)["input_ids"]
+        pad = hf_tokenizer.pad_token_id
+        responses = torch.tensor([response + [pad] * 5])
+        mask = torch.tensor([[1, 1, 1] + [1] * len(response) + [0] * 5])
+        data = DataProto.from_dict(
+            tensors={"prompts": prompt, "responses": responses, "attention_mask": mask},
+            non_tensors={"data_source": np.array([row["data_source"]], dtype=object),
+                         "reward_model": np.array([row["reward_model"]], dtype=object),
+                         "extra_info": np.array([dict(row["extra_info"])], dtype=object)},
+        )
+        out = manager.loop.run_until_complete(manager.run_single(data))
+        assert out["reward_score"] == pytest.approx(0.9 * 15 + 0.1 * 25)
+        assert out["reward_extra_info"]["rule"] == 1.0 and out["reward_extra_info"]["rubric"] == 15.0
+        assert len(server.requests) == 1
+
+
+def test_the_readme_verl_command_composes_with_verls_own_config(verl_dir):
+    """The README's verl overrides are valid keys of verl's trainer config, and load our reward."""
+    pytest.importorskip("verl")
+    pytest.importorskip("hydra")
+    import os
+    import shlex
+
+    import verl
+    from hydra import compose, initialize_config_dir
+    from verl.trainer.ppo.reward import get_custom_reward_fn
+
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    section = readme[readme.index("## Training with RL"):]
+    start = section.index("python -m verl.trainer.main_ppo")
+    command = section[start: section.index("```", start)].replace("\\\n", " ").replace("$(pwd)", str(ROOT))
+    overrides = [t for t in shlex.split(command)[3:] if "=" in t and "<" not in t]
+    assert any(o.startswith("reward.custom_reward_function.path=") for o in overrides)
+    with initialize_config_dir(config_dir=os.path.join(os.path.dirname(verl.__file__), "trainer", "config"),
+                               version_base=None):
+        cfg = compose(config_name="ppo_trainer", overrides=overrides)
+    row = pq.read_table(verl_dir / "train.parquet").to_pylist()[0]
+    ref = row["reward_model"]["ground_truth"]
+    with JudgeServer(lambda body, n: Answer(scores_answer(5))) as server:
+        cfg.reward.custom_reward_function.reward_kwargs.judge_url = server.url  # the README's points at a real vLLM
+        cfg.reward.custom_reward_function.reward_kwargs.judge_cache = None
+        fn = get_custom_reward_fn(cfg)
+        out = fn(data_source=row["data_source"], solution_str=target_reply(ref, ""), ground_truth=ref,
+                 extra_info=row["extra_info"])
+    assert out["score"] == 25.0 and server.requests[0]["model"] == "Qwen/Qwen3-32B"

@@ -141,3 +141,16 @@ def test_format_failure_reward_is_configurable_and_costs_no_call():
         client = ChatClient(judge.url, "judge")
         (res,) = score_batch([item(None, raw="no tags")], client, RewardConfig(format_failure_reward=-1.0))
         assert res.reward == -1.0 and judge.requests == []
+
+
+def test_an_unknown_recorded_verifier_kind_is_an_error_not_a_silent_zero():
+    with JudgeServer(lambda body, n: Answer(scores_answer(5))) as judge, pytest.raises(ValueError, match="unknown verifier"):
+        score_batch([item(REF, verifier="regex")], ChatClient(judge.url, "judge"))
+
+
+def test_a_failing_endpoint_is_not_re_asked_beyond_the_clients_retries():
+    with JudgeServer(lambda body, n: Status(500)) as judge:
+        (res,) = score_batch([item(REF)], ChatClient(judge.url, "judge", max_retries=2, backoff_s=0.01),
+                             RewardConfig(judge_reasks=3))
+        assert res.reward == 0.0 and res.judge_error == "judge call failed: HTTP 500"
+        assert len(judge.requests) == 3

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
 import pytest
 
 from stages.reward.judge_prompts import DIMENSIONS, judge_system_prompt, judge_user_prompt
@@ -88,3 +91,46 @@ def test_judge_prompts_name_all_five_dimensions_and_the_answer_tag_for_every_dom
         assert "{domain_notes}" not in text and f"Domain: {'tool servers' if domain == 'mcp' else ''}" in text
     user = judge_user_prompt([("### Turn 1\nls", "a.txt")], "### Turn 2\ncat a.txt", "PRED-1", "REF-2")
     assert user.index("a.txt") < user.index("cat a.txt") < user.index("PRED-1") < user.index("REF-2")
+
+
+# ----------------------------------------------------------- the official evaluator as a reference
+
+VENDOR = Path(__file__).resolve().parent.parent.parent / "shared" / "vendor" / "agentworldbench-eval" / "eval"
+LENIENT = next(m.args[1] for m in test_lenient_locations_and_repairs.pytestmark if m.name == "parametrize")
+INVALID = next(m.args[1] for m in test_answers_without_five_valid_scores_give_zero.pytestmark if m.name == "parametrize")
+
+# Where this parser decides differently from the vendored AgentWorldBench one, on purpose:
+DIFFERENT = {
+    # capitalised dimension names: the official parser reads none of them (success, total 0); we read them
+    LENIENT[6][0]: ("official: 0", 15.0),
+    # an object whose outer braces never close: we recover its scores object
+    LENIENT[7][0]: ("official: failure", 20.0),
+}
+# Answers the official parser averages over the dimensions it could read (or reads `true` as 1); we give 0.
+PARTIAL = {INVALID[5], INVALID[6], INVALID[7], INVALID[8]}
+
+
+@pytest.fixture(scope="module")
+def official_parser():
+    if not VENDOR.is_dir():
+        pytest.skip(f"vendored AgentWorldBench evaluator not found at {VENDOR}")
+    sys.path.insert(0, str(VENDOR))
+    try:
+        from lwm_eval_utils.judge_parser import parse_judge_output
+    finally:
+        sys.path.remove(str(VENDOR))
+    return parse_judge_output
+
+
+@pytest.mark.parametrize("answer", [GOOD] + [a for a, _ in LENIENT] + list(INVALID))
+def test_same_rewards_as_the_official_parser_except_where_documented(official_parser, answer):
+    official = official_parser(answer, "final_evaluation")
+    ours = parse_judge_answer(answer)
+    if answer in DIFFERENT:
+        assert ours.reward == DIFFERENT[answer][1]
+    elif answer in PARTIAL:
+        assert official["success"] and official["total_score"] > 0 and not ours.ok
+    elif official["success"]:
+        assert ours.ok and ours.reward == pytest.approx(official["total_score"] * 5)
+    else:
+        assert not ours.ok and ours.reward == 0.0

@@ -9,9 +9,10 @@ Combination (`RewardConfig`, every choice configurable):
 - without a verifier (`without_verifier`): ``"rubric"`` (default) — the rubric alone, i.e. the
   weights renormalised over what exists, so samples with and without a verifier share one scale;
   ``"zero"`` — the missing rule counts as a failed one;
-- when the judge gives no valid score after its re-asks (`on_judge_failure`): ``"zero"`` (default)
-  — the whole reward is 0, as the recipe says of an invalid judge answer; ``"rule"`` — the rubric
-  counts 0 and the rule part keeps its weight;
+- when the judge gives no valid score (`on_judge_failure`): ``"zero"`` (default) — the whole
+  reward is 0, as the recipe says of an invalid judge answer; ``"rule"`` — the rubric counts 0 and
+  the rule part keeps its weight. An answer without five valid scores is first re-asked
+  `judge_reasks` times (default 1); an endpoint that still fails after the client's retries is not;
 - a format failure (missing or duplicated ``<predicted_observation>`` tag) gives
   `format_failure_reward` (default 0) and is never sent to the judge.
 """
@@ -26,7 +27,7 @@ from stages.render import PREDICT_INSTRUCTION
 from stages.reward.extract import extract_prediction
 from stages.reward.judge_prompts import judge_system_prompt, judge_user_prompt
 from stages.reward.rubric import RubricScores, parse_judge_answer
-from stages.reward.verifiers import verifier_kind, verify
+from stages.reward.verifiers import NO_VERIFIER, VERIFIER_KINDS, verifier_kind, verify
 
 MAX_REWARD = 25.0
 RULE_PASS_REWARD = MAX_REWARD
@@ -146,6 +147,8 @@ def score_batch(items: Sequence[RewardInput], judge, cfg: RewardConfig | None = 
     pending: dict[int, list[dict[str, str]]] = {}
     for i, item in enumerate(items):
         kind = item.verifier if item.verifier is not None else verifier_kind(item.domain, item.reference)
+        if kind not in VERIFIER_KINDS and kind != NO_VERIFIER:
+            raise ValueError(f"unknown verifier kind {kind!r}; known: {', '.join(VERIFIER_KINDS)}, {NO_VERIFIER}")
         ex = extract_prediction(item.completion)
         if not ex.ok:
             results.append(RewardResult(cfg.format_failure_reward, ex.status, kind))
@@ -157,14 +160,21 @@ def score_batch(items: Sequence[RewardInput], judge, cfg: RewardConfig | None = 
         results.append(RewardResult(0.0, "ok", kind, rule=rule))
         pending[i] = judge_messages(item, ex.prediction)
     parsed: dict[int, RubricScores] = {}
+    todo = list(pending)
     for attempt in range(cfg.judge_reasks + 1):
-        todo = [i for i in pending if i not in parsed or not parsed[i].ok]
         if not todo:
             break
         salt = "" if attempt == 0 else f"reask-{attempt}"
         answers = judge.chat_many([pending[i] for i in todo], cache_salt=salt)
+        reask = []
         for i, answer in zip(todo, answers):
-            parsed[i] = parse_judge_answer(answer.text) if answer.ok else RubricScores(error=f"judge call failed: {answer.error}")
+            if not answer.ok:  # the client already retried; asking again would only repeat that
+                parsed[i] = RubricScores(error=f"judge call failed: {answer.error}")
+                continue
+            parsed[i] = parse_judge_answer(answer.text)
+            if not parsed[i].ok:
+                reask.append(i)
+        todo = reask
     for i, scores in parsed.items():
         res = results[i]
         res.rubric = scores.reward if scores.ok else None

@@ -1,8 +1,8 @@
 """The reward under the signatures RL frameworks call — thin wrappers over `score_batch`.
 
 - verl: ``compute_score(data_source, solution_str, ground_truth, extra_info)`` — point
-  ``custom_reward_function.path`` at this file and ``name`` at ``compute_score``; judge settings
-  come from ``custom_reward_function.reward_kwargs`` or the environment. It reads ``extra_info``
+  ``reward.custom_reward_function.path`` at this file and ``name`` at ``compute_score``; judge
+  settings come from ``reward.custom_reward_function.reward_kwargs`` or the environment. It reads ``extra_info``
   as `lwm export verl` writes it (``domain``, ``verifier``, ``history``, ``current_prompt``) and
   returns a dict whose ``score`` is the reward (the other keys are logged by verl).
 - TRL: ``trl_reward(prompts, completions, **columns)`` — pass it in ``GRPOTrainer(reward_funcs=[…])``;
