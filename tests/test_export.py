@@ -236,6 +236,6 @@ def test_ingest_export_ingest_is_the_identity_on_hand_made_rows(round_trip, tmp_
     assert len(first) == 3
     assert first == second
     # The terminal trajectory's state is a field again, not a second copy inside the instruction.
-    terminal = [json.loads(c) for c in second if json.loads(c)[0] == "terminal"][0]
+    terminal = next(json.loads(c) for c in second if json.loads(c)[0] == "terminal")
     assert terminal[1]["initial_state"] == "root@box:/srv# "
     assert terminal[1]["simulation_instruction"] == TRAJECTORIES["srv"][1]
