@@ -11,14 +11,19 @@ cluster_id, survivor; sorted by traj_id), is what the sample stage drops from ev
    never from the executor, and the result does not depend on B anyway: equal keys always meet.
 2. **reduce** (``dedup-reduce``, one task per bucket): rows with equal (kind, band, key) form a group;
    groups become verified edges (stages/dedup.py, stages/decontam.py), written to
-   ``_work/dedup/edges/b<NNNNN>.parquet``.
+   ``_work/dedup/edges/b<NNNNN>.parquet``. An n-gram group is specific when it has at most the common
+   limit of members (from the number of trajectories the map saw, set on the driver between the two
+   steps); it adds one to its evaluation members' totals and to each (training, evaluation) pair's
+   shared count — partial counts, summed on the driver.
 3. **clusters** on the driver: union-find over the edge list, then the survivor rule. This holds the
    duplicate pairs in memory — it grows with the number of duplicates (the edges are a spanning forest per
    band group), not with the corpus, which is why it is acceptable on one machine.
 
 Reasons: ``exact_duplicate`` (same normalized content as a kept trajectory of its cluster),
-``near_duplicate``, ``decontaminated_near``, ``decontaminated_ngram``. Decontaminated trajectories leave the
-dedup graph first, so a cluster never mixes eval-pool and training-pool trajectories.
+``near_duplicate``, ``decontaminated_near``, ``decontaminated_ngram`` (stages/decontam.py); a
+decontamination row also names the evaluation record it ``matched`` and the ``overlap``. Decontaminated
+trajectories leave the dedup graph first, so a cluster never mixes eval-pool and training-pool
+trajectories.
 """
 
 from __future__ import annotations
