@@ -65,7 +65,7 @@ DEFAULTS: dict[str, Any] = {
         # decontamination by shared n-grams (stages/decontam.py; thresholds measured in the README)
         "ngram_common_share": 0.002,  # an n-gram in more than this share of all trajectories is common ...
         "ngram_common_min_docs": 5,  # ... and in more than this many: boilerplate, not task content
-        "ngram_overlap": 0.5,  # share of an eval record's specific n-grams that makes a trajectory contaminated
+        "ngram_overlap": 0.6,  # share of an eval record's specific n-grams that makes a trajectory contaminated
         "ngram_min_shared": 10,  # ... and at least this many of them
         "near_specific_share": 0.2,  # a near copy of an eval record must also hold this share of its specific n-grams
         "buckets": 0,  # 0 = derived from the input counts

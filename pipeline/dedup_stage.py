@@ -10,15 +10,20 @@ cluster_id, survivor; sorted by traj_id), is what the sample stage drops from ev
    ``_work/dedup/b<NNNNN>/<task_id>.parquet``. B comes from input-derived counts (or ``dedup.buckets``),
    never from the executor, and the result does not depend on B anyway: equal keys always meet.
 2. **reduce** (``dedup-reduce``, one task per bucket): rows with equal (kind, band, key) form a group;
-   groups become verified edges (stages/dedup_graph.py, by the rules of stages/dedup.py and stages/decontam.py), written to
-   ``_work/dedup/edges/b<NNNNN>.parquet``.
+   groups become verified edges (stages/dedup_graph.py, by the rules of stages/dedup.py and stages/decontam.py),
+   written to ``_work/dedup/edges/b<NNNNN>.parquet``. An n-gram group is specific when it has at most the common
+   limit of members (from the number of trajectories the map saw, set on the driver between the two
+   steps); it adds one to its evaluation members' totals and to each (training, evaluation) pair's
+   shared count — partial counts, summed on the driver.
 3. **clusters** on the driver: union-find over the edge list, then the survivor rule. This holds the
    duplicate pairs in memory — it grows with the number of duplicates (the edges are a spanning forest per
    band group), not with the corpus, which is why it is acceptable on one machine.
 
 Reasons: ``exact_duplicate`` (same normalized content as a kept trajectory of its cluster),
-``near_duplicate``, ``decontaminated_near``, ``decontaminated_ngram``. Decontaminated trajectories leave the
-dedup graph first, so a cluster never mixes eval-pool and training-pool trajectories.
+``near_duplicate``, ``decontaminated_near``, ``decontaminated_ngram`` (stages/decontam.py); a
+decontamination row also names the evaluation record it ``matched`` and the ``overlap``. Decontaminated
+trajectories leave the dedup graph first, so a cluster never mixes eval-pool and training-pool
+trajectories.
 """
 
 from __future__ import annotations
@@ -49,45 +54,20 @@ from stages.decontam import (
 )
 from stages.dedup import (
     Signer,
-    band_keys,
-    exact_content,
-    exact_key,
     lsh_params,
-    ngram_keys,
-    normalize_text,
-    turn_texts,
-    word_hashes,
-    words_of,
 )
 from stages.dedup_graph import (
-    KIND_BAND,
-    KIND_EXACT,
-    KIND_NGRAM,
+    BUCKET_SCHEMA,
+    EDGE_SCHEMA,
     KIND_SHARED,
     KIND_TOTAL,
+    BucketRows,
+    add_trajectory_rows,
     bucket_edges,
     node_sizes,
     removed_rows,
 )
 
-BUCKET_SCHEMA = pa.schema(
-    [
-        ("kind", pa.int8()),
-        ("band", pa.int16()),
-        ("key", pa.uint64()),
-        ("key2", pa.uint64()),
-        ("traj_id", pa.string()),
-        ("role", pa.int8()),
-        ("turns", pa.int32()),
-        ("text_len", pa.int64()),
-        ("sig", pa.binary()),
-    ]
-)
-EDGE_SCHEMA = pa.schema(
-    [("kind", pa.string()), ("a", pa.string()), ("b", pa.string()), ("jaccard", pa.float32()),
-     ("a_turns", pa.int32()), ("a_len", pa.int64()), ("b_turns", pa.int32()), ("b_len", pa.int64()),
-     ("count", pa.int64())]
-)
 # matched / overlap: for a decontamination removal, the evaluation record it matched and the overlap figure
 # (the share of the record's specific n-grams found, or the estimated Jaccard of a near copy); null otherwise.
 REMOVED_SCHEMA = pa.schema(
@@ -186,60 +166,6 @@ class _BucketOutput:
             w.abort()
 
 
-class _Rows:
-    """Bucket rows of many trajectories, gathered column by column and built into one table."""
-
-    def __init__(self) -> None:
-        self.cols: dict[str, list] = {name: [] for name in BUCKET_SCHEMA.names}
-        self.count = 0
-
-    def put(self, kind: int, band: np.ndarray, key: np.ndarray, key2: np.ndarray, traj_id: str, role: int,
-            turns: int, text_len: int, sig: bytes | None) -> None:
-        n = len(key)
-        cols = self.cols
-        cols["kind"].append(np.full(n, kind, np.int8))
-        cols["band"].append(band.astype(np.int16))
-        cols["key"].append(key.astype(np.uint64))
-        cols["key2"].append(key2.astype(np.uint64))
-        cols["traj_id"] += [traj_id] * n
-        cols["role"].append(np.full(n, role, np.int8))
-        cols["turns"].append(np.full(n, turns, np.int32))
-        cols["text_len"].append(np.full(n, text_len, np.int64))
-        cols["sig"] += [sig] * n
-        self.count += n
-
-    def table(self) -> pa.Table:
-        arrays = []
-        for name in BUCKET_SCHEMA.names:
-            values = self.cols[name]
-            if name not in ("traj_id", "sig"):
-                values = np.concatenate(values) if values else []
-            arrays.append(pa.array(values, type=BUCKET_SCHEMA.field(name).type))
-        return pa.Table.from_arrays(arrays, schema=BUCKET_SCHEMA)
-
-
-def add_trajectory_rows(out: _Rows, traj_id: str, role: int, row: dict, signer: Signer, settings: dict[str, Any]) -> None:
-    """The bucket rows of one trajectory: exact key (run trajectories only), band keys, n-gram keys."""
-    turns = row.get("turns") or []
-    norm = [normalize_text(t) for t in turn_texts(turns)]
-    hashes = word_hashes(words_of(norm, normalized=True))
-    text_len = 0
-    if role != ROLE_REFERENCE:
-        content = exact_content(row.get("domain") or "", row.get("system") or {}, turns, norm)
-        text_len = len(content)
-        k1, k2 = exact_key(content)
-        out.put(KIND_EXACT, np.zeros(1), np.array([k1], np.uint64), np.array([k2], np.uint64), traj_id, role,
-                len(turns), text_len, None)
-    if len(hashes):
-        sig = signer.signature(hashes)
-        keys = band_keys(sig, signer.bands, signer.rows)[0]
-        out.put(KIND_BAND, np.arange(signer.bands), keys, np.zeros(signer.bands), traj_id, role, len(turns), text_len,
-                sig.tobytes())
-    if settings["decontam"]:
-        grams = ngram_keys(hashes, settings["ngram"])
-        out.put(KIND_NGRAM, np.zeros(len(grams)), grams[:, 0], grams[:, 1], traj_id, role, 0, 0, None)
-
-
 def _part_records(fs, root: str, task: dict[str, Any], stats: Stats) -> Iterator[tuple[str, int, dict]]:
     path = f"{root}/trajectories/part-{task['task_id']}.parquet"
     with fs.open(path, "rb") as f:
@@ -263,13 +189,13 @@ def run_dedup_map_task(task: dict[str, Any]) -> dict[str, Any]:
         records = ((ref_id, ROLE_REFERENCE, row) for ref_id, row in iter_references(task["uri"], stats))
     rows = 0
     try:
-        batch = _Rows()
+        batch = BucketRows()
         for traj_id, role, row in records:
             add_trajectory_rows(batch, traj_id, role, row, signer, settings)
             rows += 1
             if batch.count >= _FLUSH_ROWS:
                 output.add(batch.table())
-                batch = _Rows()
+                batch = BucketRows()
         output.add(batch.table())
         files = output.close()
     except BaseException:

@@ -20,27 +20,49 @@ def _color(weight: float) -> str:
 
 
 def find_sample(run_dir: str, sample: str | None, index: int | None, pool: str | None) -> dict:
+    """The shard row with sample id `sample`, or at row `index` over the shards in shard order.
+
+    Each shard file is opened, read and closed here, on this thread: only the ``sample_id``
+    column is scanned, a row count comes from the footer, and one row is read in the end. (Whole
+    tables read from unclosed Python file objects let pyarrow's I/O threads outlive the
+    interpreter at exit, which aborted a failed lookup with SIGABRT now and then.)
+    """
     import pyarrow.parquet as pq
 
     from pipeline.outputs import out_fs
 
+    if index is not None and index < 0:
+        raise ConfigError(f"--index must be 0 or more, got {index}")
     fs, base = out_fs(run_dir)
-    files = sorted(p for p in fs.find(posixpath.join(base, "shards")) if p.endswith(".parquet"))
+    shards = posixpath.join(base, "shards")
+    files = sorted(p for p in fs.find(shards) if p.endswith(".parquet")) if fs.exists(shards) else []
     if pool:
         files = [p for p in files if f"/shards/{pool}/" in p]
     seen = 0
+    want = index or 0
     for path in files:
-        table = pq.read_table(fs.open(path, "rb"))
-        if sample is not None:
-            ids = table.column("sample_id").to_pylist()
-            if sample in ids:
-                return table.slice(ids.index(sample), 1).to_pylist()[0]
-            continue
-        want = index or 0
-        if want < seen + table.num_rows:
-            return table.slice(want - seen, 1).to_pylist()[0]
-        seen += table.num_rows
-    raise ConfigError(f"no sample {'id ' + sample if sample else f'at index {index or 0}'} in {run_dir}")
+        with fs.open(path, "rb") as f:
+            pf = pq.ParquetFile(f, pre_buffer=False)
+            if sample is not None:
+                ids = pf.read(columns=["sample_id"], use_threads=False).column("sample_id").to_pylist()
+                if sample in ids:
+                    return _row(pf, ids.index(sample))
+                continue
+            rows = pf.metadata.num_rows
+            if want < seen + rows:
+                return _row(pf, want - seen)
+            seen += rows
+    raise ConfigError(f"no sample {'id ' + sample if sample is not None else f'at index {want}'} in {run_dir}")
+
+
+def _row(pf, i: int) -> dict:
+    """Row `i` of an open ParquetFile, reading only its row group."""
+    for g in range(pf.metadata.num_row_groups):
+        n = pf.metadata.row_group(g).num_rows
+        if i < n:
+            return pf.read_row_group(g, use_threads=False).slice(i, 1).to_pylist()[0]
+        i -= n
+    raise IndexError(i)
 
 
 DATA_OPEN, DATA_CLOSE = "⟪", "⟫"

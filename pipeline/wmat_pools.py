@@ -7,7 +7,9 @@ sample per kept block (`stages.wmat`). Weights per category (``llm.wmat_world_mo
 ``llm.wmat_policy_weight``, ``llm.wmat_observation_weight``; FE-SFT prompts are never trained
 on), and each block, policy span and observation is its own ``turn_spans`` entry with
 ``turn_category`` ``world_model``, ``policy`` or ``observation``, so ``lwm train
---category-weight world_model=0.5`` re-weights one kind of span at load time. The manifest's
+--category-weight world_model=0.5`` re-weights one kind of span at load time; ``turn_keep`` holds
+each span's weight and ``turn_stats`` zeros (the four masking statistics describe the
+action/observation pairs of the world-model pools, not these spans). The manifest's
 ``wmat`` section counts samples and tokens per pool and lists the files with their sha256.
 
 ``OUT/wmat/rl/part-<task>.parquet`` holds the FE-SFT prompts for offline RL with the WMAT reward:

@@ -1,4 +1,4 @@
-"""The dedup graph: verified edges of one bucket of keyed rows, then removals from all edges.
+"""The dedup graph: keyed rows of each trajectory, verified edges of one bucket of rows, then removals.
 
 Pure functions over Arrow tables (no files, no executor), used by the dedup stage
 (`pipeline.dedup_stage`): `bucket_edges` in each reduce task, `removed_rows` on the driver
@@ -14,6 +14,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from stages.decontam import (
+    ROLE_REFERENCE,
     ROLE_TRAIN,
     exact_group_edges,
     near_is_contamination,
@@ -21,10 +22,19 @@ from stages.decontam import (
     ngram_verdicts,
 )
 from stages.dedup import (
+    Signer,
     UnionFind,
     band_group_edges,
+    band_keys,
     cluster_id,
+    exact_content,
+    exact_key,
+    ngram_keys,
+    normalize_text,
     survivor_rank,
+    turn_texts,
+    word_hashes,
+    words_of,
 )
 
 # Row kinds of the bucket files (key rows of the dedup map).
@@ -32,6 +42,80 @@ KIND_EXACT, KIND_BAND, KIND_NGRAM = 0, 1, 2
 # Edge kinds of the n-gram measure: specific n-grams of an evaluation record (a, count) and those of them a
 # training trajectory holds (a = training id, b = evaluation id, count); summed over the buckets.
 KIND_TOTAL, KIND_SHARED = "decontam_total", "decontam_shared"
+
+
+BUCKET_SCHEMA = pa.schema(
+    [
+        ("kind", pa.int8()),
+        ("band", pa.int16()),
+        ("key", pa.uint64()),
+        ("key2", pa.uint64()),
+        ("traj_id", pa.string()),
+        ("role", pa.int8()),
+        ("turns", pa.int32()),
+        ("text_len", pa.int64()),
+        ("sig", pa.binary()),
+    ]
+)
+EDGE_SCHEMA = pa.schema(
+    [("kind", pa.string()), ("a", pa.string()), ("b", pa.string()), ("jaccard", pa.float32()),
+     ("a_turns", pa.int32()), ("a_len", pa.int64()), ("b_turns", pa.int32()), ("b_len", pa.int64()),
+     ("count", pa.int64())]
+)
+
+
+class BucketRows:
+    """Bucket rows of many trajectories, gathered column by column and built into one table."""
+
+    def __init__(self) -> None:
+        self.cols: dict[str, list] = {name: [] for name in BUCKET_SCHEMA.names}
+        self.count = 0
+
+    def put(self, kind: int, band: np.ndarray, key: np.ndarray, key2: np.ndarray, traj_id: str, role: int,
+            turns: int, text_len: int, sig: bytes | None) -> None:
+        n = len(key)
+        cols = self.cols
+        cols["kind"].append(np.full(n, kind, np.int8))
+        cols["band"].append(band.astype(np.int16))
+        cols["key"].append(key.astype(np.uint64))
+        cols["key2"].append(key2.astype(np.uint64))
+        cols["traj_id"] += [traj_id] * n
+        cols["role"].append(np.full(n, role, np.int8))
+        cols["turns"].append(np.full(n, turns, np.int32))
+        cols["text_len"].append(np.full(n, text_len, np.int64))
+        cols["sig"] += [sig] * n
+        self.count += n
+
+    def table(self) -> pa.Table:
+        arrays = []
+        for name in BUCKET_SCHEMA.names:
+            values = self.cols[name]
+            if name not in ("traj_id", "sig"):
+                values = np.concatenate(values) if values else []
+            arrays.append(pa.array(values, type=BUCKET_SCHEMA.field(name).type))
+        return pa.Table.from_arrays(arrays, schema=BUCKET_SCHEMA)
+
+
+def add_trajectory_rows(out: BucketRows, traj_id: str, role: int, row: dict, signer: Signer, settings: dict[str, Any]) -> None:
+    """The bucket rows of one trajectory: exact key (run trajectories only), band keys, n-gram keys."""
+    turns = row.get("turns") or []
+    norm = [normalize_text(t) for t in turn_texts(turns)]
+    hashes = word_hashes(words_of(norm, normalized=True))
+    text_len = 0
+    if role != ROLE_REFERENCE:
+        content = exact_content(row.get("domain") or "", row.get("system") or {}, turns, norm)
+        text_len = len(content)
+        k1, k2 = exact_key(content)
+        out.put(KIND_EXACT, np.zeros(1), np.array([k1], np.uint64), np.array([k2], np.uint64), traj_id, role,
+                len(turns), text_len, None)
+    if len(hashes):
+        sig = signer.signature(hashes)
+        keys = band_keys(sig, signer.bands, signer.rows)[0]
+        out.put(KIND_BAND, np.arange(signer.bands), keys, np.zeros(signer.bands), traj_id, role, len(turns), text_len,
+                sig.tobytes())
+    if settings["decontam"]:
+        grams = ngram_keys(hashes, settings["ngram"])
+        out.put(KIND_NGRAM, np.zeros(len(grams)), grams[:, 0], grams[:, 1], traj_id, role, 0, 0, None)
 
 
 def bucket_edges(table: pa.Table, settings: dict[str, Any]) -> list[tuple]:

@@ -238,6 +238,13 @@ class TrajectorySamples:
 
     def rl_prompt(self, t: int) -> list[int]:
         """Prompt ids of an rl sample: system, history, target prompt, and the assistant header."""
+        if self.chat_format == "plain":  # the plain rendering of `_plain`, up to the target reply
+            texts = [plain("system", self.system_text)]
+            for h in range(1, t):
+                texts += [plain("user", user_prompt(self.traj, h)), OBSERVATION_HEADER,
+                          self.traj.turns[h - 1].observation + "\n\n"]
+            texts.append(plain("user", target_prompt(self.traj, t)))
+            return self.seg.encode("".join(self.seg.norm(x) for x in texts))
         parts = [self.system_piece()]
         for h in range(1, t):
             parts += [self.user_piece(h), self.history_piece(h, False)]

@@ -213,3 +213,29 @@ def test_history_truncated_in_the_shard_is_whole_in_the_export(round_trip, tmp_p
     assert [s["sample_id"] for s in truncated] == [longest["sample_id"]]
     again = read_jsonl(tmp_path / "out.jsonl")
     assert again == exported
+
+
+# ------------------------------------------------------------------ ingest → export → ingest on hand-made rows
+
+def trajectory_content(run: Path) -> list[str]:
+    """Domain, the five system fields and every turn of each trajectory (ids and provenance differ by design)."""
+    out = []
+    for path in sorted((run / "trajectories").glob("*.parquet")):
+        for t in pq.read_table(path).to_pylist():
+            system = {k: t["system"][k] for k in ("task_description", "action_space", "initial_state",
+                                                  "demonstrations", "simulation_instruction")}
+            out.append(json.dumps([t["domain"], system, [(x["action"], x["observation"]) for x in t["turns"]]]))
+    return sorted(out)
+
+
+def test_ingest_export_ingest_is_the_identity_on_hand_made_rows(round_trip, tmp_path):
+    base, _, _, _ = round_trip
+    lwm("run", "--executor", "local", "-i", str(base / "out.jsonl"), "-o", str(tmp_path / "again"),
+        "--format", "agentworldbench", "--config", str(base / "cfg.toml"))
+    first, second = trajectory_content(base / "run"), trajectory_content(tmp_path / "again")
+    assert len(first) == 3
+    assert first == second
+    # The terminal trajectory's state is a field again, not a second copy inside the instruction.
+    terminal = next(json.loads(c) for c in second if json.loads(c)[0] == "terminal")
+    assert terminal[1]["initial_state"] == "root@box:/srv# "
+    assert terminal[1]["simulation_instruction"] == TRAJECTORIES["srv"][1]

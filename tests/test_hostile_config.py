@@ -203,3 +203,11 @@ def test_validate_checks_adapter_options_as_run_does(tmp_path):
     status, stderr = _invoke(["validate", str(src), "--opt", "max_record_bytes=abc"])
     assert status == 2
     assert _one_error_line(stderr) == "ingest.options.max_record_bytes (--opt): must be an integer, not 'abc'"
+
+
+def test_debug_shows_the_error_itself_instead_of_one_line(tmp_path):
+    from schemas.errors import ConfigError
+
+    result = CliRunner().invoke(main, ["--debug", "run", "-i", "x", "-o", str(tmp_path), "--sft-turns", "abc", "--dry-run"])
+    assert isinstance(result.exception, ConfigError)
+    assert "lwm: error:" not in result.stderr

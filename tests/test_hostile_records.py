@@ -66,8 +66,6 @@ def test_deep_nesting_is_a_quarantine_row_in_reading_and_sniffing(tmp_path):
     items = list(iter_jsonl(str(path)))
     assert isinstance(items[0], InvalidRecord) and items[0].reason == "too_deep"
     assert items[1][0] == "line 2"
-    first = tmp_path / "first.jsonl"
-    first.write_text(json.dumps(good(0)) + "\n")
     deep_first = tmp_path / "deepfirst.jsonl"
     deep_first.write_text(DEEP + "\n")
     assert sniff(InputUnit(str(deep_first)))[0] is None  # nothing recognized, no traceback

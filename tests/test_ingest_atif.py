@@ -5,12 +5,15 @@ from __future__ import annotations
 import json
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from schemas.errors import InvalidRecord
 from schemas.trajectory import make_traj_id
 from stages.ingest import registry
 from stages.ingest.atif import ADAPTER, agent_step_turns, calls_action
 from stages.ingest.reading import InputUnit
+from stages.ingest.registry import RawRecord
 
 
 def run(path, **opts):
@@ -222,3 +225,36 @@ def test_a_large_streaming_atif_file_is_never_split_into_line_ranges(shared_data
     assert len(file_ranges(InputUnit(str(streaming)), "atif", size, 1024)) == 1
     per_line = fixtures_dir / "atif" / "runs.jsonl"  # one document per line: may be split
     assert len(file_ranges(InputUnit(str(per_line)), "atif", per_line.stat().st_size, 1024)) > 1
+
+
+JUNK = [None, 0, 2.5, True, "x", [], {}, ["a"], {"a": 1}, [[1]]]
+
+
+def mutated(value, rnd):
+    """`value` with random members replaced by values of the wrong type or removed."""
+    if rnd.random() < 0.08:
+        return rnd.choice(JUNK)
+    if isinstance(value, dict):
+        return {k: mutated(v, rnd) for k, v in value.items() if rnd.random() > 0.03}
+    if isinstance(value, list):
+        return [mutated(v, rnd) for v in value if rnd.random() > 0.03]
+    return value
+
+
+@settings(max_examples=60, deadline=None)
+@given(rnd=st.randoms(use_true_random=False), which=st.sampled_from(["chat", "separate"]))
+def test_damaged_documents_of_the_new_dialects_are_quarantined_never_crash(rnd, which):
+    from tests.conftest import FIXTURES, SHARED_DATA
+
+    if which == "chat":
+        if not (SHARED_DATA / "atif").is_dir():
+            return
+        doc = json.loads((SHARED_DATA / "atif" / "sample-trajectories.json").read_text())[4]
+    else:
+        doc = json.loads((FIXTURES / "atif" / "separate_results.json").read_text())
+    record = RawRecord("mem://doc.json", "document", ADAPTER.name, json.dumps(mutated(doc, rnd)))
+    try:
+        trajs = list(ADAPTER.normalize(record, registry.resolve_opts(ADAPTER, {})))
+    except InvalidRecord:
+        return
+    assert all(t.turns for t in trajs)

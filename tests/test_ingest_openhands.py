@@ -210,3 +210,32 @@ def test_damaged_records_are_quarantined_never_crash(rnd):
     except InvalidRecord:
         return
     assert all(t.turns for t in trajs)
+
+
+V1_SOURCE = "openhands-v1/output.jsonl"
+
+
+@settings(max_examples=60, deadline=None)
+@given(rnd=st.randoms(use_true_random=False))
+def test_damaged_v1_records_are_quarantined_never_crash(shared_data, rnd):
+    line = (shared_data / V1_SOURCE).read_text().splitlines()[0]
+    damaged = mutated(json.loads(line), rnd)
+    record = RawRecord(str(shared_data / V1_SOURCE), "line 1", ADAPTER.name, json.dumps(damaged))
+    try:
+        trajs = list(ADAPTER.normalize(record, {"domain": None, "source_kind": "public"}))
+    except InvalidRecord:
+        return
+    assert all(t.turns for t in trajs)
+
+
+@settings(max_examples=60, deadline=None)
+@given(rnd=st.randoms(use_true_random=False))
+def test_damaged_flattened_records_are_quarantined_never_crash(rnd):
+    source = FIXTURES / "openhands" / "flattened_resolver.json"
+    damaged = mutated(json.loads(source.read_text()), rnd)
+    record = RawRecord(str(source), "document", ADAPTER.name, json.dumps(damaged))
+    try:
+        trajs = list(ADAPTER.normalize(record, {"domain": None, "source_kind": "public"}))
+    except InvalidRecord:
+        return
+    assert all(t.turns for t in trajs)

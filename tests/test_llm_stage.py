@@ -76,14 +76,14 @@ def test_a_dry_run_prints_requests_and_projected_calls_and_sends_nothing(corpus,
         assert server.requests == []
     report = info.value.report
     # instructions: one call per trajectory, at most one re-ask; reasoning: 3 candidates + 3 judge calls
-    # per target at least, plus judge re-asks and 2 comparisons at most
+    # per target at least, plus 3 judge re-asks and 2 comparisons at most
     assert {k: (v["items"], v["calls_min"], v["calls_max"]) for k, v in report.items()} == {
-        "instructions": (3, 3, 6), "sft_reasoning": (3, 18, 24)}
+        "instructions": (3, 3, 6), "sft_reasoning": (3, 18, 33)}
     first = report["sft_reasoning"]["first_requests"]
     assert [r["salt"] for r in first] == ["candidate-0", "candidate-1"] and first[0]["params"]["seed"] == 0
     assert first[0]["messages"][-1]["content"].endswith("</predicted_observation>.")
     text = "\n".join(lines)
-    assert "stage sft_reasoning: 3 item(s), projected 18–24 calls" in text
+    assert "stage sft_reasoning: 3 item(s), projected 18–33 calls" in text
     assert first[0]["messages"][0]["content"] in text and "nothing was sent" in text
     assert not (tmp_path / "out" / "_SUCCESS").exists()
 

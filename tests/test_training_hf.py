@@ -141,3 +141,15 @@ def test_bf16_compute_keeps_float32_weights_and_close_losses(qwen_dir, shards, t
         assert b["loss"] != a["loss"]  # the forward really ran in bf16
     state = load_checkpoint(str(tmp_path / "bf16")).model
     assert all(t.dtype == torch.float32 for t in state.values() if t.is_floating_point())
+
+
+def test_flash_attention_models_get_sample_boundaries_from_position_ids_not_a_mask(qwen_dir):
+    model = load_hf_causal_lm(qwen_dir)
+    packed = torch.tensor([[0, 0, 0, 1, 1, -1]])
+    padded = torch.tensor([[0, 0, 0, -1, -1, -1]])
+    ids = torch.ones(1, 6, dtype=torch.int64)
+    assert model._mask(ids, packed).shape == (1, 1, 6, 6)  # sdpa: the block-diagonal 4D mask
+    model.model.config._attn_implementation = "flash_attention_2"
+    assert model.uses_flash_attention
+    assert model._mask(ids, packed) is None  # varlen attention reads the restarting position ids
+    assert model._mask(ids, padded).tolist() == [[1, 1, 1, 0, 0, 0]]

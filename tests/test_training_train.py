@@ -104,6 +104,14 @@ def test_cli_refuses_unfinished_shards_in_one_line(tmp_path):
     assert "Traceback" not in result.output
 
 
+def test_cli_refuses_a_model_folder_without_config(train_shards, tmp_path):
+    result = CliRunner().invoke(
+        train_command, ["--shards", train_shards, "--max-steps", "1", "--model", str(tmp_path / "x")]
+    )
+    assert result.exit_code == 1
+    assert "not a Hugging Face model directory" in result.output
+
+
 def test_cli_explains_a_missing_transformers(train_shards, tmp_path):
     if _has_transformers():
         pytest.skip("transformers is installed here")
@@ -111,10 +119,6 @@ def test_cli_explains_a_missing_transformers(train_shards, tmp_path):
     result = CliRunner().invoke(train_command, ["--shards", train_shards, "--max-steps", "1", "--model", str(tmp_path)])
     assert result.exit_code == 1
     assert "needs the transformers package" in result.output
-    result = CliRunner().invoke(
-        train_command, ["--shards", train_shards, "--max-steps", "1", "--model", str(tmp_path / "x")]
-    )
-    assert "not a Hugging Face model directory" in result.output
 
 
 def _has_transformers() -> bool:

@@ -212,3 +212,56 @@ def test_a_school_the_log_only_reaches_later_is_a_spoiler(real_search):
     check, reason, detail, _ = validate_block(leak, real_search, 2)
     assert check is None and reason == "spoiler"
     assert "number '38'" in detail and "number '13'" in detail
+
+
+# -- the stage's ask / check / re-ask loop, with a scripted context ----------------------------------
+
+
+class _Ctx:
+    """A stand-in for the machinery's context: config, counters and a scripted `send`."""
+
+    def __init__(self, answers):
+        from pipeline.llm_stage import LLM_DEFAULTS
+        from schemas.stats import Stats
+
+        self.cfg = {"pools": {"ratios": {"cpt": 1.0}, "seed": 0}, "llm": {**LLM_DEFAULTS, "wmat_steps": 1}}
+        self.stats, self.answers, self.sent = Stats(), list(answers), []
+
+    @property
+    def llm(self):
+        return self.cfg["llm"]
+
+    def gen_params(self, **extra):
+        return {"temperature": 0.8, **extra}
+
+    def send(self, requests, judge=False):
+        from stages.llm.client import ChatResult
+
+        self.sent.append(requests)
+        return [ChatResult(a, error="" if a is not None else "HTTP 500") for a in
+                (self.answers.pop(0) for _ in requests)]
+
+
+@pytest.mark.parametrize(
+    ("answers", "status", "reason", "attempts", "sends"),
+    [
+        ([GOOD], "kept", "", 1, 1),
+        ([GOOD.replace("Nothing read yet", "It names Tallinn"), GOOD], "kept", "", 2, 2),
+        ([GOOD.replace("</analysis>", "")] * 2, "rejected", "malformed", 2, 2),
+        ([None], "rejected", "request_failed", 1, 1),  # the client already retried; not re-asked
+    ],
+)
+def test_the_stage_keeps_reasks_and_refuses_as_scripted(answers, status, reason, attempts, sends):
+    from stages.llm.wmat_blocks import STAGE
+
+    traj = _traj()
+    ctx = _Ctx(answers)
+    (row,) = STAGE.process([traj], ctx)
+    assert (row["status"], row["reason"], row["attempts"]) == (status, reason, attempts)
+    assert len(ctx.sent) == sends and ctx.answers == []
+    if sends == 2:
+        note = ctx.sent[1][0].messages[1]["content"]
+        assert "Your previous answer" in note and ctx.sent[1][0].salt.startswith("wmat-reask-1-")
+    assert (row["block"] == GOOD) == (status == "kept")
+    counts = ctx.stats.to_dict()
+    assert counts[status] == 1 and counts.get(f"dropped.{reason}", 0) == (status == "rejected")

@@ -192,3 +192,30 @@ def test_check_format_names_the_bad_line(tmp_path):
     proc = _lwm("check-format", str(path))
     assert proc.returncode == 2
     assert f"{path}:2: not JSON" in proc.stderr
+
+
+# -- the README's examples --------------------------------------------------------------------------
+
+
+def _readme_fences(section: str) -> list[str]:
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    body = text.split(f"## {section}", 1)[1].split("\n## ", 1)[0]
+    return [part.split("\n", 1)[1] for part in body.split("```")[1::2]]
+
+
+def test_the_readme_example_output_is_in_format():
+    example = _readme_fences("World-model agentic training (WMAT)")[0]
+    result = check_output(example.strip())
+    assert result.ok, result.reason
+    assert result.output.keywords == ("wind turbine noise", "review", "finding")
+    assert result.output.confidence == pytest.approx(0.65)
+
+
+def test_the_readme_config_resolves():
+    import tomllib
+
+    from pipeline.config import resolve
+
+    toml = next(f for f in _readme_fences("World-model agentic training (WMAT)") if f.startswith("[llm]"))
+    cfg = resolve(tomllib.loads(toml))
+    assert cfg["llm"]["stages"] == ["wmat_blocks"] and cfg["llm"]["wmat_steps"] == 2

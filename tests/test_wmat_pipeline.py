@@ -71,6 +71,9 @@ def runs(tmp_path_factory):
     with JudgeServer(writer) as server:
         on = _run(corpus, base / "on", server.url)
         first_calls = len(writer.calls)
+        # files of a part that no longer exists (another input or task layout) must not survive a run
+        stale = base / "on" / "wmat" / "midtrain" / "part-0000stale0000.parquet"
+        stale.write_bytes((base / "on" / on["wmat"]["shards"][0]["path"]).read_bytes())
         again = _run(corpus, base / "on", server.url)  # same output directory: resumes, all cached
         resent = len(writer.calls) - first_calls
         fresh = _run(corpus, base / "fresh", server.url)  # new directory: asked again, same answers
@@ -80,7 +83,7 @@ def runs(tmp_path_factory):
         dry = _run(corpus, base / "dry", server.url, "--llm-dry-run")
         dry_sent = len(writer.calls) - before_dry
     off = _run(corpus, base / "off", None)
-    return {"base": base, "writer": writer, "first_calls": first_calls, "resent": resent,
+    return {"base": base, "writer": writer, "first_calls": first_calls, "resent": resent, "stale": stale,
             "ray_calls": before_dry - before_ray, "dry_sent": dry_sent,
             "manifests": {"on": on, "again": again, "fresh": fresh, "ray": ray, "dry": dry, "off": off}}
 
@@ -205,6 +208,7 @@ def test_check_format_on_the_fesft_replies_reports_full_adherence(runs, tmp_path
 def test_a_resumed_run_sends_nothing_and_a_fresh_run_is_byte_identical(runs):
     base = runs["base"]
     assert runs["resent"] == 0
+    assert not runs["stale"].exists()
     assert runs["manifests"]["again"]["wmat"] == runs["manifests"]["on"]["wmat"]
     assert _digests(base / "on", "wmat") == _digests(base / "fresh", "wmat")
     usage = runs["manifests"]["on"]["llm"]["stages"]["wmat_blocks"]["usage"]

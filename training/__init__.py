@@ -24,6 +24,8 @@ _LAZY = {
     "TrainConfig": "training.loop",
     "train": "training.loop",
     "ShardError": "training.shards",
+    "LongSamplePolicy": "training.long_samples",
+    "load_hf_causal_lm": "training.models",
 }
 
 __all__ = sorted(_LAZY)

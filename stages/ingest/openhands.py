@@ -95,12 +95,17 @@ V1_AGENT_SIDE_TOOLS = frozenset({"finish", "think"})
 _V1_ERROR_EVENTS = frozenset({"AgentErrorEvent", "UserRejectObservation"})
 
 
+def _str(value: Any) -> str | None:
+    """A string field, else None (damaged input may hold any JSON value where a name belongs)."""
+    return value if isinstance(value, str) else None
+
+
 def _is_event(value: Any) -> bool:
     if isinstance(value, list) and len(value) == 2 and all(isinstance(v, dict) for v in value):
         return _is_event(value[0])  # an [action, observation] pair of an older history
     if not isinstance(value, dict):
         return False
-    if value.get("kind") in V1_EVENT_KINDS:
+    if _str(value.get("kind")) in V1_EVENT_KINDS:
         return True
     return ("source" in value or "id" in value or isinstance(value.get("action"), str)
             or isinstance(value.get("observation"), str)) and ("action" in value or "observation" in value)
@@ -116,7 +121,7 @@ class OpenHandsAdapter:
 
     def sniff(self, probe: Probe) -> float:
         rec = probe.first_record
-        if isinstance(rec, dict) and rec.get("kind") in V1_EVENT_KINDS:
+        if isinstance(rec, dict) and _str(rec.get("kind")) in V1_EVENT_KINDS:
             return 0.95
         if isinstance(rec, dict) and "source" in rec and "id" in rec and ("action" in rec or "observation" in rec):
             return 0.95
@@ -148,7 +153,7 @@ class OpenHandsAdapter:
             raise InvalidRecord(
                 "missing_field", "expected a list of events (or an object with 'history')", record.locator
             )
-        if any(e.get("kind") in V1_EVENT_KINDS for e in events):
+        if any(_str(e.get("kind")) in V1_EVENT_KINDS for e in events):
             turns, counts = _v1_turns(events)
         elif _has_ids(events):
             turns, counts = _turns(events)
@@ -332,7 +337,7 @@ def _v1_turns(events: list[dict]) -> tuple[list[Turn], dict[str, Any]]:
     by_call: dict[str, dict] = {}
     stray = 0
     for event in events:
-        if event.get("kind") == "ObservationEvent" or event.get("kind") in _V1_ERROR_EVENTS:
+        if _str(event.get("kind")) == "ObservationEvent" or _str(event.get("kind")) in _V1_ERROR_EVENTS:
             key = event.get("action_id")
             call = event.get("tool_call_id")
             if isinstance(key, str) and key not in by_action:
@@ -346,10 +351,13 @@ def _v1_turns(events: list[dict]) -> tuple[list[Turn], dict[str, Any]]:
     for event in events:
         if event.get("kind") != "ActionEvent" or not isinstance(event.get("action"), dict):
             continue
-        if event["action"].get("kind") in V1_AGENT_SIDE_ACTIONS or event.get("tool_name") in V1_AGENT_SIDE_TOOLS:
-            by_action.pop(event.get("id"), None)
+        eid = event.get("id") if isinstance(event.get("id"), str) else None
+        cid = event.get("tool_call_id") if isinstance(event.get("tool_call_id"), str) else None
+        agent_side = _str(event["action"].get("kind")) in V1_AGENT_SIDE_ACTIONS
+        if agent_side or _str(event.get("tool_name")) in V1_AGENT_SIDE_TOOLS:
+            by_action.pop(eid, None)
             continue
-        observation = by_action.pop(event.get("id"), None) or by_call.pop(event.get("tool_call_id"), None)
+        observation = by_action.pop(eid, None) or by_call.pop(cid, None)
         if observation is None:
             unanswered.append(event.get("id"))
             continue
@@ -396,7 +404,7 @@ def _v1_turn(action: dict, observation: dict) -> Turn:
 
 
 def _v1_observation_text(event: dict, obs: dict, metadata: dict) -> str:
-    if event.get("kind") in _V1_ERROR_EVENTS:
+    if _str(event.get("kind")) in _V1_ERROR_EVENTS:
         return text_of(event.get("error") or event.get("rejection_reason") or event.get("content"))
     if "output" in obs:
         body = text_of(obs.get("output"))

@@ -111,7 +111,7 @@ def open_binary(uri: str) -> io.BufferedIOBase:
 
     Decompression is bounded per read (`_Decompressed`): a decompression bomb costs the caller's
     read size, not its expanded size. A stream cut inside a compressed member first gives every
-    byte that can be decoded before the cut, then ends with `EOFError` on the next read.
+    byte that can be decoded before the cut, then ends with `EOFError`.
     """
     _, compression = split_compression(uri)
     fs, path = filesystem(uri)
@@ -120,15 +120,17 @@ def open_binary(uri: str) -> io.BufferedIOBase:
     if compression is None:
         return raw
     decoder = _GzipMembers() if compression == "gzip" else _ZstdFrames()
-    return io.BufferedReader(_Decompressed(raw, decoder), buffer_size=_CHUNK)  # type: ignore[return-value]
+    return _Decompressed(raw, decoder)
 
 
 # Output of one decompression step is at most about this many bytes (plus one zstd block).
-_STEP_OUTPUT = 1 << 22
+_STEP_OUTPUT = 1 << 20
 # zstd's densest encoding (an RLE block: 4 bytes for up to 128 KiB) expands one input byte to at
 # most 32 KiB, so feeding this much input per step bounds a step's output near _STEP_OUTPUT.
 _ZSTD_STEP_INPUT = _STEP_OUTPUT >> 15
-_GZIP_STEP_INPUT = 1 << 16  # zlib bounds its own output (max_length)
+_GZIP_STEP_INPUT = 1 << 16  # zlib bounds its own output (max_length):
+_GZIP_STEP_OUTPUT = 1 << 18
+_RAW_READ = 1 << 18  # compressed bytes read at a time
 
 
 class _GzipMembers:
@@ -144,7 +146,7 @@ class _GzipMembers:
             return b"", b""
         self.in_member = True
         try:
-            out = self._dobj.decompress(data, limit)
+            out = self._dobj.decompress(data, min(limit, _GZIP_STEP_OUTPUT))
         except zlib.error as exc:
             raise OSError(f"corrupt gzip stream ({exc})") from None
         rest = self._dobj.unconsumed_tail
@@ -189,11 +191,11 @@ class _ZstdFrames:
         return _ZSTD_STEP_INPUT
 
 
-class _Decompressed(io.RawIOBase):
-    """A raw stream of decompressed bytes: each read decompresses a bounded step of input.
+class _Decompressed(io.BufferedIOBase):
+    """A stream of decompressed bytes: each step decompresses a bounded piece of input.
 
-    A compressed stream that ends inside a member/frame reads as end-of-file once (so a buffered
-    reader hands out every byte decoded before the cut), then raises `EOFError`.
+    A compressed stream that ends inside a member/frame hands out every byte decoded before the
+    cut, then raises `EOFError` (on the next read when that read already has data to return).
     """
 
     def __init__(self, raw, decoder) -> None:
@@ -203,17 +205,20 @@ class _Decompressed(io.RawIOBase):
         self._input_pos = 0
         self._out = b""
         self._out_pos = 0
+        self._rest = b""
         self._raw_done = False
-        self._truncated = False
-        self._reported = False
+        self._error: EOFError | None = None
 
     def readable(self) -> bool:
         return True
 
     def _next_input(self) -> bytes:
         step = self._decoder.step_input
+        if self._rest:  # input the decoder handed back (zlib's unconsumed tail, a next member)
+            piece, self._rest = self._rest[:step], self._rest[step:]
+            return piece
         if self._input_pos >= len(self._input) and not self._raw_done:
-            self._input = self._raw.read(_CHUNK)
+            self._input = self._raw.read(_RAW_READ)
             self._input_pos = 0
             if not self._input:
                 self._raw_done = True
@@ -221,28 +226,55 @@ class _Decompressed(io.RawIOBase):
         self._input_pos += len(piece)
         return piece
 
-    def readinto(self, b) -> int:
+    def _take(self, limit: int) -> bytes:
+        """Up to `limit` decoded bytes; b"" at the end; `EOFError` at a cut."""
         while self._out_pos >= len(self._out):
-            if self._truncated:
-                if self._reported:
-                    raise EOFError("compressed stream ended before the end of its last member")
-                self._reported = True
-                return 0
             piece = self._next_input()
             if not piece:
                 if self._decoder.in_member:
-                    self._truncated = True
-                    continue
-                return 0
+                    raise EOFError("compressed stream ended before the end of its last member")
+                return b""
             out, rest = self._decoder.step(piece, _STEP_OUTPUT)
-            if rest:  # zlib's unconsumed tail, or the start of the next member: decoded next
-                self._input = rest + self._input[self._input_pos :]
-                self._input_pos = 0
+            self._rest = rest + self._rest
             self._out, self._out_pos = out, 0
-        n = min(len(b), len(self._out) - self._out_pos)
-        b[:n] = self._out[self._out_pos : self._out_pos + n]
-        self._out_pos += n
-        return n
+        if self._out_pos == 0 and len(self._out) <= limit:
+            data, self._out = self._out, b""
+            return data
+        data = self._out[self._out_pos : self._out_pos + limit]
+        self._out_pos += len(data)
+        return data
+
+    def _read(self, size: int | None, once: bool) -> bytes:
+        if self._error is not None:
+            raise self._error
+        parts: list[bytes] = []
+        got = 0
+        while size is None or size < 0 or got < size:
+            try:
+                data = self._take(_CHUNK if size is None or size < 0 else size - got)
+            except EOFError as exc:
+                if not parts:
+                    raise
+                self._error = exc  # raised by the next read, after this data is handed out
+                break
+            if not data:
+                break
+            parts.append(data)
+            got += len(data)
+            if once:
+                break
+        return parts[0] if len(parts) == 1 else b"".join(parts)
+
+    def read(self, size: int | None = -1) -> bytes:
+        return self._read(size, once=False)
+
+    def read1(self, size: int = -1) -> bytes:
+        return self._read(size, once=True)
+
+    def readinto(self, b) -> int:
+        data = self.read(len(b))
+        b[: len(data)] = data
+        return len(data)
 
     def close(self) -> None:
         self._raw.close()

@@ -39,7 +39,7 @@ from schemas.trajectory import Trajectory
 from stages.llm.stage import Request, StageContext
 from stages.pools import choose_template, choose_turns, pool_of
 from stages.render import history_reply, target_prompt, user_prompt
-from stages.reward import RewardInput, score_batch, split_prompt
+from stages.reward import RewardConfig, RewardInput, score_batch, split_prompt
 from stages.reward.extract import OPEN_TAG, extract_prediction
 from stages.templates import render_system
 
@@ -137,8 +137,9 @@ class RejectionStage:
     def dry_requests(self, traj: Trajectory, ctx: StageContext):
         targets = self._targets(traj, ctx)
         k = int(ctx.llm["candidates"])
-        # per target: k candidates and k judge calls at least; judge re-asks and k-1 comparisons at most
-        return [r for t in targets for r in self._requests(t, ctx)], (2 * k * len(targets), (3 * k - 1) * len(targets))
+        # per target: k candidates and k judge calls at least; with every judge re-ask and k-1 comparisons at most
+        most = k + k * (1 + RewardConfig().judge_reasks) + (k - 1)
+        return [r for t in targets for r in self._requests(t, ctx)], (2 * k * len(targets), most * len(targets))
 
     def process(self, trajs: list[Trajectory], ctx: StageContext) -> list[dict[str, Any]]:
         targets = [tg for traj in trajs for tg in self._targets(traj, ctx)]

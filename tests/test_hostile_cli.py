@@ -1,0 +1,72 @@
+"""Command-line paths that crashed: ``--chat-format plain`` with an rl pool, and ``lwm show`` with a
+sample id or index that is not there (a one-line error and exit 2, every time)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+
+from stages.tokenizer import load_tokenizer
+
+SPECIAL = {248044, 248045, 248046}
+
+
+def lwm(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "pipeline.cli", *args], capture_output=True, text=True, timeout=600)
+
+
+def traj(i: int) -> dict:
+    return {"traj_id": f"t{i}", "domain": "terminal", "split_key": f"task-{i}",
+            "system": {"task_description": f"task {i}", "action_space": "keys"},
+            "turns": [{"action": f'[{{"keystrokes": "echo {i}-{j}\\n"}}]', "observation": f"{i}-{j} out"}
+                      for j in range(3)]}
+
+
+@pytest.fixture(scope="module")
+def plain_run(tmp_path_factory) -> Path:
+    base = tmp_path_factory.mktemp("plain")
+    src = base / "in"
+    src.mkdir()
+    (src / "a.jsonl").write_text("".join(json.dumps(traj(i)) + "\n" for i in range(40)))
+    cfg = base / "cfg.toml"
+    cfg.write_text('[pools.ratios]\ncpt = 0.25\nsft = 0.25\nrl = 0.25\neval = 0.25\n')
+    out = base / "out"
+    proc = lwm("run", "--executor", "local", "-i", str(src), "-o", str(out), "--config", str(cfg),
+               "--chat-format", "plain")
+    assert proc.returncode == 0, proc.stderr
+    return out
+
+
+def test_plain_chat_format_with_an_rl_pool(plain_run):
+    rl = [r for p in sorted((plain_run / "shards" / "rl").glob("*.parquet")) for r in pq.read_table(p).to_pylist()]
+    assert len(rl) >= 3
+    tok = load_tokenizer()
+    for row in rl:
+        assert not SPECIAL & set(row["prompt_ids"])
+        text = tok.decode(row["prompt_ids"])
+        t = row["turn_idx"]
+        # system, the history, then the target prompt, in the plain rendering
+        assert text.endswith("</predicted_observation>.\n\n")
+        assert f"### Turn {t}\n**Action:**" in text or (t == 1 and "### Turn 1\n" in text)
+        assert text.count("**Environment Observation:**\n") == t - 1
+
+
+def test_show_reports_a_missing_sample_in_one_line_every_time(plain_run):
+    for args in (["--sample", "nope"], ["--index", "999999"], ["--index", "-1"], ["--sample", "nope", "--pool", "rl"]):
+        for _ in range(4):
+            proc = lwm("show", str(plain_run), *args)
+            assert proc.returncode == 2, (args, proc.returncode, proc.stderr[-300:])
+            assert proc.stderr.count("\n") == 1 and proc.stderr.startswith("lwm: error: "), proc.stderr
+
+
+def test_show_finds_rows_by_index_and_id(plain_run):
+    proc = lwm("show", str(plain_run), "--index", "0", "--plain")
+    assert proc.returncode == 0, proc.stderr
+    sid = proc.stdout.split()[1]
+    again = lwm("show", str(plain_run), "--sample", sid, "--plain")
+    assert again.returncode == 0 and again.stdout == proc.stdout
