@@ -42,7 +42,6 @@ from schemas.stats import Stats
 from schemas.trajectory import GUI_DOMAINS, Trajectory, Turn
 from stages.steps import trajectory_step
 
-FILTER_ORDER = ("empty_action", "retry_cycle", "gui_no_change", "undeclared_tools", "gui_env_failure", "min_turns")
 DEFAULT_MIN_TURNS = 2
 TOOL_DECLARING_DOMAINS = ("mcp", "swe")
 SHELL_TOOLS = frozenset({"bash", "execute_bash", "shell", "sh", "terminal", "run_command", "run_shell_command"})
@@ -378,12 +377,17 @@ def build_filters(cfg: dict[str, Any]) -> list[Callable[[Trajectory, Stats], Tra
     min_turns = section.get("min_turns", DEFAULT_MIN_TURNS)
     if isinstance(min_turns, bool) or not isinstance(min_turns, int) or min_turns < 0:
         raise ConfigError(f"filter.min_turns must be a non-negative integer, got {min_turns!r}")
-    steps = {
-        "empty_action": TurnStripper("empty_action", empty_action_marks),
-        "retry_cycle": TurnStripper("retry_cycle", retry_cycle_marks),
-        "gui_no_change": TurnStripper("gui_no_change", gui_no_change_marks),
-        "undeclared_tools": DropFilter("undeclared_tools", judge_undeclared_tools),
-        "gui_env_failure": DropFilter("gui_env_failure", judge_gui_env_failure),
-        "min_turns": DropFilter("min_turns", partial(has_too_few_turns, min_turns=min_turns)),
-    }
-    return [steps[name] for name in FILTER_ORDER if name in enabled]
+    return [FILTERS[name](min_turns) for name in FILTER_ORDER if name in enabled]
+
+
+# Every filter in SPEC order: name → its step (a turn stripper, then drop filters). Adding a filter is
+# its judge or marks function and one line here (and its name in the default filter.enabled to turn it on).
+FILTERS: dict[str, Callable[[int], Callable[[Trajectory, Stats], Trajectory | None]]] = {
+    "empty_action": lambda _: TurnStripper("empty_action", empty_action_marks),
+    "retry_cycle": lambda _: TurnStripper("retry_cycle", retry_cycle_marks),
+    "gui_no_change": lambda _: TurnStripper("gui_no_change", gui_no_change_marks),
+    "undeclared_tools": lambda _: DropFilter("undeclared_tools", judge_undeclared_tools),
+    "gui_env_failure": lambda _: DropFilter("gui_env_failure", judge_gui_env_failure),
+    "min_turns": lambda min_turns: DropFilter("min_turns", partial(has_too_few_turns, min_turns=min_turns)),
+}
+FILTER_ORDER = tuple(FILTERS)
