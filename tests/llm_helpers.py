@@ -143,10 +143,11 @@ class TurnCountStage:
         return True
 
     def _request(self, traj):
+        # one distinct request per trajectory: identical requests would be answered from the cache
         from stages.llm.stage import Request
 
         return Request([{"role": "system", "content": INSTRUCTION_SYSTEM},
-                        {"role": "user", "content": f"scn=inone {len(traj.turns)} turns"}])
+                        {"role": "user", "content": f"scn=inone {len(traj.turns)} turns of {traj.traj_id}"}])
 
     def dry_requests(self, traj, ctx):
         return [self._request(traj)], (1, 1)
