@@ -39,6 +39,7 @@ from stages.ingest.reading import (
     _ZSTD_STEP_INPUT,
     BOM,
     InputUnit,
+    _finish_line,
     _ZstdFrames,
     container_of,
     filesystem,
@@ -367,18 +368,6 @@ def iter_range_lines(uri: str, r: dict[str, Any], max_bytes: int) -> Iterator[tu
         out = _finish_line(uri, lineno + 1, pending, oversized, max_bytes)
         if out is not None:
             yield out
-
-
-def _finish_line(uri: str, lineno: int, pending: list[bytes], oversized: bool, max_bytes: int):
-    if oversized:
-        return InvalidRecord("line_too_long", f"line exceeds {max_bytes} bytes", f"line {lineno}", uri)
-    data = b"".join(pending)
-    if not data.strip():
-        return None
-    try:
-        return lineno, data.decode("utf-8").rstrip("\r")
-    except UnicodeDecodeError as exc:
-        return InvalidRecord("bad_encoding", f"not UTF-8 ({exc.reason})", f"line {lineno}", uri)
 
 
 def range_records(uri: str, fmt: str, r: dict[str, Any], max_bytes: int) -> Iterator[RawRecord | InvalidRecord]:

@@ -383,7 +383,8 @@ def iter_lines(uri: str, max_bytes: int = DEFAULT_MAX_RECORD_BYTES) -> Iterator[
             yield out
 
 
-def _finish_line(uri, lineno, pending, oversized, max_bytes):
+def _finish_line(uri: str, lineno: int, pending: list[bytes], oversized: bool, max_bytes: int):
+    """One line from its byte pieces: the text, None when blank, or why it is rejected (also used by ranges)."""
     if oversized:
         return InvalidRecord("line_too_long", f"line exceeds {max_bytes} bytes", f"line {lineno}", uri)
     data = b"".join(pending)
