@@ -30,16 +30,22 @@ def records_from_container(unit: InputUnit, fmt: str, opts: dict[str, Any]) -> I
         yield RawRecord(unit.uri, locator, fmt, payload)
 
 
-def records_from_document(unit: InputUnit, fmt: str, opts: dict[str, Any]) -> Iterator[RawRecord | InvalidRecord]:
-    """The whole JSON file as one record (locator ``document``), whatever its top-level shape."""
+def load_document(unit: InputUnit, opts: dict[str, Any]) -> Any:
+    """The whole JSON file parsed, or the `InvalidRecord` (locator ``document``) saying why it cannot be."""
     data = read_document(unit.uri, max_record_bytes(opts))
     if isinstance(data, InvalidRecord):
-        yield data
-        return
+        return data
     try:
-        value = json.loads(data)
+        return json.loads(data)
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        yield InvalidRecord("malformed_json", str(exc), "document", unit.uri)
+        return InvalidRecord("malformed_json", str(exc), "document", unit.uri)
+
+
+def records_from_document(unit: InputUnit, fmt: str, opts: dict[str, Any]) -> Iterator[RawRecord | InvalidRecord]:
+    """The whole JSON file as one record (locator ``document``), whatever its top-level shape."""
+    value = load_document(unit, opts)
+    if isinstance(value, InvalidRecord):
+        yield value
         return
     yield RawRecord(unit.uri, "document", fmt, json.dumps(value, ensure_ascii=False))
 

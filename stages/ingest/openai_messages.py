@@ -46,8 +46,15 @@ from typing import Any
 
 from schemas.errors import InvalidRecord
 from schemas.trajectory import DOMAINS, SystemPrompt, Trajectory, Turn
-from stages.ingest.common import canonical_json, make_trajectory, records_from_container, strip_ansi, text_of
-from stages.ingest.reading import InputUnit, container_of, max_record_bytes, read_document
+from stages.ingest.common import (
+    canonical_json,
+    load_document,
+    make_trajectory,
+    records_from_container,
+    strip_ansi,
+    text_of,
+)
+from stages.ingest.reading import InputUnit, container_of
 from stages.ingest.registry import Probe, RawRecord
 from stages.ingest.tool_calls import (
     ToolCallPairing,
@@ -373,14 +380,9 @@ class OpenAIMessagesAdapter:
 
     def _read_json(self, unit: InputUnit, opts: dict[str, Any]) -> Iterator[RawRecord | InvalidRecord]:
         # A JSON list is either runs (one record each) or one conversation; the generic reader cannot tell.
-        data = read_document(unit.uri, max_record_bytes(opts))
-        if isinstance(data, InvalidRecord):
-            yield data
-            return
-        try:
-            value = json.loads(data)
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-            yield InvalidRecord("malformed_json", str(exc), "document", unit.uri)
+        value = load_document(unit, opts)
+        if isinstance(value, InvalidRecord):
+            yield value
             return
         if isinstance(value, list) and not is_chat(value):
             for i, item in enumerate(value):
