@@ -38,7 +38,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from pipeline.engine import RunContext, Stage, Step, run_stage, spec_hash
+from pipeline.engine import RunContext, Stage
 from pipeline.outputs import AtomicParquetWriter, out_fs
 from schemas.errors import ConfigError
 from schemas.stats import Stats, merge_all
@@ -259,67 +259,104 @@ def _write_removed(fs, root: str, rows: list[dict[str, str]]) -> None:
         w.write_table(pa.Table.from_pylist(rows, schema=REMOVED_SCHEMA))
 
 
-def run_dedup_stage(cfg, fs, root: str, executor, ingest_results, manifest, stage_runs, echo) -> None:
-    """Map, reduce and cluster (see the module docstring); writes ``dedup/removed.parquet`` and manifest counts."""
-
-    settings = dedup_settings(cfg, merge_all([r["stats"] for r in ingest_results]))
-    if not (settings["exact"] or settings["near"] or settings["decontam"]):
-        _write_removed(fs, root, [])
-        manifest["counts"]["dedup"] = {"exact_removed": 0, "near_removed": 0, "decontaminated_near": 0,
-                                       "decontaminated_ngram": 0, "clusters": 0, "example_clusters": []}
-        return
-    progress = cfg["executor"]["progress"]
-    base = {"out": cfg["run"]["out"], "settings": settings}
-    spec = spec_hash("dedup", DEDUP_MAP.config(cfg), settings)
-    tasks = [{**base, "task_id": r["task_id"], "source": "part", "spec_hash": spec_hash(spec, r["spec_hash"])}
-             for r in ingest_results]
-    for uri in reference_units(list(cfg["dedup"]["decontaminate"])):
-        tid = "ref-" + hashlib.sha256(uri.encode()).hexdigest()[:16]
-        tasks.append({**base, "task_id": tid, "source": "reference", "uri": uri,
-                      "spec_hash": spec_hash(spec, uri, _reference_fingerprint(uri))})
-    map_results, stage_runs["dedup-map"] = run_stage(executor, DEDUP_MAP, None, tasks, fs, root,
-                                                      progress)
-    files: dict[int, list[str]] = {}
-    for r in map_results:
-        for b, rel in r["files"].items():
-            files.setdefault(int(b), []).append(rel)
-    map_spec = spec_hash(spec, [r["spec_hash"] for r in map_results])
-    # Commonness is a share of every trajectory compared: the run's own (all pools) and the references.
-    compared = sum(r["rows"] for r in map_results)
-    limit = common_limit(compared, settings["ngram_common_share"], settings["ngram_common_min_docs"])
-    settings = {**settings, "ngram_limit": limit}
-    base = {**base, "settings": settings}
-    reduce_tasks = [{**base, "task_id": f"b{b:05d}", "files": sorted(files[b]), "spec_hash": spec_hash(map_spec, b)}
-                    for b in sorted(files)]
-    reduce_results, stage_runs["dedup-reduce"] = run_stage(executor, DEDUP_REDUCE, None,
-                                                            reduce_tasks, fs, root, progress)
-    tables = []
-    for r in reduce_results:
-        with fs.open(f"{root}/{r['edges']}", "rb") as f:
-            tables.append(pq.read_table(f))
-    edges = pa.concat_tables(tables) if tables else EDGE_SCHEMA.empty_table()
-    rows, counts = removed_rows(edges, settings)
-    _write_removed(fs, root, rows)
-    stats = merge_all([r["stats"] for r in map_results + reduce_results])
-    manifest["counts"]["dedup"] = counts
-    manifest["dedup"] = {
-        "buckets": settings["buckets"], "bands": settings["bands"], "rows_per_band": settings["rows"],
-        "edges": edges.num_rows, "references": int(stats.get("decontam.references")),
-        "references_invalid": int(stats.get("decontam.references_invalid")),
-        "compared": compared, "ngram_common_limit": limit,
-    }
-    echo(f"dedup: {counts['exact_removed']} exact and {counts['near_removed']} near duplicates removed in "
-         f"{counts['clusters']} clusters; decontaminated: {counts['decontaminated_near']} near copies and "
-         f"{counts['decontaminated_ngram']} by shared task n-grams (dedup/removed.parquet names the matched "
-         "evaluation records)")
+def removed_ids(ctx: RunContext) -> set[str]:
+    """Trajectory ids the dedup stage removed (``dedup/removed.parquet``; none when no such file)."""
+    if "removed_ids" not in ctx.shared:
+        path = f"{ctx.root}/dedup/removed.parquet"
+        ids: set[str] = set()
+        if ctx.fs.exists(path):
+            with ctx.fs.open(path, "rb") as f:
+                ids = set(pq.read_table(f, columns=["traj_id"]).column("traj_id").to_pylist())
+        ctx.shared["removed_ids"] = ids
+    return ctx.shared["removed_ids"]
 
 
-DEDUP_MAP = Stage("dedup-map", ("dedup",), run_dedup_map_task)
-DEDUP_REDUCE = Stage("dedup-reduce", ("dedup",), run_dedup_reduce_task)
+class DedupMapStage(Stage):
+    """Map: one task per trajectories part and per reference source; resolves the settings on the driver."""
+
+    name = "dedup-map"
+    sections = ("dedup",)
+    run_task = staticmethod(run_dedup_map_task)
+
+    def plan(self, ctx: RunContext) -> list[dict[str, Any]] | None:
+        cfg, ingest_results = ctx.cfg, ctx.results["ingest"]
+        settings = ctx.shared["dedup"] = dedup_settings(cfg, merge_all([r["stats"] for r in ingest_results]))
+        if not (settings["exact"] or settings["near"] or settings["decontam"]):
+            return None
+        base = {"out": cfg["run"]["out"], "settings": settings}
+        tasks = [{**base, "task_id": r["task_id"], "source": "part", "spec": [settings, r["spec_hash"]]}
+                 for r in ingest_results]
+        for uri in reference_units(list(cfg["dedup"]["decontaminate"])):
+            tid = "ref-" + hashlib.sha256(uri.encode()).hexdigest()[:16]
+            tasks.append({**base, "task_id": tid, "source": "reference", "uri": uri,
+                          "spec": [settings, uri, _reference_fingerprint(uri)]})
+        return tasks
+
+    def finish(self, ctx: RunContext, map_results: list[dict[str, Any]]) -> None:
+        """With dedup off: an empty removal list. Otherwise the common n-gram limit for the reduce."""
+        settings = ctx.shared["dedup"]
+        if not (settings["exact"] or settings["near"] or settings["decontam"]):
+            _write_removed(ctx.fs, ctx.root, [])
+            ctx.shared["removed_ids"] = set()
+            ctx.manifest["counts"]["dedup"] = {"exact_removed": 0, "near_removed": 0, "decontaminated_near": 0,
+                                               "decontaminated_ngram": 0, "clusters": 0, "example_clusters": []}
+            return
+        # Commonness is a share of every trajectory compared: the run's own (all pools) and the references.
+        compared = sum(r["rows"] for r in map_results)
+        limit = common_limit(compared, settings["ngram_common_share"], settings["ngram_common_min_docs"])
+        ctx.shared["dedup"] = {**settings, "ngram_limit": limit}
+        ctx.shared["dedup_compared"] = compared
 
 
-def _run_dedup(ctx: RunContext) -> None:
-    run_dedup_stage(ctx.cfg, ctx.fs, ctx.root, ctx.executor, ctx.ingest_results, ctx.manifest, ctx.stage_runs, ctx.echo)
+class DedupReduceStage(Stage):
+    """Reduce: one task per bucket; then the clusters on the driver, ``dedup/removed.parquet`` and the counts."""
+
+    name = "dedup-reduce"
+    sections = ("dedup",)
+    run_task = staticmethod(run_dedup_reduce_task)
+
+    def plan(self, ctx: RunContext) -> list[dict[str, Any]] | None:
+        settings = ctx.shared["dedup"]
+        if "ngram_limit" not in settings:  # dedup is off
+            return None
+        map_results = ctx.results["dedup-map"]
+        files: dict[int, list[str]] = {}
+        for r in map_results:
+            for b, rel in r["files"].items():
+                files.setdefault(int(b), []).append(rel)
+        map_specs = [r["spec_hash"] for r in map_results]
+        base = {"out": ctx.cfg["run"]["out"], "settings": settings}
+        return [{**base, "task_id": f"b{b:05d}", "files": sorted(files[b]), "spec": [settings, map_specs, b]}
+                for b in sorted(files)]
+
+    def finish(self, ctx: RunContext, reduce_results: list[dict[str, Any]]) -> None:
+        settings = ctx.shared["dedup"]
+        if "ngram_limit" not in settings:
+            return
+        fs, root, manifest = ctx.fs, ctx.root, ctx.manifest
+        map_results = ctx.results["dedup-map"]
+        compared, limit = ctx.shared["dedup_compared"], settings["ngram_limit"]
+        tables = []
+        for r in reduce_results:
+            with fs.open(f"{root}/{r['edges']}", "rb") as f:
+                tables.append(pq.read_table(f))
+        edges = pa.concat_tables(tables) if tables else EDGE_SCHEMA.empty_table()
+        rows, counts = removed_rows(edges, settings)
+        _write_removed(fs, root, rows)
+        ctx.shared["removed_ids"] = {r["traj_id"] for r in rows}
+        stats = merge_all([r["stats"] for r in map_results + reduce_results])
+        manifest["counts"]["dedup"] = counts
+        manifest["dedup"] = {
+            "buckets": settings["buckets"], "bands": settings["bands"], "rows_per_band": settings["rows"],
+            "edges": edges.num_rows, "references": int(stats.get("decontam.references")),
+            "references_invalid": int(stats.get("decontam.references_invalid")),
+            "compared": compared, "ngram_common_limit": limit,
+        }
+        ctx.echo(f"dedup: {counts['exact_removed']} exact and {counts['near_removed']} near duplicates removed in "
+                 f"{counts['clusters']} clusters; decontaminated: {counts['decontaminated_near']} near copies and "
+                 f"{counts['decontaminated_ngram']} by shared task n-grams (dedup/removed.parquet names the matched "
+                 "evaluation records)")
 
 
-DEDUP_STEP = Step("dedup", (DEDUP_MAP, DEDUP_REDUCE), _run_dedup)
+DEDUP_MAP = DedupMapStage()
+DEDUP_REDUCE = DedupReduceStage()

@@ -1,17 +1,20 @@
 """The stage engine: what every distributed stage shares.
 
-A `Stage` names its task function and the config sections its output depends on. The plan of a
-run (`pipeline.run.PLAN`) is a list of `Step`s read top to bottom, each a driver with the stages
-it runs; a test checks that every config section except ``executor`` is claimed by a stage, so no
-setting can escape the resume check.
+A stage (`Stage`) is an object with a ``name`` (its marker folder), the config ``sections`` its
+output depends on, and three methods: ``plan(ctx)`` returns its tasks (``None`` when the stage has
+nothing to do in this run), ``run_task(task)`` makes one task's outputs on a worker and returns its
+`TaskResult`, and ``finish(ctx, results)`` runs on the driver with every result, in task-id order,
+and records what the later stages and the manifest need. The plan of a run (`pipeline.run.PLAN`) is
+one list of stages read top to bottom; a test checks that every config section except ``executor``
+is claimed by a stage, so no setting can escape the resume check.
 
-A `Task` is a plain dict with a deterministic ``task_id``, the run's ``out`` and a ``spec_hash``
-(the hash of everything its output depends on, the stage's sections included). `run_stage` skips
-a task whose marker (``_tasks/<stage>/<task_id>.json``) holds the same spec hash, runs the rest on
-the executor, writes each task's marker after its outputs (`run_and_mark`, on the worker that ran
-it) and returns every `TaskResult` in task-id order, so whatever is merged from them does not
-depend on scheduling. Executors (`pipeline.executors`, `pipeline.ray_executor`) only map a
-function over tasks; they never know which stage they run.
+A task is a plain dict with a deterministic ``task_id``, the run's ``out`` and a ``spec``: what its
+output depends on besides the stage's sections (its input's identity, the spec hashes of the
+results it reads). `run_stage` hashes the stage's name, its sections and the task's spec into the
+task's ``spec_hash``, skips a task whose marker (``_tasks/<stage>/<task_id>.json``) holds the same
+hash, runs the rest on the executor, writes each task's marker after its outputs (`run_and_mark`,
+on the worker that ran it), then calls ``finish``. Executors (`pipeline.executors`,
+`pipeline.ray_executor`) only map a function over tasks; they never know which stage they run.
 """
 
 from __future__ import annotations
@@ -52,22 +55,13 @@ class TaskResult(TypedDict):
 TaskFn = Callable[[dict[str, Any]], dict[str, Any]]
 
 
-@dataclass(frozen=True)
-class Stage:
-    """A distributed stage: its marker folder name, the config sections it reads, its task function."""
-
-    name: str
-    sections: tuple[str, ...]
-    run_task: TaskFn
-
-    def config(self, cfg: dict[str, Any]) -> dict[str, Any]:
-        """The output-shaping part of the sections this stage claims (hashed into its tasks' specs)."""
-        return output_config({k: cfg[k] for k in self.sections if k in cfg})
-
-
 @dataclass
 class RunContext:
-    """What the steps of one run share: the config, the output folder, the executor, and what they add."""
+    """What the stages of one run share: the config, the output folder, the executor, and what they add.
+
+    ``results`` holds every stage's results by stage name; ``shared`` what a stage's ``finish``
+    hands to later stages (resolved settings, the ingest plan, the removed ids).
+    """
 
     cfg: dict[str, Any]
     fs: Any
@@ -76,21 +70,57 @@ class RunContext:
     echo: Callable[[str], None]
     manifest: dict[str, Any] = field(default_factory=dict)
     stage_runs: dict[str, Any] = field(default_factory=dict)  # per stage: tasks, skipped, ran, seconds
-    ingest_results: list[dict[str, Any]] = field(default_factory=list)
+    results: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    shared: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def progress(self) -> str:
+        return self.cfg["executor"]["progress"]
 
 
-@dataclass(frozen=True)
-class Step:
-    """One entry of a run's plan: the stages it runs and the driver that plans their tasks, runs them
-    with `run_stage` and records what they found in the manifest."""
+class Stage:
+    """A distributed stage. Subclasses set ``name`` and ``sections`` and define ``plan``, ``run_task``
+    (a plain function, ``staticmethod``, so any executor can ship it) and, when the driver has
+    something to do with the results, ``finish``."""
 
-    name: str
-    stages: tuple[Stage, ...]
-    run: Callable[[RunContext], None]
+    name: str = ""
+    sections: tuple[str, ...] = ()
+
+    def __init__(self, name: str | None = None, sections: tuple[str, ...] | None = None,
+                 run_task: TaskFn | None = None) -> None:
+        """A subclass instance needs no arguments; ``Stage(name, sections, fn)`` is a stage with nothing to
+        plan, for running a list of tasks made elsewhere (`run_tasks`) under a name and its sections."""
+        if name is not None:
+            self.name = name
+        if sections is not None:
+            self.sections = tuple(sections)
+        if run_task is not None:
+            self.run_task = run_task  # type: ignore[method-assign]
+
+    def config(self, cfg: dict[str, Any]) -> dict[str, Any]:
+        """The output-shaping part of the sections this stage claims (hashed into its tasks' specs)."""
+        return output_config({k: cfg[k] for k in self.sections if k in cfg})
+
+    def plan(self, ctx: RunContext) -> list[dict[str, Any]] | None:
+        return None
+
+    @staticmethod
+    def run_task(task: dict[str, Any]) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def finish(self, ctx: RunContext, results: list[dict[str, Any]]) -> None:
+        return None
+
+    def run(self, ctx: RunContext) -> None:
+        """Plan, run and finish this stage (`run_stage`); a stage that drives sub-stages overrides it."""
+        run_stage(ctx, self)
+
+    def __repr__(self) -> str:
+        return f"<stage {self.name}>"
 
 
-def claimed_sections(plan: Iterable[Step]) -> set[str]:
-    return {section for step in plan for stage in step.stages for section in stage.sections}
+def claimed_sections(plan: Iterable[Stage]) -> set[str]:
+    return {section for stage in plan for section in stage.sections}
 
 
 class Executor(Protocol):
@@ -118,34 +148,58 @@ def run_and_mark(fn: TaskFn, stage: str, task: dict[str, Any]) -> dict[str, Any]
     return result
 
 
-def run_stage(
+def with_spec_hashes(stage: Stage, cfg: dict[str, Any], tasks: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The tasks with their ``spec`` replaced by ``spec_hash``: the stage's name and sections, and the spec."""
+    claimed = stage.config(cfg)
+    out = []
+    for task in tasks:
+        task = dict(task)
+        task["spec_hash"] = spec_hash(stage.name, claimed, task.pop("spec"))
+        out.append(task)
+    return out
+
+
+def run_stage(ctx: RunContext, stage: Stage) -> list[dict[str, Any]]:
+    """Plan the stage's tasks, hash their specs, run the unfinished ones, then ``finish``; returns the results.
+
+    A stage whose plan is ``None`` does not run in this run (no entry in ``_timings.json``); its
+    ``finish`` still gets an empty list.
+    """
+    tasks = stage.plan(ctx)
+    results: list[dict[str, Any]] = []
+    if tasks is not None:
+        tasks = with_spec_hashes(stage, ctx.cfg, tasks)
+        results, ctx.stage_runs[stage.name] = run_tasks(
+            ctx.executor, stage.name, stage.run_task, tasks, ctx.fs, ctx.root, ctx.progress
+        )
+    ctx.results[stage.name] = results
+    stage.finish(ctx, results)
+    return results
+
+
+def run_tasks(
     executor: Executor,
-    stage: Stage | str,
-    fn: TaskFn | None,
+    name: str,
+    fn: TaskFn,
     tasks: list[dict[str, Any]],
     fs,
     root: str,
     progress_mode: str,
 ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
-    """Run the tasks that have no matching marker; returns all results and the stage's run stats.
-
-    `stage` is a `Stage` (its task function is used when `fn` is None) or a marker folder name.
-    """
-    if isinstance(stage, Stage):
-        fn = fn or stage.run_task
-        stage = stage.name
-    assert fn is not None
+    """Run the tasks (spec hashes set) that have no matching marker under ``_tasks/<name>/``; returns all
+    results in task-id order and the run stats. `run_stage` uses it; so does a stage that drives
+    sub-stages of its own (the model-in-the-loop stages, one marker folder each)."""
     done, todo = [], []
     for task in tasks:
-        marker = marker_path(root, stage, task["task_id"])
+        marker = marker_path(root, name, task["task_id"])
         if fs.exists(marker):
             prev = read_json(fs, marker)
             if prev.get("spec_hash") == task["spec_hash"]:
                 done.append(prev)
                 continue
         todo.append(task)
-    progress = Progress(stage, len(todo), mode=progress_mode)
-    fresh = executor.map(partial(run_and_mark, fn, stage), todo, progress) if todo else []
+    progress = Progress(name, len(todo), mode=progress_mode)
+    fresh = executor.map(partial(run_and_mark, fn, name), todo, progress) if todo else []
     seconds = progress.finish() if todo else 0.0
     if todo:
         remove_stale_temps(fs, root)  # left by attempts that died and were retried; every task is done now

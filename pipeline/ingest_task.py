@@ -16,7 +16,6 @@ import os
 import time
 from typing import Any
 
-from pipeline.engine import Stage
 from pipeline.outputs import AtomicParquetWriter, out_fs
 from schemas.errors import InvalidRecord
 from schemas.layers import QUARANTINE_SCHEMA, RAW_SCHEMA
@@ -26,7 +25,7 @@ from stages.ingest.ranges import RangeAdapter, task_id_for
 from stages.ingest.reading import InputUnit, filesystem
 from stages.ingest.registry import get_adapter, resolve_opts
 from stages.normalize import normalize_unit, quarantine_row
-from stages.steps import apply_steps, build_steps, step_sections
+from stages.steps import apply_steps, build_steps
 from stages.uri_credentials import recorded_uri
 
 __all__ = ["describe_input", "run_ingest_task", "task_id_for"]
@@ -137,7 +136,3 @@ def run_ingest_task(task: dict[str, Any]) -> dict[str, Any]:
     if len(units) > 1:
         result["members"] = members
     return result
-
-
-# run names inputs and bounds, the adapters read ingest, each registered trajectory step its own section.
-INGEST = Stage("ingest", ("run", "ingest", *step_sections()), run_ingest_task)

@@ -39,7 +39,8 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from pipeline.config import output_config
-from pipeline.engine import Stage, run_stage, spec_hash
+from pipeline.dedup_stage import removed_ids
+from pipeline.engine import RunContext, Stage, run_tasks, spec_hash
 from pipeline.llm_config import (  # noqa: F401  (re-exported: the stage API lives here for callers)
     LLM_DEFAULTS,
     LLM_EXECUTION_KEYS,
@@ -345,7 +346,7 @@ def run_llm_stages(cfg: dict[str, Any], fs, root: str, executor, ingest_results,
             stage_key = f"llm_{get_stage(name).name}"
             with _Ticker(stage_key, owner.ledger, progress_mode):
                 try:
-                    results, stage_runs[stage_key] = run_stage(executor, stage_key, run_llm_task, tasks, fs, root,
+                    results, stage_runs[stage_key] = run_tasks(executor, stage_key, run_llm_task, tasks, fs, root,
                                                                 progress_mode)
                 except Exception as exc:
                     snap = owner.ledger.snapshot()
@@ -411,5 +412,18 @@ def dry_run(cfg: dict[str, Any], fs, root: str, ingest_results, drop: set[str], 
     return report
 
 
-# One marker folder per configured stage (llm_<name>); the prompts depend on pools, templates and rendering.
-LLM = Stage("llm", ("pools", "templates", "render", "llm"), run_llm_task)
+class LLMStages(Stage):
+    """The configured model-in-the-loop stages, in the order of ``llm.stages``: each is one task per
+    trajectories part under its own marker folder (``llm_<name>``), run with a shared budget ledger and a
+    progress line, so this stage drives them itself (`run_llm_stages`) instead of planning one task list."""
+
+    name = "llm"
+    sections = ("pools", "templates", "render", "llm")  # the prompts depend on pools, templates and rendering
+    run_task = staticmethod(run_llm_task)
+
+    def run(self, ctx: RunContext) -> None:
+        ctx.shared["llm"] = run_llm_stages(ctx.cfg, ctx.fs, ctx.root, ctx.executor, ctx.results["ingest"],
+                                           ctx.manifest, ctx.stage_runs, ctx.echo, removed_ids(ctx))
+
+
+LLM = LLMStages()

@@ -1,7 +1,7 @@
 """The samples and shards stages: samples per pool (map) and shards per bucket (reduce).
 
 They run after dedup, with the model-in-the-loop stages before them and the WMAT pools after them when
-those are configured.
+those are configured (`pipeline.run.PLAN`).
 """
 
 from __future__ import annotations
@@ -9,11 +9,10 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from pipeline.engine import RunContext, Step, run_stage, spec_hash
-from pipeline.llm_stage import LLM, run_llm_stages
-from pipeline.sample_task import SAMPLES, duplicate_offsets
-from pipeline.shard_task import SHARDS
-from pipeline.wmat_pools import WMAT_POOLS_STAGE, run_wmat_pools
+from pipeline.dedup_stage import removed_ids
+from pipeline.engine import RunContext, Stage
+from pipeline.sample_task import duplicate_offsets, run_sample_task
+from pipeline.shard_task import run_shard_task
 from schemas.stats import merge_all
 from stages.histogram import histogram_from_stats
 from stages.pools import POOLS
@@ -55,61 +54,69 @@ def bucket_counts(cfg: dict[str, Any], stats) -> dict[str, int]:
     return out
 
 
-def run_sample_stages(cfg: dict[str, Any], fs, root: str, executor, ingest_results, manifest, stage_runs, echo) -> None:
+class SamplesStage(Stage):
+    """Map: one task per trajectories part writes its samples into the shard buckets of every pool."""
 
-    progress = cfg["executor"]["progress"]
-    ingest_stats = merge_all([r["stats"] for r in ingest_results])
-    buckets = bucket_counts(cfg, ingest_stats)
-    sample_hash = spec_hash(SAMPLES.config(cfg), buckets)
-    drop = _drop_list(fs, root)
-    llm = run_llm_stages(cfg, fs, root, executor, ingest_results, manifest, stage_runs, echo, drop)
-    dups = duplicate_offsets(fs, root, [r["task_id"] for r in ingest_results])  # trajectories sharing an id
-    tasks = []
-    for r in ingest_results:
-        shared = dups.get(r["task_id"], {})
-        spec = [sample_hash, r["spec_hash"], sorted(drop)] + ([shared] if shared else [])
-        spec += [llm["specs"][r["task_id"]]] if llm else []
-        tasks.append({"task_id": r["task_id"], "out": cfg["run"]["out"], "cfg": cfg, "buckets": buckets,
-                      "drop": sorted(drop), "dups": shared, "spec_hash": spec_hash(*spec),
-                      **({"llm": {"stages": llm["stages"]}} if llm else {})})
-    sample_results, stage_runs["samples"] = run_stage(executor, SAMPLES, None, tasks, fs, root, progress)
-    shard_spec = spec_hash(sample_hash, [r["spec_hash"] for r in sample_results])
-    shard_tasks = [
-        {"task_id": f"{pool}-{b:05d}", "out": cfg["run"]["out"], "pool": pool, "bucket": b,
-         "compression_level": cfg["shards"]["compression_level"], "spec_hash": shard_spec}
-        for pool in POOLS
-        for b in range(buckets[pool])
-    ]
-    shard_results, stage_runs["shards"] = run_stage(executor, SHARDS, None, shard_tasks, fs, root, progress)
-    _stale_shards(fs, root, {r["shard"]["path"] for r in shard_results})
-    if llm:
-        run_wmat_pools(cfg, fs, root, executor, llm, drop, manifest, stage_runs)
-    stats = merge_all([r["stats"] for r in sample_results])
-    tok = load_tokenizer(cfg["tokenizer"]["spec"], cfg["tokenizer"]["engine"] or None)
-    counts = manifest["counts"]
-    nested = stats.nested()
-    for key in ("samples", "tokens", "templates", "pools", "filtered", "turns"):
-        if key in nested:
-            if isinstance(counts.get(key), dict):
-                counts[key] = {**counts[key], **nested[key]}
-            else:
-                counts[key] = nested[key]
-    if drop:
-        counts.setdefault("dedup", {})["removed"] = len(drop)
-    manifest["tokenizer"] = tok.describe()
-    manifest["buckets"] = buckets
-    manifest["histogram"] = histogram_from_stats(stats)
-    manifest["shards"] = [r["shard"] for r in shard_results]
+    name = "samples"
+    sections = ("pools", "templates", "masking", "tokenizer", "render", "shards")
+    run_task = staticmethod(run_sample_task)
+
+    def plan(self, ctx: RunContext) -> list[dict[str, Any]] | None:
+        cfg, fs, root, ingest_results = ctx.cfg, ctx.fs, ctx.root, ctx.results["ingest"]
+        buckets = ctx.shared["buckets"] = bucket_counts(cfg, merge_all([r["stats"] for r in ingest_results]))
+        drop = removed_ids(ctx)
+        llm = ctx.shared.get("llm")
+        dups = duplicate_offsets(fs, root, [r["task_id"] for r in ingest_results])  # trajectories sharing an id
+        tasks = []
+        for r in ingest_results:
+            shared = dups.get(r["task_id"], {})
+            spec = [buckets, r["spec_hash"], sorted(drop)] + ([shared] if shared else [])
+            spec += [llm["specs"][r["task_id"]]] if llm else []
+            tasks.append({"task_id": r["task_id"], "out": cfg["run"]["out"], "cfg": cfg, "buckets": buckets,
+                          "drop": sorted(drop), "dups": shared, "spec": spec,
+                          **({"llm": {"stages": llm["stages"]}} if llm else {})})
+        return tasks
+
+    def finish(self, ctx: RunContext, sample_results: list[dict[str, Any]]) -> None:
+        stats = merge_all([r["stats"] for r in sample_results])
+        counts = ctx.manifest["counts"]
+        nested = stats.nested()
+        for key in ("samples", "tokens", "templates", "pools", "filtered", "turns"):
+            if key in nested:
+                if isinstance(counts.get(key), dict):
+                    counts[key] = {**counts[key], **nested[key]}
+                else:
+                    counts[key] = nested[key]
+        drop = removed_ids(ctx)
+        if drop:
+            counts.setdefault("dedup", {})["removed"] = len(drop)
+        cfg = ctx.cfg
+        tok = load_tokenizer(cfg["tokenizer"]["spec"], cfg["tokenizer"]["engine"] or None)
+        ctx.manifest["tokenizer"] = tok.describe()
+        ctx.manifest["buckets"] = ctx.shared["buckets"]
+        ctx.manifest["histogram"] = histogram_from_stats(stats)
 
 
-def _drop_list(fs, root: str) -> set[str]:
-    """Trajectory ids removed by the dedup stage, when it ran (``dedup/removed.parquet``)."""
-    path = f"{root}/dedup/removed.parquet"
-    if not fs.exists(path):
-        return set()
-    import pyarrow.parquet as pq
+class ShardsStage(Stage):
+    """Reduce: one task per bucket of each pool gathers, sorts and writes one shard."""
 
-    return set(pq.read_table(fs.open(path, "rb"), columns=["traj_id"]).column("traj_id").to_pylist())
+    name = "shards"
+    sections = ("shards",)  # and, through its spec, everything the samples read
+    run_task = staticmethod(run_shard_task)
+
+    def plan(self, ctx: RunContext) -> list[dict[str, Any]] | None:
+        cfg, buckets = ctx.cfg, ctx.shared["buckets"]
+        spec = [buckets, [r["spec_hash"] for r in ctx.results["samples"]]]
+        return [
+            {"task_id": f"{pool}-{b:05d}", "out": cfg["run"]["out"], "pool": pool, "bucket": b,
+             "compression_level": cfg["shards"]["compression_level"], "spec": spec}
+            for pool in POOLS
+            for b in range(buckets[pool])
+        ]
+
+    def finish(self, ctx: RunContext, shard_results: list[dict[str, Any]]) -> None:
+        _stale_shards(ctx.fs, ctx.root, {r["shard"]["path"] for r in shard_results})
+        ctx.manifest["shards"] = [r["shard"] for r in shard_results]
 
 
 def _stale_shards(fs, root: str, keep: set[str]) -> None:
@@ -124,10 +131,5 @@ def _stale_shards(fs, root: str, keep: set[str]) -> None:
             fs.rm(p)
 
 
-def _run_samples(ctx: RunContext) -> None:
-    run_sample_stages(ctx.cfg, ctx.fs, ctx.root, ctx.executor, ctx.ingest_results, ctx.manifest, ctx.stage_runs,
-                      ctx.echo)
-
-
-# The model-in-the-loop stages (when configured) run first, the WMAT pools (when their blocks exist) last.
-SAMPLES_STEP = Step("samples", (LLM, SAMPLES, SHARDS, WMAT_POOLS_STAGE), _run_samples)
+SAMPLES = SamplesStage()
+SHARDS = ShardsStage()

@@ -10,7 +10,6 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from pipeline.engine import Stage
 from pipeline.outputs import AtomicParquetWriter, out_fs
 from schemas.shard import schema_for
 
@@ -50,6 +49,3 @@ def run_shard_task(task: dict[str, Any]) -> dict[str, Any]:
     result = {"task_id": task["task_id"], "stage": "shards", "shard": info, "rows": table.num_rows,
               "bytes": info["bytes"], "spec_hash": task["spec_hash"], "stats": {}}
     return result
-
-
-SHARDS = Stage("shards", ("shards",), run_shard_task)  # and, through its spec, everything the samples read

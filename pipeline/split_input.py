@@ -1,4 +1,4 @@
-"""The ``scan`` stage: the first pass over the byte ranges of large inputs (`stages.ingest.ranges`).
+"""The ``scan`` task: the first pass over the byte ranges of large inputs (`stages.ingest.ranges`).
 
 One task per range counts its newlines, its decompressed length and its sha256 in one read, so the
 ingest tasks can give every line its true number (``line N``) whatever the range layout.
@@ -7,14 +7,12 @@ ingest tasks can give every line its true number (``line N``) whatever the range
 from __future__ import annotations
 
 import hashlib
-import json
 from collections.abc import Iterator
 from typing import Any
 
 import zstandard
 
-from pipeline.engine import Stage
-from stages.ingest.ranges import IngestWork, inflate, raw_chunks, task_id_for
+from stages.ingest.ranges import IngestWork, inflate, raw_chunks
 from stages.ingest.reading import filesystem
 from stages.uri_credentials import recorded_uri
 
@@ -27,9 +25,9 @@ def scan_tasks(plan: list[IngestWork], out: str) -> list[dict[str, Any]]:
             continue
         r, uri = work.byte_range, work.units[0].uri
         fs, path = filesystem(uri)
-        spec = json.dumps([uri, r.start, r.end, r.compression, int(fs.size(path))])
         tasks.append({"task_id": work.task_id, "uri": uri, "start": r.start, "end": r.end,
-                      "compression": r.compression, "out": out, "spec_hash": task_id_for(spec)})
+                      "compression": r.compression, "out": out,
+                      "spec": [uri, r.start, r.end, r.compression, int(fs.size(path))]})
     return tasks
 
 
@@ -69,6 +67,3 @@ def input_entries(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
             out.append({"uri": m["uri"], "input": m["input"], "format": r["format"], "stats": m["stats"]})
     return out
 
-
-
-SCAN = Stage("scan", ("ingest",), run_scan_task)  # the split and group sizes

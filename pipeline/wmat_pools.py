@@ -28,8 +28,8 @@ from typing import Any
 
 import pyarrow as pa
 
-from pipeline.config import output_config
-from pipeline.engine import Stage, run_stage, spec_hash
+from pipeline.dedup_stage import removed_ids
+from pipeline.engine import RunContext, Stage
 from pipeline.llm_stage import Augment, get_stage
 from pipeline.outputs import AtomicParquetWriter, out_fs
 from schemas.shard import MESSAGE_TYPE, SHARD_SCHEMA
@@ -177,29 +177,35 @@ def _remove_stale(fs, root: str, task_ids: set[str]) -> None:
                 fs.rm(p)
 
 
-def run_wmat_pools(cfg: dict[str, Any], fs, root: str, executor, llm_run: dict[str, Any] | None, drop: set[str],
-                   manifest: dict[str, Any], stage_runs: dict[str, Any]) -> None:
-    """Write the WMAT pools when the ``wmat_blocks`` stage ran; records them in the manifest."""
-    if not llm_run or not any(get_stage(name).name == STAGE_NAME for name in llm_run["stages"]):
-        return
-    shaping = output_config({k: cfg[k] for k in ("tokenizer", "render", "shards")})
-    base = spec_hash(shaping, {k: v for k, v in cfg["llm"].items() if k.startswith("wmat_")},
-                      cfg["pools"]["context_limit"])
-    tasks = [{"task_id": tid, "out": cfg["run"]["out"], "cfg": cfg, "stages": list(llm_run["stages"]),
-              "drop": sorted(drop), "spec_hash": spec_hash(base, spec, sorted(drop))}
-             for tid, spec in sorted(llm_run["specs"].items())]
-    results, stage_runs["wmat_pools"] = run_stage(executor, WMAT_POOLS_STAGE, None, tasks, fs, root,
-                                                   cfg["executor"]["progress"])
-    _remove_stale(fs, root, {t["task_id"] for t in tasks})
-    stats = merge_all([r["stats"] for r in results]).nested().get("wmat", {})
-    for pool in (*WMAT_POOLS, "rl"):
-        stats.setdefault(pool, {}).setdefault("samples", 0)
-    files = [f for r in results for f in r["files"]]
-    for f in files:
-        with fs.open(posixpath.join(root, f["path"]), "rb") as fh:
-            f["sha256"] = hashlib.sha256(fh.read()).hexdigest()
-    manifest["wmat"] = {"pools": stats, "shards": files}
+class WmatPoolsStage(Stage):
+    """One task per trajectories part when the ``wmat_blocks`` stage ran; records the pools in the manifest."""
+
+    name = "wmat_pools"
+    sections = ("tokenizer", "render", "shards", "llm", "pools")  # llm: its wmat_* keys; pools: context_limit
+    run_task = staticmethod(run_wmat_pool_task)
+
+    def plan(self, ctx: RunContext) -> list[dict[str, Any]] | None:
+        llm_run = ctx.shared.get("llm")
+        if not llm_run or not any(get_stage(name).name == STAGE_NAME for name in llm_run["stages"]):
+            return None
+        drop = sorted(removed_ids(ctx))
+        return [{"task_id": tid, "out": ctx.cfg["run"]["out"], "cfg": ctx.cfg, "stages": list(llm_run["stages"]),
+                 "drop": drop, "spec": [spec, drop]}
+                for tid, spec in sorted(llm_run["specs"].items())]
+
+    def finish(self, ctx: RunContext, results: list[dict[str, Any]]) -> None:
+        if self.name not in ctx.stage_runs:  # did not run
+            return
+        fs, root = ctx.fs, ctx.root
+        _remove_stale(fs, root, {r["task_id"] for r in results})
+        stats = merge_all([r["stats"] for r in results]).nested().get("wmat", {})
+        for pool in (*WMAT_POOLS, "rl"):
+            stats.setdefault(pool, {}).setdefault("samples", 0)
+        files = [f for r in results for f in r["files"]]
+        for f in files:
+            with fs.open(posixpath.join(root, f["path"]), "rb") as fh:
+                f["sha256"] = hashlib.sha256(fh.read()).hexdigest()
+        ctx.manifest["wmat"] = {"pools": stats, "shards": files}
 
 
-# the wmat_* keys of llm, and pools.context_limit
-WMAT_POOLS_STAGE = Stage("wmat_pools", ("tokenizer", "render", "shards", "llm", "pools"), run_wmat_pool_task)
+WMAT_POOLS_STAGE = WmatPoolsStage()  # WMAT_POOLS names the pools

