@@ -18,6 +18,7 @@ from typing import Any
 
 from pipeline.config_schema import check_config
 from schemas.errors import ConfigError
+from stages.filters import FILTER_ORDER
 from stages.uri_credentials import recorded_uri
 
 DEFAULTS: dict[str, Any] = {
@@ -49,7 +50,7 @@ DEFAULTS: dict[str, Any] = {
     },
     "filter": {
         "min_turns": 2,
-        "enabled": ["min_turns", "undeclared_tools", "gui_env_failure", "empty_action", "retry_cycle", "gui_no_change"],
+        "enabled": list(FILTER_ORDER),  # every registered filter (stages/filters.py FILTERS) is on by default
     },
     "redact": {"enabled": True, "emails": False},
     "dedup": {

@@ -126,8 +126,12 @@ class IngestStage(Stage):
     """One task per unit, group or range of the plan; checks the quarantine rate and starts the manifest."""
 
     name = "ingest"
-    # run names inputs and bounds, the adapters read ingest, each registered trajectory step its own section
-    sections = ("run", "ingest", *step_sections())
+
+    @property
+    def sections(self) -> tuple[str, ...]:  # type: ignore[override]
+        """run names inputs and bounds, the adapters read ingest, each registered trajectory step its section."""
+        return ("run", "ingest", *step_sections())
+
     run_task = staticmethod(run_ingest_task)
 
     def plan(self, ctx: RunContext) -> list[dict[str, Any]] | None:

@@ -381,7 +381,7 @@ def build_filters(cfg: dict[str, Any]) -> list[Callable[[Trajectory, Stats], Tra
 
 
 # Every filter in SPEC order: name → its step (a turn stripper, then drop filters). Adding a filter is
-# its judge or marks function and one line here (and its name in the default filter.enabled to turn it on).
+# its judge or marks function and one line here; the default ``filter.enabled`` lists every filter here.
 FILTERS: dict[str, Callable[[int], Callable[[Trajectory, Stats], Trajectory | None]]] = {
     "empty_action": lambda _: TurnStripper("empty_action", empty_action_marks),
     "retry_cycle": lambda _: TurnStripper("retry_cycle", retry_cycle_marks),

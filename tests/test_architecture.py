@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import re
 import shutil
@@ -18,7 +17,7 @@ from pipeline.engine import RunContext, Stage, claimed_sections, marker_path, ru
 from pipeline.executors import LocalExecutor
 from pipeline.outputs import out_fs
 from pipeline.run import PLAN
-from schemas.trajectory import Source, SystemPrompt, Trajectory, Turn
+from tests.helpers import clean_env
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ("bench", "pipeline", "training", "stages", "masking", "schemas")
@@ -201,42 +200,72 @@ def _fail(task):
     raise TypeError("no")
 
 
-def _readme_step_example() -> str:
-    text = (ROOT / "README.md").read_text()
-    section = text.split("## How to add a stage", 1)[1].split("\n## ", 1)[0]
-    return re.search(r"```python\n(.*?)```", section, re.DOTALL).group(1)
+def test_a_step_module_that_fails_to_import_is_an_error(tmp_path, monkeypatch):
+    """A module that registers a step is found by reading the package; when it cannot be imported the
+    run fails instead of running without the step."""
+    from stages import steps
+
+    package = tmp_path / "broken_steps"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "needs_more.py").write_text(
+        "import no_such_dependency_here\nfrom stages.steps import trajectory_step\n\n\n"
+        "@trajectory_step('needs_more', section='filter', order=12)\ndef build(cfg):\n    return []\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setattr(steps, "STEP_PACKAGES", (*steps.STEP_PACKAGES, "broken_steps"))
+    assert steps.step_modules("broken_steps") == ("broken_steps.needs_more",)
+    with pytest.raises(ModuleNotFoundError, match="no_such_dependency_here"):
+        steps.registered_steps()
+    monkeypatch.setattr(steps, "STEP_PACKAGES", (*steps.STEP_PACKAGES[:-1], "no_such_step_package"))
+    with pytest.raises(ModuleNotFoundError):
+        steps.registered_steps()
 
 
-def test_the_readme_step_example_registers_and_runs_in_order():
-    from schemas.stats import Stats
-    from stages.steps import build_steps, registered_steps, unregister_step
+def test_the_built_in_step_modules_are_found_by_reading_the_package():
+    from stages.steps import registered_steps, step_modules
 
-    namespace: dict = {}
-    exec(compile(_readme_step_example(), "README.md", "exec"), namespace)
-    try:
-        assert [s.name for s in registered_steps()] == ["filter", "no_task", "redact"]
-        cfg = json.loads(json.dumps(DEFAULTS))
-        cfg["filter"]["enabled"] = []
-        cfg["redact"]["enabled"] = False
-        (step,) = build_steps(cfg)
-        stats = Stats()
-        kept = Trajectory(traj_id="t1", domain="terminal", split_key="k1", source=Source(format="test"),
-                          system=SystemPrompt(task_description="list files"), turns=[Turn(action="ls", observation="a")])
-        assert step(kept, stats) is kept
-        empty = dataclasses.replace(kept, system=dataclasses.replace(kept.system, task_description="  "))
-        assert step(empty, stats) is None
-        assert stats.to_dict() == {"filtered.no_task": 1}
-    finally:
-        unregister_step("no_task")
+    assert step_modules("stages") == ("stages.filters", "stages.redact")
     assert [s.name for s in registered_steps()] == ["filter", "redact"]
 
 
-def test_a_step_module_that_is_missing_is_an_error(monkeypatch):
-    from stages import steps
+def test_a_new_filter_is_on_by_default_without_a_config_edit():
+    """A line added to stages/filters.py FILTERS (done here before pipeline.config is imported, in a fresh
+    interpreter) is in the default filter.enabled and runs with the default config."""
+    script = """
+import json
+from stages import filters
+from schemas.trajectory import Source, SystemPrompt, Trajectory, Turn
+from schemas.stats import Stats
 
-    monkeypatch.setattr(steps, "STEP_MODULES", (*steps.STEP_MODULES, "stages.no_such_step"))
-    with pytest.raises(ModuleNotFoundError):
-        steps.registered_steps()
+filters.FILTERS["always_drop"] = lambda _: filters.DropFilter("always_drop", lambda traj: True)
+filters.FILTER_ORDER = tuple(filters.FILTERS)
+from pipeline.config import DEFAULTS, resolve
+
+cfg = resolve({})
+steps = filters.build_filters(cfg)
+traj = Trajectory(traj_id="t1", domain="terminal", split_key="k1", source=Source(format="test"),
+                  system=SystemPrompt(task_description="list files"),
+                  turns=[Turn(action="ls", observation="a"), Turn(action="pwd", observation="/")])
+stats = Stats()
+for step in steps:
+    traj = step(traj, stats) if traj is not None else None
+print(json.dumps({"enabled": DEFAULTS["filter"]["enabled"], "kept": traj is not None, "stats": stats.to_dict()}))
+"""
+    env = {**clean_env(), "PYTHONPATH": str(ROOT)}
+    proc = subprocess.run([sys.executable, "-c", script], cwd=ROOT, env=env, capture_output=True, text=True,
+                          check=False)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    found = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert "always_drop" in found["enabled"]
+    assert found["kept"] is False and found["stats"] == {"filtered.always_drop": 1}
+
+
+def test_the_default_filters_are_every_registered_filter():
+    from stages.filters import FILTERS
+
+    assert sorted(DEFAULTS["filter"]["enabled"]) == sorted(FILTERS)
+    assert len(FILTERS) == 6
 
 
 def test_ingest_hashes_every_registered_step_section():
