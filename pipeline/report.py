@@ -80,7 +80,7 @@ def print_run_summary(manifest: dict[str, Any], out: str) -> None:
         click.echo(line, err=True)
     if manifest.get("histogram"):
         from masking import load_table
-        from pipeline.hist import aggregate, render_table
+        from stages.histogram import aggregate, render_table
 
         table = load_table(manifest["config"]["masking"]["table"])
         keep = {c.name: c.keep for c in table.categories}

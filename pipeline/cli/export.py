@@ -46,6 +46,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from pipeline.errors import handle_errors
 from schemas.errors import ConfigError
 from schemas.trajectory import Trajectory
 from stages.render import history_reply, target_prompt, user_prompt
@@ -189,14 +190,10 @@ def export_group() -> None:
 @export_group.command("agentworldbench")
 @click.argument("run_dir")
 @click.argument("out")
+@handle_errors
 def agentworldbench_cmd(run_dir: str, out: str) -> None:
     """Write the eval pool of RUN_DIR as AgentWorldBench JSONL to OUT (one row per evaluated turn)."""
-    from pipeline.errors import handle_errors
+    summary = write_agentworldbench(run_dir, out)
+    note = f" ({summary.truncated_history} with history the shard sample truncated)" if summary.truncated_history else ""
+    click.echo(f"wrote {summary.rows} AgentWorldBench rows to {out}{note}", err=True)
 
-    @handle_errors
-    def go() -> None:
-        summary = write_agentworldbench(run_dir, out)
-        note = f" ({summary.truncated_history} with history the shard sample truncated)" if summary.truncated_history else ""
-        click.echo(f"wrote {summary.rows} AgentWorldBench rows to {out}{note}", err=True)
-
-    go()

@@ -34,7 +34,8 @@ import click
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from pipeline.export import export_group
+from pipeline.cli.export import export_group
+from pipeline.errors import handle_errors
 from pipeline.outputs import AtomicParquetWriter, out_fs
 from schemas.errors import ConfigError
 from stages.reward.core import split_prompt
@@ -161,16 +162,12 @@ def write_rl_dataset(run_dir: str, out_dir: str, fmt: str, val_fraction: float =
     return counts
 
 
+@handle_errors
 def _export(fmt: str, run_dir: str, out_dir: str, val_fraction: float) -> None:
-    from pipeline.errors import handle_errors
+    counts = write_rl_dataset(run_dir, out_dir, fmt, val_fraction)
+    parts = ", ".join(f"{n} {s}" for s, n in counts.items())
+    click.echo(f"wrote {fmt} RL dataset to {out_dir}: {parts} rows", err=True)
 
-    @handle_errors
-    def go() -> None:
-        counts = write_rl_dataset(run_dir, out_dir, fmt, val_fraction)
-        parts = ", ".join(f"{n} {s}" for s, n in counts.items())
-        click.echo(f"wrote {fmt} RL dataset to {out_dir}: {parts} rows", err=True)
-
-    go()
 
 
 @export_group.command("verl")

@@ -15,8 +15,9 @@ from typing import Any
 import click
 import numpy as np
 
+from pipeline.errors import handle_errors
 from schemas.errors import ConfigError
-from stages.histogram import histogram_from_stats  # noqa: F401  (re-exported)
+from stages.histogram import aggregate, render_table
 
 KEYS = ("domain", "pool", "template", "category")
 
@@ -57,46 +58,6 @@ def histogram_from_shards(root: str) -> dict[str, Any]:
     return {"records": records}
 
 
-def aggregate(records: list[dict[str, Any]], by: tuple[str, ...], keep: dict[str, float]) -> dict[str, Any]:
-    """Group records by `by` (+ category) into rows with percentages within each group."""
-    groups: dict[tuple[str, ...], dict[str, dict[str, float]]] = defaultdict(dict)
-    for r in records:
-        g = tuple(r[k] for k in by)
-        cell = groups[g].setdefault(r["category"], {"turns": 0, "tokens": 0, "weighted": 0.0})
-        cell["turns"] += r["turns"]
-        cell["tokens"] += r["tokens"]
-        cell["weighted"] += r["weighted"]
-    out = {}
-    for g, cats in sorted(groups.items()):
-        turns = sum(c["turns"] for c in cats.values()) or 1
-        tokens = sum(c["tokens"] for c in cats.values()) or 1
-        rows = {}
-        for cat in sorted(cats, key=lambda c: (list(keep).index(c) if c in keep else len(keep), c)):
-            c = cats[cat]
-            rows[cat] = {
-                "turns": int(c["turns"]),
-                "pct_turns": round(100 * c["turns"] / turns, 2),
-                "tokens": int(c["tokens"]),
-                "pct_tokens": round(100 * c["tokens"] / tokens, 2),
-                "keep": keep.get(cat),
-                "weighted_tokens": round(c["weighted"], 2),
-            }
-        out["/".join(g) if g else "total"] = rows
-    return out
-
-
-def render_table(rows: dict[str, dict[str, Any]], title: str = "total") -> str:
-    head = f"{'category':<12} {'turns':>9} {'% turns':>8} {'tokens':>12} {'% tokens':>9} {'keep':>6} {'weighted':>12}"
-    lines = [f"== {title} ==", head, "-" * len(head)]
-    for cat, r in rows.items():
-        keep = "" if r["keep"] is None else f"{r['keep']:.2f}"
-        lines.append(
-            f"{cat:<12} {r['turns']:>9,} {r['pct_turns']:>7.1f}% {r['tokens']:>12,} {r['pct_tokens']:>8.1f}% "
-            f"{keep:>6} {r['weighted_tokens']:>12,.1f}"
-        )
-    return "\n".join(lines)
-
-
 def load_histogram(run_dir: str, source: str = "auto") -> tuple[list[dict[str, Any]], dict[str, float]]:
     """Histogram records and keep ratios of a run: from its shards (local) or its manifest."""
     from masking import load_table
@@ -135,37 +96,33 @@ def removed_line(run_dir: str) -> str:
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 @click.option("--png", type=click.Path(), help="Write a bar chart and an OL-vs-Nov scatter to this PNG.")
 @click.option("--source", type=click.Choice(["auto", "shards", "manifest"]), default="auto", show_default=True)
+@handle_errors
 def hist_cmd(run_dir: str, by: str, as_json: bool, png: str | None, source: str) -> None:
     """Mask category histogram of a run (shards, or the manifest when the shards are remote)."""
-    from pipeline.errors import handle_errors
+    keys = tuple(k.strip() for k in by.split(",") if k.strip())
+    bad = [k for k in keys if k not in KEYS[:3]]
+    if bad:
+        raise ConfigError(f"--by: unknown key {bad[0]!r}; use domain, pool, template")
+    records, keep = load_histogram(run_dir, source)
+    result = {"by": list(keys), "groups": aggregate(records, keys, keep)}
+    result["totals"] = {
+        "turns": sum(r["turns"] for r in records),
+        "tokens": sum(r["tokens"] for r in records),
+        "weighted_tokens": round(sum(r["weighted"] for r in records), 2),
+    }
+    if png:
+        from pipeline.hist_plot import write_png
 
-    @handle_errors
-    def go():
-        keys = tuple(k.strip() for k in by.split(",") if k.strip())
-        bad = [k for k in keys if k not in KEYS[:3]]
-        if bad:
-            raise ConfigError(f"--by: unknown key {bad[0]!r}; use domain, pool, template")
-        records, keep = load_histogram(run_dir, source)
-        result = {"by": list(keys), "groups": aggregate(records, keys, keep)}
-        result["totals"] = {
-            "turns": sum(r["turns"] for r in records),
-            "tokens": sum(r["tokens"] for r in records),
-            "weighted_tokens": round(sum(r["weighted"] for r in records), 2),
-        }
-        if png:
-            from pipeline.hist_plot import write_png
+        write_png(run_dir, records, keep, png)
+    if as_json:
+        click.echo(json.dumps(result, sort_keys=True))
+        return
+    for name, rows in result["groups"].items():
+        click.echo(render_table(rows, name))
+        click.echo("")
+    removed = removed_line(run_dir)
+    if removed:
+        click.echo(removed, err=True)
+    if png:
+        click.echo(f"wrote {png}", err=True)
 
-            write_png(run_dir, records, keep, png)
-        if as_json:
-            click.echo(json.dumps(result, sort_keys=True))
-            return
-        for name, rows in result["groups"].items():
-            click.echo(render_table(rows, name))
-            click.echo("")
-        removed = removed_line(run_dir)
-        if removed:
-            click.echo(removed, err=True)
-        if png:
-            click.echo(f"wrote {png}", err=True)
-
-    go()

@@ -23,7 +23,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from pipeline.export_rl import finished_run
+from pipeline.cli.export_rl import finished_run
+from pipeline.errors import handle_errors
 from schemas.errors import ConfigError
 from schemas.trajectory import Trajectory
 from stages.render import user_prompt
@@ -144,15 +145,14 @@ def _pct(x: float | None) -> str:
 @click.option("--on-judge-failure", type=click.Choice(["zero", "rule"]), default="zero", show_default=True)
 @click.option("--out", "out_path", help="Write one JSON line of reward parts per scored sample here.")
 @click.option("--json", "as_json", is_flag=True, help="Print exactly one JSON object.")
+@handle_errors
 def reward_cmd(**kw: Any) -> None:
     """Score PREDICTIONS.jsonl against the rl (or eval) pool of RUN_DIR with the world-model reward.
 
     \b
       lwm reward out/ preds.jsonl --judge-url http://localhost:8000/v1 --judge-model Qwen/Qwen3-32B
     """
-    from pipeline.errors import handle_errors
-
-    handle_errors(score_predictions)(**kw)
+    score_predictions(**kw)
 
 
 def score_predictions(run_dir, predictions, judge_url, judge_model, judge_api_key, pool, concurrency, timeout_s,

@@ -6,6 +6,7 @@ import posixpath
 
 import click
 
+from pipeline.errors import handle_errors
 from schemas.errors import ConfigError
 
 
@@ -140,28 +141,24 @@ def _wrap(texts: list[str], k: int, marked: set[int]) -> str:
 @click.option("--index", type=int, help="Row index over the shards (in shard order).")
 @click.option("--pool", type=click.Choice(["cpt", "sft", "rl", "eval"]), help="Only this pool's shards.")
 @click.option("--plain", is_flag=True, help="Mark weights in text instead of colors (for pipes).")
+@handle_errors
 def show_cmd(run_dir: str, sample: str | None, index: int | None, pool: str | None, plain: bool) -> None:
     """One sample decoded, each token colored by its weight, with per-turn categories."""
-    from pipeline.errors import handle_errors
+    from pipeline.outputs import out_fs, read_json
+    from stages.tokenizer import load_tokenizer
 
-    @handle_errors
-    def go():
-        from pipeline.outputs import out_fs, read_json
-        from stages.tokenizer import load_tokenizer
+    fs, base = out_fs(run_dir)
+    manifest = read_json(fs, posixpath.join(base, "manifest.json"))
+    cfg = manifest["config"]["tokenizer"]
+    tok = load_tokenizer(cfg["spec"], cfg["engine"] or None)
+    row = find_sample(run_dir, sample, index, pool)
+    click.echo(f"sample {row['sample_id']}  traj {row['traj_id']}  {row['domain']}/{row['pool']}  "
+               f"template {row['template']}  turn {row['turn_idx']}/{row['total_turns']}")
+    cats = ", ".join(f"{i + 1}:{c}({k:g})" for i, (c, k) in enumerate(zip(row["turn_category"], row["turn_keep"])))
+    click.echo(f"observations: {cats}")
+    if not plain:
+        click.echo("legend: \x1b[90mgrey w=0\x1b[0m \x1b[34mblue w<0.25\x1b[0m \x1b[33myellow w<0.75\x1b[0m "
+                   "\x1b[32mgreen w≥0.75\x1b[0m", color=True)
+    click.echo(f"{DATA_OPEN}…{DATA_CLOSE}: a special-token string in the data, encoded as ordinary text")
+    click.echo(render_sample(row, tok, plain), color=not plain)
 
-        fs, base = out_fs(run_dir)
-        manifest = read_json(fs, posixpath.join(base, "manifest.json"))
-        cfg = manifest["config"]["tokenizer"]
-        tok = load_tokenizer(cfg["spec"], cfg["engine"] or None)
-        row = find_sample(run_dir, sample, index, pool)
-        click.echo(f"sample {row['sample_id']}  traj {row['traj_id']}  {row['domain']}/{row['pool']}  "
-                   f"template {row['template']}  turn {row['turn_idx']}/{row['total_turns']}")
-        cats = ", ".join(f"{i + 1}:{c}({k:g})" for i, (c, k) in enumerate(zip(row["turn_category"], row["turn_keep"])))
-        click.echo(f"observations: {cats}")
-        if not plain:
-            click.echo("legend: \x1b[90mgrey w=0\x1b[0m \x1b[34mblue w<0.25\x1b[0m \x1b[33myellow w<0.75\x1b[0m "
-                       "\x1b[32mgreen w≥0.75\x1b[0m", color=True)
-        click.echo(f"{DATA_OPEN}…{DATA_CLOSE}: a special-token string in the data, encoded as ordinary text")
-        click.echo(render_sample(row, tok, plain), color=not plain)
-
-    go()
