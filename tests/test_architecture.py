@@ -356,8 +356,6 @@ LONG_FILES = {
     "pipeline/demo/android.py": "the android demo world: its screens and actions as data",
     "stages/ingest/openhands.py": "one format's rules (OpenHands event streams)",
     "stages/ingest/openai_messages.py": "one format's rules (OpenAI chat messages)",
-    "pipeline/llm_stage.py": "not yet split: the model-in-the-loop driver, its cache and its budget ledger",
-    "stages/ingest/ranges.py": "byte ranges of large inputs: planning, zstd frames, reading whole lines",
     "stages/ingest/atif.py": "one format's rules (ATIF)",
     "stages/dedup.py": "the dedup rules: normalization, MinHash/LSH keys, survivor rule",
     "masking/table.py": "the masking table: its schema and checks",

@@ -1,0 +1,151 @@
+"""The budget of the model-in-the-loop stages: a ledger shared by every worker, and its progress line.
+
+``llm.max_requests`` / ``llm.max_tokens`` (0 = no limit) bound what one invocation sends, over every
+worker: the driver creates one `Ledger` per stage run (`LedgerOwner`): a Ray actor when the run is on
+Ray, an object in this process otherwise; a task finds it by the spec it carries (`ledger_for`).
+`Ticker` prints a line with the ledger's counters every few seconds while a stage runs.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+import time
+import uuid
+from typing import Any
+
+
+class Ledger:
+    """Counters shared by every client of one stage run, and the budget they draw from."""
+
+    def __init__(self, max_requests: int = 0, max_tokens: int = 0) -> None:
+        self.max_requests, self.max_tokens = max_requests, max_tokens
+        self.requests = self.cache_hits = self.failures = self.retries = 0
+        self.prompt_tokens = self.completion_tokens = 0
+        self.exhausted = False
+        self._lock = threading.Lock()
+
+    def take(self) -> bool:
+        """Reserve one request; False (and exhausted) when the budget is spent."""
+        with self._lock:
+            spent_tokens = self.prompt_tokens + self.completion_tokens
+            if (self.max_requests and self.requests >= self.max_requests) or (
+                self.max_tokens and spent_tokens >= self.max_tokens
+            ):
+                self.exhausted = True
+                return False
+            self.requests += 1
+            return True
+
+    def add(self, prompt_tokens: int, completion_tokens: int, ok: bool, retries: int) -> None:
+        with self._lock:
+            self.prompt_tokens += prompt_tokens
+            self.completion_tokens += completion_tokens
+            self.failures += not ok
+            self.retries += retries
+
+    def hit(self) -> None:
+        with self._lock:
+            self.cache_hits += 1
+
+    def snapshot(self) -> dict[str, Any]:
+        with self._lock:
+            return {"requests": self.requests, "cache_hits": self.cache_hits, "failures": self.failures,
+                    "retries": self.retries, "prompt_tokens": self.prompt_tokens,
+                    "completion_tokens": self.completion_tokens, "exhausted": self.exhausted}
+
+
+_LOCAL_LEDGERS: dict[str, Ledger] = {}
+
+
+class _RayLedgerProxy:
+    def __init__(self, name: str) -> None:
+        import ray
+
+        self._ray, self._actor = ray, ray.get_actor(name)
+
+    def take(self) -> bool:
+        return self._ray.get(self._actor.take.remote())
+
+    def add(self, *args) -> None:
+        self._ray.get(self._actor.add.remote(*args))
+
+    def hit(self) -> None:
+        self._actor.hit.remote()
+
+    def snapshot(self) -> dict[str, Any]:
+        return self._ray.get(self._actor.snapshot.remote())
+
+
+def ledger_for(spec: dict[str, Any]):
+    """The ledger a task's spec names (in this process, or the Ray actor of the driver)."""
+    if spec["kind"] == "local":
+        return _LOCAL_LEDGERS[spec["name"]]
+    return _RayLedgerProxy(spec["name"])
+
+
+class LedgerOwner:
+    """Creates the ledger of one stage run on the driver and removes it afterwards."""
+
+    def __init__(self, executor, llm: dict[str, Any]) -> None:
+        self.name = f"lwm-llm-{uuid.uuid4().hex[:12]}"
+        self._actor = None
+        if getattr(executor, "name", "") == "ray":
+            import ray
+
+            self._actor = ray.remote(num_cpus=0)(Ledger).options(name=self.name).remote(
+                llm["max_requests"], llm["max_tokens"])
+            self.spec = {"kind": "ray", "name": self.name}
+            self.ledger = _RayLedgerProxy(self.name)
+        else:
+            _LOCAL_LEDGERS[self.name] = Ledger(llm["max_requests"], llm["max_tokens"])
+            self.spec = {"kind": "local", "name": self.name}
+            self.ledger = _LOCAL_LEDGERS[self.name]
+
+    def close(self) -> None:
+        _LOCAL_LEDGERS.pop(self.name, None)
+        if self._actor is not None:
+            import ray
+
+            ray.kill(self._actor)
+            self._actor = None
+
+
+class Ticker:
+    """A progress line every `every` seconds while a stage runs: requests, req/s, tokens."""
+
+    def __init__(self, stage: str, ledger, mode: str, every: float = 2.0, stream=None) -> None:
+        self.stage, self.ledger, self.mode, self.every = stage, ledger, mode, every
+        self.stream = stream or sys.stderr
+        self.start = time.monotonic()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, daemon=True)
+
+    def line(self) -> str:
+        s = self.ledger.snapshot()
+        elapsed = max(time.monotonic() - self.start, 1e-9)
+        tokens = s["prompt_tokens"] + s["completion_tokens"]
+        return (f"[{self.stage}] {s['requests']:,} requests  {s['cache_hits']:,} cached  "
+                f"{s['requests'] / elapsed:,.1f} req/s  {tokens:,} tokens  {s['failures']:,} failed  {elapsed:,.1f}s")
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.every):
+            self._emit()
+
+    def _emit(self) -> None:
+        if self.mode == "off":
+            return
+        try:
+            self.stream.write(self.line() + "\n")
+            self.stream.flush()
+        except Exception:
+            pass
+
+    def __enter__(self) -> Ticker:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join()
+        self._emit()
