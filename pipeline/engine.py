@@ -33,11 +33,14 @@ from pipeline.progress import Progress
 
 
 class Task(TypedDict):
-    """One unit of work; stages add their own keys (JSON-able, so any executor can ship it)."""
+    """One unit of work; stages add their own keys (JSON-able, so any executor can ship it).
+
+    ``plan`` gives ``spec``; `run_stage` replaces it by ``spec_hash`` before the task is run."""
 
     task_id: str
     out: str
-    spec_hash: str
+    spec: NotRequired[Any]
+    spec_hash: NotRequired[str]
 
 
 class TaskResult(TypedDict):
