@@ -15,9 +15,10 @@ cluster_id, survivor; sorted by traj_id), is what the sample stage drops from ev
    limit of members (from the number of trajectories the map saw, set on the driver between the two
    steps); it adds one to its evaluation members' totals and to each (training, evaluation) pair's
    shared count — partial counts, summed on the driver.
-3. **clusters** on the driver: union-find over the edge list, then the survivor rule. This holds the
-   duplicate pairs in memory — it grows with the number of duplicates (the edges are a spanning forest per
-   band group), not with the corpus, which is why it is acceptable on one machine.
+3. **clusters** (``dedup-clusters``, one task): reads the edge files, finds the connected components
+   (stages/dedup_graph.py), applies the survivor rule and writes ``dedup/removed.parquet``. The driver gets
+   only the counts: neither the edges nor the removed ids pass through it, and the sample tasks read
+   ``dedup/removed.parquet`` themselves.
 
 Reasons: ``exact_duplicate`` (same normalized content as a kept trajectory of its cluster),
 ``near_duplicate``, ``decontaminated_near``, ``decontaminated_ngram`` (stages/decontam.py); a
@@ -38,7 +39,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from pipeline.engine import RunContext, Stage, Step, run_stage, spec_hash
+from pipeline.engine import RunContext, Stage, Step, marker_path, run_stage, spec_hash
 from pipeline.outputs import AtomicParquetWriter, out_fs
 from schemas.errors import ConfigError
 from schemas.stats import Stats, merge_all
@@ -218,22 +219,45 @@ def run_dedup_reduce_task(task: dict[str, Any]) -> dict[str, Any]:
             tables.append(pq.read_table(f))
     table = pa.concat_tables(tables) if tables else BUCKET_SCHEMA.empty_table()
     edges = bucket_edges(table, task["settings"])
-    sizes = node_sizes(table) if edges else {}
-    rows = []
-    for kind, a, b, value in edges:
-        at, al = sizes.get(a, (0, 0))
-        bt, bl = sizes.get(b, (0, 0))
-        counted = kind in (KIND_TOTAL, KIND_SHARED)
-        rows.append({"kind": kind, "a": a, "b": b, "jaccard": 0.0 if counted else value, "a_turns": at, "a_len": al,
-                     "b_turns": bt, "b_len": bl, "count": int(value) if counted else 0})
     rel = f"_work/dedup/edges/{task['task_id']}.parquet"
     with AtomicParquetWriter(fs, f"{root}/{rel}", EDGE_SCHEMA) as w:
-        for r in rows:
-            w.write_row(r)
-    stats = {"dedup.bucket_rows": table.num_rows, "dedup.edges": len(rows)}
+        w.write_table(edge_table(edges, node_sizes(table) if edges else {}))
+    stats = {"dedup.bucket_rows": table.num_rows, "dedup.edges": len(edges)}
     result = {"task_id": task["task_id"], "stage": "dedup-reduce", "edges": rel, "rows": table.num_rows,
               "bytes": 0, "stats": stats, "spec_hash": task["spec_hash"]}
     return result
+
+
+def edge_table(edges: list[tuple], sizes: dict[str, tuple[int, int]]) -> pa.Table:
+    """The edge file rows of `bucket_edges`' edges, with the (turns, text length) of both ends from `sizes`."""
+    counted = [kind in (KIND_TOTAL, KIND_SHARED) for kind, *_ in edges]
+    a_sizes = [sizes.get(e[1], (0, 0)) for e in edges]
+    b_sizes = [sizes.get(e[2], (0, 0)) for e in edges]
+    columns = {
+        "kind": [e[0] for e in edges], "a": [e[1] for e in edges], "b": [e[2] for e in edges],
+        "jaccard": [0.0 if c else e[3] for e, c in zip(edges, counted)],
+        "a_turns": [x[0] for x in a_sizes], "a_len": [x[1] for x in a_sizes],
+        "b_turns": [x[0] for x in b_sizes], "b_len": [x[1] for x in b_sizes],
+        "count": [int(e[3]) if c else 0 for e, c in zip(edges, counted)],
+    }
+    return pa.Table.from_arrays([pa.array(columns[f.name], type=f.type) for f in EDGE_SCHEMA], schema=EDGE_SCHEMA)
+
+
+# --- clusters ----------------------------------------------------------------------------------------------
+
+
+def run_dedup_clusters_task(task: dict[str, Any]) -> dict[str, Any]:
+    """Clusters, the survivor rule and decontamination over every edge file; writes ``dedup/removed.parquet``."""
+    fs, root = out_fs(task["out"])
+    tables = []
+    for rel in task["edges"]:
+        with fs.open(f"{root}/{rel}", "rb") as f:
+            tables.append(pq.read_table(f))
+    edges = pa.concat_tables(tables) if tables else EDGE_SCHEMA.empty_table()
+    rows, counts = removed_rows(edges, task["settings"])
+    _write_removed(fs, root, rows)
+    return {"task_id": task["task_id"], "stage": "dedup-clusters", "counts": counts, "edges": edges.num_rows,
+            "rows": len(rows), "bytes": 0, "stats": {"dedup.removed": len(rows)}, "spec_hash": task["spec_hash"]}
 
 
 # --- the stage ---------------------------------------------------------------------------------------------
@@ -293,18 +317,21 @@ def run_dedup_stage(cfg, fs, root: str, executor, ingest_results, manifest, stag
                     for b in sorted(files)]
     reduce_results, stage_runs["dedup-reduce"] = run_stage(executor, DEDUP_REDUCE, None,
                                                             reduce_tasks, fs, root, progress)
-    tables = []
-    for r in reduce_results:
-        with fs.open(f"{root}/{r['edges']}", "rb") as f:
-            tables.append(pq.read_table(f))
-    edges = pa.concat_tables(tables) if tables else EDGE_SCHEMA.empty_table()
-    rows, counts = removed_rows(edges, settings)
-    _write_removed(fs, root, rows)
+    # Components and removals are found by one task from the edge files: neither the edges nor the removed
+    # ids pass through the driver, which only gets the counts.
+    clusters_task = {**base, "task_id": "clusters", "edges": [r["edges"] for r in reduce_results],
+                     "spec_hash": spec_hash(map_spec, "clusters", [r["spec_hash"] for r in reduce_results])}
+    marker = marker_path(root, DEDUP_CLUSTERS.name, "clusters")
+    if not fs.exists(f"{root}/dedup/removed.parquet") and fs.exists(marker):
+        fs.rm(marker)  # the output is gone: find it again
+    (cluster_result,), stage_runs["dedup-clusters"] = run_stage(executor, DEDUP_CLUSTERS, None, [clusters_task],
+                                                                fs, root, progress)
+    counts = cluster_result["counts"]
     stats = merge_all([r["stats"] for r in map_results + reduce_results])
     manifest["counts"]["dedup"] = counts
     manifest["dedup"] = {
         "buckets": settings["buckets"], "bands": settings["bands"], "rows_per_band": settings["rows"],
-        "edges": edges.num_rows, "references": int(stats.get("decontam.references")),
+        "edges": cluster_result["edges"], "references": int(stats.get("decontam.references")),
         "references_invalid": int(stats.get("decontam.references_invalid")),
         "compared": compared, "ngram_common_limit": limit,
     }
@@ -316,10 +343,11 @@ def run_dedup_stage(cfg, fs, root: str, executor, ingest_results, manifest, stag
 
 DEDUP_MAP = Stage("dedup-map", ("dedup",), run_dedup_map_task)
 DEDUP_REDUCE = Stage("dedup-reduce", ("dedup",), run_dedup_reduce_task)
+DEDUP_CLUSTERS = Stage("dedup-clusters", ("dedup",), run_dedup_clusters_task)
 
 
 def _run_dedup(ctx: RunContext) -> None:
     run_dedup_stage(ctx.cfg, ctx.fs, ctx.root, ctx.executor, ctx.ingest_results, ctx.manifest, ctx.stage_runs, ctx.echo)
 
 
-DEDUP_STEP = Step("dedup", (DEDUP_MAP, DEDUP_REDUCE), _run_dedup)
+DEDUP_STEP = Step("dedup", (DEDUP_MAP, DEDUP_REDUCE, DEDUP_CLUSTERS), _run_dedup)

@@ -10,7 +10,7 @@ import math
 from typing import Any
 
 from pipeline.engine import RunContext, Step, run_stage, spec_hash
-from pipeline.llm_stage import LLM, run_llm_stages
+from pipeline.llm_stage import LLM, llm_enabled, run_llm_stages
 from pipeline.sample_task import SAMPLES, duplicate_offsets
 from pipeline.shard_task import SHARDS
 from pipeline.wmat_pools import WMAT_POOLS_STAGE, run_wmat_pools
@@ -61,16 +61,18 @@ def run_sample_stages(cfg: dict[str, Any], fs, root: str, executor, ingest_resul
     ingest_stats = merge_all([r["stats"] for r in ingest_results])
     buckets = bucket_counts(cfg, ingest_stats)
     sample_hash = spec_hash(SAMPLES.config(cfg), buckets)
-    drop = _drop_list(fs, root)
+    # The sample tasks read dedup/removed.parquet themselves; their specs hold its digest, not its ids.
+    removed = _removed_digest(fs, root)
+    drop = _drop_list(fs, root) if llm_enabled(cfg) else set()
     llm = run_llm_stages(cfg, fs, root, executor, ingest_results, manifest, stage_runs, echo, drop)
     dups = duplicate_offsets(fs, root, [r["task_id"] for r in ingest_results])  # trajectories sharing an id
     tasks = []
     for r in ingest_results:
         shared = dups.get(r["task_id"], {})
-        spec = [sample_hash, r["spec_hash"], sorted(drop)] + ([shared] if shared else [])
+        spec = [sample_hash, r["spec_hash"], removed] + ([shared] if shared else [])
         spec += [llm["specs"][r["task_id"]]] if llm else []
         tasks.append({"task_id": r["task_id"], "out": cfg["run"]["out"], "cfg": cfg, "buckets": buckets,
-                      "drop": sorted(drop), "dups": shared, "spec_hash": spec_hash(*spec),
+                      "removed": removed, "dups": shared, "spec_hash": spec_hash(*spec),
                       **({"llm": {"stages": llm["stages"]}} if llm else {})})
     sample_results, stage_runs["samples"] = run_stage(executor, SAMPLES, None, tasks, fs, root, progress)
     shard_spec = spec_hash(sample_hash, [r["spec_hash"] for r in sample_results])
@@ -94,8 +96,9 @@ def run_sample_stages(cfg: dict[str, Any], fs, root: str, executor, ingest_resul
                 counts[key] = {**counts[key], **nested[key]}
             else:
                 counts[key] = nested[key]
-    if drop:
-        counts.setdefault("dedup", {})["removed"] = len(drop)
+    n_removed = _removed_count(fs, root)
+    if n_removed:
+        counts.setdefault("dedup", {})["removed"] = n_removed
     manifest["tokenizer"] = tok.describe()
     manifest["buckets"] = buckets
     manifest["histogram"] = histogram_from_stats(stats)
@@ -110,6 +113,30 @@ def _drop_list(fs, root: str) -> set[str]:
     import pyarrow.parquet as pq
 
     return set(pq.read_table(fs.open(path, "rb"), columns=["traj_id"]).column("traj_id").to_pylist())
+
+
+def _removed_digest(fs, root: str) -> str:
+    """sha256 of ``dedup/removed.parquet`` (read in blocks; "" without one): what the sample tasks' output depends on."""
+    import hashlib
+
+    path = f"{root}/dedup/removed.parquet"
+    if not fs.exists(path):
+        return ""
+    digest = hashlib.sha256()
+    with fs.open(path, "rb") as f:
+        while block := f.read(1 << 20):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _removed_count(fs, root: str) -> int:
+    path = f"{root}/dedup/removed.parquet"
+    if not fs.exists(path):
+        return 0
+    import pyarrow.parquet as pq
+
+    with fs.open(path, "rb") as f:
+        return pq.ParquetFile(f).metadata.num_rows
 
 
 def _stale_shards(fs, root: str, keep: set[str]) -> None:

@@ -105,7 +105,7 @@ def test_every_config_section_except_executor_is_claimed_by_a_stage():
 
 def test_the_plan_runs_every_stage_once_in_order():
     names = [stage.name for step in PLAN for stage in step.stages]
-    assert names == ["scan", "ingest", "dedup-map", "dedup-reduce", "llm", "samples", "shards", "wmat_pools"]
+    assert names == ["scan", "ingest", "dedup-map", "dedup-reduce", "dedup-clusters", "llm", "samples", "shards", "wmat_pools"]
 
 
 def test_a_claimed_section_reaches_the_spec_hash():
