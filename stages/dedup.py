@@ -326,6 +326,19 @@ def connected_components(edges: Iterable[tuple[str, str]]) -> list[list[str]]:
     return uf.groups()
 
 
+def unique_rows(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``np.unique(rows, axis=0, return_inverse=True)`` of a small 2-D array: the distinct rows in
+    lexicographic order and the class of every row. Through tuples, since numpy's structured-row path costs
+    milliseconds per call and a reduce task makes one call per LSH band group.
+    """
+    keys = [tuple(r) for r in rows.tolist()]
+    distinct = sorted(set(keys))
+    index = {k: i for i, k in enumerate(distinct)}
+    inverse = np.fromiter((index[k] for k in keys), dtype=np.int64, count=len(keys))
+    classes = np.array(distinct, dtype=rows.dtype).reshape(len(distinct), rows.shape[1])
+    return classes, inverse
+
+
 def band_group_edges(ids: list[str], roles: list[int], sigs: np.ndarray, threshold: float, near: bool) -> list[tuple]:
     """Verified edges among the members of one LSH band group (distinct ids; roles 0 train, 1 eval, 2 reference).
 
@@ -338,8 +351,7 @@ def band_group_edges(ids: list[str], roles: list[int], sigs: np.ndarray, thresho
     order = sorted(range(len(ids)), key=ids.__getitem__)
     ids = [ids[i] for i in order]
     roles = [roles[i] for i in order]
-    classes, inverse = np.unique(sigs[order], axis=0, return_inverse=True)
-    inverse = inverse.reshape(-1)
+    classes, inverse = unique_rows(sigs[order])
     sim = pairwise_jaccard(classes)
     members: dict[int, list[int]] = {}
     for i, c in enumerate(inverse.tolist()):

@@ -159,3 +159,15 @@ def test_signer_from_config_and_bench(capsys):
     assert (signer.num_perm, signer.shingle, signer.bands * signer.rows <= 64) == (64, 3, True)
     assert dedup.bench_signatures(20) > 0
     assert "trajectories/s per core" in capsys.readouterr().out
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.integers(1, 30), st.integers(1, 6), st.integers(0, 2**31), st.sampled_from([2, 5, 2**32 - 1]))
+def test_unique_rows_equals_numpy_unique_axis0(n, width, seed, high):
+    rng = np.random.default_rng(seed)
+    rows = rng.integers(0, high, size=(n, width), dtype=np.uint64, endpoint=True).astype(np.uint32)
+    rows = np.concatenate([rows, rows[rng.integers(0, n, size=n)]])  # repeated rows, in any order
+    classes, inverse = dedup.unique_rows(rows)
+    want_classes, want_inverse = np.unique(rows, axis=0, return_inverse=True)
+    assert np.array_equal(classes, want_classes) and classes.dtype == np.uint32
+    assert np.array_equal(inverse, want_inverse.reshape(-1))
