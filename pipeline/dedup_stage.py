@@ -30,6 +30,7 @@ trajectories.
 from __future__ import annotations
 
 import hashlib
+import itertools
 import math
 import posixpath
 from collections.abc import Iterator
@@ -80,6 +81,7 @@ ROWS_PER_BUCKET = 2_000_000  # ~100 MB of rows for one reduce task
 _FLUSH_ROWS = 65_536
 _MAX_PENDING_ROWS = 4 * _FLUSH_ROWS
 _CHARS_PER_WORD = 6
+_SIGN_BATCH = 64
 
 
 def dedup_settings(cfg: dict[str, Any], ingest_stats: Stats) -> dict[str, Any]:
@@ -191,9 +193,9 @@ def run_dedup_map_task(task: dict[str, Any]) -> dict[str, Any]:
     rows = 0
     try:
         batch = BucketRows()
-        for traj_id, role, row in records:
-            add_trajectory_rows(batch, traj_id, role, row, signer, settings)
-            rows += 1
+        while items := list(itertools.islice(records, _SIGN_BATCH)):  # a batch's signatures are computed together
+            add_trajectory_rows(batch, items, signer, settings)
+            rows += len(items)
             if batch.count >= _FLUSH_ROWS:
                 output.add(batch.table())
                 batch = BucketRows()

@@ -171,3 +171,19 @@ def test_unique_rows_equals_numpy_unique_axis0(n, width, seed, high):
     want_classes, want_inverse = np.unique(rows, axis=0, return_inverse=True)
     assert np.array_equal(classes, want_classes) and classes.dtype == np.uint32
     assert np.array_equal(inverse, want_inverse.reshape(-1))
+
+
+def test_signatures_of_many_texts_equal_datasketch_one_by_one():
+    rng = np.random.default_rng(5)
+    vocab = [f"w{i}" for i in range(400)]
+    lengths = [0, 1, 4, 5, 6, 30, 3000, 20_000, 7, 0, 250] + rng.integers(0, 900, 60).tolist()
+    texts = [[vocab[i] for i in rng.integers(0, len(vocab), n)] for n in lengths]
+    signer = dedup.Signer(shingle=5, num_perm=128, seed=1)
+    hashes = [dedup.word_hashes([w.encode() for w in t]) for t in texts]
+    got = signer.signatures(hashes)
+    assert got.shape == (len(texts), 128)
+    for row, h in zip(got, hashes):
+        expected = MinHash(num_perm=128, seed=1, scheme="affine32", hashfunc=lambda x: x)
+        if len(h):
+            expected.update_batch(dedup.shingle_hashes(h, 5).tolist())
+        assert np.array_equal(row, expected.hashvalues)
