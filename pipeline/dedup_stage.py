@@ -77,9 +77,11 @@ REMOVED_SCHEMA = pa.schema(
      ("matched", pa.string()), ("overlap", pa.float64())]
 )
 REASONS = ("exact_duplicate", "near_duplicate", "decontaminated_near", "decontaminated_ngram")
-ROWS_PER_BUCKET = 2_000_000  # ~100 MB of rows for one reduce task
+BYTES_PER_BUCKET = 128 << 20  # what one reduce task reads and sorts, by estimated bytes (not rows)
+_ROW_BYTES = 64  # a bucket row without its signature: keys, kind, band, sizes, a traj_id
 _FLUSH_ROWS = 65_536
 _MAX_PENDING_ROWS = 4 * _FLUSH_ROWS
+_MAX_PENDING_BYTES = 64 << 20  # band rows carry signatures: bound what a map task buffers by bytes too
 _CHARS_PER_WORD = 6
 _SIGN_BATCH = 64
 
@@ -112,8 +114,10 @@ def dedup_settings(cfg: dict[str, Any], ingest_stats: Stats) -> dict[str, Any]:
         "pools": {"ratios": dict(cfg["pools"]["ratios"]), "seed": cfg["pools"]["seed"]},
     }
     n_traj = ingest_stats.get("trajectories.kept")
+    # A band row carries its signature (4 bytes a permutation), so buckets are sized by bytes, not rows.
     est_rows = n_traj * (1 + bands) + (ingest_stats.get("chars.kept") / _CHARS_PER_WORD if decontam else 0)
-    settings["buckets"] = int(d.get("buckets") or max(1, math.ceil(est_rows / ROWS_PER_BUCKET)))
+    est_bytes = est_rows * _ROW_BYTES + n_traj * bands * 4 * int(d["num_perm"])
+    settings["buckets"] = int(d.get("buckets") or max(1, math.ceil(est_bytes / BYTES_PER_BUCKET)))
     return settings
 
 
@@ -127,6 +131,7 @@ class _BucketOutput:
         self.fs, self.root, self.task_id, self.buckets = fs, root, task_id, buckets
         self.pending: dict[int, list[pa.Table]] = {}
         self.pending_rows: dict[int, int] = {}
+        self.pending_bytes = 0
         self.writers: dict[int, AtomicParquetWriter] = {}
 
     def path(self, bucket: int) -> str:
@@ -142,13 +147,16 @@ class _BucketOutput:
         starts = np.flatnonzero(np.r_[True, sorted_buckets[1:] != sorted_buckets[:-1]])
         for s, e in zip(starts, np.r_[starts[1:], len(order)]):
             b = int(sorted_buckets[s])
-            self.pending.setdefault(b, []).append(table.slice(s, e - s))
+            part = table.slice(s, e - s)
+            self.pending.setdefault(b, []).append(part)
+            self.pending_bytes += part.nbytes
             self.pending_rows[b] = self.pending_rows.get(b, 0) + int(e - s)
             if self.pending_rows[b] >= _FLUSH_ROWS:
                 self._flush(b)
-        if sum(self.pending_rows.values()) >= _MAX_PENDING_ROWS:  # many buckets: bound the task's memory
-            for b in list(self.pending):
+        if sum(self.pending_rows.values()) >= _MAX_PENDING_ROWS or self.pending_bytes >= _MAX_PENDING_BYTES:
+            for b in list(self.pending):  # many buckets: bound the task's memory
                 self._flush(b)
+            self.pending_bytes = 0
 
     def _flush(self, b: int) -> None:
         if b not in self.writers:

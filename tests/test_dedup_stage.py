@@ -268,3 +268,15 @@ def test_removed_rows_from_edges():
 def test_bad_dedup_settings_are_config_errors(key, value, message):
     with pytest.raises(ConfigError, match=message):  # the config schema, or the cross-key check of the stage
         dedup_settings(resolve({"dedup": {key: value}}), Stats())
+
+
+def test_reduce_buckets_are_sized_by_bytes_including_signatures():
+    cfg = resolve({"pools": {"ratios": {"cpt": 0.9, "sft": 0.1}}}, {"run": {"input": ["x"], "out": "/tmp/x"}})
+    stats = Stats()
+    stats.add("trajectories.kept", 300_000)
+    stats.add("chars.kept", 2_000_000_000)
+    settings = dedup_settings(cfg, stats)
+    assert not settings["decontam"]
+    # Each trajectory has `bands` band rows of a 128 x 4-byte signature each: ~1.4 GB here in all.
+    signature_bytes = 300_000 * settings["bands"] * 128 * 4
+    assert signature_bytes / settings["buckets"] <= 128 << 20
