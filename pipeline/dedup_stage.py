@@ -14,7 +14,7 @@ cluster_id, survivor; sorted by traj_id), is what the sample stage drops from ev
    written to ``_work/dedup/edges/b<NNNNN>.parquet``. An n-gram group is specific when it has at most the common
    limit of members (from the number of trajectories the map saw, set on the driver between the two
    steps); it adds one to its evaluation members' totals and to each (training, evaluation) pair's
-   shared count — partial counts, summed on the driver.
+   shared count — partial counts, summed by the clusters task.
 3. **clusters** (``dedup-clusters``, one task): reads the edge files, finds the connected components
    (stages/dedup_graph.py), applies the survivor rule and writes ``dedup/removed.parquet``. The driver gets
    only the counts: neither the edges nor the removed ids pass through it, and the sample tasks read

@@ -1,7 +1,7 @@
 """The dedup graph: keyed rows of each trajectory, verified edges of one bucket of rows, then removals.
 
 Pure functions over Arrow tables (no files, no executor), used by the dedup stage
-(`pipeline.dedup_stage`): `bucket_edges` in each reduce task, `removed_rows` on the driver
+(`pipeline.dedup_stage`): `bucket_edges` in each reduce task, `removed_rows` in the one clusters task
 (decontamination first, then union-find clusters and the survivor rule).
 """
 
