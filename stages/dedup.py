@@ -269,10 +269,21 @@ def lsh_params(threshold: float, num_perm: int, bands: int = 0) -> tuple[int, in
         if bands > num_perm:
             raise ValueError(f"dedup.bands ({bands}) exceeds dedup.num_perm ({num_perm})")
         return bands, num_perm // bands
-    from datasketch.lsh import _optimal_param
-
-    b, r = _optimal_param(threshold, num_perm, 0.5, 0.5)
-    return int(b), int(r)
+    # The same search as datasketch's (b ascending, then r; the first strictly smaller error wins), with the
+    # error integrals by Gauss-Legendre quadrature: the integrands are polynomials of degree ≤ num_perm, so
+    # num_perm // 2 + 1 nodes integrate them exactly, and importing scipy (seconds per run) is not needed.
+    nodes, weights = np.polynomial.legendre.leggauss(num_perm // 2 + 1)
+    below = threshold * (nodes + 1) / 2  # the nodes mapped onto [0, threshold] ...
+    above = threshold + (1 - threshold) * (nodes + 1) / 2  # ... and onto [threshold, 1]
+    best, opt = float("inf"), (0, 0)
+    for b in range(1, num_perm + 1):
+        for r in range(1, num_perm // b + 1):
+            false_pos = threshold / 2 * float(np.dot(weights, 1 - (1 - below**r) ** b))
+            false_neg = (1 - threshold) / 2 * float(np.dot(weights, (1 - above**r) ** b))
+            error = false_pos * 0.5 + false_neg * 0.5
+            if error < best:
+                best, opt = error, (b, r)
+    return opt
 
 
 def band_keys(sigs: np.ndarray, bands: int, rows: int) -> np.ndarray:

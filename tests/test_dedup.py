@@ -187,3 +187,13 @@ def test_signatures_of_many_texts_equal_datasketch_one_by_one():
         if len(h):
             expected.update_batch(dedup.shingle_hashes(h, 5).tolist())
         assert np.array_equal(row, expected.hashvalues)
+
+
+@pytest.mark.parametrize("num_perm", [16, 64, 100, 128, 256])
+def test_lsh_params_equal_datasketch_optimum(num_perm):
+    from datasketch.lsh import _optimal_param
+
+    for i in range(1, 20):
+        threshold = i / 20
+        expected = _optimal_param(threshold, num_perm, 0.5, 0.5)
+        assert dedup.lsh_params.__wrapped__(threshold, num_perm) == tuple(expected), threshold
