@@ -460,8 +460,8 @@ def bench_signatures(n: int = 2000, turns: int = 8, words: int = 120) -> float:
     trajs = [_synthetic_turns(rng, vocab, turns, words) for _ in range(n)]
     signer = Signer()
     start = time.perf_counter()
-    for start in range(0, n, 64):  # as the dedup map does: signatures and band keys of 64 at a time
-        hashes = [word_hashes(words_of(turn_texts(t))) for t in trajs[start : start + 64]]
+    for first in range(0, n, 64):  # as the dedup map does: signatures and band keys of 64 at a time
+        hashes = [word_hashes(words_of(turn_texts(t))) for t in trajs[first : first + 64]]
         band_keys(signer.signatures(hashes), signer.bands, signer.rows)
     rate = n / (time.perf_counter() - start)
     print(f"near-dup signatures: {rate:.0f} trajectories/s per core")
