@@ -14,10 +14,11 @@ cluster_id, survivor; sorted by traj_id), is what the sample stage drops from ev
    written to ``_work/dedup/edges/b<NNNNN>.parquet``. An n-gram group is specific when it has at most the common
    limit of members (from the number of trajectories the map saw, set on the driver between the two
    steps); it adds one to its evaluation members' totals and to each (training, evaluation) pair's
-   shared count — partial counts, summed on the driver.
-3. **clusters** on the driver: union-find over the edge list, then the survivor rule. This holds the
-   duplicate pairs in memory — it grows with the number of duplicates (the edges are a spanning forest per
-   band group), not with the corpus, which is why it is acceptable on one machine.
+   shared count — partial counts, summed by the clusters task.
+3. **clusters** (``dedup-clusters``, one task): reads the edge files, finds the connected components
+   (stages/dedup_graph.py), applies the survivor rule and writes ``dedup/removed.parquet``. The driver gets
+   only the counts: neither the edges nor the removed ids pass through it, and the sample tasks read
+   ``dedup/removed.parquet`` themselves.
 
 Reasons: ``exact_duplicate`` (same normalized content as a kept trajectory of its cluster),
 ``near_duplicate``, ``decontaminated_near``, ``decontaminated_ngram`` (stages/decontam.py); a
@@ -29,6 +30,7 @@ trajectories.
 from __future__ import annotations
 
 import hashlib
+import itertools
 import math
 import posixpath
 from collections.abc import Iterator
@@ -38,7 +40,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from pipeline.engine import RunContext, Stage
+from pipeline.engine import RunContext, Stage, marker_path
 from pipeline.outputs import AtomicParquetWriter, out_fs
 from schemas.errors import ConfigError
 from schemas.stats import Stats, merge_all
@@ -75,10 +77,13 @@ REMOVED_SCHEMA = pa.schema(
      ("matched", pa.string()), ("overlap", pa.float64())]
 )
 REASONS = ("exact_duplicate", "near_duplicate", "decontaminated_near", "decontaminated_ngram")
-ROWS_PER_BUCKET = 2_000_000  # ~100 MB of rows for one reduce task
+BYTES_PER_BUCKET = 128 << 20  # what one reduce task reads and sorts, by estimated bytes (not rows)
+_ROW_BYTES = 64  # a bucket row without its signature: keys, kind, band, sizes, a traj_id
 _FLUSH_ROWS = 65_536
 _MAX_PENDING_ROWS = 4 * _FLUSH_ROWS
+_MAX_PENDING_BYTES = 64 << 20  # band rows carry signatures: bound what a map task buffers by bytes too
 _CHARS_PER_WORD = 6
+_SIGN_BATCH = 64
 
 
 def dedup_settings(cfg: dict[str, Any], ingest_stats: Stats) -> dict[str, Any]:
@@ -109,8 +114,10 @@ def dedup_settings(cfg: dict[str, Any], ingest_stats: Stats) -> dict[str, Any]:
         "pools": {"ratios": dict(cfg["pools"]["ratios"]), "seed": cfg["pools"]["seed"]},
     }
     n_traj = ingest_stats.get("trajectories.kept")
+    # A band row carries its signature (4 bytes a permutation), so buckets are sized by bytes, not rows.
     est_rows = n_traj * (1 + bands) + (ingest_stats.get("chars.kept") / _CHARS_PER_WORD if decontam else 0)
-    settings["buckets"] = int(d.get("buckets") or max(1, math.ceil(est_rows / ROWS_PER_BUCKET)))
+    est_bytes = est_rows * _ROW_BYTES + n_traj * bands * 4 * int(d["num_perm"])
+    settings["buckets"] = int(d.get("buckets") or max(1, math.ceil(est_bytes / BYTES_PER_BUCKET)))
     return settings
 
 
@@ -124,6 +131,7 @@ class _BucketOutput:
         self.fs, self.root, self.task_id, self.buckets = fs, root, task_id, buckets
         self.pending: dict[int, list[pa.Table]] = {}
         self.pending_rows: dict[int, int] = {}
+        self.pending_bytes = 0
         self.writers: dict[int, AtomicParquetWriter] = {}
 
     def path(self, bucket: int) -> str:
@@ -139,13 +147,16 @@ class _BucketOutput:
         starts = np.flatnonzero(np.r_[True, sorted_buckets[1:] != sorted_buckets[:-1]])
         for s, e in zip(starts, np.r_[starts[1:], len(order)]):
             b = int(sorted_buckets[s])
-            self.pending.setdefault(b, []).append(table.slice(s, e - s))
+            part = table.slice(s, e - s)
+            self.pending.setdefault(b, []).append(part)
+            self.pending_bytes += part.nbytes
             self.pending_rows[b] = self.pending_rows.get(b, 0) + int(e - s)
             if self.pending_rows[b] >= _FLUSH_ROWS:
                 self._flush(b)
-        if sum(self.pending_rows.values()) >= _MAX_PENDING_ROWS:  # many buckets: bound the task's memory
-            for b in list(self.pending):
+        if sum(self.pending_rows.values()) >= _MAX_PENDING_ROWS or self.pending_bytes >= _MAX_PENDING_BYTES:
+            for b in list(self.pending):  # many buckets: bound the task's memory
                 self._flush(b)
+            self.pending_bytes = 0
 
     def _flush(self, b: int) -> None:
         if b not in self.writers:
@@ -190,9 +201,9 @@ def run_dedup_map_task(task: dict[str, Any]) -> dict[str, Any]:
     rows = 0
     try:
         batch = BucketRows()
-        for traj_id, role, row in records:
-            add_trajectory_rows(batch, traj_id, role, row, signer, settings)
-            rows += 1
+        while items := list(itertools.islice(records, _SIGN_BATCH)):  # a batch's signatures are computed together
+            add_trajectory_rows(batch, items, signer, settings)
+            rows += len(items)
             if batch.count >= _FLUSH_ROWS:
                 output.add(batch.table())
                 batch = BucketRows()
@@ -218,22 +229,45 @@ def run_dedup_reduce_task(task: dict[str, Any]) -> dict[str, Any]:
             tables.append(pq.read_table(f))
     table = pa.concat_tables(tables) if tables else BUCKET_SCHEMA.empty_table()
     edges = bucket_edges(table, task["settings"])
-    sizes = node_sizes(table) if edges else {}
-    rows = []
-    for kind, a, b, value in edges:
-        at, al = sizes.get(a, (0, 0))
-        bt, bl = sizes.get(b, (0, 0))
-        counted = kind in (KIND_TOTAL, KIND_SHARED)
-        rows.append({"kind": kind, "a": a, "b": b, "jaccard": 0.0 if counted else value, "a_turns": at, "a_len": al,
-                     "b_turns": bt, "b_len": bl, "count": int(value) if counted else 0})
     rel = f"_work/dedup/edges/{task['task_id']}.parquet"
     with AtomicParquetWriter(fs, f"{root}/{rel}", EDGE_SCHEMA) as w:
-        for r in rows:
-            w.write_row(r)
-    stats = {"dedup.bucket_rows": table.num_rows, "dedup.edges": len(rows)}
+        w.write_table(edge_table(edges, node_sizes(table) if edges else {}))
+    stats = {"dedup.bucket_rows": table.num_rows, "dedup.edges": len(edges)}
     result = {"task_id": task["task_id"], "stage": "dedup-reduce", "edges": rel, "rows": table.num_rows,
               "bytes": 0, "stats": stats, "spec_hash": task["spec_hash"]}
     return result
+
+
+def edge_table(edges: list[tuple], sizes: dict[str, tuple[int, int]]) -> pa.Table:
+    """The edge file rows of `bucket_edges`' edges, with the (turns, text length) of both ends from `sizes`."""
+    counted = [kind in (KIND_TOTAL, KIND_SHARED) for kind, *_ in edges]
+    a_sizes = [sizes.get(e[1], (0, 0)) for e in edges]
+    b_sizes = [sizes.get(e[2], (0, 0)) for e in edges]
+    columns = {
+        "kind": [e[0] for e in edges], "a": [e[1] for e in edges], "b": [e[2] for e in edges],
+        "jaccard": [0.0 if c else e[3] for e, c in zip(edges, counted)],
+        "a_turns": [x[0] for x in a_sizes], "a_len": [x[1] for x in a_sizes],
+        "b_turns": [x[0] for x in b_sizes], "b_len": [x[1] for x in b_sizes],
+        "count": [int(e[3]) if c else 0 for e, c in zip(edges, counted)],
+    }
+    return pa.Table.from_arrays([pa.array(columns[f.name], type=f.type) for f in EDGE_SCHEMA], schema=EDGE_SCHEMA)
+
+
+# --- clusters ----------------------------------------------------------------------------------------------
+
+
+def run_dedup_clusters_task(task: dict[str, Any]) -> dict[str, Any]:
+    """Clusters, the survivor rule and decontamination over every edge file; writes ``dedup/removed.parquet``."""
+    fs, root = out_fs(task["out"])
+    tables = []
+    for rel in task["edges"]:
+        with fs.open(f"{root}/{rel}", "rb") as f:
+            tables.append(pq.read_table(f))
+    edges = pa.concat_tables(tables) if tables else EDGE_SCHEMA.empty_table()
+    rows, counts = removed_rows(edges, task["settings"])
+    _write_removed(fs, root, rows)
+    return {"task_id": task["task_id"], "stage": "dedup-clusters", "counts": counts, "edges": edges.num_rows,
+            "rows": len(rows), "bytes": 0, "stats": {"dedup.removed": len(rows)}, "spec_hash": task["spec_hash"]}
 
 
 # --- the stage ---------------------------------------------------------------------------------------------
@@ -309,7 +343,7 @@ class DedupMapStage(Stage):
 
 
 class DedupReduceStage(Stage):
-    """Reduce: one task per bucket; then the clusters on the driver, ``dedup/removed.parquet`` and the counts."""
+    """Reduce: one task per bucket writes the edges its rows give (``_work/dedup/edges``)."""
 
     name = "dedup-reduce"
     sections = ("dedup",)
@@ -329,26 +363,38 @@ class DedupReduceStage(Stage):
         return [{**base, "task_id": f"b{b:05d}", "files": sorted(files[b]), "spec": [settings, map_specs, b]}
                 for b in sorted(files)]
 
-    def finish(self, ctx: RunContext, reduce_results: list[dict[str, Any]]) -> None:
+
+class DedupClustersStage(Stage):
+    """Clusters: one task reads the edge files, finds the components, applies the survivor rule and writes
+    ``dedup/removed.parquet``; the driver gets only the counts (neither edges nor removed ids pass through it)."""
+
+    name = "dedup-clusters"
+    sections = ("dedup",)
+    run_task = staticmethod(run_dedup_clusters_task)
+
+    def plan(self, ctx: RunContext) -> list[dict[str, Any]] | None:
+        settings = ctx.shared["dedup"]
+        if "ngram_limit" not in settings:  # dedup is off
+            return None
+        reduce_results = ctx.results["dedup-reduce"]
+        marker = marker_path(ctx.root, self.name, "clusters")
+        if not ctx.fs.exists(f"{ctx.root}/dedup/removed.parquet") and ctx.fs.exists(marker):
+            ctx.fs.rm(marker)  # the output is gone: find it again
+        return [{"out": ctx.cfg["run"]["out"], "settings": settings, "task_id": "clusters",
+                 "edges": [r["edges"] for r in reduce_results], "spec": [r["spec_hash"] for r in reduce_results]}]
+
+    def finish(self, ctx: RunContext, results: list[dict[str, Any]]) -> None:
         settings = ctx.shared["dedup"]
         if "ngram_limit" not in settings:
             return
-        fs, root, manifest = ctx.fs, ctx.root, ctx.manifest
-        map_results = ctx.results["dedup-map"]
+        (cluster_result,) = results
+        counts = cluster_result["counts"]
         compared, limit = ctx.shared["dedup_compared"], settings["ngram_limit"]
-        tables = []
-        for r in reduce_results:
-            with fs.open(f"{root}/{r['edges']}", "rb") as f:
-                tables.append(pq.read_table(f))
-        edges = pa.concat_tables(tables) if tables else EDGE_SCHEMA.empty_table()
-        rows, counts = removed_rows(edges, settings)
-        _write_removed(fs, root, rows)
-        ctx.shared["removed_ids"] = {r["traj_id"] for r in rows}
-        stats = merge_all([r["stats"] for r in map_results + reduce_results])
-        manifest["counts"]["dedup"] = counts
-        manifest["dedup"] = {
+        stats = merge_all([r["stats"] for r in ctx.results["dedup-map"] + ctx.results["dedup-reduce"]])
+        ctx.manifest["counts"]["dedup"] = counts
+        ctx.manifest["dedup"] = {
             "buckets": settings["buckets"], "bands": settings["bands"], "rows_per_band": settings["rows"],
-            "edges": edges.num_rows, "references": int(stats.get("decontam.references")),
+            "edges": cluster_result["edges"], "references": int(stats.get("decontam.references")),
             "references_invalid": int(stats.get("decontam.references_invalid")),
             "compared": compared, "ngram_common_limit": limit,
         }
@@ -360,3 +406,4 @@ class DedupReduceStage(Stage):
 
 DEDUP_MAP = DedupMapStage()
 DEDUP_REDUCE = DedupReduceStage()
+DEDUP_CLUSTERS = DedupClustersStage()

@@ -274,6 +274,9 @@ class LLMStages(Stage):
     run_task = staticmethod(run_llm_task)
 
     def run(self, ctx: RunContext) -> None:
+        if not llm_enabled(ctx.cfg):  # the removed ids are read on the driver only when model stages need them
+            ctx.shared["llm"] = None
+            return
         ctx.shared["llm"] = run_llm_stages(ctx.cfg, ctx.fs, ctx.root, ctx.executor, ctx.results["ingest"],
                                            ctx.manifest, ctx.stage_runs, ctx.echo, removed_ids(ctx))
 

@@ -13,7 +13,6 @@ from typing import Any
 import pyarrow.parquet as pq
 
 from masking import load_table
-from pipeline.engine import Stage
 from pipeline.llm_stage import Augment
 from pipeline.outputs import AtomicParquetWriter, out_fs
 from schemas.shard import schema_for
@@ -81,16 +80,25 @@ def duplicate_offsets(fs, root: str, task_ids: list[str]) -> dict[str, dict[str,
     return out
 
 
+def removed_ids(fs, root: str) -> set[str]:
+    """Trajectory ids the dedup stage removed (``dedup/removed.parquet``; none when dedup did not run)."""
+    path = f"{root}/dedup/removed.parquet"
+    if not fs.exists(path):
+        return set()
+    with fs.open(path, "rb") as f:
+        return set(pq.read_table(f, columns=["traj_id"]).column("traj_id").to_pylist())
+
+
 def run_sample_task(task: dict[str, Any]) -> dict[str, Any]:
-    """Samples of one trajectories part. `task`: task_id, out, cfg, buckets, spec_hash, drop (ids),
-    dups (`duplicate_offsets` of this part)."""
+    """Samples of one trajectories part. `task`: task_id, out, cfg, buckets, spec_hash, removed (the digest of
+    ``dedup/removed.parquet``, whose ids the task reads itself), dups (`duplicate_offsets` of this part)."""
     cfg = task["cfg"]
     fs, root = out_fs(task["out"])
     tok = load_tokenizer(cfg["tokenizer"]["spec"], cfg["tokenizer"]["engine"] or None)
     seg = segment_tokenizer(tok)
     table = load_table(cfg["masking"]["table"])
     stats = Stats()
-    drop = set(task.get("drop") or ())
+    drop = removed_ids(fs, root)
     dups = dict(task.get("dups") or {})
     writer = SampleWriter(fs, root, task["task_id"], task["buckets"], 1)
     aug = None
@@ -126,5 +134,3 @@ def run_sample_task(task: dict[str, Any]) -> dict[str, Any]:
               "bytes": 0, "spec_hash": task["spec_hash"]}
     return result
 
-
-SAMPLES = Stage("samples", ("pools", "templates", "masking", "tokenizer", "render", "shards"), run_sample_task)

@@ -9,7 +9,6 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from pipeline.dedup_stage import removed_ids
 from pipeline.engine import RunContext, Stage
 from pipeline.sample_task import duplicate_offsets, run_sample_task
 from pipeline.shard_task import run_shard_task
@@ -64,16 +63,17 @@ class SamplesStage(Stage):
     def plan(self, ctx: RunContext) -> list[dict[str, Any]] | None:
         cfg, fs, root, ingest_results = ctx.cfg, ctx.fs, ctx.root, ctx.results["ingest"]
         buckets = ctx.shared["buckets"] = bucket_counts(cfg, merge_all([r["stats"] for r in ingest_results]))
-        drop = removed_ids(ctx)
+        # The sample tasks read dedup/removed.parquet themselves; their specs hold its digest, not its ids.
+        removed = _removed_digest(fs, root)
         llm = ctx.shared.get("llm")
         dups = duplicate_offsets(fs, root, [r["task_id"] for r in ingest_results])  # trajectories sharing an id
         tasks = []
         for r in ingest_results:
             shared = dups.get(r["task_id"], {})
-            spec = [buckets, r["spec_hash"], sorted(drop)] + ([shared] if shared else [])
+            spec = [buckets, r["spec_hash"], removed] + ([shared] if shared else [])
             spec += [llm["specs"][r["task_id"]]] if llm else []
             tasks.append({"task_id": r["task_id"], "out": cfg["run"]["out"], "cfg": cfg, "buckets": buckets,
-                          "drop": sorted(drop), "dups": shared, "spec": spec,
+                          "removed": removed, "dups": shared, "spec": spec,
                           **({"llm": {"stages": llm["stages"]}} if llm else {})})
         return tasks
 
@@ -87,9 +87,9 @@ class SamplesStage(Stage):
                     counts[key] = {**counts[key], **nested[key]}
                 else:
                     counts[key] = nested[key]
-        drop = removed_ids(ctx)
-        if drop:
-            counts.setdefault("dedup", {})["removed"] = len(drop)
+        n_removed = _removed_count(ctx.fs, ctx.root)
+        if n_removed:
+            counts.setdefault("dedup", {})["removed"] = n_removed
         cfg = ctx.cfg
         tok = load_tokenizer(cfg["tokenizer"]["spec"], cfg["tokenizer"]["engine"] or None)
         ctx.manifest["tokenizer"] = tok.describe()
@@ -117,6 +117,30 @@ class ShardsStage(Stage):
     def finish(self, ctx: RunContext, shard_results: list[dict[str, Any]]) -> None:
         _stale_shards(ctx.fs, ctx.root, {r["shard"]["path"] for r in shard_results})
         ctx.manifest["shards"] = [r["shard"] for r in shard_results]
+
+
+def _removed_digest(fs, root: str) -> str:
+    """sha256 of ``dedup/removed.parquet`` (read in blocks; "" without one): what the sample tasks' output depends on."""
+    import hashlib
+
+    path = f"{root}/dedup/removed.parquet"
+    if not fs.exists(path):
+        return ""
+    digest = hashlib.sha256()
+    with fs.open(path, "rb") as f:
+        while block := f.read(1 << 20):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _removed_count(fs, root: str) -> int:
+    path = f"{root}/dedup/removed.parquet"
+    if not fs.exists(path):
+        return 0
+    import pyarrow.parquet as pq
+
+    with fs.open(path, "rb") as f:
+        return pq.ParquetFile(f).metadata.num_rows
 
 
 def _stale_shards(fs, root: str, keep: set[str]) -> None:

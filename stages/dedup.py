@@ -218,6 +218,35 @@ def minhash(values: np.ndarray, num_perm: int, seed: int) -> np.ndarray:
     return sig
 
 
+def minhash_many(values: np.ndarray, offsets: np.ndarray, num_perm: int, seed: int) -> np.ndarray:
+    """Signatures (n × num_perm) of n sets stored back to back: set i is ``values[offsets[i]:offsets[i + 1]]``.
+
+    Equal to `minhash` of each set. Consecutive sets share one permutation table of up to `_CHUNK`
+    values and one segmented minimum, so many small sets cost a few numpy calls instead of a few per set.
+    """
+    n = len(offsets) - 1
+    a, b = permutations(num_perm, seed)
+    out = np.full((n, num_perm), _MAX32, dtype=np.uint32)
+    limit = _CHUNK
+    i = 0
+    with np.errstate(over="ignore"):
+        while i < n:
+            j = i + 1
+            while j < n and offsets[j + 1] - offsets[i] <= limit:
+                j += 1
+            lo, hi = int(offsets[i]), int(offsets[j])
+            if j == i + 1 and hi - lo > limit:  # one large set: the chunked single-set path
+                out[i] = minhash(values[lo:hi], num_perm, seed)
+            elif hi > lo:
+                table = np.multiply.outer(a, _fmix32(values[lo:hi].astype(np.uint32)))
+                table += b[:, None]
+                sizes = np.diff(offsets[i : j + 1])
+                full = np.flatnonzero(sizes)  # empty sets keep the all-max signature
+                out[i + full] = np.minimum.reduceat(table, (offsets[i:j][full] - lo).astype(np.intp), axis=1).T
+            i = j
+    return out
+
+
 def jaccard(sig_a: np.ndarray, sig_b: np.ndarray) -> float:
     """Estimated Jaccard similarity: the share of equal signature values."""
     return float(np.count_nonzero(sig_a == sig_b)) / len(sig_a)
@@ -240,10 +269,21 @@ def lsh_params(threshold: float, num_perm: int, bands: int = 0) -> tuple[int, in
         if bands > num_perm:
             raise ValueError(f"dedup.bands ({bands}) exceeds dedup.num_perm ({num_perm})")
         return bands, num_perm // bands
-    from datasketch.lsh import _optimal_param
-
-    b, r = _optimal_param(threshold, num_perm, 0.5, 0.5)
-    return int(b), int(r)
+    # The same search as datasketch's (b ascending, then r; the first strictly smaller error wins), with the
+    # error integrals by Gauss-Legendre quadrature: the integrands are polynomials of degree ≤ num_perm, so
+    # num_perm // 2 + 1 nodes integrate them exactly, and importing scipy (seconds per run) is not needed.
+    nodes, weights = np.polynomial.legendre.leggauss(num_perm // 2 + 1)
+    below = threshold * (nodes + 1) / 2  # the nodes mapped onto [0, threshold] ...
+    above = threshold + (1 - threshold) * (nodes + 1) / 2  # ... and onto [threshold, 1]
+    best, opt = float("inf"), (0, 0)
+    for b in range(1, num_perm + 1):
+        for r in range(1, num_perm // b + 1):
+            false_pos = threshold / 2 * float(np.dot(weights, 1 - (1 - below**r) ** b))
+            false_neg = (1 - threshold) / 2 * float(np.dot(weights, (1 - above**r) ** b))
+            error = false_pos * 0.5 + false_neg * 0.5
+            if error < best:
+                best, opt = error, (b, r)
+    return opt
 
 
 def band_keys(sigs: np.ndarray, bands: int, rows: int) -> np.ndarray:
@@ -277,6 +317,14 @@ class Signer:
         """MinHash of a text's shingles, from its words or their `word_hashes`."""
         hashes = words if isinstance(words, np.ndarray) else word_hashes(words)
         return minhash(shingle_hashes(hashes, self.shingle), self.num_perm, self.seed)
+
+    def signatures(self, texts: Sequence[np.ndarray]) -> np.ndarray:
+        """`signature` of many texts given by their `word_hashes` (n × num_perm), computed together."""
+        shingles = [shingle_hashes(h, self.shingle) for h in texts]
+        offsets = np.zeros(len(shingles) + 1, dtype=np.int64)
+        np.cumsum([len(x) for x in shingles], out=offsets[1:])
+        values = np.concatenate(shingles) if shingles else np.zeros(0, np.uint32)
+        return minhash_many(values, offsets, self.num_perm, self.seed)
 
 
 # --- clusters ------------------------------------------------------------------------------------------------
@@ -326,6 +374,19 @@ def connected_components(edges: Iterable[tuple[str, str]]) -> list[list[str]]:
     return uf.groups()
 
 
+def unique_rows(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``np.unique(rows, axis=0, return_inverse=True)`` of a small 2-D array: the distinct rows in
+    lexicographic order and the class of every row. Through tuples, since numpy's structured-row path costs
+    milliseconds per call and a reduce task makes one call per LSH band group.
+    """
+    keys = [tuple(r) for r in rows.tolist()]
+    distinct = sorted(set(keys))
+    index = {k: i for i, k in enumerate(distinct)}
+    inverse = np.fromiter((index[k] for k in keys), dtype=np.int64, count=len(keys))
+    classes = np.array(distinct, dtype=rows.dtype).reshape(len(distinct), rows.shape[1])
+    return classes, inverse
+
+
 def band_group_edges(ids: list[str], roles: list[int], sigs: np.ndarray, threshold: float, near: bool) -> list[tuple]:
     """Verified edges among the members of one LSH band group (distinct ids; roles 0 train, 1 eval, 2 reference).
 
@@ -338,8 +399,7 @@ def band_group_edges(ids: list[str], roles: list[int], sigs: np.ndarray, thresho
     order = sorted(range(len(ids)), key=ids.__getitem__)
     ids = [ids[i] for i in order]
     roles = [roles[i] for i in order]
-    classes, inverse = np.unique(sigs[order], axis=0, return_inverse=True)
-    inverse = inverse.reshape(-1)
+    classes, inverse = unique_rows(sigs[order])
     sim = pairwise_jaccard(classes)
     members: dict[int, list[int]] = {}
     for i, c in enumerate(inverse.tolist()):
@@ -400,9 +460,9 @@ def bench_signatures(n: int = 2000, turns: int = 8, words: int = 120) -> float:
     trajs = [_synthetic_turns(rng, vocab, turns, words) for _ in range(n)]
     signer = Signer()
     start = time.perf_counter()
-    for turns_ in trajs:
-        sig = signer.signature(words_of(turn_texts(turns_)))
-        band_keys(sig, signer.bands, signer.rows)
+    for first in range(0, n, 64):  # as the dedup map does: signatures and band keys of 64 at a time
+        hashes = [word_hashes(words_of(turn_texts(t))) for t in trajs[first : first + 64]]
+        band_keys(signer.signatures(hashes), signer.bands, signer.rows)
     rate = n / (time.perf_counter() - start)
     print(f"near-dup signatures: {rate:.0f} trajectories/s per core")
     return rate

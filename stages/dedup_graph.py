@@ -1,7 +1,7 @@
 """The dedup graph: keyed rows of each trajectory, verified edges of one bucket of rows, then removals.
 
 Pure functions over Arrow tables (no files, no executor), used by the dedup stage
-(`pipeline.dedup_stage`): `bucket_edges` in each reduce task, `removed_rows` on the driver
+(`pipeline.dedup_stage`): `bucket_edges` in each reduce task, `removed_rows` in the one clusters task
 (decontamination first, then union-find clusters and the survivor rule).
 """
 
@@ -96,26 +96,37 @@ class BucketRows:
         return pa.Table.from_arrays(arrays, schema=BUCKET_SCHEMA)
 
 
-def add_trajectory_rows(out: BucketRows, traj_id: str, role: int, row: dict, signer: Signer, settings: dict[str, Any]) -> None:
-    """The bucket rows of one trajectory: exact key (run trajectories only), band keys, n-gram keys."""
-    turns = row.get("turns") or []
-    norm = [normalize_text(t) for t in turn_texts(turns)]
-    hashes = word_hashes(words_of(norm, normalized=True))
-    text_len = 0
-    if role != ROLE_REFERENCE:
-        content = exact_content(row.get("domain") or "", row.get("system") or {}, turns, norm)
-        text_len = len(content)
-        k1, k2 = exact_key(content)
-        out.put(KIND_EXACT, np.zeros(1), np.array([k1], np.uint64), np.array([k2], np.uint64), traj_id, role,
-                len(turns), text_len, None)
-    if len(hashes):
-        sig = signer.signature(hashes)
-        keys = band_keys(sig, signer.bands, signer.rows)[0]
-        out.put(KIND_BAND, np.arange(signer.bands), keys, np.zeros(signer.bands), traj_id, role, len(turns), text_len,
-                sig.tobytes())
-    if settings["decontam"]:
-        grams = ngram_keys(hashes, settings["ngram"])
-        out.put(KIND_NGRAM, np.zeros(len(grams)), grams[:, 0], grams[:, 1], traj_id, role, 0, 0, None)
+def add_trajectory_rows(out: BucketRows, items: list[tuple[str, int, dict]], signer: Signer,
+                        settings: dict[str, Any]) -> None:
+    """The bucket rows of trajectories ``(traj_id, role, row)``, in their order: each one's exact key (run
+    trajectories only), band keys and n-gram keys. Signatures and band keys of all of them are computed together.
+    """
+    prepared = []
+    for traj_id, role, row in items:
+        turns = row.get("turns") or []
+        norm = [normalize_text(t) for t in turn_texts(turns)]
+        hashes = word_hashes(words_of(norm, normalized=True))
+        text_len, key = 0, None
+        if role != ROLE_REFERENCE:
+            content = exact_content(row.get("domain") or "", row.get("system") or {}, turns, norm)
+            text_len, key = len(content), exact_key(content)
+        prepared.append((traj_id, role, len(turns), text_len, key, hashes))
+    signed = [i for i, p in enumerate(prepared) if len(p[5])]
+    sigs = signer.signatures([prepared[i][5] for i in signed])
+    keys = band_keys(sigs, signer.bands, signer.rows) if signed else None
+    row_of = {i: n for n, i in enumerate(signed)}
+    bands = np.arange(signer.bands)
+    for i, (traj_id, role, n_turns, text_len, key, hashes) in enumerate(prepared):
+        if key is not None:
+            out.put(KIND_EXACT, np.zeros(1), np.array([key[0]], np.uint64), np.array([key[1]], np.uint64), traj_id,
+                    role, n_turns, text_len, None)
+        if i in row_of:
+            n = row_of[i]
+            out.put(KIND_BAND, bands, keys[n], np.zeros(signer.bands), traj_id, role, n_turns, text_len,
+                    sigs[n].tobytes())
+        if settings["decontam"]:
+            grams = ngram_keys(hashes, settings["ngram"])
+            out.put(KIND_NGRAM, np.zeros(len(grams)), grams[:, 0], grams[:, 1], traj_id, role, 0, 0, None)
 
 
 def bucket_edges(table: pa.Table, settings: dict[str, Any]) -> list[tuple]:

@@ -104,7 +104,8 @@ def test_every_config_section_except_executor_is_claimed_by_a_stage():
 
 def test_the_plan_runs_every_stage_once_in_order():
     names = [stage.name for stage in PLAN]
-    assert names == ["scan", "ingest", "dedup-map", "dedup-reduce", "llm", "samples", "shards", "wmat_pools"]
+    assert names == ["scan", "ingest", "dedup-map", "dedup-reduce", "dedup-clusters", "llm", "samples", "shards",
+                     "wmat_pools"]
 
 
 def test_a_claimed_section_reaches_the_spec_hash():

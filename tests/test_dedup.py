@@ -159,3 +159,41 @@ def test_signer_from_config_and_bench(capsys):
     assert (signer.num_perm, signer.shingle, signer.bands * signer.rows <= 64) == (64, 3, True)
     assert dedup.bench_signatures(20) > 0
     assert "trajectories/s per core" in capsys.readouterr().out
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.integers(1, 30), st.integers(1, 6), st.integers(0, 2**31), st.sampled_from([2, 5, 2**32 - 1]))
+def test_unique_rows_equals_numpy_unique_axis0(n, width, seed, high):
+    rng = np.random.default_rng(seed)
+    rows = rng.integers(0, high, size=(n, width), dtype=np.uint64, endpoint=True).astype(np.uint32)
+    rows = np.concatenate([rows, rows[rng.integers(0, n, size=n)]])  # repeated rows, in any order
+    classes, inverse = dedup.unique_rows(rows)
+    want_classes, want_inverse = np.unique(rows, axis=0, return_inverse=True)
+    assert np.array_equal(classes, want_classes) and classes.dtype == np.uint32
+    assert np.array_equal(inverse, want_inverse.reshape(-1))
+
+
+def test_signatures_of_many_texts_equal_datasketch_one_by_one():
+    rng = np.random.default_rng(5)
+    vocab = [f"w{i}" for i in range(400)]
+    lengths = [0, 1, 4, 5, 6, 30, 3000, 20_000, 7, 0, 250] + rng.integers(0, 900, 60).tolist()
+    texts = [[vocab[i] for i in rng.integers(0, len(vocab), n)] for n in lengths]
+    signer = dedup.Signer(shingle=5, num_perm=128, seed=1)
+    hashes = [dedup.word_hashes([w.encode() for w in t]) for t in texts]
+    got = signer.signatures(hashes)
+    assert got.shape == (len(texts), 128)
+    for row, h in zip(got, hashes):
+        expected = MinHash(num_perm=128, seed=1, scheme="affine32", hashfunc=lambda x: x)
+        if len(h):
+            expected.update_batch(dedup.shingle_hashes(h, 5).tolist())
+        assert np.array_equal(row, expected.hashvalues)
+
+
+@pytest.mark.parametrize("num_perm", [16, 64, 100, 128, 256])
+def test_lsh_params_equal_datasketch_optimum(num_perm):
+    from datasketch.lsh import _optimal_param
+
+    for i in range(1, 20):
+        threshold = i / 20
+        expected = _optimal_param(threshold, num_perm, 0.5, 0.5)
+        assert dedup.lsh_params.__wrapped__(threshold, num_perm) == tuple(expected), threshold

@@ -183,6 +183,38 @@ def test_rerun_resumes_and_gives_identical_output(corpus, tmp_path):
     assert (tmp_path / "out" / "dedup" / "removed.parquet").read_bytes() == first
 
 
+class _RecordingExecutor(LocalExecutor):
+    """Runs in process and keeps the JSON of every task and result that crosses the driver."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.seen: list[str] = []
+
+    def map(self, fn, tasks, progress):
+        results = super().map(fn, tasks, progress)
+        self.seen += [json.dumps(x, default=str) for x in [*tasks, *results]]
+        return results
+
+
+def test_removed_ids_never_cross_the_driver_and_a_lost_removed_file_is_rebuilt(corpus, tmp_path):
+    cfg = _config(corpus, tmp_path / "out", buckets=3)
+    executor = _RecordingExecutor()
+    run_pipeline(cfg, echo=lambda m: None, executor=executor)
+    removed_file = tmp_path / "out" / "dedup" / "removed.parquet"
+    removed = [r["traj_id"] for r in _removed(tmp_path / "out")]
+    assert sorted(removed) == sorted([c for cs in EXACT_COPIES.values() for c in cs] + list(NEAR_COPIES.values()))
+    # No task payload or result names a removed trajectory: the clusters task writes removed.parquet and
+    # the sample tasks read it themselves.
+    leaked = [t for t in removed if any(f'"{t}"' in s for s in executor.seen)]
+    assert leaked == []
+    timings = json.loads((tmp_path / "out" / "_timings.json").read_text())
+    assert timings["dedup-clusters"]["ran"] == 1
+    first = removed_file.read_bytes()
+    removed_file.unlink()
+    run_pipeline(cfg, echo=lambda m: None, executor=LocalExecutor())
+    assert removed_file.read_bytes() == first
+
+
 def test_disabled_dedup_removes_nothing(corpus, tmp_path):
     cfg = _config(corpus, tmp_path / "out")
     cfg["dedup"].update(exact=False, near=False)
@@ -236,3 +268,15 @@ def test_removed_rows_from_edges():
 def test_bad_dedup_settings_are_config_errors(key, value, message):
     with pytest.raises(ConfigError, match=message):  # the config schema, or the cross-key check of the stage
         dedup_settings(resolve({"dedup": {key: value}}), Stats())
+
+
+def test_reduce_buckets_are_sized_by_bytes_including_signatures():
+    cfg = resolve({"pools": {"ratios": {"cpt": 0.9, "sft": 0.1}}}, {"run": {"input": ["x"], "out": "/tmp/x"}})
+    stats = Stats()
+    stats.add("trajectories.kept", 300_000)
+    stats.add("chars.kept", 2_000_000_000)
+    settings = dedup_settings(cfg, stats)
+    assert not settings["decontam"]
+    # Each trajectory has `bands` band rows of a 128 x 4-byte signature each: ~1.4 GB here in all.
+    signature_bytes = 300_000 * settings["bands"] * 128 * 4
+    assert signature_bytes / settings["buckets"] <= 128 << 20

@@ -9,7 +9,7 @@ from typing import Any
 
 from schemas.errors import InvalidRecord
 from schemas.trajectory import Source, SystemPrompt, Trajectory, Turn, make_traj_id, validate
-from stages.ingest.reading import InputUnit, iter_container, max_record_bytes, read_document
+from stages.ingest.reading import InputUnit, iter_container, loads, max_record_bytes, read_document
 from stages.ingest.registry import RawRecord
 
 _ANSI = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)|\x1b[@-Z\\-_]")
@@ -36,7 +36,7 @@ def load_document(unit: InputUnit, opts: dict[str, Any]) -> Any:
     if isinstance(data, InvalidRecord):
         return data
     try:
-        return json.loads(data)
+        return loads(data)
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         return InvalidRecord("malformed_json", str(exc), "document", unit.uri)
 

@@ -43,6 +43,7 @@ from stages.ingest.reading import (
     _ZstdFrames,
     container_of,
     filesystem,
+    loads,
     max_record_bytes,
     split_compression,
 )
@@ -378,7 +379,7 @@ def range_records(uri: str, fmt: str, r: dict[str, Any], max_bytes: int) -> Iter
             continue
         lineno, text = item
         try:
-            value = json.loads(text)
+            value = loads(text)
         except json.JSONDecodeError as exc:
             yield InvalidRecord("malformed_json", f"{exc.msg} at column {exc.colno}", f"line {lineno}", uri)
             continue

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import fsspec
+import msgspec
 import zstandard
 
 from schemas.errors import ConfigError, InvalidRecord
@@ -396,6 +397,22 @@ def _finish_line(uri: str, lineno: int, pending: list[bytes], oversized: bool, m
         return InvalidRecord("bad_encoding", f"not UTF-8 ({exc.reason})", f"line {lineno}", uri)
 
 
+_DECODER = msgspec.json.Decoder()
+
+
+def loads(text: str | bytes) -> Any:
+    """``json.loads(text)``: the same value or the same exception, through msgspec where it can tell.
+
+    msgspec decodes the common case 2-3x faster and agrees with json on what it accepts (integers of any
+    size, duplicate keys: the last wins); it refuses NaN/Infinity, numbers beyond the float range, lone
+    surrogates (escaped or raw) and non-UTF-8 bytes, which json then reads (or rejects with its own message) as before.
+    """
+    try:
+        return _DECODER.decode(text)
+    except (msgspec.MsgspecError, ValueError, RecursionError):  # ValueError: a raw lone surrogate in a str
+        return json.loads(text)
+
+
 def iter_jsonl(uri: str, max_bytes: int = DEFAULT_MAX_RECORD_BYTES) -> Iterator[tuple[str, Any] | InvalidRecord]:
     """Parsed JSON values of a JSONL file, ``("line N", value)``."""
     for item in iter_lines(uri, max_bytes):
@@ -404,7 +421,7 @@ def iter_jsonl(uri: str, max_bytes: int = DEFAULT_MAX_RECORD_BYTES) -> Iterator[
             continue
         lineno, text = item
         try:
-            value = json.loads(text)
+            value = loads(text)
         except json.JSONDecodeError as exc:
             yield InvalidRecord("malformed_json", f"{exc.msg} at column {exc.colno}", f"line {lineno}", uri)
             continue
@@ -438,7 +455,7 @@ def iter_json(uri: str, max_bytes: int = DEFAULT_MAX_RECORD_BYTES) -> Iterator[t
         yield data
         return
     try:
-        value = json.loads(data)
+        value = loads(data)
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         where = f"line {exc.lineno}" if isinstance(exc, json.JSONDecodeError) else "document"
         reason = exc.msg if isinstance(exc, json.JSONDecodeError) else "not UTF-8"

@@ -21,7 +21,6 @@ An adapter is any object with these attributes (a Protocol, not a base class):
 from __future__ import annotations
 
 import importlib
-import json
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -29,7 +28,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from schemas.errors import ConfigError, InvalidRecord
 from schemas.trajectory import Trajectory
-from stages.ingest.reading import InputUnit, container_of, iter_container, read_head
+from stages.ingest.reading import InputUnit, container_of, iter_container, loads, read_head
 
 # Modules that define an ``ADAPTER`` object, in listing order.
 ADAPTER_MODULES = [
@@ -63,7 +62,7 @@ class RawRecord:
     payload: str
 
     def value(self) -> Any:
-        return json.loads(self.payload)
+        return loads(self.payload)
 
 
 @dataclass
