@@ -160,8 +160,9 @@ def rows_table(rows: list[dict[str, Any]], schema: pa.Schema) -> pa.Table:
             lengths = np.fromiter(map(len, values), dtype=np.int64, count=len(values))
             offsets = np.zeros(len(values) + 1, dtype=np.int32)
             np.cumsum(lengths, out=offsets[1:])
-            flat = np.fromiter(itertools.chain.from_iterable(values), dtype=_FLAT_TYPES[item],
-                               count=int(offsets[-1]))
+            with np.errstate(over="ignore"):  # a float beyond float32 becomes inf, as Arrow's own cast does
+                flat = np.fromiter(itertools.chain.from_iterable(values), dtype=_FLAT_TYPES[item],
+                                   count=int(offsets[-1]))
             columns.append(pa.ListArray.from_arrays(pa.array(offsets), pa.array(flat), type=f.type))
             continue
         try:
