@@ -18,29 +18,44 @@ from pipeline.outputs import AtomicParquetWriter, out_fs
 from schemas.shard import schema_for
 from schemas.stats import Stats
 from schemas.trajectory import Trajectory
-from stages.sample_rows import bucket_of, build_rows, sample_key
+from stages.sample_rows import bucket_of, build_rows, rows_table, sample_key
 from stages.tokenizer import load_tokenizer
 from stages.tokenizer.segments import segment_tokenizer
 
+_ROWS_PER_GROUP = 256
+
 
 class SampleWriter:
-    """Lazily opened bucket files of one task."""
+    """Lazily opened bucket files of one task; rows are buffered and written as tables (`rows_table`)."""
 
     def __init__(self, fs, root: str, task_id: str, buckets: dict[str, int], level: int) -> None:
         self.fs, self.root, self.task_id, self.buckets, self.level = fs, root, task_id, buckets, level
         self.writers: dict[tuple[str, int], AtomicParquetWriter] = {}
+        self.pending: dict[tuple[str, int], list[dict[str, Any]]] = {}
 
     def write(self, pool: str, row: dict[str, Any]) -> None:
         b = bucket_of(row["sample_id"], self.buckets[pool])
         key = (pool, b)
         if key not in self.writers:
             path = f"{self.root}/_work/samples/{pool}/b{b:05d}/{self.task_id}.parquet"
-            self.writers[key] = AtomicParquetWriter(self.fs, path, schema_for(pool), rows_per_group=256,
+            self.writers[key] = AtomicParquetWriter(self.fs, path, schema_for(pool), rows_per_group=_ROWS_PER_GROUP,
                                                     compression_level=1)
-        self.writers[key].write_row(row)
+            self.pending[key] = []
+        rows = self.pending[key]
+        rows.append(row)
+        if len(rows) >= _ROWS_PER_GROUP:
+            self._flush(key)
+
+    def _flush(self, key: tuple[str, int]) -> None:
+        rows = self.pending[key]
+        if rows:
+            w = self.writers[key]
+            w.write_table(rows_table(rows, w.schema))
+            self.pending[key] = []
 
     def close(self) -> None:
-        for w in self.writers.values():
+        for key, w in self.writers.items():
+            self._flush(key)
             w.close()
 
     def abort(self) -> None:

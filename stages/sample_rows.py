@@ -6,7 +6,11 @@ Pure functions of a trajectory and the resolved config (`build_rows`); the sampl
 
 from __future__ import annotations
 
+import itertools
 from typing import Any
+
+import numpy as np
+import pyarrow as pa
 
 from masking import score_turn
 from schemas.stats import Stats
@@ -134,6 +138,38 @@ def build_rows(traj: Trajectory, cfg: dict[str, Any], seg, table, stats: Stats, 
         }
         account(stats, traj, pool, template, parts, row)
         yield pool, row
+
+
+_FLAT_TYPES = {pa.int32(): np.int32, pa.float32(): np.float32}
+
+
+def rows_table(rows: list[dict[str, Any]], schema: pa.Schema) -> pa.Table:
+    """The rows as a table of `schema`, built column by column.
+
+    Lists of numbers (token ids, weights) go through one flat numpy buffer and its offsets instead
+    of Arrow's per-value conversion of nested Python lists; the table equals
+    ``pa.Table.from_pylist(rows, schema=schema)``.
+    """
+    from pipeline.outputs import escape_surrogates
+
+    columns = []
+    for f in schema:
+        values = [r[f.name] for r in rows]
+        item = f.type.value_type if pa.types.is_list(f.type) else None
+        if item in _FLAT_TYPES:
+            lengths = np.fromiter(map(len, values), dtype=np.int64, count=len(values))
+            offsets = np.zeros(len(values) + 1, dtype=np.int32)
+            np.cumsum(lengths, out=offsets[1:])
+            with np.errstate(over="ignore"):  # a float beyond float32 becomes inf, as Arrow's own cast does
+                flat = np.fromiter(itertools.chain.from_iterable(values), dtype=_FLAT_TYPES[item],
+                                   count=int(offsets[-1]))
+            columns.append(pa.ListArray.from_arrays(pa.array(offsets), pa.array(flat), type=f.type))
+            continue
+        try:
+            columns.append(pa.array(values, type=f.type))
+        except UnicodeEncodeError:  # a lone surrogate is written as its backslash escape
+            columns.append(pa.array(escape_surrogates(values), type=f.type))
+    return pa.Table.from_arrays(columns, schema=schema)
 
 
 def render_example(traj: Trajectory, system_text: str) -> str:

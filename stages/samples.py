@@ -92,7 +92,7 @@ class TrajectorySamples:
 
     def system_piece(self) -> Piece:
         def build():
-            ids = self.seg.encode("system\n" + self.seg.norm(self.system_text))
+            ids = self.seg.encode_recurring("system\n" + self.seg.norm(self.system_text))
             return self._message(ids, [0.0] * len(ids))
 
         return self._memo(("system", 0), build)

@@ -35,6 +35,7 @@ _ALNUM_START = regex.compile(r"[\p{L}\p{M}\p{N}]")
 _TRAILING_RUN = regex.compile(r"[^\p{L}\p{M}\p{N}]*\Z")
 _SHORT_CHARS = 48
 _SHORT_ENTRIES = 4096
+_TEXT_ENTRIES = 64
 _KNOWN_PATTERN_MARKERS = (r"\p{L}", r"\p{N}", r"\s+(?!\S)")
 
 
@@ -58,6 +59,9 @@ class SegmentTokenizer:
     # Short junction strings ("```\n\n", "}\n</predicted_observation>") recur in every sample;
     # their ids are remembered so all-turn expansion does not pay a tokenizer call per sample.
     _short: dict[str, list[int]] = field(default_factory=dict)
+    # Whole texts that recur across trajectories (a domain's system prompt with its tool list);
+    # the most recent few are remembered by `encode_recurring`.
+    _texts: dict[str, list[int]] = field(default_factory=dict)
 
     def norm(self, text: str) -> str:
         return unicodedata.normalize(self.normalization, text) if self.normalization else text
@@ -72,6 +76,16 @@ class SegmentTokenizer:
         if short and len(self._short) < _SHORT_ENTRIES:
             self._short[text] = list(ids)
         return ids
+
+    def encode_recurring(self, text: str) -> list[int]:
+        """`encode` for a text likely seen before in this process (same ids, remembered by value)."""
+        ids = self._texts.get(text)
+        if ids is None:
+            ids = self.encode(text)
+            if len(self._texts) >= _TEXT_ENTRIES:
+                del self._texts[next(iter(self._texts))]
+            self._texts[text] = ids
+        return list(ids)
 
     def encode_batch(self, texts: list[str]) -> list[list[int]]:
         self.counter.chars += sum(len(t) for t in texts)
