@@ -1,17 +1,41 @@
-"""Helpers shared by the test modules: corpora, configs, the `lwm` command and output comparison.
+"""Helpers shared by the test modules: corpora, configs, the `lwm` command, output comparison,
+adapter runs, the loopback model server and its scripts, synthetic training shards and the
+decontamination corpora.
 
-Test modules import from here, never from each other.
+Test modules import from here (and fixtures from conftest.py), never from each other.
 """
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import json
 import os
+import posixpath
 import random
+import re
 import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import Any
+
+import fsspec
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+from fsspec.implementations.local import LocalFileSystem
 
 from pipeline.config import resolve
+from schemas.errors import InvalidRecord
+from schemas.stats import Stats
+from stages.decontam import iter_references, reference_units
+from stages.ingest import registry
+from stages.ingest.reading import InputUnit
+from stages.llm.instructions import SYSTEM_PROMPT as INSTRUCTION_SYSTEM
+from stages.llm.rejection import PAIRWISE_SYSTEM
 
 ROOT = Path(__file__).resolve().parent.parent
 LWM = str(Path(sys.executable).with_name("lwm"))
@@ -157,3 +181,595 @@ def shards_corpus(path: Path, n: int = 160) -> None:
         }))
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text("\n".join(lines) + "\n")
+
+
+# ------------------------------------------------------------------ adapters: one input unit through one adapter
+
+# Shared by the adapter tests: read and normalize one input unit through one adapter.
+
+def ingest_unit(adapter, path: Path | str, is_dir: bool = False, **opts):
+    """Read and normalize one unit; return (trajectories, quarantined records)."""
+    opts = registry.resolve_opts(adapter, opts)
+    trajs, bad = [], []
+    for record in adapter.read(InputUnit(str(path), is_dir), opts):
+        if isinstance(record, InvalidRecord):
+            bad.append(record)
+            continue
+        try:
+            trajs.extend(adapter.normalize(record, opts))
+        except InvalidRecord as exc:
+            bad.append(exc)
+    return trajs, bad
+
+
+# ------------------------------------------------------------------ a loopback OpenAI-compatible server
+
+# A loopback OpenAI-compatible judge for tests: answers /v1/chat/completions from a script.
+#
+# ``reply(body, n)`` (n = how many requests this server has seen before) returns one of
+# ``Answer(text, usage)`` (200 with a chat completion), ``Status(code, retry_after)``,
+# ``Slow(seconds, then)`` (sleeps, then answers `then` — longer than the client's timeout makes a
+# timeout) or ``Raw(bytes)`` (200 with a body that is not a chat completion).
+
+@dataclass
+class Answer:
+    text: str
+    usage: dict[str, int] = field(default_factory=lambda: {"prompt_tokens": 100, "completion_tokens": 20})
+
+
+@dataclass
+class Status:
+    code: int
+    retry_after: str | None = None
+
+
+@dataclass
+class Slow:
+    seconds: float
+    then: Any
+
+
+@dataclass
+class Raw:
+    body: bytes
+
+
+def scores_answer(value: int = 5, reasoning: str = "Looks right.") -> str:
+    scores = {d: value for d in ("format", "factuality", "consistency", "realism", "quality")}
+    return f"{reasoning}\n<final_evaluation>\n```json\n{json.dumps({'strengths': [], 'weaknesses': [], 'scores': scores})}\n```\n</final_evaluation>"
+
+
+class JudgeServer:
+    """Start with `with JudgeServer(reply) as judge:`; `judge.url` is the ``/v1`` base URL."""
+
+    def __init__(self, reply) -> None:
+        self.reply = reply
+        self.requests: list[dict[str, Any]] = []
+        self.headers: list[dict[str, str]] = []
+        self.in_flight = 0
+        self.max_in_flight = 0
+        self._lock = threading.Lock()
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args):  # keep test output clean
+                pass
+
+            def do_POST(self):
+                if self.path.rstrip("/") != "/v1/chat/completions":
+                    self.send_response(404)
+                    self.end_headers()
+                    return
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                with server._lock:
+                    n = len(server.requests)
+                    server.requests.append(body)
+                    server.headers.append(dict(self.headers))
+                    server.in_flight += 1
+                    server.max_in_flight = max(server.max_in_flight, server.in_flight)
+                try:
+                    self._answer(server.reply(body, n))
+                finally:
+                    with server._lock:
+                        server.in_flight -= 1
+
+            def _answer(self, action):
+                while isinstance(action, Slow):
+                    time.sleep(action.seconds)
+                    action = action.then
+                if isinstance(action, Status):
+                    self.send_response(action.code)
+                    if action.retry_after is not None:
+                        self.send_header("Retry-After", action.retry_after)
+                    self.send_header("Content-Length", "0")
+                    self.end_headers()
+                    return
+                if isinstance(action, Raw):
+                    payload = action.body
+                else:
+                    payload = json.dumps({
+                        "id": "x", "object": "chat.completion",
+                        "choices": [{"index": 0, "message": {"role": "assistant", "content": action.text},
+                                     "finish_reason": "stop"}],
+                        "usage": {**action.usage,
+                                  "total_tokens": action.usage["prompt_tokens"] + action.usage["completion_tokens"]},
+                    }).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(payload)))
+                self.end_headers()
+                # the client may have given up (a timeout); that is the point of some tests
+                with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+                    self.wfile.write(payload)
+
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._server.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self._server.server_address[1]}/v1"
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+
+    def __enter__(self) -> JudgeServer:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+
+
+# ------------------------------------------------------------------ the scripted model for the model-in-the-loop stages
+
+# A scripted model and judge for the model-in-the-loop stage tests, and a corpus whose trajectories
+# name their scenario in every action (``scn=<name>``), so the script knows what to answer.
+#
+# Generation requests (the sft prompt) are answered per scenario and ``seed`` (candidate i has seed i):
+# a candidate is ``Thinking … <predicted_observation>\nQ<v>\n</predicted_observation>`` and the
+# judge, seeing ``Q<v>`` as the prediction, gives every dimension the score v (reward 5·v).
+
+# judge value of candidates 0, 1, 2 (None: no tag pair; "500": server error; "slow": timeout)
+CANDIDATES = {
+    "good": (3, 5, 4),
+    "tie": (5, 2, 5),
+    "tiebad": (4, 4, 1),
+    "malformed": (None, None, None),
+    "low": (2, 3, 1),
+    "flaky": (5, 4, 4),  # every candidate's first attempt gets a 429
+    "slow": ("slow", 5, 3),  # candidate 0 always times out
+    "down": ("500", "500", "500"),
+    "judgebad": (5, 5, 5),  # the judge never answers with scores
+}
+
+SPOILER_OBS = "OSError: [Errno 28] No space left on device while unpacking wheel numpy-1.26.4 into site-packages"
+GOOD_INSTRUCTION = "Simulate a machine whose disk is almost full, so installing packages fails with a no-space error."
+INSTRUCTIONS = {
+    "ierr": [GOOD_INSTRUCTION],
+    # first answer copies the observation; the re-ask answers in its own words
+    "ispoil": [f"The install prints: {SPOILER_OBS}", GOOD_INSTRUCTION],
+    "ispoilall": [f"Say {SPOILER_OBS}", f"Again: {SPOILER_OBS}"],
+    "inone": ["NONE"],
+    "imalformed": [None, None],
+}
+
+
+def candidate_text(scn: str, seed: int, value) -> str:
+    if value is None:
+        return f"Thinking about {scn} {seed}. The result is Q5 without tags."
+    return f"Thinking about {scn}, candidate {seed}: the search returns one line.\n<predicted_observation>\nQ{value}\n</predicted_observation>"
+
+
+def scenario(text: str) -> str:
+    found = re.findall(r"scn=(\w+)", text)
+    return found[-1] if found else ""
+
+
+class Script:
+    """The server's reply function; counts what it was asked, by kind."""
+
+    def __init__(self) -> None:
+        self.seen: dict[str, int] = {}
+        self.kinds: dict[str, int] = {}
+        self._lock = threading.Lock()
+
+    def _count(self, key: str, kind: str) -> int:
+        with self._lock:
+            n = self.seen.get(key, 0)
+            self.seen[key] = n + 1
+            self.kinds[kind] = self.kinds.get(kind, 0) + 1
+            return n
+
+    def __call__(self, body, n):
+        system = body["messages"][0]["content"]
+        user = body["messages"][-1]["content"]
+        if system.startswith("You grade a world model"):
+            self._count(user, "judge")
+            if scenario(user.split("# Predicted observation")[0]) == "judgebad":
+                return Answer("The prediction is fine, no scores.")
+            m = re.search(r"# Predicted observation \(world model\)\n```\nQ(\d)", user)
+            return Answer(scores_answer(int(m.group(1))))
+        if system == PAIRWISE_SYSTEM:
+            self._count(user, "pairwise")
+            return Answer("<winner>B</winner>" if scenario(user) == "tie" else "Both look the same to me.")
+        if system == INSTRUCTION_SYSTEM:
+            scn = scenario(user)
+            k = 1 if "previous answer" in user else 0
+            self._count(user, "instruction")
+            text = INSTRUCTIONS.get(scn, [GOOD_INSTRUCTION])[k]
+            return Answer("No tag here." if text is None else f"<simulation_instruction>\n{text}\n</simulation_instruction>")
+        scn, seed = scenario(user), int(body.get("seed", 0))
+        value = CANDIDATES.get(scn, (5, 4, 3))[seed]
+        first = self._count(json.dumps(body, sort_keys=True), "generate") == 0
+        if value == "500":
+            return Status(500)
+        if value == "slow":
+            return Slow(1.0, Answer(candidate_text(scn, seed, 5)))
+        if scn == "flaky" and first:
+            return Status(429, retry_after="0")
+        return Answer(candidate_text(scn, seed, value), usage={"prompt_tokens": 50, "completion_tokens": 10})
+
+
+def write_llm_corpus(path: Path, scenarios, turns: int = 3, instruction_for: tuple[str, ...] = ()) -> Path:
+    """One lwm-jsonl file: one search trajectory per scenario, each action naming it."""
+    lines = []
+    for i, scn in enumerate(scenarios):
+        steps = []
+        for t in range(turns):
+            obs = SPOILER_OBS if scn.startswith("i") and t == turns - 1 else f"result {t} for {scn}: alpha beta gamma {i}"
+            steps.append({"action": json.dumps({"tool": "search", "arg": f"scn={scn} step {t}"}), "observation": obs})
+        system = {"task_description": f"find things {i}", "action_space": "tools: search"}
+        if scn in instruction_for:
+            system["simulation_instruction"] = "Simulate a search API that is rate limited after two calls."
+        lines.append(json.dumps({"traj_id": f"t-{scn}", "domain": "search", "split_key": f"k-{scn}",
+                                 "system": system, "turns": steps}))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def llm_config(inputs, out, url: str, pool: str, **llm) -> dict:
+    from pipeline.config import resolve
+
+    ratios = {p: (1.0 if p == pool else 0.0) for p in ("cpt", "sft", "rl", "eval")}
+    return resolve(
+        {"pools": {"ratios": ratios, "sft_turns": 1}, "filter": {"min_turns": 1}},
+        {"run": {"input": [str(i) for i in inputs], "out": str(out)}, "executor": {"kind": "local", "progress": "off"},
+         "llm": {"endpoint": url, "model": "scripted", "timeout_s": 0.5, "max_retries": 1, "backoff_s": 0.01,
+                 "concurrency": 4, **llm}},
+    )
+
+
+class TurnCountStage:
+    """A stage outside the package, named by its path in ``llm.stages``: asks the model once per
+    trajectory and records the answer's length (nothing in the samples changes)."""
+
+    name = "turn_count"
+
+    def __init__(self) -> None:
+        import pyarrow as pa
+
+        self.schema = pa.schema([("traj_id", pa.string()), ("answer_chars", pa.int64())])
+
+    def wants(self, traj, ctx) -> bool:
+        return True
+
+    def _request(self, traj):
+        # one distinct request per trajectory: identical requests would be answered from the cache
+        from stages.llm.stage import Request
+
+        return Request([{"role": "system", "content": INSTRUCTION_SYSTEM},
+                        {"role": "user", "content": f"scn=inone {len(traj.turns)} turns of {traj.traj_id}"}])
+
+    def dry_requests(self, traj, ctx):
+        return [self._request(traj)], (1, 1)
+
+    def process(self, trajs, ctx):
+        answers = ctx.send([self._request(t) for t in trajs])
+        ctx.stats.add("asked", len(trajs))
+        return [{"traj_id": t.traj_id, "answer_chars": len(a.text or "")} for t, a in zip(trajs, answers)]
+
+    def apply(self, traj, rows, ctx):
+        return {}
+
+
+TURN_COUNT = TurnCountStage()
+
+
+# ------------------------------------------------------------------ the scripted WMAT block writer
+
+# A scripted block writer for the WMAT tests: answers block requests by a scenario per (task, step).
+#
+# The scenario of a step is a stable hash of its task text and step number (`scenario_of`), so a
+# test can say, from the trajectories alone, what the server answered:
+#
+# - ``valid``: a well-formed abstract block (keywords from the task, q 80% on success, 20% else);
+# - ``spoiler_then_valid``: first the future pasted into ``<imaginary>``, a valid block when re-asked;
+# - ``spoiler``: the future pasted every time (rejected after the re-ask);
+# - ``malformed``: ``<imaginary>`` never closed, every time;
+# - ``missing_q``: no ``<confidence>`` tag first, a valid block when re-asked.
+#
+# On the last step the future reveals nothing new (the search demo's last observation is a plain
+# receipt), so the spoiler scenarios answer a valid block there.
+
+SCENARIOS = ("valid", "valid", "valid", "valid", "spoiler_then_valid", "spoiler", "malformed", "missing_q")
+
+
+def scenario_of(task: str, step: int, total: int) -> str:
+    digest = hashlib.sha256(f"{task}\x1f{step}\x1f{total}".encode()).digest()
+    name = SCENARIOS[digest[0] % len(SCENARIOS)]
+    if name.startswith("spoiler") and step == total:
+        return "valid"
+    return name
+
+
+def valid_block(task: str, success: bool) -> str:
+    words = [w for w in re.findall(r"[a-z]+", task.lower()) if len(w) > 4][:3] or ["answer"]
+    q = 80 if success else 20
+    return ("<imaginary>Search for [the topic], open [a promising result], read until [the key finding] "
+            "appears, then answer with it.</imaginary>\n"
+            f"<keyword>{', '.join(words)}</keyword>\n"
+            "<analysis>The finding is not known yet; the next step gathers evidence toward it.</analysis>\n"
+            f"<confidence>{q}%</confidence>")
+
+
+class BlockWriter:
+    """The reply function of a `JudgeServer`; records the scenario of every answered request."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, int, str, bool]] = []  # (task, step, scenario, reask)
+        self._lock = threading.Lock()
+
+    def __call__(self, body, n):
+        user = body["messages"][-1]["content"]
+        task = re.search(r"# Task\n(.*?)\n\n# Action space", user, re.S).group(1)
+        step, total = (int(x) for x in re.search(r"step (\d+) of (\d+), before this action", user).groups())
+        success = "## Outcome of the episode\nsuccess" in user
+        reask = "Your previous answer" in user
+        name = scenario_of(task, step, total)
+        with self._lock:
+            self.calls.append((task, step, name, reask))
+        future = user.split("# Ground truth, do not reveal", 1)[1].split("## Outcome of the episode", 1)[0]
+        if name == "valid" or (reask and name in ("spoiler_then_valid", "missing_q")):
+            return Answer(valid_block(task, success))
+        if name.startswith("spoiler"):
+            return Answer(valid_block(task, success).replace("<imaginary>", f"<imaginary>{future.strip()} "))
+        if name == "malformed":
+            return Answer(valid_block(task, success).replace("</imaginary>", ""))
+        return Answer(re.sub(r"\n<confidence>.*?</confidence>", "", valid_block(task, success)))
+
+
+# ------------------------------------------------------------------ synthetic training shards and a tiny model
+
+# Small synthetic shards that follow the SPEC §9 column contract, for the training tests.
+#
+# Layout: ``<root>/shards/<pool>/part-NNNNN.parquet`` (zstd), ``<root>/manifest.json`` and, last,
+# ``<root>/_SUCCESS``. Samples have learnable structure: each turn is an action of random ids
+# followed by an observation that counts upward from the action's last id, so a small model can
+# predict every observation token from the one or two tokens before it.
+
+SYSTEM, USER, ASSISTANT, END = 1, 2, 3, 4
+FIRST_CONTENT_ID = 8
+CATEGORY_KEEP = (("retrieval", 1.0), ("echo", 0.05), ("boilerplate", 0.1), ("transform", 0.5))
+STATS_TYPE = pa.struct([(k, pa.float32()) for k in ("ol", "nov", "jac", "r")])
+SPAN_TYPE = pa.struct([("start", pa.int32()), ("end", pa.int32())])
+SHARD_SCHEMA = pa.schema(
+    [
+        ("sample_id", pa.string()),
+        ("traj_id", pa.string()),
+        ("domain", pa.string()),
+        ("pool", pa.string()),
+        ("template", pa.string()),
+        ("turn_idx", pa.int32()),
+        ("total_turns", pa.int32()),
+        ("input_ids", pa.list_(pa.int32())),
+        ("loss_weight", pa.list_(pa.float32())),
+        ("turn_spans", pa.list_(SPAN_TYPE)),
+        ("turn_category", pa.list_(pa.string())),
+        ("turn_keep", pa.list_(pa.float32())),
+        ("turn_stats", pa.list_(STATS_TYPE)),
+        ("num_tokens", pa.int32()),
+        ("num_loss_tokens", pa.int32()),
+    ]
+)
+
+
+def synthetic_sample(rng: np.random.Generator, sample_id: str, pool: str, vocab: int, turns: int) -> dict:
+    """One cpt-style sample: system tokens, then per turn an action (weight 0) and a weighted observation."""
+    top = vocab - 1
+    ids, weights = [SYSTEM, 5, 6, 7], [0.0] * 4
+    spans, categories, keeps, stats = [], [], [], []
+    for turn in range(turns):
+        category, keep = CATEGORY_KEEP[turn % len(CATEGORY_KEEP)]
+        action = rng.integers(FIRST_CONTENT_ID, top, size=int(rng.integers(2, 6))).tolist()
+        ids += [USER, *action, ASSISTANT]
+        weights += [0.0] * (len(action) + 2)
+        observation = [
+            FIRST_CONTENT_ID + (action[-1] + 1 + k - FIRST_CONTENT_ID) % (top - FIRST_CONTENT_ID) for k in range(5)
+        ]
+        start = len(ids)
+        ids += [*observation, END]
+        weights += [keep] * (len(observation) + 1)
+        spans.append({"start": start, "end": len(ids)})
+        categories.append(category)
+        keeps.append(keep)
+        stats.append({"ol": 0.1, "nov": 0.9, "jac": 0.1, "r": 2.0})
+    return {
+        "sample_id": sample_id,
+        "traj_id": f"traj-{sample_id}",
+        "domain": "terminal",
+        "pool": pool,
+        "template": "v1",
+        "turn_idx": 0,
+        "total_turns": turns,
+        "input_ids": ids,
+        "loss_weight": weights,
+        "turn_spans": spans,
+        "turn_category": categories,
+        "turn_keep": keeps,
+        "turn_stats": stats,
+        "num_tokens": len(ids),
+        "num_loss_tokens": sum(w > 0 for w in weights),
+    }
+
+
+def write_synthetic_shards(
+    root: str,
+    *,
+    rows_per_file: tuple[int, ...] = (7, 5),
+    pool: str = "cpt",
+    row_group_rows: int = 3,
+    vocab: int = 64,
+    seed: int = 0,
+    max_turns: int = 3,
+    success: bool = True,
+    manifest_max_tokens: bool = True,
+    long_every: int = 0,
+    long_turns: int = 0,
+) -> str:
+    """Write one pool of synthetic shards under `root` (any fsspec URL); returns the pool folder.
+
+    `manifest_max_tokens` records each shard's longest sample in the manifest, as `lwm run` does.
+    With `long_every` > 0, every `long_every`-th sample has `long_turns` turns instead (a long one).
+    """
+    rng = np.random.default_rng(seed)
+    fs, base = fsspec.core.url_to_fs(root)
+    pool_dir = posixpath.join(base, "shards", pool)
+    fs.makedirs(pool_dir, exist_ok=True)
+    shard_list, counter = [], 0
+    for file_number, rows in enumerate(rows_per_file):
+        samples = []
+        for _ in range(rows):
+            turns = int(rng.integers(1, max_turns + 1))
+            if long_every and counter % long_every == long_every - 1:
+                turns = long_turns
+            samples.append(synthetic_sample(rng, f"{pool}-{counter:05d}", pool, vocab, turns))
+            counter += 1
+        table = pa.Table.from_pylist(samples, schema=SHARD_SCHEMA)
+        name = f"part-{file_number:05d}.parquet"
+        with fs.open(posixpath.join(pool_dir, name), "wb") as handle:
+            pq.write_table(table, handle, compression="zstd", row_group_size=row_group_rows)
+        entry = {"path": f"shards/{pool}/{name}", "rows": rows}
+        if manifest_max_tokens:
+            entry["max_tokens"] = max(s["num_tokens"] for s in samples)
+        shard_list.append(entry)
+    manifest = {"samples_per_pool": {pool: counter}, "shards": shard_list}
+    with fs.open(posixpath.join(base, "manifest.json"), "w") as handle:
+        json.dump(manifest, handle)
+    if success:
+        with fs.open(posixpath.join(base, "_SUCCESS"), "w") as handle:
+            handle.write("")
+    return pool_dir if isinstance(fs, LocalFileSystem) else fs.unstrip_protocol(pool_dir)
+
+
+def write_tiny_qwen(path: str, vocab: int = 96, seed: int = 0) -> str:
+    """Save a randomly initialised, tiny Qwen3 causal LM (real attention, rotary embeddings, GQA) to `path`.
+
+    Built from a config in the test, nothing downloaded; needs transformers.
+    """
+    import torch
+    import transformers
+
+    config = transformers.Qwen3Config(
+        vocab_size=vocab,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=8,
+        max_position_embeddings=4096,
+        tie_word_embeddings=True,
+    )
+    torch.manual_seed(seed)
+    transformers.AutoModelForCausalLM.from_config(config).save_pretrained(path)
+    return path
+
+
+# ------------------------------------------------------------------ decontamination corpora
+
+# Corpora for measuring decontamination: distinct tasks that share a framework's boilerplate, and
+# lightly edited copies of evaluation records.
+#
+# - `replicate`: a real trajectory (from ../shared/data) copied with distinct tasks. In each copy every
+#   task word (a word of four or more letters of the task description, outside a short list of ordinary
+#   English words) is replaced wherever it occurs — task, actions, observations — by a pseudo-word of that
+#   copy, every number by another number, and about a quarter of the turns (never the first) are left
+#   out. What the framework writes around the task (its prompts, harness commands, banners, listings
+#   of ordinary files) stays, in some copies and not in others.
+# - `lightly_edited`: the record's task rephrased and a few words changed in every other observation (one
+#   word in 30, at most three, in observations of 20 words or more).
+#
+# Both are written here, independently of the decontamination code they measure.
+
+ORDINARY = set(
+    ["about", "above", "after", "again", "also", "always", "another", "answer", "any", "because", "been", "before", "being", "below", "between", "both", "could", "does", "doing", "done", "down", "each", "even", "every", "first", "from", "further", "have", "having", "here", "into", "just", "like", "make", "more", "most", "much", "must", "need", "only", "other", "over", "please", "same", "should", "some", "such", "than", "that", "their", "them", "then", "there", "these", "they", "this", "those", "through", "under", "until", "using", "very", "what", "when", "where", "which", "while", "will", "with", "without", "would", "your", "find", "file", "files", "give", "list", "show", "tell", "check", "create", "open", "make", "sure"]
+)
+WORD = re.compile(r"[A-Za-z][A-Za-z_]{3,}")
+NUMBER = re.compile(r"\d+")
+SYLLABLES = ["ka", "lo", "mi", "ru", "te", "zo", "vi", "na", "pe", "su", "do", "fa", "gu", "hi", "jo", "xe"]
+
+
+def shared_trajectories(folder) -> list[dict]:
+    """Every trajectory (two turns or more) an ingest adapter rebuilds from one ../shared/data folder."""
+    out = []
+    for uri in reference_units([str(folder)]):
+        out.extend(t for _, t in iter_references(uri, Stats()) if len(t["turns"]) >= 2)
+    return out
+
+
+def task_words(traj: dict) -> set[str]:
+    task = traj["system"].get("task_description") or ""
+    return {w.lower() for w in WORD.findall(task) if w.lower() not in ORDINARY}
+
+
+def _pseudo(rnd: random.Random) -> str:
+    return "".join(rnd.choice(SYLLABLES) for _ in range(rnd.randint(2, 4)))
+
+
+def _substitute(text: str | None, words: dict[str, str], rnd: random.Random) -> str | None:
+    if not text:
+        return text
+    if words:
+        pattern = re.compile(r"(?i)(?<![A-Za-z])(" + "|".join(map(re.escape, sorted(words, key=len, reverse=True))) + r")(?![A-Za-z])")
+        text = pattern.sub(lambda m: words[m[1].lower()], text)
+    digits = {}
+    return NUMBER.sub(lambda m: digits.setdefault(m[0], str(rnd.randrange(10 ** len(m[0])))), text)
+
+
+def replicate(traj: dict, copies: int, seed: int, prefix: str) -> list[dict]:
+    """`copies` copies of `traj`, each with its own task (module docstring), as lwm-jsonl dicts."""
+    out = []
+    vocab = task_words(traj)
+    for c in range(copies):
+        rnd = random.Random(f"{seed}-{prefix}-{c}")
+        words = {w: _pseudo(rnd) for w in sorted(vocab)}
+        kept = [t for n, t in enumerate(traj["turns"]) if n == 0 or rnd.random() >= 0.25]
+        system = dict(traj["system"])
+        for key in ("task_description", "initial_state"):
+            system[key] = _substitute(system.get(key), words, rnd)
+        system["demonstrations"] = []
+        out.append({
+            "traj_id": f"{prefix}-{c:03d}", "domain": traj["domain"], "split_key": f"{prefix}-{c:03d}",
+            "system": system,
+            "turns": [{"action": _substitute(t["action"], words, rnd) or "",
+                       "observation": _substitute(t["observation"], words, rnd) or ""} for t in kept],
+        })
+    return out
+
+
+def lightly_edited(traj: dict, tid: str, split_key: str) -> dict:
+    """A lightly edited copy of a trajectory: task rephrased, a few words changed in every other observation."""
+    turns = []
+    for n, t in enumerate(traj["turns"]):
+        obs = t["observation"]
+        words = obs.split(" ")
+        if n % 2 == 1 and len(words) >= 20:
+            k = min(3, max(1, len(words) // 30))
+            for j in range(1, k + 1):
+                words[j * len(words) // (k + 1)] = "edited"
+            obs = " ".join(words)
+        turns.append({"action": t["action"], "observation": obs})
+    system = dict(traj["system"])
+    system["task_description"] = "Restated: " + (system.get("task_description") or "the same task") + " (reworded)"
+    return {"traj_id": tid, "domain": traj["domain"], "split_key": split_key, "system": system, "turns": turns}
+
+
+def write_jsonl(path, trajs: list[dict]) -> None:
+    path.write_text("".join(json.dumps(t, ensure_ascii=False) + "\n" for t in trajs), encoding="utf-8")

@@ -1,7 +1,7 @@
 """The official AgentWorldBench evaluator, run unchanged, reads ``lwm export agentworldbench``.
 
 The vendored ``eval/eval.py`` (../shared/vendor/agentworldbench-eval, or ``LWM_AWB_EVAL``) runs as
-subprocesses — ``infer``, ``judge``, ``score`` — on the export of the demo corpora of every domain,
+subprocesses — ``infer``, ``judge``, ``score`` — on the export of (small) demo corpora of every domain,
 against a loopback OpenAI-compatible server started here. Its "models":
 
 - ``oracle``: answers with the ground truth it finds for the request's last user message, looked up in
@@ -195,16 +195,27 @@ def evaluate(data_dir: Path, out: Path, base_url: str, model: str) -> tuple[str,
 
 # ------------------------------------------------------------------ fixtures
 
+# A small demo corpus per domain with a large eval pool sampling a quarter of its turns: about 45 rows,
+# every domain among them (the layout and the scores do not depend on how many rows there are).
+DEMO_N = 12
+EVAL_POOL_CFG = """[pools]
+ratios = {cpt = 0.35, sft = 0.1, rl = 0.05, eval = 0.5}
+eval_subsample = 0.25
+"""
+
 
 @pytest.fixture(scope="module")
 def demo_export(tmp_path_factory):
     if not (EVALUATOR / "eval" / "eval.py").is_file():
         pytest.skip(f"the AgentWorldBench evaluator is not at {EVALUATOR} (set LWM_AWB_EVAL)")
     pytest.importorskip("openai")
+    from pipeline.demo import write_demo
+
     base = tmp_path_factory.mktemp("awb-eval")
     for domain in DOMAINS:
-        lwm("demo", "-d", domain, "-o", str(base / "demo" / domain))
-    lwm("run", "--executor", "local", "-i", str(base / "demo"), "-o", str(base / "run"))
+        write_demo(domain, str(base / "demo" / domain), seed=0, n=DEMO_N)
+    (base / "run.toml").write_text(EVAL_POOL_CFG)
+    lwm("run", "--executor", "local", "-i", str(base / "demo"), "-o", str(base / "run"), "--config", str(base / "run.toml"))
     (base / "data").mkdir()
     lwm("export", "agentworldbench", str(base / "run"), str(base / "data" / "demo_test.jsonl"))
     rows = [json.loads(line) for line in (base / "data" / "demo_test.jsonl").read_text().splitlines()]

@@ -348,6 +348,14 @@ def test_test_modules_share_helpers_not_each_other():
     assert offenders == []
 
 
+def test_shared_test_helpers_live_in_conftest_or_helpers():
+    modules = {p.name for p in (ROOT / "tests").glob("*.py") if not p.name.startswith("test_")}
+    assert modules <= {"__init__.py", "conftest.py", "helpers.py"}, modules
+    imported = {m for p in (ROOT / "tests").glob("*.py")
+                for m in re.findall(r"^\s*(?:from|import) (tests\.\w+)", p.read_text(), re.MULTILINE)}
+    assert imported <= {"tests.conftest", "tests.helpers"}, imported
+
+
 # Source files over 400 lines, each one cohesive table or rule set (or named here as not yet split).
 LONG_FILES = {
     "stages/redact.py": "the secret patterns and their replacement rules",

@@ -1,7 +1,7 @@
 """Decontamination measured on real-shaped corpora: distinct tasks keep their training trajectories,
 lightly edited copies of evaluation records are all removed (precision and recall in one run).
 
-The corpus (tests/decontam_corpora.py): the demo corpora of every domain (240 trajectories each), and
+The corpus (tests/helpers.py): the demo corpora of every domain (240 trajectories each), and
 the ../shared/data sources replicated with distinct tasks (60 trajectories each: one framework's
 prompts, harness commands and listings shared across different tasks). Planted in it:
 
@@ -27,7 +27,7 @@ import pytest
 from pipeline.demo import generate
 from schemas.trajectory import DOMAINS
 from stages.pools import pool_of
-from tests.decontam_corpora import lightly_edited, replicate, shared_trajectories, write_jsonl
+from tests.helpers import lightly_edited, replicate, shared_trajectories, write_jsonl
 
 RATIOS = {"cpt": 0.80, "sft": 0.10, "rl": 0.05, "eval": 0.05}  # the defaults
 SOURCES = ("magentic-one", "mini-swe-agent", "swe-agent", "openhands", "webvoyager", "openai-messages", "atif",

@@ -26,7 +26,7 @@ import pytest
 
 from stages.render import target_reply
 from stages.reward.core import split_prompt
-from tests.judge_server import Answer, JudgeServer, scores_answer
+from tests.helpers import Answer, JudgeServer, scores_answer
 
 ROOT = Path(__file__).resolve().parent.parent
 RL_ONLY = "[pools]\nratios = {cpt = 0.0, sft = 0.0, rl = 1.0, eval = 0.0}\n"

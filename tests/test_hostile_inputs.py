@@ -64,8 +64,9 @@ def test_non_utf8_file_name_is_read_and_recorded_printably(tmp_path, executor):
     uris = {r["source"]["uri"] for r in table}
     assert str(src / "caf\\xe9-\\xff.jsonl") in uris
     json.loads((out / "manifest.json").read_text())  # valid UTF-8 JSON
-    proc = lwm("validate", str(src))
-    assert proc.returncode == 0 and "6 trajectories" in proc.stdout + proc.stderr
+    if executor == "local":  # `lwm validate` reads in-process whatever the executor: checked once
+        proc = lwm("validate", str(src))
+        assert proc.returncode == 0 and "6 trajectories" in proc.stdout + proc.stderr
 
 
 # --- symlinks leaving the input root (15) ---------------------------------------------------------

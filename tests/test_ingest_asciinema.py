@@ -12,7 +12,7 @@ from schemas.trajectory import trajectories_to_table
 from stages.ingest import registry
 from stages.ingest.asciinema import ADAPTER
 from stages.ingest.reading import InputUnit
-from tests.ingest_helpers import ingest_unit
+from tests.helpers import ingest_unit
 
 PROMPT = "user@box:~/app$ "
 

@@ -11,7 +11,7 @@ from schemas.trajectory import trajectories_to_table
 from stages.ingest import registry
 from stages.ingest.mini_swe_agent import ADAPTER
 from stages.ingest.reading import InputUnit
-from tests.ingest_helpers import ingest_unit
+from tests.helpers import ingest_unit
 
 
 def ingest(path: Path, **opts):

@@ -16,7 +16,7 @@ from stages.ingest.openhands import ADAPTER
 from stages.ingest.reading import InputUnit
 from stages.ingest.registry import RawRecord
 from tests.conftest import FIXTURES
-from tests.ingest_helpers import ingest_unit
+from tests.helpers import ingest_unit
 
 
 def ingest(path: Path, **opts):

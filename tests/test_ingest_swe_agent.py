@@ -17,7 +17,7 @@ from stages.ingest.registry import RawRecord
 from stages.ingest.swe_agent import ADAPTER, parse_command, parse_commands_doc
 from stages.ingest.swe_agent_tools import TOOLS, CommandParseError, parse_tool_command
 from tests.conftest import FIXTURES
-from tests.ingest_helpers import ingest_unit
+from tests.helpers import ingest_unit
 
 REAL_TURNS = {
     "ctf_networking_1.traj": 4,

@@ -8,9 +8,7 @@ import shlex
 import subprocess
 from pathlib import Path
 
-from tests.helpers import LWM, ROOT, clean_env
-from tests.judge_server import JudgeServer
-from tests.llm_helpers import Script
+from tests.helpers import LWM, ROOT, JudgeServer, Script, clean_env
 
 
 def _example() -> list[str]:

@@ -12,9 +12,7 @@ import time
 from pathlib import Path
 
 from pipeline.run import run_pipeline
-from tests.helpers import LWM, clean_env
-from tests.judge_server import JudgeServer, Slow
-from tests.llm_helpers import Script, llm_config, write_llm_corpus
+from tests.helpers import LWM, JudgeServer, Script, Slow, clean_env, llm_config, write_llm_corpus
 
 SCENARIOS = [f"s{i}" for i in range(12)]  # default script: candidates judged 5, 4, 3; instructions derived
 

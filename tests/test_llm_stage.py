@@ -16,9 +16,7 @@ from pipeline.config import config_hash, resolve
 from pipeline.llm_stage import BudgetExhausted, LLMDryRun, resolve_llm
 from pipeline.run import run_pipeline
 from schemas.errors import ConfigError
-from tests.helpers import LWM, clean_env
-from tests.judge_server import JudgeServer
-from tests.llm_helpers import Script, llm_config, scenario, write_llm_corpus
+from tests.helpers import LWM, JudgeServer, Script, clean_env, llm_config, scenario, write_llm_corpus
 
 CLEAN = ["good", "low", "tie"]  # no failing requests: every request is answered (and cached)
 
@@ -200,7 +198,7 @@ def test_another_task_layout_leaves_no_stage_output_of_the_old_one(corpus, tmp_p
 def test_a_stage_outside_the_package_runs_by_its_path(corpus, tmp_path):
     out = tmp_path / "out"
     with JudgeServer(Script()) as server:
-        manifest = run_pipeline(llm_config([corpus], out, server.url, "cpt", stages=["tests.llm_helpers:TURN_COUNT"]),
+        manifest = run_pipeline(llm_config([corpus], out, server.url, "cpt", stages=["tests.helpers:TURN_COUNT"]),
                                 echo=lambda m: None)
         assert len(server.requests) == len(CLEAN)
     stage = manifest["llm"]["stages"]["turn_count"]

@@ -15,8 +15,7 @@ import pytest
 from pipeline.run import run_pipeline
 from stages.render import PRED_CLOSE, PRED_OPEN
 from stages.tokenizer import load_tokenizer
-from tests.judge_server import JudgeServer
-from tests.llm_helpers import CANDIDATES, Script, candidate_text, llm_config, scenario, write_llm_corpus
+from tests.helpers import CANDIDATES, JudgeServer, Script, candidate_text, llm_config, scenario, write_llm_corpus
 
 SCENARIOS = list(CANDIDATES)
 KEPT = {"good": 1, "tie": 2, "tiebad": 0, "flaky": 0, "slow": 1}  # scenario → winning candidate

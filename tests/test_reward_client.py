@@ -7,7 +7,7 @@ import threading
 import pytest
 
 from stages.llm.client import ChatClient
-from tests.judge_server import Answer, JudgeServer, Raw, Slow, Status
+from tests.helpers import Answer, JudgeServer, Raw, Slow, Status
 
 MSG = [{"role": "user", "content": "grade this"}]
 

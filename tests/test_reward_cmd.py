@@ -11,7 +11,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from stages.render import target_reply
-from tests.judge_server import Answer, JudgeServer, scores_answer
+from tests.helpers import Answer, JudgeServer, scores_answer
 
 POOLS = "[pools]\nratios = {cpt = 0.0, sft = 0.0, rl = 0.5, eval = 0.5}\neval_subsample = 1.0\n"
 FOLDERS = ["mini-swe-agent", "aitw-aitz", "opencua-raw", "openai-messages", "swe-agent"]

@@ -9,7 +9,7 @@ import pytest
 from stages.llm.client import ChatClient
 from stages.render import PREDICT_INSTRUCTION, target_reply
 from stages.reward.core import RewardConfig, RewardInput, combine, score_batch, split_prompt
-from tests.judge_server import Answer, JudgeServer, Status, scores_answer
+from tests.helpers import Answer, JudgeServer, Status, scores_answer
 
 CFG = RewardConfig()
 

@@ -9,7 +9,7 @@ import pytest
 from stages.render import target_reply
 from stages.reward import frameworks
 from stages.reward.frameworks import compute_score, make_trl_reward, reward_config, trl_reward
-from tests.judge_server import Answer, JudgeServer, scores_answer
+from tests.helpers import Answer, JudgeServer, scores_answer
 
 REF = "<returncode>0</returncode>\n<output>\nhello\n</output>"
 

@@ -31,7 +31,7 @@ from stages.reward.verifiers import (
     verify_terminal,
     verify_ui_elements,
 )
-from tests.ingest_helpers import ingest_unit
+from tests.helpers import ingest_unit
 
 
 def trajs(shared_data: Path, adapter: str, rel: str, is_dir: bool = False):
@@ -201,7 +201,7 @@ def test_real_uiautomator_dumps_rendered_as_screens(shared_data):
 
 def test_web_page_elements(shared_data):
     from stages.ingest.webvoyager import ADAPTER
-    from tests.ingest_helpers import ingest_unit
+    from tests.helpers import ingest_unit
 
     (t,), bad = ingest_unit(ADAPTER, shared_data / "webvoyager/taskAmazon--0/interact_messages.json")
     assert bad == []

@@ -11,8 +11,7 @@ import pytest
 
 from pipeline.run import run_pipeline
 from stages.llm.instructions import parse_instruction, shared_ngram
-from tests.judge_server import JudgeServer
-from tests.llm_helpers import GOOD_INSTRUCTION, SPOILER_OBS, Script, llm_config, scenario, write_llm_corpus
+from tests.helpers import GOOD_INSTRUCTION, SPOILER_OBS, JudgeServer, Script, llm_config, scenario, write_llm_corpus
 
 SOURCE_INSTRUCTION = "Simulate a search API that is rate limited after two calls."
 SCENARIOS = ["ierr", "ispoil", "ispoilall", "inone", "imalformed", "isrc"]

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 torch = pytest.importorskip("torch")
 
-from tests.training_shards import write_synthetic_shards  # noqa: E402
+from tests.helpers import write_synthetic_shards  # noqa: E402
 from training.dataset import ShardDataset  # noqa: E402
 from training.partition import block_segments, consumer_block, local_order, row_group_order  # noqa: E402
 from training.reweight import apply_category_weights, parse_category_weights  # noqa: E402

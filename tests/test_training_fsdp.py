@@ -14,7 +14,7 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from tests.training_shards import write_synthetic_shards, write_tiny_qwen  # noqa: E402
+from tests.helpers import write_synthetic_shards, write_tiny_qwen  # noqa: E402
 from training.checkpoint import load_checkpoint  # noqa: E402
 from training.collate import pad_samples  # noqa: E402
 from training.models import load_hf_causal_lm  # noqa: E402

@@ -10,7 +10,7 @@ from click.testing import CliRunner
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from tests.training_shards import write_synthetic_shards, write_tiny_qwen  # noqa: E402
+from tests.helpers import write_synthetic_shards, write_tiny_qwen  # noqa: E402
 from training.checkpoint import load_checkpoint  # noqa: E402
 from training.cli import train as train_command  # noqa: E402
 from training.collate import pack_samples, pad_samples  # noqa: E402

@@ -11,7 +11,7 @@ from click.testing import CliRunner
 
 torch = pytest.importorskip("torch")
 
-from tests.training_shards import write_synthetic_shards  # noqa: E402
+from tests.helpers import write_synthetic_shards  # noqa: E402
 from training.checkpoint import load_checkpoint  # noqa: E402
 from training.cli import train as train_command  # noqa: E402
 from training.collate import micro_batches  # noqa: E402

@@ -17,7 +17,7 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 pytest.importorskip("datasets")
 
-from tests.training_shards import write_synthetic_shards, write_tiny_qwen  # noqa: E402
+from tests.helpers import write_synthetic_shards, write_tiny_qwen  # noqa: E402
 from training.collate import pack_samples, pad_samples  # noqa: E402
 from training.dataset import ShardDataset  # noqa: E402
 from training.loss import weighted_loss_sum  # noqa: E402

@@ -13,7 +13,7 @@ from click.testing import CliRunner
 
 torch = pytest.importorskip("torch")
 
-from tests.training_shards import write_synthetic_shards  # noqa: E402
+from tests.helpers import write_synthetic_shards  # noqa: E402
 from training.checkpoint import load_checkpoint  # noqa: E402
 from training.cli import train as train_command  # noqa: E402
 from training.loop import TrainConfig, train  # noqa: E402

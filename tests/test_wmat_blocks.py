@@ -190,7 +190,7 @@ ABSTRACT = ("<imaginary>Open [a directory of martial arts schools], scan the lis
 @pytest.fixture(scope="module")
 def real_search(shared_data):
     from stages.ingest.magentic_one import ADAPTER
-    from tests.ingest_helpers import ingest_unit
+    from tests.helpers import ingest_unit
 
     trajs, bad = ingest_unit(ADAPTER, shared_data / "magentic-one" / "1.json")
     assert bad == [] and len(trajs) == 1

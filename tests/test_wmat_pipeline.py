@@ -1,6 +1,6 @@
 """WMAT end to end through `lwm run` on the search demo corpus, against a scripted loopback writer.
 
-The writer answers by a scenario per (task, step) (`tests.wmat_script`): valid blocks, spoilers
+The writer answers by a scenario per (task, step) (`tests.helpers.BlockWriter`): valid blocks, spoilers
 (fixed on the re-ask, or never), malformed tags, a missing q (fixed on the re-ask). The tests
 check what the stage kept and why, both pools and their spans, caching and determinism, and that
 a run without the stage is unchanged.
@@ -25,8 +25,7 @@ from stages.pools import pool_of
 from stages.reward import wmat_frameworks
 from stages.reward.wmat_format import check_output
 from stages.tokenizer import load_tokenizer
-from tests.judge_server import JudgeServer
-from tests.wmat_script import BlockWriter, scenario_of, valid_block
+from tests.helpers import BlockWriter, JudgeServer, scenario_of, valid_block
 
 ROOT = Path(__file__).resolve().parent.parent
 N_TRAJ = 32
