@@ -1,64 +1,70 @@
-"""``python -m bench [--quick]``: run every benchmark and rewrite bench/RESULTS.md."""
+"""``python -m bench [--quick]``: run every benchmark and rewrite bench/RESULTS.md.
+
+The sections other commands write into RESULTS.md (``python -m bench.large_run``,
+``python -m bench.loss_memory --write``) are kept as they are.
+"""
 
 from __future__ import annotations
 
 import argparse
-import glob
 import os
-import sys
 import tempfile
+from pathlib import Path
 
-from bench import dedup, expansion, loader, naive, peer, processes, tokenizer_floor
-from bench.profile import profile_pipeline
+from bench import corpus, dedup, expansion, loader, targets
+from bench.profile import profile_pipeline, run_config
 from bench.results import render_results
-from pipeline.config import resolve
+from bench.targets import MB, say
 
 RESULTS = os.path.join(os.path.dirname(__file__), "RESULTS.md")
 
-# (trajectories for figures 1/2, expansion count, memory 1× size, Ray trajectories and files, runs)
-SIZES = {"quick": (120, 8, 40, 320, 4, 3), "full": (480, 20, 100, 1200, 8, 5)}
+# repetitions on the 1/4/10 MB inputs, on the large input, and of the in-process figures
+RUNS = {"quick": (3, 1, 3), "full": (5, 3, 5)}
+SMALL_SIZES = (1 * MB, 4 * MB, 10 * MB)
+LARGE_SIZE = 41 * MB
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
-    parser.add_argument("--quick", action="store_true", help="small inputs, 3 runs (under 5 minutes on 2 cores)")
+    parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true",
+                        help="3 runs of the small inputs, 1 of the 41 MB input (under 5 minutes on 2 cores)")
+    parser.add_argument("--large-mb", type=float, default=LARGE_SIZE / MB, help="size of the large input (≥ 40)")
     args = parser.parse_args(argv)
     mode = "quick" if args.quick else "full"
-    n_floor, n_exp, n_mem, n_ray, ray_files, runs = SIZES[mode]
-    figures, profiles = [], {}
+    small_runs, large_runs, runs = RUNS[mode]
+    large_size = int(args.large_mb * MB)
+    say(f"corpus of {large_size / MB:g} MB (cached in {corpus.cache_dir()})")
+    big = corpus.cached_corpus(large_size)
+    profiles: dict[str, str] = {}
     with tempfile.TemporaryDirectory(prefix="lwm-bench-") as work:
-        _say("1. tokenizer floor")
-        floor, out = tokenizer_floor.run(work, n_floor, runs)
-        figures.append(floor)
-        _say("2. naive baseline")
-        trajs = tokenizer_floor.read_trajectories(out)
-        figures += naive.run(trajs[: n_floor // 2], os.path.join(work, "naive"), runs)
-        _say("3. expansion")
-        figures += expansion.run((5, 10, 20, 40), n_exp, runs)
-        _say("4. memory")
-        figures.append(processes.memory(work, n_mem, runs))
-        _say("5. ray")
-        figures += processes.ray_scaling(work, n_ray, ray_files, runs)
-        _say("6. loader")
-        figures.append(loader.run(out, runs))
-        _say("7. dedup signatures")
-        figures.append(dedup.run(500 if args.quick else 2000, runs))
-        _say("8. peer (datatrove)")
-        figures.append(peer.run(out, resolve(overrides={"executor": {"kind": "local", "progress": "off"}}), work,
-                                runs))
-        if floor.met is False:
-            _say("profile of a local run (figure 1 missed)")
-            inputs = sorted(glob.glob(os.path.join(work, "floor_in", "*", "*.jsonl")))
-            profiles["1. pipeline / bare tokenizer"] = profile_pipeline(inputs, os.path.join(work, "profile_out"))
+        inputs = {}
+        for size in SMALL_SIZES:
+            inputs[size] = os.path.join(work, f"corpus-{size}.jsonl")
+            corpus.prefix(big, inputs[size], size)
+        say("default executor vs in-process, naive on 4 MB")
+        figures, info = targets.small_inputs(work, inputs, small_runs, say)
+        say(f"{large_size / MB:g} MB: Ray scaling, floor, naive, datatrove")
+        figures += targets.large_input(work, big, large_size, large_runs, say)
+        say("expansion, loader, signatures")
+        others = expansion.run((5, 10, 20, 40), 8, runs)
+        others.append(loader.run(info[4 * MB]["local_out"], runs, pool="sft"))
+        others.append(dedup.run(500 if args.quick else 2000, runs))
+        missed = [f for f in figures if f.name.startswith("3") and f.met is False]
+        if missed:
+            say("profile of an in-process run on 4 MB (floor target missed)")
+            for fig in missed:
+                dedup_on = fig.name.startswith("3b")
+                cfg = run_config([inputs[4 * MB]], os.path.join(work, "profile"), dedup=dedup_on)
+                profiles[f"{fig.name.split('/')[0].strip()}: in-process run on 4 MB"] = profile_pipeline(cfg)
     command = "python -m bench" + (" --quick" if args.quick else "")
-    with open(RESULTS, "w") as f:
-        f.write(render_results(figures, command, runs, profiles))
-    _say(f"wrote {RESULTS}")
+    previous = Path(RESULTS).read_text(encoding="utf-8") if os.path.exists(RESULTS) else ""
+    reps = f"{small_runs} on 1–10 MB, {large_runs} on {large_size / MB:g} MB, {runs} for the in-process figures"
+    text = render_results(figures, command, reps, profiles, corpus=f"{corpus.DESCRIPTION}; the 1, 4 and 10 MB "
+                          f"inputs are prefixes of the {large_size / MB:g} MB file", previous=previous,
+                          other_figures=others)
+    Path(RESULTS).write_text(text, encoding="utf-8")
+    say(f"wrote {RESULTS}")
     return 0
-
-
-def _say(msg: str) -> None:
-    print(f"[bench] {msg}", file=sys.stderr, flush=True)
 
 
 if __name__ == "__main__":
