@@ -57,7 +57,8 @@ def write_config(path: str, *sections: dict[str, dict]) -> str:
     return path
 
 
-def _env() -> dict[str, str]:
+def cli_env() -> dict[str, str]:
+    """This environment without RAY_ADDRESS (a fresh local Ray), with this checkout first on PYTHONPATH."""
     env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))
@@ -72,7 +73,7 @@ def lwm_run(inputs: list[str], out: str, config: str, *flags: str) -> CliRun:
     for path in inputs:
         cmd += ["-i", path]
     start = time.perf_counter()
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=_env(), check=False)
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=cli_env(), check=False)
     seconds = time.perf_counter() - start
     if proc.returncode != 0:
         raise RuntimeError(f"lwm run {' '.join(flags)} failed ({proc.returncode}): {proc.stderr[-2000:]}")
@@ -86,7 +87,7 @@ def naive_run(inputs: list[str], out: str) -> tuple[float, int]:
     os.makedirs(out)
     cmd = [sys.executable, "-m", "bench.naive", os.path.join(out, "samples.parquet"), *inputs]
     start = time.perf_counter()
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=_env(), check=False)
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=cli_env(), check=False)
     seconds = time.perf_counter() - start
     if proc.returncode != 0:
         raise RuntimeError(f"naive script failed ({proc.returncode}): {proc.stderr[-2000:]}")

@@ -27,42 +27,42 @@ def cache_dir() -> str:
     return os.environ.get("LWM_BENCH_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "lwmkit-bench")
 
 
-def _seed_lines(seed: int) -> list[str]:
+def _seed_lines(seed: int, per_seed: int = PER_SEED) -> list[str]:
     """The JSONL lines of one seed: the i-th trajectory of each domain in turn."""
     per_domain = []
     for domain in DOMAINS:
-        trajs = generate(domain, seed=seed, n=PER_SEED)
+        trajs = generate(domain, seed=seed, n=per_seed)
         for traj in trajs:
             traj["traj_id"] = f"{traj['traj_id']}-s{seed}"
         per_domain.append(trajs)
     lines = []
-    for i in range(PER_SEED):
+    for i in range(per_seed):
         for trajs in per_domain:
             if i < len(trajs):
                 lines.append(json.dumps(trajs[i], ensure_ascii=False, sort_keys=True) + "\n")
     return lines
 
 
-def _lines(workers: int) -> Iterator[str]:
+def _lines(workers: int, per_seed: int) -> Iterator[str]:
     """Lines seed after seed, generated `workers` seeds at a time."""
     seed = 0
     if workers <= 1:
         while True:
-            yield from _seed_lines(seed)
+            yield from _seed_lines(seed, per_seed)
             seed += 1
     with ProcessPoolExecutor(workers) as pool:
         while True:
-            for lines in pool.map(_seed_lines, range(seed, seed + workers)):
+            for lines in pool.map(_seed_lines, range(seed, seed + workers), [per_seed] * workers):
                 yield from lines
             seed += workers
 
 
-def write_corpus(path: str, target_bytes: int, workers: int = 1) -> tuple[int, int]:
+def write_corpus(path: str, target_bytes: int, workers: int = 1, per_seed: int = PER_SEED) -> tuple[int, int]:
     """Write whole lines to `path` until it holds at least `target_bytes`; (trajectories, bytes)."""
     count = written = 0
     tmp = path + ".part"
     with open(tmp, "w", encoding="utf-8") as f:
-        for line in _lines(workers):
+        for line in _lines(workers, per_seed):
             if written >= target_bytes:
                 break
             f.write(line)

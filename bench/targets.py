@@ -28,8 +28,9 @@ def _runs(n: int) -> str:
     return f"{n} run" + ("s" if n != 1 else "")
 
 
-def small_inputs(work: str, inputs: dict[int, str], runs: int, say: Callable[[str], None]) -> tuple[list[Figure], dict]:
-    """Per input size: default `lwm run` / `--executor local` (and at 4 MB the naive script / default).
+def small_inputs(work: str, inputs: dict[int, str], runs: int, say: Callable[[str], None],
+                 naive_size: int = 4 * MB) -> tuple[list[Figure], dict]:
+    """Per input size: default `lwm run` / `--executor local` (and at `naive_size` the naive script / default).
 
     Returns the figures and, per size, the output directory of the last in-process run and the
     executor line the default run printed.
@@ -47,7 +48,7 @@ def small_inputs(work: str, inputs: dict[int, str], runs: int, say: Callable[[st
             default_s.append(default.seconds)
             local_s.append(local.seconds)
             choice, samples = default.executor_line, local.samples
-            if size == 4 * MB:
+            if size == naive_size:
                 seconds, naive_samples = naive_run([path], os.path.join(work, f"naive-{size}"))
                 naive_s.append(seconds)
         info[size] = {"local_out": os.path.join(work, f"local-{size}"), "executor": choice}
