@@ -70,9 +70,13 @@ def run_sampled(cmd: list[str]) -> tuple[int, int, float, dict[int, float], dict
     return proc.pid, proc.returncode, time.time() - start, peak, names, err
 
 
+# Ray's own processes that also take a ``ray::`` name: idle workers, agents and internal actors
+NOT_WORKERS = ("ray::IDLE", "ray::DashboardAgent", "ray::RuntimeEnvAgent", "ray::_")
+
+
 def is_worker(names: set[str]) -> bool:
-    """A Ray worker that ran a task: named ``ray::<task or actor>`` at some sample (not only ``ray::IDLE``)."""
-    return any(n.startswith("ray::") and n != "ray::IDLE" for n in names)
+    """A Ray worker that ran a pipeline task: named ``ray::<task or actor>`` at some sample, not Ray's own."""
+    return any(n.startswith("ray::") and not n.startswith(NOT_WORKERS) for n in names)
 
 
 def summarize(rc: int, wall: float, peak: dict[int, float], names: dict[int, set[str]], driver_pid: int,
