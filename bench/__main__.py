@@ -32,12 +32,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--small-mb", type=float, nargs=3, default=[s / MB for s in SMALL_SIZES],
                         help="the three small input sizes (the naive script runs on the middle one)")
     parser.add_argument("--results", default=RESULTS, help="the results file to rewrite")
+    parser.add_argument("--corpus", choices=("real", "demo"), default=None,
+                        help="real trajectories of ../shared/data replicated (default when present), or the demo")
     args = parser.parse_args(argv)
     mode = "quick" if args.quick else "full"
     small_runs, large_runs, runs = RUNS[mode]
     large_size = int(args.large_mb * MB)
-    say(f"corpus of {large_size / MB:g} MB (cached in {corpus.cache_dir()})")
-    big = corpus.cached_corpus(large_size)
+    kind = args.corpus or ("real" if os.path.isdir(corpus.shared_data_dir()) else "demo")
+    say(f"{kind} corpus of {large_size / MB:g} MB (cached in {corpus.cache_dir()})")
+    big = corpus.cached_real_corpus(large_size) if kind == "real" else corpus.cached_corpus(large_size)
+    description = corpus.REAL_DESCRIPTION if kind == "real" else corpus.DESCRIPTION
     profiles: dict[str, str] = {}
     with tempfile.TemporaryDirectory(prefix="lwm-bench-") as work:
         inputs = {}
@@ -63,8 +67,9 @@ def main(argv: list[str] | None = None) -> int:
                 profiles[name] = profile_pipeline(cfg)
     command = "python -m bench" + (" --quick" if args.quick else "")
     previous = Path(args.results).read_text(encoding="utf-8") if os.path.exists(args.results) else ""
-    reps = f"{small_runs} on {sizes[0] / MB:g}–{sizes[2] / MB:g} MB, {large_runs} on {large_size / MB:g} MB, {runs} for the in-process figures"
-    text = render_results(figures, command, reps, profiles, corpus=f"{corpus.DESCRIPTION}; the "
+    reps = (f"{small_runs} on {sizes[0] / MB:g}–{sizes[2] / MB:g} MB, {large_runs} on {large_size / MB:g} MB, "
+            f"{runs} for the in-process figures")
+    text = render_results(figures, command, reps, profiles, corpus=f"{description}; the "
                           f"{', '.join(f'{s / MB:g}' for s in sizes)} MB "
                           f"inputs are prefixes of the {large_size / MB:g} MB file", previous=previous,
                           other_figures=others)
