@@ -34,9 +34,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--results", default=RESULTS, help="the results file to rewrite")
     parser.add_argument("--corpus", choices=("real", "demo"), default=None,
                         help="real trajectories of ../shared/data replicated (default when present), or the demo")
+    parser.add_argument("--runs", type=int, nargs=3, metavar=("SMALL", "LARGE", "IN_PROCESS"),
+                        help="repetitions instead of the mode's (a smoke test of the harness: 1 1 1)")
     args = parser.parse_args(argv)
     mode = "quick" if args.quick else "full"
-    small_runs, large_runs, runs = RUNS[mode]
+    small_runs, large_runs, runs = args.runs or RUNS[mode]
     large_size = int(args.large_mb * MB)
     kind = args.corpus or ("real" if os.path.isdir(corpus.shared_data_dir()) else "demo")
     say(f"{kind} corpus of {large_size / MB:g} MB (cached in {corpus.cache_dir()})")
