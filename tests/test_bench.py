@@ -152,3 +152,32 @@ def test_large_run_summary_and_targets():
     assert "| 5. peak RSS per worker, 10× input | 1.50× | ≤ 1.2× | not met |" in text
     assert "| 120 s | ≤ 300 s | met |" in text
     assert "| 0.20 GB | 100 | 0 | 20.0 s | — | — | 5.0 s | — | 0% | 200 MiB | 600 MiB |" in text
+
+
+def _rows():
+    obs = ["Listing files in the project folder: alpha beta gamma", "Error: permission denied for folder gamma"]
+    return [{"traj_id": f"t{i}", "split_key": f"k{i}", "domain": "terminal",
+             "turns": [{"action": "ls gamma", "observation": o} for o in obs]} for i in range(3)]
+
+
+def test_real_copies_vary_ids_and_observation_words_but_not_size_or_actions():
+    rows = _rows()
+    by_length = corpus._permutations(rows)
+    first, second = corpus.varied_copy(rows, 0, by_length), corpus.varied_copy(rows, 1, by_length)
+    assert [r["traj_id"] for r in first + second] == ["t0-c0", "t1-c0", "t2-c0", "t0-c1", "t1-c1", "t2-c1"]
+    assert len({r["split_key"] for r in first + second}) == 6
+    assert [t["observation"] for t in first[0]["turns"]] == [t["observation"] for t in rows[0]["turns"]]
+    for a, b in zip(rows[0]["turns"], second[0]["turns"], strict=True):
+        assert b["action"] == a["action"]
+        assert len(b["observation"]) == len(a["observation"])
+    words = {w for t in rows[0]["turns"] for w in corpus.WORD.findall(t["observation"])}
+    changed = [t["observation"] for t in second[0]["turns"]] != [t["observation"] for t in rows[0]["turns"]]
+    assert changed and {w for t in second[0]["turns"] for w in corpus.WORD.findall(t["observation"])} <= words
+    assert rows[0]["turns"][0]["observation"].startswith("Listing")  # the input rows are not modified
+
+
+def test_real_corpus_reaches_the_size_with_unique_ids(tmp_path):
+    count, size = corpus.write_real_corpus(str(tmp_path / "r.jsonl"), 2_000, _rows())
+    records = [json.loads(x) for x in (tmp_path / "r.jsonl").read_text(encoding="utf-8").splitlines()]
+    assert len(records) == count and size >= 2_000 and size == (tmp_path / "r.jsonl").stat().st_size
+    assert len({r["traj_id"] for r in records}) == count > 3
