@@ -110,13 +110,13 @@ def _met(ok: bool) -> str:
     return "met" if ok else "not met"
 
 
-def render(small: dict, large: dict) -> str:
+def render(small: dict, large: dict, description: str = corpus.DESCRIPTION) -> str:
     stage_names = sorted({*small["stages"], *large["stages"]})
     lines = [
         LARGE_HEADING,
         "",
         "`lwm run --executor ray --num-cpus 2`, default settings otherwise (all pools, dedup on), on "
-        f"{corpus.DESCRIPTION}; the small input is a prefix of the large one. Resident memory of the driver "
+        f"{description}; the small input is a prefix of the large one. Resident memory of the driver "
         "and of every process below it sampled every 0.5 s; workers are the two largest Ray worker processes.",
         "",
         "| input | trajectories | exit | wall | " + " | ".join(stage_names) + " | dedup share | driver peak RSS "
@@ -151,16 +151,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--gb", type=float, default=2.0)
     parser.add_argument("--small-gb", type=float, default=0.2)
     parser.add_argument("--results", default=RESULTS, help="the results file whose section to replace")
+    parser.add_argument("--corpus", choices=("demo", "real"), default="demo",
+                        help="generated demo trajectories (default) or the sample data replicated")
     args = parser.parse_args(argv)
-    print(f"corpus of {args.gb:g} GB (cached in {corpus.cache_dir()})", file=sys.stderr)
-    big = corpus.cached_corpus(int(args.gb * GB))
+    print(f"{args.corpus} corpus of {args.gb:g} GB (cached in {corpus.cache_dir()})", file=sys.stderr)
+    size = int(args.gb * GB)
+    big = corpus.cached_corpus(size) if args.corpus == "demo" else corpus.cached_real_corpus(size)
     with tempfile.TemporaryDirectory(prefix="lwm-large-") as work:
         small_path = os.path.join(work, "small.jsonl")
         corpus.prefix(big, small_path, int(args.small_gb * GB))
         small = measure(work, small_path, "small")
         os.remove(small_path)
         large = measure(work, big, "large")
-    text = render(small, large)
+    text = render(small, large, corpus.DESCRIPTION if args.corpus == "demo" else corpus.REAL_DESCRIPTION)
     replace_section(args.results, text)
     print(text)
     return 0 if small["rc"] == 0 and large["rc"] == 0 else 1
