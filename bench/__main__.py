@@ -17,6 +17,7 @@ import tempfile
 from pathlib import Path
 
 from bench import corpus, dedup, expansion, loader, targets
+from bench.common import not_measured
 from bench.profile import profile_pipeline, run_config
 from bench.results import render_results
 from bench.targets import MB, say
@@ -57,12 +58,15 @@ def main(argv: list[str] | None = None) -> int:
             inputs[size] = os.path.join(work, f"corpus-{size}.jsonl")
             corpus.prefix(big, inputs[size], size)
         say(f"default executor vs in-process, naive on {sizes[1] / MB:g} MB")
-        figures, info = targets.small_inputs(work, inputs, small_runs, say, naive_size=sizes[1])
+        figures, info = _guarded(lambda: targets.small_inputs(work, inputs, small_runs, say, naive_size=sizes[1]),
+                                 "1–7a. small inputs", ([], {}))
         say(f"{large_size / MB:g} MB: Ray scaling, floor, naive, datatrove")
-        figures += targets.large_input(work, big, large_size, large_runs, say)
+        figures += _guarded(lambda: targets.large_input(work, big, large_size, large_runs, say),
+                            f"2–7b. {large_size / MB:g} MB input", [])
         say("expansion, loader, signatures")
         others = expansion.run((5, 10, 20, 40), 8, runs)
-        others.append(loader.run(info[sizes[1]]["local_out"], runs, pool="sft"))
+        if sizes[1] in info:
+            others.append(loader.run(info[sizes[1]]["local_out"], runs, pool="sft"))
         others.append(dedup.run(500 if args.quick else 2000, runs))
         missed = [f for f in figures if f.name.startswith("3") and f.met is False]
         if missed:
@@ -83,6 +87,18 @@ def main(argv: list[str] | None = None) -> int:
     Path(args.results).write_text(text, encoding="utf-8")
     say(f"wrote {args.results}")
     return 0
+
+
+def _guarded(fn, name: str, empty):
+    """`fn()`, or `empty` plus a "not measured" row naming the error when a run of the group failed."""
+    try:
+        return fn()
+    except Exception as exc:  # one failed group must not lose the other groups' figures
+        say(f"{name} failed: {exc}")
+        row = not_measured(name, None, True, f"a run failed: {str(exc).splitlines()[0][:200]}")
+        if isinstance(empty, tuple):
+            return [row, *empty[0]], empty[1]
+        return [row, *empty]
 
 
 if __name__ == "__main__":
