@@ -181,3 +181,15 @@ def test_real_corpus_reaches_the_size_with_unique_ids(tmp_path):
     records = [json.loads(x) for x in (tmp_path / "r.jsonl").read_text(encoding="utf-8").splitlines()]
     assert len(records) == count and size >= 2_000 and size == (tmp_path / "r.jsonl").stat().st_size
     assert len({r["traj_id"] for r in records}) == count > 3
+
+
+def test_a_failed_group_becomes_a_not_measured_row():
+    from bench.__main__ import _guarded
+
+    def fail():
+        raise RuntimeError("lwm run --executor ray failed (1): timed out\nmore")
+
+    rows, info = _guarded(fail, "1–7a. small inputs", ([], {}))
+    assert info == {} and [r.name for r in rows] == ["1–7a. small inputs"]
+    assert rows[0].note == "not measured: a run failed: lwm run --executor ray failed (1): timed out"
+    assert _guarded(lambda: [Figure("ok", [1.0], None, True)], "g", [])[0].name == "ok"
