@@ -82,7 +82,7 @@ def lwm_run(inputs: list[str], out: str, config: str, *flags: str, attempts: int
         seconds = time.perf_counter() - start
         if proc.returncode == 0:
             return CliRun(seconds, proc.stderr, out)
-        print(f"[bench] lwm run {' '.join(flags)} failed (attempt {attempt + 1}): {proc.stderr.strip()[-300:]}",
+        print(f"[bench] lwm run {' '.join(flags) or '(defaults)'} failed (attempt {attempt + 1}): {proc.stderr.strip()[-300:]}",
               file=sys.stderr, flush=True)
     raise RuntimeError(f"lwm run {' '.join(flags)} failed ({proc.returncode}): {proc.stderr[-2000:]}")
 
