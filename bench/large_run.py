@@ -82,11 +82,13 @@ def is_worker(names: set[str]) -> bool:
 def summarize(rc: int, wall: float, peak: dict[int, float], names: dict[int, set[str]], driver_pid: int,
               timings: dict) -> dict:
     """The figures of one run: wall, stage seconds, dedup share, driver and the two largest workers' peak RSS."""
-    workers = sorted((mib for pid, mib in peak.items() if is_worker(names.get(pid, set()))), reverse=True)[:2]
+    top = sorted(((mib, pid) for pid, mib in peak.items() if is_worker(names.get(pid, set()))), reverse=True)[:2]
+    workers = [mib for mib, _ in top]
+    worker_names = [", ".join(sorted(names[pid] - {"ray::IDLE"})) for _, pid in top]
     stages = {k: float(v["seconds"]) for k, v in timings.items()}
     dedup = sum(s for k, s in stages.items() if k.startswith("dedup"))
     return {"rc": rc, "wall": wall, "stages": stages, "dedup_share": dedup / wall if wall else 0.0,
-            "driver": peak.get(driver_pid, 0.0), "workers": workers}
+            "driver": peak.get(driver_pid, 0.0), "workers": workers, "worker_names": worker_names}
 
 
 def measure(work: str, path: str, label: str) -> dict:
@@ -128,6 +130,9 @@ def render(small: dict, large: dict, description: str = corpus.DESCRIPTION) -> s
         workers = ", ".join(f"{w:,.0f} MiB" for w in m["workers"]) or "—"
         lines.append(f"| {m['bytes'] / GB:.2f} GB | {m['trajectories']:,} | {m['rc']} | {m['wall']:,.1f} s | {stages} "
                      f"| {m['dedup_share']:.0%} | {m['driver']:,.0f} MiB | {workers} |")
+    lines += ["", "Worker processes measured (names they took): "
+              + "; ".join(f"{m['bytes'] / GB:.2f} GB: " + " / ".join(m.get("worker_names") or ["none"])
+                          for m in (small, large))]
     flat = max(large["workers"] or [0]) / max(max(small["workers"] or [0]), 1e-9)
     scale = large["bytes"] / small["bytes"]
     lines += [

@@ -140,6 +140,7 @@ def test_large_run_summary_and_targets():
                "samples": {"seconds": 30.0}}
     large = large_run.summarize(0, 120.0, peak, names, 1, timings)
     assert large["workers"] == [900.0, 700.0] and large["driver"] == 550.0
+    assert large["worker_names"] == ["ray::Map(run_row)", "ray::run_row"]
     assert large["dedup_share"] == pytest.approx(0.25)
     small = large_run.summarize(0, 20.0, {1: 200.0, 2: 600.0}, {1: {"python"}, 2: {"ray::run_row"}}, 1,
                                 {"ingest": {"seconds": 5.0}})
@@ -152,6 +153,7 @@ def test_large_run_summary_and_targets():
     assert "| 5. peak RSS per worker, 10× input | 1.50× | ≤ 1.2× | not met |" in text
     assert "| 120 s | ≤ 300 s | met |" in text
     assert "| 0.20 GB | 100 | 0 | 20.0 s | — | — | 5.0 s | — | 0% | 200 MiB | 600 MiB |" in text
+    assert "2.00 GB: ray::Map(run_row) / ray::run_row" in text
 
 
 def _rows():
