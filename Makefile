@@ -9,7 +9,7 @@ OUT ?= out/$(DOMAIN)
 INPUT ?=
 EXECUTOR ?=
 
-.PHONY: data test lint fmt bench bench-quick clean
+.PHONY: data test lint fmt bench bench-quick bench-large clean
 
 $(VENV)/.installed: pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -39,7 +39,7 @@ test: $(VENV)/.installed
 	$(VENV)/bin/lint-imports
 	$(VENV)/bin/python -m pytest -q
 
-# datatrove is installed for the peer benchmark only (figure 8), not a dependency of lwmkit.
+# datatrove is installed for the peer figure only (its tokenizer step), not a dependency of lwmkit.
 bench: $(VENV)/.installed
 	$(PY) -m pip install -q datatrove
 	$(PY) -m bench
@@ -47,6 +47,10 @@ bench: $(VENV)/.installed
 bench-quick: $(VENV)/.installed
 	$(PY) -m pip install -q datatrove
 	$(PY) -m bench --quick
+
+# 2 GB through Ray on 2 CPUs (and 0.2 GB for the memory flatness figure): tens of minutes, run on its own.
+bench-large: $(VENV)/.installed
+	$(PY) -m bench.large_run
 
 clean:
 	rm -rf out .pytest_cache .ruff_cache

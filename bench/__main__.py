@@ -1,64 +1,104 @@
-"""``python -m bench [--quick]``: run every benchmark and rewrite bench/RESULTS.md."""
+"""``python -m bench [--quick]``: run every benchmark and rewrite bench/RESULTS.md.
+
+End-to-end figures run the CLI on inputs of 1, 4 and 10 MB (default executor against
+``--executor local``, the naive script on 4 MB) and on 41 MB (Ray on 1 and 2 CPUs, in-process with
+dedup off and on, the default executor, the naive script, datatrove's tokenizer step, the bare
+tiktoken floor). ``--quick`` repeats the small inputs 3 times and the 41 MB input once (on a quiet
+2-core machine about 4–5 minutes, plus building the cached corpus on first use); the full run
+repeats them 5 and 3 times. The sections other commands write into RESULTS.md
+(``python -m bench.large_run``, ``python -m bench.loss_memory --write``) are kept as they are.
+"""
 
 from __future__ import annotations
 
 import argparse
-import glob
 import os
-import sys
 import tempfile
+from pathlib import Path
 
-from bench import dedup, expansion, loader, naive, peer, processes, tokenizer_floor
-from bench.profile import profile_pipeline
+from bench import corpus, dedup, expansion, loader, targets
+from bench.common import not_measured
+from bench.profile import profile_pipeline, run_config
 from bench.results import render_results
-from pipeline.config import resolve
+from bench.targets import MB, say
 
 RESULTS = os.path.join(os.path.dirname(__file__), "RESULTS.md")
 
-# (trajectories for figures 1/2, expansion count, memory 1× size, Ray trajectories and files, runs)
-SIZES = {"quick": (120, 8, 40, 320, 4, 3), "full": (480, 20, 100, 1200, 8, 5)}
+# repetitions on the 1/4/10 MB inputs, on the large input, and of the in-process figures
+RUNS = {"quick": (3, 1, 3), "full": (5, 3, 5)}
+SMALL_SIZES = (1 * MB, 4 * MB, 10 * MB)  # the naive script runs on the middle one
+LARGE_SIZE = 41 * MB
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
-    parser.add_argument("--quick", action="store_true", help="small inputs, 3 runs (under 5 minutes on 2 cores)")
+    parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true",
+                        help="3 runs of the small inputs, 1 of the 41 MB input (under 5 minutes on 2 cores)")
+    parser.add_argument("--large-mb", type=float, default=LARGE_SIZE / MB, help="size of the large input (≥ 40)")
+    parser.add_argument("--small-mb", type=float, nargs=3, default=[s / MB for s in SMALL_SIZES],
+                        help="the three small input sizes (the naive script runs on the middle one)")
+    parser.add_argument("--results", default=RESULTS, help="the results file to rewrite")
+    parser.add_argument("--corpus", choices=("real", "demo"), default=None,
+                        help="real trajectories of ../shared/data replicated (default when present), or the demo")
+    parser.add_argument("--runs", type=int, nargs=3, metavar=("SMALL", "LARGE", "IN_PROCESS"),
+                        help="repetitions instead of the mode's (a smoke test of the harness: 1 1 1)")
     args = parser.parse_args(argv)
     mode = "quick" if args.quick else "full"
-    n_floor, n_exp, n_mem, n_ray, ray_files, runs = SIZES[mode]
-    figures, profiles = [], {}
+    small_runs, large_runs, runs = args.runs or RUNS[mode]
+    large_size = int(args.large_mb * MB)
+    kind = args.corpus or ("real" if os.path.isdir(corpus.shared_data_dir()) else "demo")
+    say(f"{kind} corpus of {large_size / MB:g} MB (cached in {corpus.cache_dir()})")
+    big = corpus.cached_real_corpus(large_size) if kind == "real" else corpus.cached_corpus(large_size)
+    description = corpus.REAL_DESCRIPTION if kind == "real" else corpus.DESCRIPTION
+    profiles: dict[str, str] = {}
     with tempfile.TemporaryDirectory(prefix="lwm-bench-") as work:
-        _say("1. tokenizer floor")
-        floor, out = tokenizer_floor.run(work, n_floor, runs)
-        figures.append(floor)
-        _say("2. naive baseline")
-        trajs = tokenizer_floor.read_trajectories(out)
-        figures += naive.run(trajs[: n_floor // 2], os.path.join(work, "naive"), runs)
-        _say("3. expansion")
-        figures += expansion.run((5, 10, 20, 40), n_exp, runs)
-        _say("4. memory")
-        figures.append(processes.memory(work, n_mem, runs))
-        _say("5. ray")
-        figures += processes.ray_scaling(work, n_ray, ray_files, runs)
-        _say("6. loader")
-        figures.append(loader.run(out, runs))
-        _say("7. dedup signatures")
-        figures.append(dedup.run(500 if args.quick else 2000, runs))
-        _say("8. peer (datatrove)")
-        figures.append(peer.run(out, resolve(overrides={"executor": {"kind": "local", "progress": "off"}}), work,
-                                runs))
-        if floor.met is False:
-            _say("profile of a local run (figure 1 missed)")
-            inputs = sorted(glob.glob(os.path.join(work, "floor_in", "*", "*.jsonl")))
-            profiles["1. pipeline / bare tokenizer"] = profile_pipeline(inputs, os.path.join(work, "profile_out"))
+        inputs = {}
+        sizes = [int(mb * MB) for mb in args.small_mb]
+        for size in sizes:
+            inputs[size] = os.path.join(work, f"corpus-{size}.jsonl")
+            corpus.prefix(big, inputs[size], size)
+        say(f"default executor vs in-process, naive on {sizes[1] / MB:g} MB")
+        figures, info = _guarded(lambda: targets.small_inputs(work, inputs, small_runs, say, naive_size=sizes[1]),
+                                 "1–7a. small inputs", ([], {}))
+        say(f"{large_size / MB:g} MB: Ray scaling, floor, naive, datatrove")
+        figures += _guarded(lambda: targets.large_input(work, big, large_size, large_runs, say),
+                            f"2–7b. {large_size / MB:g} MB input", [])
+        say("expansion, loader, signatures")
+        others = expansion.run((5, 10, 20, 40), 8, runs)
+        if sizes[1] in info:
+            others.append(loader.run(info[sizes[1]]["local_out"], runs, pool="sft"))
+        others.append(dedup.run(500 if args.quick else 2000, runs))
+        missed = [f for f in figures if f.name.startswith("3") and f.met is False]
+        if missed:
+            say(f"profile of an in-process run on {sizes[1] / MB:g} MB (floor target missed)")
+            for fig in missed:
+                dedup_on = fig.name.startswith("3b")
+                cfg = run_config([inputs[sizes[1]]], os.path.join(work, "profile"), dedup=dedup_on)
+                name = f"{fig.name.split('/')[0].strip()}: in-process run on {sizes[1] / MB:g} MB"
+                profiles[name] = profile_pipeline(cfg)
     command = "python -m bench" + (" --quick" if args.quick else "")
-    with open(RESULTS, "w") as f:
-        f.write(render_results(figures, command, runs, profiles))
-    _say(f"wrote {RESULTS}")
+    previous = Path(args.results).read_text(encoding="utf-8") if os.path.exists(args.results) else ""
+    reps = (f"{small_runs} on {sizes[0] / MB:g}–{sizes[2] / MB:g} MB, {large_runs} on {large_size / MB:g} MB, "
+            f"{runs} for the in-process figures")
+    text = render_results(figures, command, reps, profiles, corpus=f"{description}; the "
+                          f"{', '.join(f'{s / MB:g}' for s in sizes)} MB "
+                          f"inputs are prefixes of the {large_size / MB:g} MB file", previous=previous,
+                          other_figures=others)
+    Path(args.results).write_text(text, encoding="utf-8")
+    say(f"wrote {args.results}")
     return 0
 
 
-def _say(msg: str) -> None:
-    print(f"[bench] {msg}", file=sys.stderr, flush=True)
+def _guarded(fn, name: str, empty):
+    """`fn()`, or `empty` plus a "not measured" row naming the error when a run of the group failed."""
+    try:
+        return fn()
+    except Exception as exc:  # one failed group must not lose the other groups' figures
+        say(f"{name} failed: {exc}")
+        row = not_measured(name, None, True, f"a run failed: {str(exc).splitlines()[0][:200]}")
+        if isinstance(empty, tuple):
+            return [row, *empty[0]], empty[1]
+        return [row, *empty]
 
 
 if __name__ == "__main__":

@@ -1,17 +1,12 @@
-"""Shared helpers: repeated timing, spread of a series, generated corpora and pipeline configs."""
+"""Shared helpers: a figure (ratios of repeated timings against a target) and timing."""
 
 from __future__ import annotations
 
-import os
-import shutil
 import statistics
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
-
-from pipeline.config import resolve
-from pipeline.demo import write_demo
 
 BENCH_DOMAIN = "terminal"
 
@@ -54,39 +49,6 @@ def timed(fn: Callable[[], Any]) -> tuple[float, Any]:
     start = time.perf_counter()
     result = fn()
     return time.perf_counter() - start, result
-
-
-def make_corpus(dir_path: str, trajectories: int, files: int = 1, seed: int = 0) -> list[str]:
-    """`files` demo files of `trajectories // files` terminal trajectories each, under `dir_path`."""
-    if os.path.exists(dir_path):
-        shutil.rmtree(dir_path)
-    paths = []
-    per_file = max(1, trajectories // files)
-    for i in range(files):
-        sub = os.path.join(dir_path, f"f{i:03d}")
-        written = write_demo(BENCH_DOMAIN, sub, seed=seed + i, n=per_file)
-        paths.extend(written)
-    return paths
-
-
-def corpus_bytes(paths: list[str]) -> int:
-    return sum(os.path.getsize(p) for p in paths)
-
-
-def pipeline_config(inputs: list[str], out: str, executor: str = "local", num_cpus: int = 0,
-                    pools: dict[str, Any] | None = None, one_task_per_file: bool = False) -> dict[str, Any]:
-    """A resolved run config over the bench corpus (fresh output directory)."""
-    if os.path.exists(out):
-        shutil.rmtree(out)
-    overrides: dict[str, Any] = {
-        "run": {"input": list(inputs), "out": out, "domain": BENCH_DOMAIN},
-        "executor": {"kind": executor, "num_cpus": num_cpus, "progress": "off"},
-    }
-    if pools:
-        overrides["pools"] = pools
-    if one_task_per_file:  # small bench files would otherwise be grouped into one ingest task
-        overrides["ingest"] = {"group_files": 1}
-    return resolve(overrides=overrides)
 
 
 def quiet(_msg: str) -> None:

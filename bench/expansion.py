@@ -1,4 +1,4 @@
-"""Figure 3: all-turn expansion against one turn sample, by trajectory length.
+"""SPEC §11 expansion figures: all-turn expansion against one turn sample, by trajectory length.
 
 One turn sample of the last turn already tokenizes the whole history; the all-turn expansion
 should add little tokenization beyond it (SPEC §11: "costs ≤ 1.3× the tokenization of k = 1").
@@ -99,10 +99,10 @@ def run(lengths: tuple[int, ...], count: int, runs: int) -> list[Figure]:
             tok_ratios.append(all_tok / one_tok)
             wall_ratios.append(all_wall / one_wall)
         detail = f"{count} trajectories, {length} samples each vs 1"
-        figures.append(Figure(f"3a. all-turn / 1-turn characters tokenized, {length} turns", char_ratios, 1.3,
+        figures.append(Figure(f"expansion: all-turn / 1-turn characters tokenized, {length} turns", char_ratios, 1.3,
                               False, detail=detail + "; deterministic work measure"))
-        figures.append(Figure(f"3b. all-turn / 1-turn time inside the tokenizer, {length} turns", tok_ratios, 1.3,
+        figures.append(Figure(f"expansion: all-turn / 1-turn time inside the tokenizer, {length} turns", tok_ratios, 1.3,
                               False, detail=detail + "; GC paused; includes cache effects of the larger output"))
-        figures.append(Figure(f"3c. all-turn / 1-turn total build time, {length} turns", wall_ratios, None, False,
+        figures.append(Figure(f"expansion: all-turn / 1-turn total build time, {length} turns", wall_ratios, None, False,
                               detail=detail + "; output grows with the sum of prefixes, no SPEC target"))
     return figures

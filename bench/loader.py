@@ -1,4 +1,4 @@
-"""Figure 6: `training.ShardDataset` tokens/s against a raw pyarrow read of the same shards."""
+"""SPEC §11 loader figure: `training.ShardDataset` tokens/s against a raw pyarrow read of the same shards."""
 
 from __future__ import annotations
 
@@ -25,9 +25,9 @@ def loader_tokens(shard_dir: str) -> int:
     return sum(len(s["input_ids"]) for s in ds)
 
 
-def run(out: str, runs: int, passes: int = 5) -> Figure:
-    """tokens/s(loader) / tokens/s(raw read) over the cpt shards of a pipeline output."""
-    shard_dir = os.path.join(out, "shards", "cpt")
+def run(out: str, runs: int, passes: int = 5, pool: str = "cpt") -> Figure:
+    """tokens/s(loader) / tokens/s(raw read) over the `pool` shards of a pipeline output."""
+    shard_dir = os.path.join(out, "shards", pool)
     files = sorted(glob.glob(os.path.join(shard_dir, "*.parquet")))
     ratios, tokens = [], 0
     for _ in range(runs):
@@ -40,5 +40,5 @@ def run(out: str, runs: int, passes: int = 5) -> Figure:
         if loaded != tokens:
             raise RuntimeError(f"loader yielded {loaded} tokens, the shards hold {tokens}")
         ratios.append(raw / mine)
-    return Figure("6. shard loader / raw Parquet read (tokens/s)", ratios, 0.2, True, unit="%",
-                  detail=f"{tokens // passes} tokens in {len(files)} cpt shard(s), {passes} passes per run")
+    return Figure("loader: shard loader / raw Parquet read (tokens/s)", ratios, 0.2, True, unit="%",
+                  detail=f"{tokens // passes} tokens in {len(files)} {pool} shard(s), {passes} passes per run")

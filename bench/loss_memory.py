@@ -6,8 +6,8 @@ from final hidden states of width 256 and an output head ``[vocab, 256]``: once 
 logits (``--loss-chunk-tokens 0``) and once chunked (1024 positions at a time, the default). Each
 variant runs in a fresh process; on CPU the figure is the growth of the peak anonymous resident
 memory over the inputs already allocated (sampled from /proc every 0.5 ms), on CUDA
-``torch.cuda.max_memory_allocated`` over the same baseline. ``--write`` replaces the section "Chunked loss: peak memory" at the end of
-bench/RESULTS.md (``python -m bench`` rewrites that file without it; run this after).
+``torch.cuda.max_memory_allocated`` over the same baseline. ``--write`` replaces the section "Chunked loss: peak memory" of
+bench/RESULTS.md (``python -m bench`` keeps that section when it rewrites the file).
 """
 
 from __future__ import annotations
@@ -23,8 +23,10 @@ import threading
 import time
 from pathlib import Path
 
+from bench.results import LOSS_HEADING
+
 RESULTS = Path(__file__).resolve().parent / "RESULTS.md"
-HEADING = "## Chunked loss: peak memory"
+HEADING = LOSS_HEADING
 
 
 class AnonymousPeak(threading.Thread):

@@ -1,33 +1,26 @@
-"""Figure 2: a straightforward baseline against lwmkit's sample builder, for cpt and sft.
+"""The naive way, as a script: read the JSONL, render every prefix, tokenize it whole, write Parquet.
 
-The baseline renders each sample to one ChatML string, tokenizes it whole with the `tokenizers`
-engine (which returns character offsets), weights the tokens whose offsets fall inside an
-observation span, and writes Parquet. lwmkit builds the same samples from cached per-message ids
-(`stages.sample_rows.build_rows`) and writes the rows with the shard schema.
+It renders each sample to one ChatML string, tokenizes it whole with the `tokenizers` engine (which
+returns character offsets), weights the tokens whose offsets fall inside an observation span, and
+writes one Parquet file. It does not filter, redact, deduplicate or shard: strictly less than
+``lwm run``, which builds the same samples from cached per-message token ids.
 """
 
 from __future__ import annotations
 
-import os
-import time
+import json
+import sys
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from bench.common import Figure
 from masking import load_table, score_turn
-from pipeline.config import resolve
-from schemas.shard import schema_for
-from schemas.stats import Stats
 from schemas.trajectory import Trajectory
 from stages.pools import choose_turns
 from stages.render import chatml, history_reply, target_prompt, target_reply, user_prompt
-from stages.sample_rows import build_rows
 from stages.templates import render_system
 from stages.tokenizer import load_tokenizer
-from stages.tokenizer.segments import segment_tokenizer
 
-MODES = {"cpt": ("cpt", 1), "sft, 1 turn": ("sft", 1), "sft, all turns": ("sft", "all")}
 NAIVE_SCHEMA = pa.schema([("sample_id", pa.string()), ("input_ids", pa.list_(pa.int32())),
                           ("loss_weight", pa.list_(pa.float32()))])
 
@@ -78,36 +71,25 @@ def naive_rows(trajs: list[Trajectory], pool: str, sft_turns, backend, out_path:
     return len(ids_col)
 
 
-def lwmkit_rows(trajs: list[Trajectory], pool: str, sft_turns, out_path: str) -> int:
-    """The same samples through `build_rows`, written with the shard schema."""
-    cfg = resolve(overrides={"pools": {"ratios": {pool: 1.0}, "sft_turns": sft_turns},
-                             "templates": {"mapping": {"cpt": ["v1"], "sft": ["v1"], "rl": ["v0"], "eval": ["v0"]}}})
-    seg = segment_tokenizer(load_tokenizer())
-    table = load_table(None)
-    stats = Stats()
-    rows = [row for traj in trajs for _, row in build_rows(traj, cfg, seg, table, stats)]
-    pq.write_table(pa.Table.from_pylist(rows, schema=schema_for(pool)), out_path)
-    return len(rows)
+def read_jsonl(paths: list[str]) -> list[Trajectory]:
+    """Every trajectory of the given JSONL files of native trajectories."""
+    trajs = []
+    for path in paths:
+        with open(path, encoding="utf-8") as f:
+            trajs.extend(Trajectory.from_dict(json.loads(line)) for line in f if line.strip())
+    return trajs
 
 
-def run(trajs: list[Trajectory], work: str, runs: int) -> list[Figure]:
-    """One figure per mode: seconds(naive) / seconds(lwmkit); above 1 means lwmkit is faster."""
+def main(argv: list[str]) -> None:
+    """``python -m bench.naive OUT.parquet INPUT.jsonl...``: all-turn SFT samples of every trajectory.
+
+    Prints the number of samples written. The tokenizer is the same vocabulary as lwmkit's default,
+    on the `tokenizers` engine (which gives character offsets).
+    """
+    out, inputs = argv[0], argv[1:]
     backend = load_tokenizer(engine="tokenizers")._backend
-    os.makedirs(work, exist_ok=True)
-    figures = []
-    for label, (pool, k) in MODES.items():
-        lwmkit_rows(trajs[:2], pool, k, os.path.join(work, "warm.parquet"))  # load templates and tables once
-        naive_rows(trajs[:2], pool, k, backend, os.path.join(work, "warm.parquet"))
-        ratios, counts = [], (0, 0)
-        for _ in range(runs):
-            start = time.perf_counter()
-            n_lwm = lwmkit_rows(trajs, pool, k, os.path.join(work, "lwm.parquet"))
-            lwm = time.perf_counter() - start
-            start = time.perf_counter()
-            n_naive = naive_rows(trajs, pool, k, backend, os.path.join(work, "naive.parquet"))
-            naive = time.perf_counter() - start
-            ratios.append(naive / lwm)
-            counts = (n_lwm, n_naive)
-        figures.append(Figure(f"2. naive / lwmkit speed, {label}", ratios, None, True,
-                              detail=f"{len(trajs)} trajectories; samples lwmkit {counts[0]}, naive {counts[1]}"))
-    return figures
+    print(naive_rows(read_jsonl(inputs), "sft", "all", backend, out))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -1,7 +1,9 @@
-"""Figure 1: the end-to-end local pipeline against the bare tokenizer on the texts it tokenizes.
+"""The tokenizer floor: bare tiktoken encoding of the rendered text the pipeline must tokenize at least once.
 
-The floor is `load_tokenizer().encode_batch` (tiktoken engine) over the rendered ChatML text of
-every trajectory's cpt sample, which is what the pipeline must tokenize at least once.
+The text is the ChatML rendering of each trajectory that `lwm run` wrote (every turn once, template
+v1), encoded by lwmkit's default tokenizer on the tiktoken engine (``encode_ordinary`` after the
+vocabulary's normalization, so the ids are the pipeline's) one text after another in one thread:
+the one-core floor an in-process run is compared with.
 """
 
 from __future__ import annotations
@@ -11,8 +13,7 @@ import os
 
 import pyarrow.parquet as pq
 
-from bench.common import Figure, corpus_bytes, make_corpus, pipeline_config, quiet, timed
-from pipeline.run import run_pipeline
+from bench.common import timed
 from schemas.trajectory import Trajectory
 from stages.sample_rows import render_example
 from stages.templates import render_system
@@ -28,27 +29,13 @@ def read_trajectories(out: str) -> list[Trajectory]:
 
 
 def chatml_texts(trajs: list[Trajectory]) -> list[str]:
-    """The rendered ChatML text of each trajectory's cpt sample (template v1)."""
+    """The rendered ChatML text of each trajectory (its cpt sample, template v1)."""
     return [render_example(t, render_system(t, "v1")) for t in trajs]
 
 
-def run(work: str, trajectories: int, runs: int) -> tuple[Figure, str]:
-    """Pipeline seconds / tokenizer seconds per run; returns the figure and the last output dir."""
-    inputs = make_corpus(os.path.join(work, "floor_in"), trajectories)
-    out = os.path.join(work, "floor_out")
-    tok = load_tokenizer()
-    ratios, pipe_s, tok_s = [], [], []
-    texts: list[str] = []
-    for _ in range(runs):
-        cfg = pipeline_config(inputs, out)
-        seconds, _ = timed(lambda cfg=cfg: run_pipeline(cfg, echo=quiet))
-        texts = texts or chatml_texts(read_trajectories(out))
-        floor, _ = timed(lambda texts=texts: tok.encode_batch(texts))
-        ratios.append(seconds / floor)
-        pipe_s.append(seconds)
-        tok_s.append(floor)
-    mb = sum(len(t.encode()) for t in texts) / 1e6
-    detail = (f"{trajectories} trajectories, {corpus_bytes(inputs) / 1e6:.2f} MB input, {mb:.2f} MB ChatML text; "
-              f"pipeline {min(pipe_s):.2f}–{max(pipe_s):.2f} s, tokenizer {min(tok_s) * 1000:.0f}–"
-              f"{max(tok_s) * 1000:.0f} ms")
-    return Figure("1. pipeline / bare tokenizer (local)", ratios, 2.0, False, detail=detail), out
+def floor_seconds(texts: list[str], tok=None) -> tuple[float, int]:
+    """Seconds and token count of encoding every text once, one after another (one thread)."""
+    tok = tok or load_tokenizer()
+    tok.encode("warm up")
+    seconds, ids = timed(lambda: [tok.encode(t) for t in texts])
+    return seconds, sum(len(x) for x in ids)

@@ -1,0 +1,149 @@
+"""The end-to-end figures: default executor vs in-process, Ray scaling, the tokenizer floor, naive and datatrove.
+
+All runs use the same corpus (`bench.corpus`) and the CLI as a subprocess. Within one repetition
+the runs that form a ratio follow each other directly; the ratio of each repetition is kept, and a
+figure is the median over repetitions with min – max as its spread.
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import sys
+from collections.abc import Callable
+
+from bench import peer
+from bench.cli_runs import DEDUP_OFF, SFT_ALL, lwm_run, naive_run, write_config
+from bench.common import Figure, not_measured
+from bench.tokenizer_floor import chatml_texts, floor_seconds, read_trajectories
+
+MB = 1_000_000
+
+
+def _span(xs: list[float]) -> str:
+    return f"{min(xs):.2f}–{max(xs):.2f} s" if len(xs) > 1 else f"{xs[0]:.2f} s"
+
+
+def _runs(n: int) -> str:
+    return f"{n} run" + ("s" if n != 1 else "")
+
+
+def small_inputs(work: str, inputs: dict[int, str], runs: int, say: Callable[[str], None],
+                 naive_size: int = 4 * MB) -> tuple[list[Figure], dict]:
+    """Per input size: default `lwm run` / `--executor local` (and at `naive_size` the naive script / default).
+
+    Returns the figures and, per size, the output directory of the last in-process run and the
+    executor line the default run printed.
+    """
+    config = write_config(os.path.join(work, "sft_all_nodedup.toml"), SFT_ALL, DEDUP_OFF)
+    figures, naive_figures, info = [], [], {}
+    for size, path in sorted(inputs.items()):
+        label = f"{size / MB:g} MB"
+        default_s, local_s, naive_s = [], [], []
+        choice = samples = naive_samples = 0
+        for i in range(runs):
+            say(f"{label}: run {i + 1}/{runs}")
+            default = lwm_run([path], os.path.join(work, f"default-{size}"), config)
+            local = lwm_run([path], os.path.join(work, f"local-{size}"), config, "--executor", "local")
+            default_s.append(default.seconds)
+            local_s.append(local.seconds)
+            choice, samples = default.executor_line, local.samples
+            if size == naive_size:
+                seconds, naive_samples = naive_run([path], os.path.join(work, f"naive-{size}"))
+                naive_s.append(seconds)
+        info[size] = {"local_out": os.path.join(work, f"local-{size}"), "executor": choice}
+        figures.append(Figure(
+            f"1. default `lwm run` / `--executor local`, {label} (time)",
+            [d / loc for d, loc in zip(default_s, local_s, strict=True)], 1.2, False,
+            detail=f"{_runs(runs)}; {samples:,} samples; default {_span(default_s)}, local {_span(local_s)}; "
+                   f"default printed: {choice}"))
+        if naive_s:
+            naive_figures.append(Figure(
+                f"7a. naive script / default `lwm run`, {label} (time)",
+                [n / d for n, d in zip(naive_s, default_s, strict=True)], 5.0, True,
+                detail=f"{_runs(runs)}; samples naive {naive_samples:,}, lwm {samples:,}; naive {_span(naive_s)}, "
+                       f"default {_span(default_s)}"))
+    return figures + naive_figures, info
+
+
+def large_input(work: str, path: str, size: int, runs: int, say: Callable[[str], None]) -> list[Figure]:
+    """Ray scaling, the floor with dedup off and on, naive and datatrove, on the ≥ 40 MB input."""
+    off = write_config(os.path.join(work, "sft_all_nodedup.toml"), SFT_ALL, DEDUP_OFF)
+    on = write_config(os.path.join(work, "sft_all_dedup.toml"), SFT_ALL)
+    label = f"{size / MB:g} MB"
+    t: dict[str, list[float]] = {k: [] for k in ("local", "ray1", "ray2", "default", "dedup", "naive", "floor",
+                                                 "datatrove")}
+    texts: list[str] = []
+    step = None
+    notes: dict[str, str] = {}
+    has_datatrove = peer.available()
+    for i in range(runs):
+        say(f"{label}: run {i + 1}/{runs}: local")
+        local = lwm_run([path], os.path.join(work, "large-local"), off, "--executor", "local")
+        t["local"].append(local.seconds)
+        notes["samples"] = f"{local.samples:,}"
+        if not texts:
+            texts = chatml_texts(read_trajectories(local.out))
+            notes["text"] = f"{sum(len(x.encode()) for x in texts) / MB:.1f} MB ChatML text of {len(texts):,} trajectories"
+        floor, tokens = floor_seconds(texts)
+        t["floor"].append(floor)
+        notes["tokens"] = f"{tokens:,} tokens"
+        say(f"{label}: run {i + 1}/{runs}: Ray 1 and 2 CPUs")
+        t["ray1"].append(lwm_run([path], os.path.join(work, "large-ray"), off, "--executor", "ray",
+                                 "--num-cpus", "1").seconds)
+        t["ray2"].append(lwm_run([path], os.path.join(work, "large-ray"), off, "--executor", "ray",
+                                 "--num-cpus", "2").seconds)
+        say(f"{label}: run {i + 1}/{runs}: default, dedup on")
+        default = lwm_run([path], os.path.join(work, "large-default"), off)
+        t["default"].append(default.seconds)
+        notes["executor"] = default.executor_line
+        t["dedup"].append(lwm_run([path], os.path.join(work, "large-dedup"), on, "--executor", "local").seconds)
+        say(f"{label}: run {i + 1}/{runs}: naive script")
+        seconds, naive_samples = naive_run([path], os.path.join(work, "large-naive"))
+        t["naive"].append(seconds)
+        notes["naive_samples"] = f"{naive_samples:,}"
+        if has_datatrove:
+            say(f"{label}: run {i + 1}/{runs}: datatrove")
+            step = step or peer.datatrove_step(os.path.join(work, "large-datatrove"))
+            t["datatrove"].append(peer.datatrove_seconds(step, texts))
+    n = _runs(runs)
+    base = f"{n}; {label}, {notes['samples']} all-turn SFT samples"
+
+    def ratio(a: str, b: str) -> list[float]:
+        return [x / y for x, y in zip(t[a], t[b], strict=True)]
+
+    figures = [
+        Figure(f"2a. Ray 2 CPUs speed-up over Ray 1 CPU, {label}", ratio("ray1", "ray2"), 1.7, True,
+               detail=f"{base}, dedup off; Ray(1) {_span(t['ray1'])}, Ray(2) {_span(t['ray2'])}"),
+        Figure(f"2b. Ray 2 CPUs speed-up over `--executor local`, {label}", ratio("local", "ray2"), 1.6, True,
+               detail=f"{base}, dedup off; local {_span(t['local'])}, Ray(2) {_span(t['ray2'])}"),
+        Figure(f"3a. pipeline (dedup off, `--executor local`) / bare tiktoken encode, {label} (time)",
+               ratio("local", "floor"), 2.5, False,
+               detail=f"{base}; floor: one-thread encode of {notes['text']} ({notes['tokens']}) "
+                      f"{_span(t['floor'])}; local {_span(t['local'])}; default executor / floor: "
+                      f"{_median_ratio(t['default'], t['floor']):.2f}×"),
+        Figure(f"3b. pipeline (dedup on, `--executor local`) / bare tiktoken encode, {label} (time)",
+               ratio("dedup", "floor"), 3.5, False,
+               detail=f"{base}; exact and near dedup on; local with dedup {_span(t['dedup'])}"),
+        Figure(f"7a. naive script / default `lwm run`, {label} (time)", ratio("naive", "default"), 5.0, True,
+               detail=f"{base}, dedup off; naive {_span(t['naive'])} ({notes['naive_samples']} samples), "
+                      f"default {_span(t['default'])}; default printed: {notes['executor']}"),
+    ]
+    if has_datatrove:
+        figures.append(Figure(
+            f"7b. datatrove tokenizer step / default `lwm run`, {label} (time)", ratio("datatrove", "default"), 3.0,
+            True, detail=f"{n}; datatrove tokenizes the {notes['text']} (in memory, warmed up) "
+                         f"{_span(t['datatrove'])}; `lwm run` does the whole all-turn SFT run from the JSONL "
+                         f"{_span(t['default'])}"))
+    else:
+        figures.append(not_measured(f"7b. datatrove tokenizer step / default `lwm run`, {label} (time)", 3.0, True,
+                                    "datatrove is not installed (make bench installs it)"))
+    return figures
+
+
+def _median_ratio(a: list[float], b: list[float]) -> float:
+    return statistics.median(x / y for x, y in zip(a, b, strict=True))
+
+
+def say(msg: str) -> None:
+    print(f"[bench] {msg}", file=sys.stderr, flush=True)
