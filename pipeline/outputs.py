@@ -17,6 +17,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from schemas.errors import ConfigError
+from schemas.text import escape_surrogates
 
 PARQUET_OPTIONS = {"compression": "zstd", "compression_level": 3, "write_statistics": True}
 
@@ -136,17 +137,6 @@ class AtomicParquetWriter:
             self.close()
         else:
             self.abort()
-
-
-def escape_surrogates(value: Any) -> Any:
-    """`value` with each lone surrogate in its strings replaced by its ``\\udXXX`` escape."""
-    if isinstance(value, str):
-        return value if value.isascii() else value.encode("utf-8", "backslashreplace").decode("utf-8")
-    if isinstance(value, dict):
-        return {k: escape_surrogates(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [escape_surrogates(v) for v in value]
-    return value
 
 
 def remove_stale_temps(fs: fsspec.AbstractFileSystem, root: str) -> int:

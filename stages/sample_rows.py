@@ -14,6 +14,7 @@ import pyarrow as pa
 
 from masking import score_turn
 from schemas.stats import Stats
+from schemas.text import escape_surrogates
 from schemas.trajectory import Trajectory
 from stages.pools import choose_template, choose_turns, pool_of, sample_id
 from stages.render import chatml, history_reply, target_prompt, user_prompt
@@ -150,8 +151,6 @@ def rows_table(rows: list[dict[str, Any]], schema: pa.Schema) -> pa.Table:
     of Arrow's per-value conversion of nested Python lists; the table equals
     ``pa.Table.from_pylist(rows, schema=schema)``.
     """
-    from pipeline.outputs import escape_surrogates
-
     columns = []
     for f in schema:
         values = [r[f.name] for r in rows]

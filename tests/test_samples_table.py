@@ -12,9 +12,10 @@ from hypothesis import strategies as st
 
 from masking.table import default_table
 from pipeline.config import resolve
-from pipeline.outputs import PARQUET_OPTIONS, escape_surrogates
+from pipeline.outputs import PARQUET_OPTIONS
 from schemas.shard import RL_SCHEMA, SHARD_SCHEMA, schema_for
 from schemas.stats import Stats
+from schemas.text import escape_surrogates
 from stages.sample_rows import build_rows, rows_table
 from stages.tokenizer import load_tokenizer
 from stages.tokenizer.segments import segment_tokenizer
