@@ -61,11 +61,10 @@ from stages.dedup import (
 from stages.dedup_graph import (
     BUCKET_SCHEMA,
     EDGE_SCHEMA,
-    KIND_SHARED,
-    KIND_TOTAL,
     BucketRows,
     add_trajectory_rows,
     bucket_edges,
+    edge_table,
     node_sizes,
     removed_rows,
 )
@@ -236,21 +235,6 @@ def run_dedup_reduce_task(task: dict[str, Any]) -> dict[str, Any]:
     result = {"task_id": task["task_id"], "stage": "dedup-reduce", "edges": rel, "rows": table.num_rows,
               "bytes": 0, "stats": stats, "spec_hash": task["spec_hash"]}
     return result
-
-
-def edge_table(edges: list[tuple], sizes: dict[str, tuple[int, int]]) -> pa.Table:
-    """The edge file rows of `bucket_edges`' edges, with the (turns, text length) of both ends from `sizes`."""
-    counted = [kind in (KIND_TOTAL, KIND_SHARED) for kind, *_ in edges]
-    a_sizes = [sizes.get(e[1], (0, 0)) for e in edges]
-    b_sizes = [sizes.get(e[2], (0, 0)) for e in edges]
-    columns = {
-        "kind": [e[0] for e in edges], "a": [e[1] for e in edges], "b": [e[2] for e in edges],
-        "jaccard": [0.0 if c else e[3] for e, c in zip(edges, counted)],
-        "a_turns": [x[0] for x in a_sizes], "a_len": [x[1] for x in a_sizes],
-        "b_turns": [x[0] for x in b_sizes], "b_len": [x[1] for x in b_sizes],
-        "count": [int(e[3]) if c else 0 for e, c in zip(edges, counted)],
-    }
-    return pa.Table.from_arrays([pa.array(columns[f.name], type=f.type) for f in EDGE_SCHEMA], schema=EDGE_SCHEMA)
 
 
 # --- clusters ----------------------------------------------------------------------------------------------

@@ -279,3 +279,18 @@ def removed_rows(edges: pa.Table, settings: dict[str, Any] | None = None) -> tup
         "example_clusters": [cluster_id(m) for m in largest],
     }
     return rows, counts
+
+
+def edge_table(edges: list[tuple], sizes: dict[str, tuple[int, int]]) -> pa.Table:
+    """The edge file rows of `bucket_edges`' edges, with the (turns, text length) of both ends from `sizes`."""
+    counted = [kind in (KIND_TOTAL, KIND_SHARED) for kind, *_ in edges]
+    a_sizes = [sizes.get(e[1], (0, 0)) for e in edges]
+    b_sizes = [sizes.get(e[2], (0, 0)) for e in edges]
+    columns = {
+        "kind": [e[0] for e in edges], "a": [e[1] for e in edges], "b": [e[2] for e in edges],
+        "jaccard": [0.0 if c else e[3] for e, c in zip(edges, counted)],
+        "a_turns": [x[0] for x in a_sizes], "a_len": [x[1] for x in a_sizes],
+        "b_turns": [x[0] for x in b_sizes], "b_len": [x[1] for x in b_sizes],
+        "count": [int(e[3]) if c else 0 for e, c in zip(edges, counted)],
+    }
+    return pa.Table.from_arrays([pa.array(columns[f.name], type=f.type) for f in EDGE_SCHEMA], schema=EDGE_SCHEMA)

@@ -31,6 +31,7 @@ from fsspec.implementations.local import LocalFileSystem
 from pipeline.config import resolve
 from schemas.errors import InvalidRecord
 from schemas.stats import Stats
+from schemas.trajectory import Trajectory
 from stages.decontam import iter_references, reference_units
 from stages.ingest import registry
 from stages.ingest.reading import InputUnit
@@ -773,3 +774,24 @@ def lightly_edited(traj: dict, tid: str, split_key: str) -> dict:
 
 def write_jsonl(path, trajs: list[dict]) -> None:
     path.write_text("".join(json.dumps(t, ensure_ascii=False) + "\n" for t in trajs), encoding="utf-8")
+
+
+# --- trajectories for sample tests -------------------------------------------------------------
+
+
+def make_traj(n_turns: int, seed: int = 0, domain: str = "terminal") -> Trajectory:
+    rng = random.Random(seed)
+    words = ["alpha", "beta", "gamma", "délta", "数据", "😀", "{", "}", "\n", "  ", "\t", "-->", "0x1F", "'s", "é"]
+    turns = []
+    for t in range(n_turns):
+        obs = "".join(rng.choice(words) + rng.choice(["", " ", "\n", "."]) for _ in range(rng.randint(0, 120)))
+        if rng.random() < 0.2:
+            obs = "\n" + obs
+        act = json.dumps([{"keystrokes": f"cmd{t} --flag {rng.randint(0, 99)}\n", "duration": 0.1}])
+        turns.append({"action": act, "observation": obs, "reasoning": "I check." if rng.random() < 0.3 else None})
+    return Trajectory.from_dict({
+        "traj_id": f"t{seed}", "domain": domain, "split_key": "k",
+        "system": {"task_description": "Do the thing.", "action_space": "keystrokes JSON",
+                   "initial_state": "root@box:/app# "},
+        "turns": turns,
+    })

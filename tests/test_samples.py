@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import json
-import random
-
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -17,6 +14,7 @@ from stages.render import chatml, history_reply, target_reply, user_prompt
 from stages.samples import TrajectorySamples
 from stages.tokenizer import load_tokenizer
 from stages.tokenizer.segments import check_segmentwise, encode_rendered, segment_tokenizer
+from tests.helpers import make_traj
 
 BIG = 10**9
 
@@ -24,24 +22,6 @@ BIG = 10**9
 @pytest.fixture(scope="module")
 def seg():
     return segment_tokenizer(load_tokenizer())
-
-
-def make_traj(n_turns: int, seed: int = 0, domain: str = "terminal") -> Trajectory:
-    rng = random.Random(seed)
-    words = ["alpha", "beta", "gamma", "délta", "数据", "😀", "{", "}", "\n", "  ", "\t", "-->", "0x1F", "'s", "é"]
-    turns = []
-    for t in range(n_turns):
-        obs = "".join(rng.choice(words) + rng.choice(["", " ", "\n", "."]) for _ in range(rng.randint(0, 120)))
-        if rng.random() < 0.2:
-            obs = "\n" + obs
-        act = json.dumps([{"keystrokes": f"cmd{t} --flag {rng.randint(0, 99)}\n", "duration": 0.1}])
-        turns.append({"action": act, "observation": obs, "reasoning": "I check." if rng.random() < 0.3 else None})
-    return Trajectory.from_dict({
-        "traj_id": f"t{seed}", "domain": domain, "split_key": "k",
-        "system": {"task_description": "Do the thing.", "action_space": "keystrokes JSON",
-                   "initial_state": "root@box:/app# "},
-        "turns": turns,
-    })
 
 
 def samples_for(traj: Trajectory, seg, fmt: str = "chatml") -> TrajectorySamples:

@@ -19,7 +19,7 @@ from schemas.text import escape_surrogates
 from stages.sample_rows import build_rows, rows_table
 from stages.tokenizer import load_tokenizer
 from stages.tokenizer.segments import segment_tokenizer
-from tests.test_samples import make_traj
+from tests.helpers import make_traj
 
 
 @pytest.fixture(scope="module")
