@@ -32,7 +32,11 @@ DEFAULTS: dict[str, Any] = {
         "from_layer": "",
     },
     "executor": {
-        "kind": "ray",
+        "kind": "auto",  # auto | ray | local
+        # auto: in-process below this many bytes of input, Ray at or above it (or when a cluster is given).
+        # Measured (see pipeline/executors.py): below ~THRESHOLD Ray's start-up and task shipping cost more
+        # than a second worker saves.
+        "local_below_bytes": 32 * 1000 * 1000,
         "ray_address": "",
         "num_cpus": 0,  # 0 = all cores of this machine (local Ray only)
         "progress": "auto",  # auto | bar | lines | off

@@ -125,7 +125,7 @@ def run_pipeline(cfg: dict[str, Any], echo: Echo = _stderr, executor: Executor |
     if removed:
         echo(f"removed {removed} partial file(s) left by an interrupted run")
     own_executor = executor is None
-    executor = executor or make_executor(cfg)
+    executor = executor or make_executor(cfg, echo)
     try:
         return _run(cfg, fs, root, executor, echo)
     except OSError as exc:
@@ -149,6 +149,8 @@ def run_ingest(ctx: RunContext) -> None:
         ingest_results = _load_markers(fs, root, "ingest")
         if not ingest_results:
             raise ConfigError(f"--from-layer trajectories: no finished ingest in {cfg['run']['out']}")
+        if hasattr(executor, "plan_for_input"):  # the layer is this run's input
+            executor.plan_for_input(int(fs.du(posixpath.join(root, "trajectories"))))
     else:
         units = resolve_units(cfg, echo)
         if hasattr(executor, "plan_for_input"):
