@@ -9,6 +9,7 @@ import json
 import os
 import random
 import sys
+import time
 from pathlib import Path
 
 from pipeline.config import resolve
@@ -157,3 +158,14 @@ def shards_corpus(path: Path, n: int = 160) -> None:
         }))
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text("\n".join(lines) + "\n")
+
+
+_CALLS = 0
+
+
+def count_calls(task: dict) -> dict:
+    """A task function for executor tests: which process ran the task and how many tasks that process ran."""
+    global _CALLS
+    _CALLS += 1
+    time.sleep(float(task.get("sleep", 0)))
+    return {"task_id": task["task_id"], "pid": os.getpid(), "call": _CALLS, "rows": 1, "bytes": 0}
