@@ -118,7 +118,7 @@ class RayExecutor:
                 self._started = True
         # Retries: a worker that dies (killed, out of memory) is restarted and its task run again, at most
         # MAX_RETRIES times; an exception inside the task is data (see `run_task`), never retried.
-        self._remote = ray.remote(num_cpus=1, max_retries=MAX_RETRIES)(run_task)
+        self._remotes: dict[int, Any] = {}
         self.cpus = int(ray.cluster_resources().get("CPU", 1))
 
     def plan_for_input(self, total_bytes: int) -> None:
@@ -130,9 +130,10 @@ class RayExecutor:
 
     def map(self, fn: TaskFn, tasks: list[dict[str, Any]], progress: Progress) -> list[dict[str, Any]]:
         ray = self._ray
-        remote = self._remote
-        if self.max_tasks_per_worker:
-            remote = remote.options(max_calls=self.max_tasks_per_worker)
+        calls = self.max_tasks_per_worker
+        if calls not in self._remotes:  # `max_calls` is fixed when the remote function is made
+            self._remotes[calls] = ray.remote(num_cpus=1, max_retries=MAX_RETRIES, max_calls=calls)(run_task)
+        remote = self._remotes[calls]
         fn_ref = ray.put(fn)  # shipped once per stage, not once per task
         pending = {remote.remote(fn_ref, json.dumps(t, sort_keys=True, default=str)): t["task_id"] for t in tasks}
         results: dict[str, dict[str, Any]] = {}
