@@ -33,9 +33,8 @@ DEFAULTS: dict[str, Any] = {
     },
     "executor": {
         "kind": "auto",  # auto | ray | local
-        # auto: in-process below this many bytes of input, Ray at or above it (or when a cluster is given).
-        # Measured (see pipeline/executors.py): below ~THRESHOLD Ray's start-up and task shipping cost more
-        # than a second worker saves.
+        # auto: in-process below this many bytes of input, Ray at or above it (or when a cluster is given);
+        # how it was chosen: `pipeline.executors.AutoExecutor`.
         "local_below_bytes": 32 * 1000 * 1000,
         "ray_address": "",
         "num_cpus": 0,  # 0 = all cores of this machine (local Ray only)
