@@ -28,6 +28,10 @@ from pipeline.progress import Progress
 
 MAX_RETRIES = 3
 RECYCLE_BYTES = 256 * 1024 * 1024
+# A task holds one CPU, so its Rust thread pool (Hugging Face `tokenizers` encodes batches on it) gets one
+# thread: with one pool per worker sized to the whole machine, N workers would run N × cores threads
+# and a second worker would mostly add contention.
+WORKER_ENV = {"env_vars": {"RAYON_NUM_THREADS": "1"}}
 
 
 def run_task(fn: TaskFn, task_json: str) -> dict[str, Any]:
@@ -132,7 +136,8 @@ class RayExecutor:
         ray = self._ray
         calls = self.max_tasks_per_worker
         if calls not in self._remotes:  # `max_calls` is fixed when the remote function is made
-            self._remotes[calls] = ray.remote(num_cpus=1, max_retries=MAX_RETRIES, max_calls=calls)(run_task)
+            self._remotes[calls] = ray.remote(num_cpus=1, max_retries=MAX_RETRIES, max_calls=calls,
+                                              runtime_env=WORKER_ENV)(run_task)
         remote = self._remotes[calls]
         fn_ref = ray.put(fn)  # shipped once per stage, not once per task
         pending = {remote.remote(fn_ref, json.dumps(t, sort_keys=True, default=str)): t["task_id"] for t in tasks}
