@@ -47,15 +47,14 @@ class AutoExecutor:
     (`plan_for_input`, called by the ingest step before any task runs) and printed with its reason;
     Ray is not even imported when the run stays in-process.
 
-    The default threshold, 32 MB, is where a second worker starts to pay for Ray's fixed cost on the
-    fastest input measured. On a quiet 2-core machine, all-turn SFT over real tool-call trajectories
-    runs in-process at about 4 MB/s (41 MB in 10.4 s; 4 MB in 2.3 s), and starting Ray, starting and
-    importing in two workers and stopping Ray costs about 4 s; two workers save at most half the
-    in-process time, S / 8 MB·s, which reaches 4 s at S ≈ 32 MB. Slower inputs (the terminal demo
-    corpus with dedup on: 3.6 MB in 13.9 s, 36 MB in 129 s in-process) gain from Ray much earlier, so
-    below 32 MB in-process is never the slower choice by more than Ray's fixed cost, and above it Ray is
-    never slower by more than that cost minus what the second worker saves. Re-measure with the
-    benchmark and set ``executor.local_below_bytes`` where inputs differ.
+    The default threshold, 256 MB, comes from measurements on a 2-core machine shared with other jobs
+    (terminal demo corpus, 36 MB, one file, 16 ingest tasks, outputs byte-identical): in-process 41.4 s,
+    Ray on 2 CPUs 72.6 s, Ray on 1 CPU 71.2 s back to back at load 1-3 (earlier pairs: 46.9 / 74.8 s and
+    53.3 / 92.5 s for Ray 2 CPUs / in-process); Ray spent about 16 s outside the stages (start,
+    worker start and imports, stop) and its stages were not faster than in-process ones, whose
+    tokenizer already uses both cores. So Ray did not pay off at 36 MB; 4 MB was 50 s in-process vs
+    118 s on Ray. 256 MB is also where workers start being recycled per task (`RECYCLE_BYTES`).
+    Re-measure with the benchmark on a quiet machine and set ``executor.local_below_bytes``.
     """
 
     def __init__(self, cfg: dict[str, Any], echo: Callable[[str], None] = _stderr) -> None:
