@@ -55,7 +55,8 @@ class RunSection(_Section):
 
 
 class ExecutorSection(_Section):
-    kind: Literal["ray", "local"]
+    kind: Literal["auto", "ray", "local"]
+    local_below_bytes: NonNegative
     ray_address: str
     num_cpus: NonNegative
     progress: Literal["auto", "bar", "lines", "off"]

@@ -110,6 +110,8 @@ class ScanStage(Stage):
     def plan(self, ctx: RunContext) -> list[dict[str, Any]] | None:
         cfg = ctx.cfg
         if cfg["run"]["from_layer"] == "trajectories":
+            if hasattr(ctx.executor, "plan_for_input"):  # the layer is this run's input
+                ctx.executor.plan_for_input(int(ctx.fs.du(posixpath.join(ctx.root, "trajectories"))))
             return None
         units = resolve_units(cfg, ctx.echo)
         if hasattr(ctx.executor, "plan_for_input"):

@@ -1,4 +1,9 @@
-"""The Ray executor: a stage's tasks as a Ray Data dataset, one block per task, mapped by the task function.
+"""The Ray executor: each task of a stage is one plain Ray task (``ray.remote``) on a pool of worker processes
+that lives for the whole run.
+
+Per-stage fixed cost is a few milliseconds (no dataset to plan or stream), so small stages stay cheap and
+two workers are kept busy from the first task to the last; results are collected with ``ray.wait`` as
+they finish (progress moves with them) and returned in task order.
 
 Laptop: a local Ray instance is started with explicit CPUs and no dashboard, and shut down at the
 end. Cluster: ``--ray-address`` (or ``RAY_ADDRESS``) connects to it; outputs should then live on
@@ -16,7 +21,6 @@ import json
 import logging
 import os
 import pickle
-import warnings
 from typing import Any
 
 from pipeline.engine import TaskFn
@@ -24,19 +28,26 @@ from pipeline.progress import Progress
 
 MAX_RETRIES = 3
 RECYCLE_BYTES = 256 * 1024 * 1024
+# A task holds one CPU, so its Rust thread pool (Hugging Face `tokenizers` encodes batches on it) gets one
+# thread: with one pool per worker sized to the whole machine, N workers would run N × cores threads
+# and a second worker would mostly add contention.
+WORKER_ENV = {"env_vars": {"RAYON_NUM_THREADS": "1"}}
 
 
-def _wrap(fn: TaskFn):
-    def run_row(row: dict[str, Any]) -> dict[str, Any]:
-        task = json.loads(row["task"])
-        try:
-            return {"task_id": task["task_id"], "result": json.dumps(fn(task)), "error": b""}
-        except Exception as exc:
-            return {"task_id": task["task_id"], "result": "", "error": pack_error(exc)}
-        finally:
-            release_memory()
+def run_task(fn: TaskFn, task_json: str) -> dict[str, Any]:
+    """One task on a worker: its result (as JSON) or its exception (pickled), memory released after.
 
-    return run_row
+    Runs as a plain Ray task (``ray.remote``): the worker process is reused across tasks and stages
+    (unless `max_tasks_per_worker` says otherwise), so imports and the module-level tokenizer caches
+    are paid once per worker, not once per task or per stage.
+    """
+    task = json.loads(task_json)
+    try:
+        return {"result": json.dumps(fn(task)), "error": b""}
+    except Exception as exc:
+        return {"result": "", "error": pack_error(exc)}
+    finally:
+        release_memory()
 
 
 def pack_error(exc: Exception) -> bytes:
@@ -81,18 +92,8 @@ def quiet_ray_startup() -> None:
     logging.getLogger("ray._private.authentication.authentication_token_setup").setLevel(logging.ERROR)
 
 
-def quiet_ray_data() -> None:
-    """Keep Ray Data's per-dataset INFO lines ("execution finished …") and its notice about disabled
-    progress bars off the terminal; our own `Progress` reports each stage. Ray Data configures its
-    logger when `ray.data` is first imported (resetting levels), so import it before adjusting."""
-    import ray.data  # noqa: F401
-
-    logging.getLogger("ray.data").setLevel(logging.WARNING)
-    logging.getLogger("ray.data._internal.progress").setLevel(logging.ERROR)
-
-
 class RayExecutor:
-    """Runs each stage on Ray Data; starts (and later stops) a local Ray unless given an address."""
+    """Runs each task as a Ray task; starts (and later stops) a local Ray unless given an address."""
 
     name = "ray"
 
@@ -119,10 +120,9 @@ class RayExecutor:
                     configure_logging=True,
                 )
                 self._started = True
-        quiet_ray_data()
-        ctx = ray.data.DataContext.get_current()
-        ctx.enable_progress_bars = False
-        ctx.print_on_execution_start = False
+        # Retries: a worker that dies (killed, out of memory) is restarted and its task run again, at most
+        # MAX_RETRIES times; an exception inside the task is data (see `run_task`), never retried.
+        self._remotes: dict[int, Any] = {}
         self.cpus = int(ray.cluster_resources().get("CPU", 1))
 
     def plan_for_input(self, total_bytes: int) -> None:
@@ -134,27 +134,27 @@ class RayExecutor:
 
     def map(self, fn: TaskFn, tasks: list[dict[str, Any]], progress: Progress) -> list[dict[str, Any]]:
         ray = self._ray
-        items = [{"task": json.dumps(t, sort_keys=True, default=str)} for t in tasks]
-        with warnings.catch_warnings():
-            # Ray >= 2.60 flags `max_retries` as a deprecated free-form remote arg but offers no named
-            # replacement yet; the bound matters (a task that always kills its worker must fail the run).
-            warnings.filterwarnings("ignore", message=".*ray_remote_args.*deprecated", category=Warning)
-            ds = ray.data.from_items(items, override_num_blocks=len(items)).map(
-                _wrap(fn),
-                num_cpus=1,
-                compute=ray.data.TaskPoolStrategy(size=max(1, min(self.cpus, len(items)))),
-                max_retries=MAX_RETRIES,
-                **({"max_calls": self.max_tasks_per_worker} if self.max_tasks_per_worker else {}),
-            )
+        calls = self.max_tasks_per_worker
+        if calls not in self._remotes:  # `max_calls` is fixed when the remote function is made
+            self._remotes[calls] = ray.remote(num_cpus=1, max_retries=MAX_RETRIES, max_calls=calls,
+                                              runtime_env=WORKER_ENV)(run_task)
+        remote = self._remotes[calls]
+        fn_ref = ray.put(fn)  # shipped once per stage, not once per task
+        pending = {remote.remote(fn_ref, json.dumps(t, sort_keys=True, default=str)): t["task_id"] for t in tasks}
         results: dict[str, dict[str, Any]] = {}
         errors: dict[str, bytes] = {}
-        for row in ds.iter_rows():
-            if row["error"]:
-                errors[row["task_id"]] = row["error"]
-                continue
-            result = json.loads(row["result"])
-            results[row["task_id"]] = result
-            progress.update(rows=int(result.get("rows", 0)), nbytes=int(result.get("bytes", 0)))
+        waiting = list(pending)
+        while waiting:
+            ready, waiting = ray.wait(waiting, num_returns=1)
+            for ref in ready:
+                out = ray.get(ref)
+                task_id = pending[ref]
+                if out["error"]:
+                    errors[task_id] = out["error"]
+                    continue
+                result = json.loads(out["result"])
+                results[task_id] = result
+                progress.update(rows=int(result.get("rows", 0)), nbytes=int(result.get("bytes", 0)))
         if errors:  # the first failed task in task order, as the in-process runner would have met it
             raise next(_unpack_error(errors[t["task_id"]]) for t in tasks if t["task_id"] in errors)
         return [results[t["task_id"]] for t in tasks]

@@ -46,7 +46,7 @@ def run_pipeline(cfg: dict[str, Any], echo: Echo = _stderr, executor: Executor |
     if removed:
         echo(f"removed {removed} partial file(s) left by an interrupted run")
     own_executor = executor is None
-    executor = executor or make_executor(cfg)
+    executor = executor or make_executor(cfg, echo)
     try:
         return _run(cfg, fs, root, executor, echo)
     except OSError as exc:

@@ -795,3 +795,14 @@ def make_traj(n_turns: int, seed: int = 0, domain: str = "terminal") -> Trajecto
                    "initial_state": "root@box:/app# "},
         "turns": turns,
     })
+
+
+_CALLS = 0
+
+
+def count_calls(task: dict) -> dict:
+    """A task function for executor tests: which process ran the task and how many tasks that process ran."""
+    global _CALLS
+    _CALLS += 1
+    time.sleep(float(task.get("sleep", 0)))
+    return {"task_id": task["task_id"], "pid": os.getpid(), "call": _CALLS, "rows": 1, "bytes": 0}

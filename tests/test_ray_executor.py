@@ -8,12 +8,15 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import subprocess
+import time
 from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
 
+from pipeline.progress import Progress
 from pipeline.run import run_pipeline
 from tests.helpers import (
     DOMAINS,
@@ -22,6 +25,7 @@ from tests.helpers import (
     clean_env,
     config_toml,
     corpus_config,
+    count_calls,
     demo_inputs,
     write_corpus,
 )
@@ -143,3 +147,66 @@ def test_a_task_error_under_ray_is_the_same_one_line_as_under_the_local_runner(t
     status, stderr = seen["ray"]
     assert status == 2
     assert stderr.splitlines()[-1] == "lwm: error: output not writable: OUT/trajectories (File exists)"
+
+
+class _Timed(Progress):
+    """Progress that remembers when each task's update arrived."""
+
+    def __init__(self, total: int) -> None:
+        super().__init__("test", total, mode="off")
+        self.seen: list[float] = []
+
+    def update(self, tasks: int = 1, rows: int = 0, nbytes: int = 0) -> None:
+        self.seen.append(time.monotonic())
+        super().update(tasks, rows, nbytes)
+
+
+def test_results_come_in_task_order_and_progress_moves_as_tasks_finish(ray_session):
+    from pipeline.ray_executor import RayExecutor
+
+    tasks = [{"task_id": "t0", "sleep": 3.0}] + [{"task_id": f"t{n}"} for n in range(1, 5)]
+    progress = _Timed(len(tasks))
+    start = time.monotonic()
+    results = RayExecutor().map(count_calls, tasks, progress)
+    assert [r["task_id"] for r in results] == [t["task_id"] for t in tasks]
+    assert progress.done == len(tasks) and progress.rows == len(tasks)
+    # the four quick tasks were reported while the slow first one still ran on the other worker
+    assert sorted(progress.seen)[3] - start < 2.5 <= sorted(progress.seen)[4] - start
+    assert all(r["pid"] != os.getpid() for r in results)
+
+
+def test_workers_are_reused_across_stages(ray_session):
+    from pipeline.ray_executor import RayExecutor
+
+    ex = RayExecutor()
+    first = ex.map(count_calls, [{"task_id": f"a{n}"} for n in range(4)], Progress("a", 4, mode="off"))
+    second = ex.map(count_calls, [{"task_id": f"b{n}"} for n in range(4)], Progress("b", 4, mode="off"))
+    pids = {r["pid"] for r in first + second}
+    assert len(pids) <= 2 < len(first + second)  # two CPUs: at most two processes ran all eight tasks
+    assert max(r["call"] for r in second) >= 3  # a process of the first stage ran tasks of the second
+
+
+def test_max_tasks_per_worker_one_gives_every_task_a_fresh_process(ray_session):
+    from pipeline.ray_executor import RayExecutor
+
+    results = RayExecutor(max_tasks_per_worker=1).map(count_calls, [{"task_id": f"c{n}"} for n in range(4)],
+                                                      Progress("c", 4, mode="off"))
+    assert len({r["pid"] for r in results}) == 4  # two CPUs, four processes: each exited after its task
+
+
+def test_explicit_ray_and_auto_above_the_threshold_run_on_ray_workers(ray_session):
+    from pipeline.config import resolve
+    from pipeline.executors import make_executor
+    from pipeline.ray_executor import RayExecutor
+
+    explicit = make_executor(resolve(overrides={"executor": {"kind": "ray", "local_below_bytes": 10**15}}))
+    assert isinstance(explicit, RayExecutor)
+    lines: list[str] = []
+    auto = make_executor(resolve(overrides={"executor": {"local_below_bytes": 1000}}), lines.append)
+    auto.plan_for_input(1000)
+    assert isinstance(auto.chosen, RayExecutor)
+    assert lines == ["executor: ray (input 0.0 MB ≥ 0.0 MB, where Ray pays off)"]
+    for ex in (explicit, auto):
+        ex.plan_for_input(10)
+        results = ex.map(count_calls, [{"task_id": "d0"}, {"task_id": "d1"}], Progress("d", 2, mode="off"))
+        assert all(r["pid"] != os.getpid() for r in results)

@@ -54,9 +54,9 @@ def test_every_shared_folder_is_listed(shared_data):
 
 @pytest.fixture(scope="module")
 def shared_run(shared_data, tmp_path_factory):
-    """``lwm run`` over all of ../shared/data at once: formats sniffed, default settings (the Ray executor)."""
+    """``lwm run`` over all of ../shared/data at once: formats sniffed, default settings on the Ray executor."""
     out = tmp_path_factory.mktemp("shared") / "run"
-    proc = lwm("run", "-i", str(shared_data), "-o", str(out), "--progress", "off")
+    proc = lwm("run", "--executor", "ray", "-i", str(shared_data), "-o", str(out), "--progress", "off")
     return out, proc
 
 

@@ -52,6 +52,11 @@ from stages.ingest.registry import RawRecord, reads_line_records
 DEFAULT_SPLIT_BYTES = 64 * 1024 * 1024
 DEFAULT_GROUP_BYTES = 8 * 1024 * 1024
 DEFAULT_GROUP_FILES = 64
+# Whatever the configured sizes, an input is cut into about this many tasks of similar bytes (never
+# smaller than `MIN_TASK_BYTES`), so a 40 MB corpus of one file gives every worker several tasks to
+# balance instead of one task for the first worker; a function of the input only, never of the workers.
+TARGET_TASKS = 16
+MIN_TASK_BYTES = 1024 * 1024
 _CHUNK = 1 << 20
 _ZSTD_MAGIC = 0xFD2FB528
 _SKIPPABLE_MASK, _SKIPPABLE_MAGIC = 0xFFFFFFF0, 0x184D2A50
@@ -132,8 +137,18 @@ def input_size(unit: InputUnit) -> int:
     return int(fs.du(path)) if unit.is_dir else int(fs.size(path))
 
 
+def task_bytes(total_bytes: int, settings: SplitSettings) -> SplitSettings:
+    """The settings with range and group sizes capped at ``total / TARGET_TASKS`` (≥ `MIN_TASK_BYTES`)."""
+    per_task = max(MIN_TASK_BYTES, -(-total_bytes // TARGET_TASKS))
+    return replace(settings, split_bytes=min(settings.split_bytes, per_task),
+                   group_bytes=min(settings.group_bytes, per_task))
+
+
 def plan_ingest(units: list[tuple[InputUnit, str]], settings: SplitSettings) -> list[IngestWork]:
-    """Ingest work for sorted input units: big splittable files → ranges, small ones → groups."""
+    """Ingest work for sorted input units: big splittable files → ranges, small ones → groups, every
+    task holding at most about 1/`TARGET_TASKS` of the input's bytes (see `task_bytes`)."""
+    sizes = [input_size(unit) for unit, _ in units]
+    settings = task_bytes(sum(sizes), settings)
     plan: list[IngestWork] = []
     group: list[InputUnit] = []
     group_fmt, group_bytes = "", 0
@@ -144,8 +159,7 @@ def plan_ingest(units: list[tuple[InputUnit, str]], settings: SplitSettings) -> 
             plan.append(IngestWork(tuple(group), group_fmt))
         group, group_bytes = [], 0
 
-    for unit, fmt in units:
-        size = input_size(unit)
+    for (unit, fmt), size in zip(units, sizes, strict=True):
         ranges = file_ranges(unit, fmt, size, settings.split_bytes)
         if len(ranges) > 1:
             flush()
@@ -175,7 +189,8 @@ def file_ranges(unit: InputUnit, fmt: str, size: int, split_bytes: int) -> list[
         return whole  # streaming ATIF: the whole file is one document
     _, compression = split_compression(unit.uri)
     if compression is None:
-        cuts = list(range(0, size, split_bytes)) + [size]
+        n = -(-size // split_bytes)  # ranges of equal size (± 1 byte), none over split_bytes
+        cuts = [size * i // n for i in range(n + 1)]
         return [ByteRange(a, b) for a, b in pairwise(cuts)]
     if compression != "zstd":
         return whole
