@@ -12,7 +12,8 @@ from typing import Any
 
 import zstandard
 
-from stages.ingest.ranges import IngestWork, inflate, raw_chunks
+from stages.ingest.frames import inflate, raw_chunks
+from stages.ingest.ranges import IngestWork
 from stages.ingest.reading import filesystem
 from stages.uri_credentials import recorded_uri
 

@@ -18,13 +18,13 @@ from pipeline.run import run_pipeline
 from pipeline.split_input import run_scan_task, scan_tasks
 from schemas.errors import ConfigError, InvalidRecord
 from stages.ingest.common import records_from_container
+from stages.ingest.frames import zstd_frames
 from stages.ingest.ranges import (
     SplitSettings,
     apply_scans,
     file_ranges,
     plan_ingest,
     range_records,
-    zstd_frames,
 )
 from stages.ingest.reading import InputUnit
 
