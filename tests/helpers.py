@@ -30,6 +30,7 @@ from fsspec.implementations.local import LocalFileSystem
 
 from pipeline.config import resolve
 from schemas.errors import InvalidRecord
+from schemas.shard import SHARD_SCHEMA
 from schemas.stats import Stats
 from schemas.trajectory import Trajectory
 from stages.decontam import iter_references, reference_units
@@ -538,7 +539,8 @@ class BlockWriter:
 
 # ------------------------------------------------------------------ synthetic training shards and a tiny model
 
-# Small synthetic shards that follow the SPEC §9 column contract, for the training tests.
+# Small synthetic shards that follow the SPEC §9 column contract (`schemas.shard.SHARD_SCHEMA`), for the
+# training tests.
 #
 # Layout: ``<root>/shards/<pool>/part-NNNNN.parquet`` (zstd), ``<root>/manifest.json`` and, last,
 # ``<root>/_SUCCESS``. Samples have learnable structure: each turn is an action of random ids
@@ -548,27 +550,7 @@ class BlockWriter:
 SYSTEM, USER, ASSISTANT, END = 1, 2, 3, 4
 FIRST_CONTENT_ID = 8
 CATEGORY_KEEP = (("retrieval", 1.0), ("echo", 0.05), ("boilerplate", 0.1), ("transform", 0.5))
-STATS_TYPE = pa.struct([(k, pa.float32()) for k in ("ol", "nov", "jac", "r")])
-SPAN_TYPE = pa.struct([("start", pa.int32()), ("end", pa.int32())])
-SHARD_SCHEMA = pa.schema(
-    [
-        ("sample_id", pa.string()),
-        ("traj_id", pa.string()),
-        ("domain", pa.string()),
-        ("pool", pa.string()),
-        ("template", pa.string()),
-        ("turn_idx", pa.int32()),
-        ("total_turns", pa.int32()),
-        ("input_ids", pa.list_(pa.int32())),
-        ("loss_weight", pa.list_(pa.float32())),
-        ("turn_spans", pa.list_(SPAN_TYPE)),
-        ("turn_category", pa.list_(pa.string())),
-        ("turn_keep", pa.list_(pa.float32())),
-        ("turn_stats", pa.list_(STATS_TYPE)),
-        ("num_tokens", pa.int32()),
-        ("num_loss_tokens", pa.int32()),
-    ]
-)
+
 
 
 def synthetic_sample(rng: np.random.Generator, sample_id: str, pool: str, vocab: int, turns: int) -> dict:
