@@ -219,14 +219,19 @@ def run_dedup_map_task(task: dict[str, Any]) -> dict[str, Any]:
 # --- reduce -------------------------------------------------------------------------------------------------
 
 
+def _read_all(fs, root: str, rels: list[str], schema: pa.Schema) -> pa.Table:
+    """The work files `rels` (relative to the run root) as one table, in the order given; empty of `schema` when none."""
+    tables = []
+    for rel in rels:
+        with fs.open(f"{root}/{rel}", "rb") as f:
+            tables.append(pq.read_table(f))
+    return pa.concat_tables(tables) if tables else schema.empty_table()
+
+
 def run_dedup_reduce_task(task: dict[str, Any]) -> dict[str, Any]:
     """Find the verified edges of one bucket and write them."""
     fs, root = out_fs(task["out"])
-    tables = []
-    for rel in task["files"]:
-        with fs.open(f"{root}/{rel}", "rb") as f:
-            tables.append(pq.read_table(f))
-    table = pa.concat_tables(tables) if tables else BUCKET_SCHEMA.empty_table()
+    table = _read_all(fs, root, task["files"], BUCKET_SCHEMA)
     edges = bucket_edges(table, task["settings"])
     rel = f"_work/dedup/edges/{task['task_id']}.parquet"
     with AtomicParquetWriter(fs, f"{root}/{rel}", EDGE_SCHEMA) as w:
@@ -243,11 +248,7 @@ def run_dedup_reduce_task(task: dict[str, Any]) -> dict[str, Any]:
 def run_dedup_clusters_task(task: dict[str, Any]) -> dict[str, Any]:
     """Clusters, the survivor rule and decontamination over every edge file; writes ``dedup/removed.parquet``."""
     fs, root = out_fs(task["out"])
-    tables = []
-    for rel in task["edges"]:
-        with fs.open(f"{root}/{rel}", "rb") as f:
-            tables.append(pq.read_table(f))
-    edges = pa.concat_tables(tables) if tables else EDGE_SCHEMA.empty_table()
+    edges = _read_all(fs, root, task["edges"], EDGE_SCHEMA)
     rows, counts = removed_rows(edges, task["settings"])
     _write_removed(fs, root, rows)
     return {"task_id": task["task_id"], "stage": "dedup-clusters", "counts": counts, "edges": edges.num_rows,
@@ -289,6 +290,16 @@ def removed_ids(ctx: RunContext) -> set[str]:
     return ctx.shared["removed_ids"]
 
 
+def _enabled(settings: dict[str, Any]) -> bool:
+    return bool(settings["exact"] or settings["near"] or settings["decontam"])
+
+
+def _mapped_settings(ctx: RunContext) -> dict[str, Any] | None:
+    """The settings as the map step finished them (with the common n-gram limit); None when dedup is off."""
+    settings = ctx.shared["dedup"]
+    return settings if "ngram_limit" in settings else None
+
+
 class DedupMapStage(Stage):
     """Map: one task per trajectories part and per reference source; resolves the settings on the driver."""
 
@@ -299,7 +310,7 @@ class DedupMapStage(Stage):
     def plan(self, ctx: RunContext) -> list[dict[str, Any]] | None:
         cfg, ingest_results = ctx.cfg, ctx.results["ingest"]
         settings = ctx.shared["dedup"] = dedup_settings(cfg, merge_all([r["stats"] for r in ingest_results]))
-        if not (settings["exact"] or settings["near"] or settings["decontam"]):
+        if not _enabled(settings):
             return None
         base = {"out": cfg["run"]["out"], "settings": settings}
         tasks = [{**base, "task_id": r["task_id"], "source": "part", "spec": [settings, r["spec_hash"]]}
@@ -313,7 +324,7 @@ class DedupMapStage(Stage):
     def finish(self, ctx: RunContext, map_results: list[dict[str, Any]]) -> None:
         """With dedup off: an empty removal list. Otherwise the common n-gram limit for the reduce."""
         settings = ctx.shared["dedup"]
-        if not (settings["exact"] or settings["near"] or settings["decontam"]):
+        if not _enabled(settings):
             _write_removed(ctx.fs, ctx.root, [])
             ctx.shared["removed_ids"] = set()
             ctx.manifest["counts"]["dedup"] = {"exact_removed": 0, "near_removed": 0, "decontaminated_near": 0,
@@ -334,8 +345,8 @@ class DedupReduceStage(Stage):
     run_task = staticmethod(run_dedup_reduce_task)
 
     def plan(self, ctx: RunContext) -> list[dict[str, Any]] | None:
-        settings = ctx.shared["dedup"]
-        if "ngram_limit" not in settings:  # dedup is off
+        settings = _mapped_settings(ctx)
+        if settings is None:
             return None
         map_results = ctx.results["dedup-map"]
         files: dict[int, list[str]] = {}
@@ -357,8 +368,8 @@ class DedupClustersStage(Stage):
     run_task = staticmethod(run_dedup_clusters_task)
 
     def plan(self, ctx: RunContext) -> list[dict[str, Any]] | None:
-        settings = ctx.shared["dedup"]
-        if "ngram_limit" not in settings:  # dedup is off
+        settings = _mapped_settings(ctx)
+        if settings is None:
             return None
         reduce_results = ctx.results["dedup-reduce"]
         marker = marker_path(ctx.root, self.name, "clusters")
@@ -368,8 +379,8 @@ class DedupClustersStage(Stage):
                  "edges": [r["edges"] for r in reduce_results], "spec": [r["spec_hash"] for r in reduce_results]}]
 
     def finish(self, ctx: RunContext, results: list[dict[str, Any]]) -> None:
-        settings = ctx.shared["dedup"]
-        if "ngram_limit" not in settings:
+        settings = _mapped_settings(ctx)
+        if settings is None:
             return
         (cluster_result,) = results
         counts = cluster_result["counts"]
