@@ -18,6 +18,7 @@ from typing import Any
 
 import click
 
+from pipeline.cli.common import json_option, jsonl_values
 from pipeline.errors import handle_errors
 from schemas.errors import ConfigError
 from stages.reward.wmat_format import check_block, check_output
@@ -37,29 +38,20 @@ def _text_of(obj: Any, key: str | None) -> str | None:
 
 def adherence_report(path: str, key: str | None = None, part: str = "output") -> dict[str, Any]:
     """Counts of a file of outputs: total, in format, per failure reason, confidence parsed."""
-    import fsspec
-
     check = check_block if part == "block" else check_output
     reasons: Counter[str] = Counter()
     total = ok = 0
-    with fsspec.open(path, "r", encoding="utf-8") as f:
-        for lineno, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                obj = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise ConfigError(f"{path}:{lineno}: not JSON ({exc.msg})") from None
-            text = _text_of(obj, key)
-            if text is None:
-                wanted = key or "/".join(TEXT_KEYS)
-                raise ConfigError(f"{path}:{lineno}: expected a JSON string or an object with a text under {wanted}")
-            total += 1
-            result = check(text)
-            if result.ok:
-                ok += 1
-            else:
-                reasons[result.reason] += 1
+    for lineno, obj in jsonl_values(path):
+        text = _text_of(obj, key)
+        if text is None:
+            wanted = key or "/".join(TEXT_KEYS)
+            raise ConfigError(f"{path}:{lineno}: expected a JSON string or an object with a text under {wanted}")
+        total += 1
+        result = check(text)
+        if result.ok:
+            ok += 1
+        else:
+            reasons[result.reason] += 1
     return {
         "file": path,
         "part": part,
@@ -75,7 +67,7 @@ def adherence_report(path: str, key: str | None = None, part: str = "output") ->
 @click.option("--key", help="JSON key holding the output text (default: output, completion, prediction, …).")
 @click.option("--part", type=click.Choice(["output", "block"]), default="output", show_default=True,
               help="output: world-model span + policy span; block: the world-model span alone.")
-@click.option("--json", "as_json", is_flag=True, help="Print exactly one JSON object.")
+@json_option
 @click.option("--min-adherence", type=float, help="Exit with status 1 when adherence is below this share.")
 @handle_errors
 def check_format_cmd(path: str, key: str | None, part: str, as_json: bool, min_adherence: float | None) -> None:

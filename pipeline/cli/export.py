@@ -42,10 +42,9 @@ from dataclasses import dataclass
 from typing import Any
 
 import click
-import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from pipeline.cli.run_files import find_trajectories, finished_run, parquet_files, run_config
 from pipeline.errors import handle_errors
 from schemas.errors import ConfigError
 from schemas.trajectory import Trajectory
@@ -74,24 +73,10 @@ class ExportSummary:
     truncated_history: int
 
 
-def _parquet_files(fs, base: str) -> list[str]:
-    if not fs.exists(base):
-        return []
-    return sorted(p for p in fs.find(base) if p.endswith(".parquet"))
-
-
-def finished_run_config(fs, root: str, run_dir: str) -> dict[str, Any]:
-    """The resolved config of a finished run; `ConfigError` when the run has no ``_SUCCESS``."""
-    if not fs.exists(posixpath.join(root, "_SUCCESS")):
-        raise ConfigError(f"{run_dir}: not a finished run (no _SUCCESS); run `lwm run` to completion first")
-    with fs.open(posixpath.join(root, "manifest.json"), "rb") as f:
-        return json.loads(f.read())["config"]
-
-
 def eval_samples(fs, root: str) -> list[EvalSample]:
     """Every row of the eval shards, ordered by sample id."""
     samples = []
-    for path in _parquet_files(fs, posixpath.join(root, "shards", "eval")):
+    for path in parquet_files(fs, posixpath.join(root, "shards", "eval")):
         with fs.open(path, "rb") as f:
             table = pq.read_table(f, columns=_SAMPLE_COLUMNS)
         for row in table.to_pylist():
@@ -104,14 +89,7 @@ def eval_samples(fs, root: str) -> list[EvalSample]:
 
 def load_trajectories(fs, root: str, wanted: set[str]) -> dict[str, Trajectory]:
     """The trajectories of the `wanted` ids from the trajectories layer; `ConfigError` for a missing one."""
-    found: dict[str, Trajectory] = {}
-    keys = pa.array(sorted(wanted), pa.string())
-    for path in _parquet_files(fs, posixpath.join(root, "trajectories")):
-        with fs.open(path, "rb") as f:
-            for batch in pq.ParquetFile(f).iter_batches(batch_size=256):
-                hits = batch.filter(pc.is_in(batch.column("traj_id"), value_set=keys))
-                for d in hits.to_pylist():
-                    found[d["traj_id"]] = Trajectory.from_dict(d)
+    found = find_trajectories(fs, root, wanted)
     missing = wanted - found.keys()
     if missing:
         raise ConfigError(f"{len(missing)} eval trajectories missing from the trajectories layer, e.g. {min(missing)}")
@@ -141,10 +119,8 @@ def export_row(traj: Trajectory, sample: EvalSample, system_text: str) -> dict[s
 
 def agentworldbench_rows(run_dir: str) -> Iterator[tuple[EvalSample, dict[str, Any]]]:
     """The rows of a finished run's eval pool, in sample id order."""
-    from pipeline.outputs import out_fs
-
-    fs, root = out_fs(run_dir)
-    cfg = finished_run_config(fs, root, run_dir)
+    fs, root = finished_run(run_dir)
+    cfg = run_config(fs, root)
     samples = eval_samples(fs, root)
     if not samples:
         raise ConfigError(f"{run_dir}: the eval pool is empty (pools.ratios.eval, eval_subsample?)")

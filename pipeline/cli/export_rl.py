@@ -32,9 +32,9 @@ from typing import Any
 
 import click
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from pipeline.cli.export import export_group
+from pipeline.cli.run_files import finished_run, rl_shard_rows
 from pipeline.errors import handle_errors
 from pipeline.outputs import AtomicParquetWriter, out_fs
 from schemas.errors import ConfigError
@@ -78,29 +78,12 @@ TRL_SCHEMA = pa.schema([
 _COLUMNS = ["sample_id", "traj_id", "domain", "template", "turn_idx", "total_turns", "messages", "reference"]
 
 
-def finished_run(run_dir: str):
-    """(filesystem, root) of a finished run; `ConfigError` when it has no ``_SUCCESS``."""
-    fs, root = out_fs(run_dir)
-    if not fs.exists(posixpath.join(root, "_SUCCESS")):
-        raise ConfigError(f"{run_dir}: not a finished run (no _SUCCESS); run `lwm run` to completion first")
-    return fs, root
-
-
 def rl_samples(run_dir: str) -> list[dict[str, Any]]:
     """Every row of a finished run's rl shards (the columns the exports need), by sample id."""
-    fs, root = finished_run(run_dir)
-    base = posixpath.join(root, "shards", "rl")
-    files = sorted(p for p in fs.find(base) if p.endswith(".parquet")) if fs.exists(base) else []
-    rows = []
-    for path in files:
-        with fs.open(path, "rb") as f:
-            pf = pq.ParquetFile(f)
-            has_verifier = "verifier" in pf.schema_arrow.names
-            table = pf.read(columns=_COLUMNS + (["verifier"] if has_verifier else []))
-        for row in table.to_pylist():
-            if not has_verifier:  # shards written before the column existed
-                row["verifier"] = verifier_kind(row["domain"], row["reference"])
-            rows.append(row)
+    rows = rl_shard_rows(*finished_run(run_dir), _COLUMNS)
+    for row in rows:
+        if "verifier" not in row:  # shards written before the column existed
+            row["verifier"] = verifier_kind(row["domain"], row["reference"])
     if not rows:
         raise ConfigError(f"{run_dir}: the rl pool is empty (pools.ratios.rl, rl_prompt_cap?)")
     return sorted(rows, key=lambda r: r["sample_id"])
@@ -162,38 +145,33 @@ def write_rl_dataset(run_dir: str, out_dir: str, fmt: str, val_fraction: float =
     return counts
 
 
-@handle_errors
-def _export(fmt: str, run_dir: str, out_dir: str, val_fraction: float) -> None:
-    counts = write_rl_dataset(run_dir, out_dir, fmt, val_fraction)
-    parts = ", ".join(f"{n} {s}" for s, n in counts.items())
-    click.echo(f"wrote {fmt} RL dataset to {out_dir}: {parts} rows", err=True)
+def _export_command(fmt: str, help_text: str) -> click.Command:
+    """``lwm export <fmt> RUN_DIR OUT_DIR [--val-fraction F]``: the same command for every format of `FORMATS`."""
+
+    @export_group.command(fmt, help=help_text)
+    @click.argument("run_dir")
+    @click.argument("out_dir")
+    @click.option("--val-fraction", type=float, default=0.0, show_default=True,
+                  help="Share of samples in val.parquet.")
+    @handle_errors
+    def export_cmd(run_dir: str, out_dir: str, val_fraction: float) -> None:
+        counts = write_rl_dataset(run_dir, out_dir, fmt, val_fraction)
+        parts = ", ".join(f"{n} {s}" for s, n in counts.items())
+        click.echo(f"wrote {fmt} RL dataset to {out_dir}: {parts} rows", err=True)
+
+    return export_cmd
 
 
-
-@export_group.command("verl")
-@click.argument("run_dir")
-@click.argument("out_dir")
-@click.option("--val-fraction", type=float, default=0.0, show_default=True, help="Share of samples in val.parquet.")
-def verl_cmd(run_dir: str, out_dir: str, val_fraction: float) -> None:
-    """Write the rl pool of RUN_DIR as a verl RL dataset (OUT_DIR/train.parquet).
+verl_cmd = _export_command("verl", """Write the rl pool of RUN_DIR as a verl RL dataset (OUT_DIR/train.parquet).
 
     \b
     Train with the world-model reward:
       reward.custom_reward_function.path=<lwmkit>/stages/reward/frameworks.py
       reward.custom_reward_function.name=compute_score
-    """
-    _export("verl", run_dir, out_dir, val_fraction)
-
-
-@export_group.command("trl")
-@click.argument("run_dir")
-@click.argument("out_dir")
-@click.option("--val-fraction", type=float, default=0.0, show_default=True, help="Share of samples in val.parquet.")
-def trl_cmd(run_dir: str, out_dir: str, val_fraction: float) -> None:
-    """Write the rl pool of RUN_DIR as a TRL GRPO dataset (OUT_DIR/train.parquet).
+    """)
+trl_cmd = _export_command("trl", """Write the rl pool of RUN_DIR as a TRL GRPO dataset (OUT_DIR/train.parquet).
 
     \b
     Train with the world-model reward:
       GRPOTrainer(..., reward_funcs=[stages.reward.frameworks.trl_reward])
-    """
-    _export("trl", run_dir, out_dir, val_fraction)
+    """)

@@ -19,14 +19,12 @@ from collections import defaultdict
 from typing import Any
 
 import click
-import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from pipeline.cli.export_rl import finished_run
+from pipeline.cli.common import json_option, jsonl_values
+from pipeline.cli.run_files import find_trajectories, finished_run, parquet_files, rl_shard_rows
 from pipeline.errors import handle_errors
 from schemas.errors import ConfigError
-from schemas.trajectory import Trajectory
 from stages.render import user_prompt
 from stages.reward.core import RewardConfig, RewardInput, RewardResult, score_batch, split_prompt
 
@@ -34,22 +32,12 @@ _ID_KEYS = ("sample_id", "id")
 _TEXT_KEYS = ("prediction", "completion", "gen")
 
 
-def _parquet_files(fs, base: str) -> list[str]:
-    return sorted(p for p in fs.find(base) if p.endswith(".parquet")) if fs.exists(base) else []
-
-
 def rl_inputs(run_dir: str) -> dict[str, RewardInput]:
     """sample id → reward input (completion still empty) for the rl pool."""
-    fs, root = finished_run(run_dir)
     out = {}
-    for path in _parquet_files(fs, posixpath.join(root, "shards", "rl")):
-        with fs.open(path, "rb") as f:
-            pf = pq.ParquetFile(f)
-            cols = ["sample_id", "domain", "messages", "reference"] + (["verifier"] if "verifier" in pf.schema_arrow.names else [])
-            rows = pf.read(columns=cols).to_pylist()
-        for r in rows:
-            history, current = split_prompt(r["messages"])
-            out[r["sample_id"]] = RewardInput(r["domain"], "", r["reference"], current, history, r.get("verifier"))
+    for r in rl_shard_rows(*finished_run(run_dir), ["sample_id", "domain", "messages", "reference"]):
+        history, current = split_prompt(r["messages"])
+        out[r["sample_id"]] = RewardInput(r["domain"], "", r["reference"], current, history, r.get("verifier"))
     return out
 
 
@@ -58,16 +46,10 @@ def eval_inputs(run_dir: str) -> dict[str, RewardInput]:
     from the trajectories layer, as the rl pool's rendered messages hold it."""
     fs, root = finished_run(run_dir)
     samples = []
-    for path in _parquet_files(fs, posixpath.join(root, "shards", "eval")):
+    for path in parquet_files(fs, posixpath.join(root, "shards", "eval")):
         with fs.open(path, "rb") as f:
             samples += pq.read_table(f, columns=["sample_id", "traj_id", "turn_idx"]).to_pylist()
-    wanted = pa.array(sorted({s["traj_id"] for s in samples}), pa.string())
-    trajs: dict[str, Trajectory] = {}
-    for path in _parquet_files(fs, posixpath.join(root, "trajectories")):
-        with fs.open(path, "rb") as f:
-            for batch in pq.ParquetFile(f).iter_batches(batch_size=256):
-                for d in batch.filter(pc.is_in(batch.column("traj_id"), value_set=wanted)).to_pylist():
-                    trajs[d["traj_id"]] = Trajectory.from_dict(d)
+    trajs = find_trajectories(fs, root, {s["traj_id"] for s in samples})
     out = {}
     for s in samples:
         traj, t = trajs.get(s["traj_id"]), s["turn_idx"]
@@ -80,23 +62,14 @@ def eval_inputs(run_dir: str) -> dict[str, RewardInput]:
 
 def read_predictions(path: str) -> dict[str, str]:
     """sample id → completion text, from PREDICTIONS.jsonl (local path or fsspec URL)."""
-    import fsspec
-
     preds: dict[str, str] = {}
-    with fsspec.open(path, "r", encoding="utf-8") as f:
-        for lineno, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                obj = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise ConfigError(f"{path}:{lineno}: not a JSON object ({exc.msg})") from None
-            sid = next((obj[k] for k in _ID_KEYS if isinstance(obj, dict) and isinstance(obj.get(k), str)), None)
-            text = next((obj[k] for k in _TEXT_KEYS if isinstance(obj, dict) and isinstance(obj.get(k), str)), None)
-            if sid is None or text is None:
-                raise ConfigError(f"{path}:{lineno}: expected a sample id ({'/'.join(_ID_KEYS)}) "
-                                  f"and a prediction ({'/'.join(_TEXT_KEYS)})")
-            preds[sid] = text
+    for lineno, obj in jsonl_values(path, "a JSON object"):
+        sid = next((obj[k] for k in _ID_KEYS if isinstance(obj, dict) and isinstance(obj.get(k), str)), None)
+        text = next((obj[k] for k in _TEXT_KEYS if isinstance(obj, dict) and isinstance(obj.get(k), str)), None)
+        if sid is None or text is None:
+            raise ConfigError(f"{path}:{lineno}: expected a sample id ({'/'.join(_ID_KEYS)}) "
+                              f"and a prediction ({'/'.join(_TEXT_KEYS)})")
+        preds[sid] = text
     return preds
 
 
@@ -144,7 +117,7 @@ def _pct(x: float | None) -> str:
 @click.option("--without-verifier", type=click.Choice(["rubric", "zero"]), default="rubric", show_default=True)
 @click.option("--on-judge-failure", type=click.Choice(["zero", "rule"]), default="zero", show_default=True)
 @click.option("--out", "out_path", help="Write one JSON line of reward parts per scored sample here.")
-@click.option("--json", "as_json", is_flag=True, help="Print exactly one JSON object.")
+@json_option
 @handle_errors
 def reward_cmd(**kw: Any) -> None:
     """Score PREDICTIONS.jsonl against the rl (or eval) pool of RUN_DIR with the world-model reward.

@@ -1,0 +1,60 @@
+"""Reading a finished run's output for the commands that export or score it (``lwm export``, ``lwm reward``)."""
+
+from __future__ import annotations
+
+import json
+import posixpath
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from pipeline.outputs import out_fs
+from schemas.errors import ConfigError
+from schemas.trajectory import Trajectory
+
+
+def finished_run(run_dir: str):
+    """(filesystem, root) of a finished run; `ConfigError` when it has no ``_SUCCESS``."""
+    fs, root = out_fs(run_dir)
+    if not fs.exists(posixpath.join(root, "_SUCCESS")):
+        raise ConfigError(f"{run_dir}: not a finished run (no _SUCCESS); run `lwm run` to completion first")
+    return fs, root
+
+
+def run_config(fs, root: str) -> dict[str, Any]:
+    """The resolved config the run wrote into its ``manifest.json``."""
+    with fs.open(posixpath.join(root, "manifest.json"), "rb") as f:
+        return json.loads(f.read())["config"]
+
+
+def parquet_files(fs, base: str) -> list[str]:
+    """The Parquet files below `base`, sorted; none when `base` does not exist (an empty pool or layer)."""
+    if not fs.exists(base):
+        return []
+    return sorted(p for p in fs.find(base) if p.endswith(".parquet"))
+
+
+def rl_shard_rows(fs, root: str, columns: list[str]) -> list[dict[str, Any]]:
+    """The `columns` of every rl shard row, in file order, with ``verifier`` added where the shard has it
+    (shards written before the column existed do not)."""
+    rows = []
+    for path in parquet_files(fs, posixpath.join(root, "shards", "rl")):
+        with fs.open(path, "rb") as f:
+            pf = pq.ParquetFile(f)
+            extra = ["verifier"] if "verifier" in pf.schema_arrow.names else []
+            rows += pf.read(columns=columns + extra).to_pylist()
+    return rows
+
+
+def find_trajectories(fs, root: str, wanted: set[str]) -> dict[str, Trajectory]:
+    """The trajectories of the `wanted` ids found in the trajectories layer (a missing id is left out)."""
+    found: dict[str, Trajectory] = {}
+    keys = pa.array(sorted(wanted), pa.string())
+    for path in parquet_files(fs, posixpath.join(root, "trajectories")):
+        with fs.open(path, "rb") as f:
+            for batch in pq.ParquetFile(f).iter_batches(batch_size=256):
+                for d in batch.filter(pc.is_in(batch.column("traj_id"), value_set=keys)).to_pylist():
+                    found[d["traj_id"]] = Trajectory.from_dict(d)
+    return found
