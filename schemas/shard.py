@@ -17,6 +17,13 @@ _PROVENANCE = [
     ("turn_idx", pa.int32()),
     ("total_turns", pa.int32()),
 ]
+# Per-turn labels and the token count, in both the weighted pools and the rl pool.
+_TURN_LABELS = [
+    ("turn_category", pa.list_(pa.string())),
+    ("turn_keep", pa.list_(pa.float32())),
+    ("turn_stats", pa.list_(STATS_TYPE)),
+    ("num_tokens", pa.int32()),
+]
 
 SHARD_SCHEMA = pa.schema(
     [
@@ -24,10 +31,7 @@ SHARD_SCHEMA = pa.schema(
         ("input_ids", pa.list_(pa.int32())),
         ("loss_weight", pa.list_(pa.float32())),
         ("turn_spans", pa.list_(SPAN_TYPE)),
-        ("turn_category", pa.list_(pa.string())),
-        ("turn_keep", pa.list_(pa.float32())),
-        ("turn_stats", pa.list_(STATS_TYPE)),
-        ("num_tokens", pa.int32()),
+        *_TURN_LABELS,
         ("num_loss_tokens", pa.int32()),
     ]
 )
@@ -40,10 +44,7 @@ RL_SCHEMA = pa.schema(
         ("prompt_ids", pa.list_(pa.int32())),
         ("reference", pa.string()),
         ("messages", pa.list_(MESSAGE_TYPE)),
-        ("turn_category", pa.list_(pa.string())),
-        ("turn_keep", pa.list_(pa.float32())),
-        ("turn_stats", pa.list_(STATS_TYPE)),
-        ("num_tokens", pa.int32()),
+        *_TURN_LABELS,
         ("verifier", pa.string()),
     ]
 )

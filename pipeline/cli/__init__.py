@@ -1,8 +1,9 @@
 """The ``lwm`` command line: run, validate, formats, demo, hist, show, export, reward, check-format, train.
 
-One module per command, each listed once in `COMMANDS`. Errors are one clear line (file, line,
-what was expected) and exit status 2 (`pipeline.errors.handle_errors`); ``--debug`` shows the
-traceback instead.
+One module per command, each listed once in `COMMANDS`; what several commands share is in
+`pipeline.cli.common` (options, JSONL input) and `pipeline.cli.run_files` (reading a finished run).
+Errors are one clear line (file, line, what was expected) and exit status 2
+(`pipeline.errors.handle_errors`); ``--debug`` shows the traceback instead.
 """
 
 from __future__ import annotations
