@@ -290,10 +290,6 @@ def removed_ids(ctx: RunContext) -> set[str]:
     return ctx.shared["removed_ids"]
 
 
-def _enabled(settings: dict[str, Any]) -> bool:
-    return bool(settings["exact"] or settings["near"] or settings["decontam"])
-
-
 def _mapped_settings(ctx: RunContext) -> dict[str, Any] | None:
     """The settings as the map step finished them (with the common n-gram limit); None when dedup is off."""
     settings = ctx.shared["dedup"]
@@ -310,7 +306,7 @@ class DedupMapStage(Stage):
     def plan(self, ctx: RunContext) -> list[dict[str, Any]] | None:
         cfg, ingest_results = ctx.cfg, ctx.results["ingest"]
         settings = ctx.shared["dedup"] = dedup_settings(cfg, merge_all([r["stats"] for r in ingest_results]))
-        if not _enabled(settings):
+        if not (settings["exact"] or settings["near"] or settings["decontam"]):
             return None
         base = {"out": cfg["run"]["out"], "settings": settings}
         tasks = [{**base, "task_id": r["task_id"], "source": "part", "spec": [settings, r["spec_hash"]]}
@@ -324,7 +320,7 @@ class DedupMapStage(Stage):
     def finish(self, ctx: RunContext, map_results: list[dict[str, Any]]) -> None:
         """With dedup off: an empty removal list. Otherwise the common n-gram limit for the reduce."""
         settings = ctx.shared["dedup"]
-        if not _enabled(settings):
+        if not (settings["exact"] or settings["near"] or settings["decontam"]):
             _write_removed(ctx.fs, ctx.root, [])
             ctx.shared["removed_ids"] = set()
             ctx.manifest["counts"]["dedup"] = {"exact_removed": 0, "near_removed": 0, "decontaminated_near": 0,
@@ -345,8 +341,7 @@ class DedupReduceStage(Stage):
     run_task = staticmethod(run_dedup_reduce_task)
 
     def plan(self, ctx: RunContext) -> list[dict[str, Any]] | None:
-        settings = _mapped_settings(ctx)
-        if settings is None:
+        if (settings := _mapped_settings(ctx)) is None:
             return None
         map_results = ctx.results["dedup-map"]
         files: dict[int, list[str]] = {}
@@ -368,8 +363,7 @@ class DedupClustersStage(Stage):
     run_task = staticmethod(run_dedup_clusters_task)
 
     def plan(self, ctx: RunContext) -> list[dict[str, Any]] | None:
-        settings = _mapped_settings(ctx)
-        if settings is None:
+        if (settings := _mapped_settings(ctx)) is None:
             return None
         reduce_results = ctx.results["dedup-reduce"]
         marker = marker_path(ctx.root, self.name, "clusters")
@@ -379,8 +373,7 @@ class DedupClustersStage(Stage):
                  "edges": [r["edges"] for r in reduce_results], "spec": [r["spec_hash"] for r in reduce_results]}]
 
     def finish(self, ctx: RunContext, results: list[dict[str, Any]]) -> None:
-        settings = _mapped_settings(ctx)
-        if settings is None:
+        if (settings := _mapped_settings(ctx)) is None:
             return
         (cluster_result,) = results
         counts = cluster_result["counts"]
