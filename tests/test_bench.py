@@ -91,11 +91,11 @@ def test_long_trajectories_have_the_asked_length():
 
 
 def test_rows_say_met_and_not_met_against_the_target_and_the_run_count():
-    lower = Figure("a", [1.0, 3.0, 1.5], 2.0, False)
+    lower = Figure("a", [1.0, 3.0, 1.5], 2.0, False, measured="full 2026-12-01")
     higher = Figure("b", [1.0, 3.0, 1.5], 2.0, True)
-    assert figure_row(lower) == "| a | 1.50× | 1.00× – 3.00× | 3 | ≤ 2.00× | met |  |"
-    assert figure_row(higher) == "| b | 1.50× | 1.00× – 3.00× | 3 | ≥ 2.00× | not met |  |"
-    assert figure_row(Figure("c", [4.0], 1.2, False)) == "| c | 4.00× | 4.00× – 4.00× | 1 | ≤ 1.20× | not met |  |"
+    assert figure_row(lower) == "| a | 1.50× | 1.00× – 3.00× | 3 | ≤ 2.00× | met | full 2026-12-01 |  |"
+    assert figure_row(higher) == "| b | 1.50× | 1.00× – 3.00× | 3 | ≥ 2.00× | not met |  |  |"
+    assert figure_row(Figure("c", [4.0], 1.2, False)) == "| c | 4.00× | 4.00× – 4.00× | 1 | ≤ 1.20× | not met |  |  |"
 
 
 def test_results_page_lists_machine_versions_corpus_and_unmeasured_figures():
