@@ -39,13 +39,13 @@ test: $(VENV)/.installed
 	$(VENV)/bin/lint-imports
 	$(VENV)/bin/python -m pytest -q
 
-# datatrove is installed for the peer figure only (its tokenizer step), not a dependency of lwmkit.
+# datatrove is installed for the peer figure only (its tokenizer step, a full-run row), not a dependency of lwmkit.
 bench: $(VENV)/.installed
 	$(PY) -m pip install -q datatrove
 	$(PY) -m bench
 
+# A subset in under 5 minutes; the rows it skips are carried over from the last full run (see bench/__main__.py).
 bench-quick: $(VENV)/.installed
-	$(PY) -m pip install -q datatrove
 	$(PY) -m bench --quick
 
 # 2 GB through Ray on 2 CPUs (and 0.2 GB for the memory flatness figure): tens of minutes, run on its own.

@@ -23,6 +23,10 @@ class Figure:
     detail: str = ""
     note: str = ""
     extra: dict[str, Any] = field(default_factory=dict)
+    # which run produced the row ("quick 2026-12-01"); for a row carried over from an earlier results file,
+    # that run, and its cells (median, spread, runs, target, result, detail) as they were written there
+    measured: str = ""
+    carried: list[str] | None = None
 
     @property
     def median(self) -> float:
@@ -42,6 +46,14 @@ class Figure:
 def not_measured(name: str, target: float | None, higher_is_better: bool, why: str, unit: str = "×") -> Figure:
     """A placeholder row for a figure that could not be measured here."""
     return Figure(name, [], target, higher_is_better, unit=unit, note=f"not measured: {why}")
+
+
+QUICK_SKIPPED = "not measured in quick mode"
+
+
+def skipped_in_quick(name: str, target: float | None, higher_is_better: bool, unit: str = "×") -> Figure:
+    """A figure only the full run measures: a quick run carries it over from the last results or says so."""
+    return Figure(name, [], target, higher_is_better, unit=unit, note=QUICK_SKIPPED)
 
 
 def timed(fn: Callable[[], Any]) -> tuple[float, Any]:

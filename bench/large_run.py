@@ -108,6 +108,11 @@ def measure(work: str, path: str, label: str) -> dict:
     return result
 
 
+def _gb(size: float) -> str:
+    """A size in GB with two significant digits at least (0.005 GB, 0.2 GB, 2.0 GB)."""
+    return f"{size / GB:.2g} GB" if size < GB else f"{size / GB:.1f} GB"
+
+
 def _met(ok: bool) -> str:
     return "met" if ok else "not met"
 
@@ -128,10 +133,10 @@ def render(small: dict, large: dict, description: str = corpus.DESCRIPTION) -> s
     for m in (small, large):
         stages = " | ".join(f"{m['stages'][s]:,.1f} s" if s in m["stages"] else "—" for s in stage_names)
         workers = ", ".join(f"{w:,.0f} MiB" for w in m["workers"]) or "—"
-        lines.append(f"| {m['bytes'] / GB:.2f} GB | {m['trajectories']:,} | {m['rc']} | {m['wall']:,.1f} s | {stages} "
+        lines.append(f"| {_gb(m['bytes'])} | {m['trajectories']:,} | {m['rc']} | {m['wall']:,.1f} s | {stages} "
                      f"| {m['dedup_share']:.0%} | {m['driver']:,.0f} MiB | {workers} |")
     lines += ["", "Worker processes measured (names they took): "
-              + "; ".join(f"{m['bytes'] / GB:.2f} GB: " + " / ".join(m.get("worker_names") or ["none"])
+              + "; ".join(f"{_gb(m['bytes'])}: " + " / ".join(m.get("worker_names") or ["none"])
                           for m in (small, large))]
     flat = max(large["workers"] or [0]) / max(max(small["workers"] or [0]), 1e-9)
     scale = large["bytes"] / small["bytes"]
@@ -139,12 +144,12 @@ def render(small: dict, large: dict, description: str = corpus.DESCRIPTION) -> s
         "",
         "| target | measured | target | result |",
         "|---|---|---|---|",
-        f"| 4. dedup stages' share of wall, {large['bytes'] / GB:.1f} GB | {large['dedup_share']:.0%} | "
+        f"| 4. dedup stages' share of wall, {_gb(large['bytes'])} | {large['dedup_share']:.0%} | "
         f"≤ {DEDUP_SHARE:.0%} | {_met(large['dedup_share'] <= DEDUP_SHARE)} |",
-        f"| 4. driver peak RSS, {large['bytes'] / GB:.1f} GB | {large['driver']:,.0f} MiB | ≤ {DRIVER_MIB} MiB | "
+        f"| 4. driver peak RSS, {_gb(large['bytes'])} | {large['driver']:,.0f} MiB | ≤ {DRIVER_MIB} MiB | "
         f"{_met(large['driver'] <= DRIVER_MIB)} |",
         f"| 5. peak RSS per worker, {scale:.0f}× input | {flat:.2f}× | ≤ {FLAT:.1f}× | {_met(flat <= FLAT)} |",
-        f"| 6. wall, {large['bytes'] / GB:.1f} GB on {os.cpu_count()} cores | {large['wall']:,.0f} s | "
+        f"| 6. wall, {_gb(large['bytes'])} on {os.cpu_count()} cores | {large['wall']:,.0f} s | "
         f"≤ {WALL_S} s | {_met(large['wall'] <= WALL_S and large['rc'] == 0)} |",
         "",
     ]

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import sys
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
@@ -51,24 +52,50 @@ def text_offset(reply: str) -> int:
     return chatml("assistant", reply).index(reply)
 
 
-def naive_rows(trajs: list[Trajectory], pool: str, sft_turns, backend, out_path: str) -> int:
-    """Render, tokenize whole with offsets, weight by offsets, write Parquet; returns the sample count."""
+def offset_weights(starts: np.ndarray, spans: list[tuple[int, int, float]]) -> np.ndarray:
+    """The weight of each token by where it starts: inside an observation span its weight, else 0."""
+    if not spans:
+        return np.zeros(len(starts), dtype=np.float32)
+    bounds = np.array([(a, b) for a, b, _ in spans], dtype=np.int64).reshape(-1, 2)
+    weights = np.array([w for _, _, w in spans] + [0.0], dtype=np.float32)
+    span = np.searchsorted(bounds[:, 0], starts, side="right") - 1  # the last span starting at or before
+    inside = (span >= 0) & (starts < bounds[span, 1])
+    return weights[np.where(inside, span, -1)]
+
+
+def naive_rows(trajs: list[Trajectory], pool: str, sft_turns, backend, out_path: str, batch: int = 1000) -> int:
+    """Render, tokenize whole with offsets, weight by offsets, write Parquet; returns the sample count.
+
+    Rows are written `batch` at a time (one row group each), so memory does not grow with the input.
+    """
     table = load_table(None)
-    ids_col, w_col, sid_col = [], [], []
-    for traj in trajs:
-        keeps = [score_turn(t.action, t.observation, table).keep for t in traj.turns]
-        system = render_system(traj, "v1")
-        targets = [None] if pool == "cpt" else choose_turns(traj.traj_id, pool, len(traj.turns), sft_turns)
-        for target in targets:
-            text, spans = naive_sample(traj, system, keeps, target)
-            enc = backend.encode(text, add_special_tokens=False)
-            weights = [next((w for a, b, w in spans if a <= s < b), 0.0) for s, _ in enc.offsets]
-            ids_col.append(enc.ids)
-            w_col.append(weights)
-            sid_col.append(f"{traj.traj_id}-{target}")
-    pq.write_table(pa.table({"sample_id": sid_col, "input_ids": ids_col, "loss_weight": w_col}, schema=NAIVE_SCHEMA),
-                   out_path)
-    return len(ids_col)
+    ids_col, w_col, sid_col, count = [], [], [], 0
+    with pq.ParquetWriter(out_path, NAIVE_SCHEMA) as writer:
+        for traj in trajs:
+            keeps = [score_turn(t.action, t.observation, table).keep for t in traj.turns]
+            system = render_system(traj, "v1")
+            targets = [None] if pool == "cpt" else choose_turns(traj.traj_id, pool, len(traj.turns), sft_turns)
+            for target in targets:
+                text, spans = naive_sample(traj, system, keeps, target)
+                enc = backend.encode(text, add_special_tokens=False)
+                starts = np.array(enc.offsets, dtype=np.int64).reshape(-1, 2)[:, 0]
+                ids_col.append(enc.ids)
+                w_col.append(offset_weights(starts, spans))
+                sid_col.append(f"{traj.traj_id}-{target}")
+                if len(ids_col) == batch:
+                    count += _write(writer, sid_col, ids_col, w_col)
+        count += _write(writer, sid_col, ids_col, w_col)
+    return count
+
+
+def _write(writer: pq.ParquetWriter, sid_col: list, ids_col: list, w_col: list) -> int:
+    """Writes the collected rows as one row group and empties the lists; returns how many there were."""
+    n = len(ids_col)
+    if n:
+        writer.write_table(pa.table({"sample_id": sid_col, "input_ids": ids_col, "loss_weight": w_col},
+                                    schema=NAIVE_SCHEMA))
+    sid_col.clear(), ids_col.clear(), w_col.clear()
+    return n
 
 
 def read_jsonl(paths: list[str]) -> list[Trajectory]:

@@ -10,11 +10,12 @@ from __future__ import annotations
 import os
 import statistics
 import sys
+import time
 from collections.abc import Callable
 
 from bench import peer
 from bench.cli_runs import DEDUP_OFF, SFT_ALL, lwm_run, naive_run, write_config
-from bench.common import Figure, not_measured
+from bench.common import Figure, not_measured, skipped_in_quick
 from bench.tokenizer_floor import chatml_texts, floor_seconds, read_trajectories
 
 MB = 1_000_000
@@ -66,8 +67,17 @@ def small_inputs(work: str, inputs: dict[int, str], runs: int, say: Callable[[st
     return figures + naive_figures, info
 
 
-def large_input(work: str, path: str, size: int, runs: int, say: Callable[[str], None]) -> list[Figure]:
-    """Ray scaling, the floor with dedup off and on, naive and datatrove, on the ≥ 40 MB input."""
+# the 41 MB runs a quick run makes: in-process with dedup off (the floor ratio) and on; Ray on 1 and 2 CPUs,
+# the default executor, the naive script (about 7× the in-process run) and datatrove only in the full run
+QUICK_LARGE = ("local", "floor", "dedup")
+
+
+def large_input(work: str, path: str, size: int, runs: int, say: Callable[[str], None],
+                quick: bool = False) -> list[Figure]:
+    """Ray scaling, the floor with dedup off and on, naive and datatrove, on the ≥ 40 MB input.
+
+    `quick`: only the floor figures (3a, 3b); the others are `skipped_in_quick` rows.
+    """
     off = write_config(os.path.join(work, "sft_all_nodedup.toml"), SFT_ALL, DEDUP_OFF)
     on = write_config(os.path.join(work, "sft_all_dedup.toml"), SFT_ALL)
     label = f"{size / MB:g} MB"
@@ -88,56 +98,69 @@ def large_input(work: str, path: str, size: int, runs: int, say: Callable[[str],
         floor, tokens = floor_seconds(texts)
         t["floor"].append(floor)
         notes["tokens"] = f"{tokens:,} tokens"
-        say(f"{label}: run {i + 1}/{runs}: Ray 1 and 2 CPUs")
-        t["ray1"].append(lwm_run([path], os.path.join(work, "large-ray"), off, "--executor", "ray",
-                                 "--num-cpus", "1").seconds)
-        t["ray2"].append(lwm_run([path], os.path.join(work, "large-ray"), off, "--executor", "ray",
-                                 "--num-cpus", "2").seconds)
-        say(f"{label}: run {i + 1}/{runs}: default, dedup on")
-        default = lwm_run([path], os.path.join(work, "large-default"), off)
-        t["default"].append(default.seconds)
-        notes["executor"] = default.executor_line
+        if not quick:
+            say(f"{label}: run {i + 1}/{runs}: Ray 1 and 2 CPUs")
+            t["ray1"].append(lwm_run([path], os.path.join(work, "large-ray"), off, "--executor", "ray",
+                                     "--num-cpus", "1").seconds)
+            t["ray2"].append(lwm_run([path], os.path.join(work, "large-ray"), off, "--executor", "ray",
+                                     "--num-cpus", "2").seconds)
+            say(f"{label}: run {i + 1}/{runs}: default")
+            default = lwm_run([path], os.path.join(work, "large-default"), off)
+            t["default"].append(default.seconds)
+            notes["executor"] = default.executor_line
+        say(f"{label}: run {i + 1}/{runs}: dedup on")
         t["dedup"].append(lwm_run([path], os.path.join(work, "large-dedup"), on, "--executor", "local").seconds)
-        say(f"{label}: run {i + 1}/{runs}: naive script")
-        seconds, naive_samples = naive_run([path], os.path.join(work, "large-naive"))
-        t["naive"].append(seconds)
-        notes["naive_samples"] = f"{naive_samples:,}"
-        if has_datatrove:
-            say(f"{label}: run {i + 1}/{runs}: datatrove")
-            step = step or peer.datatrove_step(os.path.join(work, "large-datatrove"))
-            t["datatrove"].append(peer.datatrove_seconds(step, texts))
+        if not quick:
+            say(f"{label}: run {i + 1}/{runs}: naive script")
+            seconds, naive_samples = naive_run([path], os.path.join(work, "large-naive"))
+            t["naive"].append(seconds)
+            notes["naive_samples"] = f"{naive_samples:,}"
+            if has_datatrove:
+                say(f"{label}: run {i + 1}/{runs}: datatrove")
+                step = step or peer.datatrove_step(os.path.join(work, "large-datatrove"))
+                t["datatrove"].append(peer.datatrove_seconds(step, texts))
     n = _runs(runs)
     base = f"{n}; {label}, {notes['samples']} all-turn SFT samples"
 
     def ratio(a: str, b: str) -> list[float]:
         return [x / y for x, y in zip(t[a], t[b], strict=True)]
 
-    figures = [
-        Figure(f"2a. Ray 2 CPUs speed-up over Ray 1 CPU, {label}", ratio("ray1", "ray2"), 1.7, True,
-               detail=f"{base}, dedup off; Ray(1) {_span(t['ray1'])}, Ray(2) {_span(t['ray2'])}"),
-        Figure(f"2b. Ray 2 CPUs speed-up over `--executor local`, {label}", ratio("local", "ray2"), 1.6, True,
-               detail=f"{base}, dedup off; local {_span(t['local'])}, Ray(2) {_span(t['ray2'])}"),
+    names = {"2a": f"2a. Ray 2 CPUs speed-up over Ray 1 CPU, {label}",
+             "2b": f"2b. Ray 2 CPUs speed-up over `--executor local`, {label}",
+             "7a": f"7a. naive script / default `lwm run`, {label} (time)",
+             "7b": f"7b. datatrove tokenizer step / default `lwm run`, {label} (time)"}
+    floor_detail = (f"{base}; floor: one-thread encode of {notes['text']} ({notes['tokens']}) "
+                    f"{_span(t['floor'])}; local {_span(t['local'])}")
+    if t["default"]:
+        floor_detail += f"; default executor / floor: {_median_ratio(t['default'], t['floor']):.2f}×"
+    floors = [
         Figure(f"3a. pipeline (dedup off, `--executor local`) / bare tiktoken encode, {label} (time)",
-               ratio("local", "floor"), 2.5, False,
-               detail=f"{base}; floor: one-thread encode of {notes['text']} ({notes['tokens']}) "
-                      f"{_span(t['floor'])}; local {_span(t['local'])}; default executor / floor: "
-                      f"{_median_ratio(t['default'], t['floor']):.2f}×"),
+               ratio("local", "floor"), 2.5, False, detail=floor_detail),
         Figure(f"3b. pipeline (dedup on, `--executor local`) / bare tiktoken encode, {label} (time)",
                ratio("dedup", "floor"), 3.5, False,
                detail=f"{base}; exact and near dedup on; local with dedup {_span(t['dedup'])}"),
-        Figure(f"7a. naive script / default `lwm run`, {label} (time)", ratio("naive", "default"), 5.0, True,
+    ]
+    if quick:
+        return [skipped_in_quick(names["2a"], 1.7, True), skipped_in_quick(names["2b"], 1.6, True), *floors,
+                skipped_in_quick(names["7a"], 5.0, True), skipped_in_quick(names["7b"], 3.0, True)]
+    figures = [
+        Figure(names["2a"], ratio("ray1", "ray2"), 1.7, True,
+               detail=f"{base}, dedup off; Ray(1) {_span(t['ray1'])}, Ray(2) {_span(t['ray2'])}"),
+        Figure(names["2b"], ratio("local", "ray2"), 1.6, True,
+               detail=f"{base}, dedup off; local {_span(t['local'])}, Ray(2) {_span(t['ray2'])}"),
+        *floors,
+        Figure(names["7a"], ratio("naive", "default"), 5.0, True,
                detail=f"{base}, dedup off; naive {_span(t['naive'])} ({notes['naive_samples']} samples), "
                       f"default {_span(t['default'])}; default printed: {notes['executor']}"),
     ]
     if has_datatrove:
         figures.append(Figure(
-            f"7b. datatrove tokenizer step / default `lwm run`, {label} (time)", ratio("datatrove", "default"), 3.0,
+            names["7b"], ratio("datatrove", "default"), 3.0,
             True, detail=f"{n}; datatrove tokenizes the {notes['text']} (in memory, warmed up) "
                          f"{_span(t['datatrove'])}; `lwm run` does the whole all-turn SFT run from the JSONL "
                          f"{_span(t['default'])}"))
     else:
-        figures.append(not_measured(f"7b. datatrove tokenizer step / default `lwm run`, {label} (time)", 3.0, True,
-                                    "datatrove is not installed (make bench installs it)"))
+        figures.append(not_measured(names["7b"], 3.0, True, "datatrove is not installed (make bench installs it)"))
     return figures
 
 
@@ -145,5 +168,9 @@ def _median_ratio(a: list[float], b: list[float]) -> float:
     return statistics.median(x / y for x, y in zip(a, b, strict=True))
 
 
+_STARTED = time.perf_counter()
+
+
 def say(msg: str) -> None:
-    print(f"[bench] {msg}", file=sys.stderr, flush=True)
+    """A progress line with the seconds since the harness started (what each step costs)."""
+    print(f"[bench {time.perf_counter() - _STARTED:5.0f} s] {msg}", file=sys.stderr, flush=True)

@@ -32,9 +32,8 @@ from stages.dedup import (
     ngram_keys,
     normalize_text,
     survivor_rank,
+    text_word_hashes_many,
     turn_texts,
-    word_hashes,
-    words_of,
 )
 
 # Row kinds of the bucket files (key rows of the dedup map).
@@ -105,12 +104,13 @@ def add_trajectory_rows(out: BucketRows, items: list[tuple[str, int, dict]], sig
     for traj_id, role, row in items:
         turns = row.get("turns") or []
         norm = [normalize_text(t) for t in turn_texts(turns)]
-        hashes = word_hashes(words_of(norm, normalized=True))
         text_len, key = 0, None
         if role != ROLE_REFERENCE:
             content = exact_content(row.get("domain") or "", row.get("system") or {}, turns, norm)
             text_len, key = len(content), exact_key(content)
-        prepared.append((traj_id, role, len(turns), text_len, key, hashes))
+        prepared.append((traj_id, role, len(turns), text_len, key, norm))
+    word_hashes_of = text_word_hashes_many([p[5] for p in prepared], normalized=True)  # all items' words at once
+    prepared = [(*p[:5], h) for p, h in zip(prepared, word_hashes_of, strict=True)]
     signed = [i for i, p in enumerate(prepared) if len(p[5])]
     sigs = signer.signatures([prepared[i][5] for i in signed])
     keys = band_keys(sigs, signer.bands, signer.rows) if signed else None

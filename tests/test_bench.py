@@ -91,11 +91,11 @@ def test_long_trajectories_have_the_asked_length():
 
 
 def test_rows_say_met_and_not_met_against_the_target_and_the_run_count():
-    lower = Figure("a", [1.0, 3.0, 1.5], 2.0, False)
+    lower = Figure("a", [1.0, 3.0, 1.5], 2.0, False, measured="full 2026-12-01")
     higher = Figure("b", [1.0, 3.0, 1.5], 2.0, True)
-    assert figure_row(lower) == "| a | 1.50× | 1.00× – 3.00× | 3 | ≤ 2.00× | met |  |"
-    assert figure_row(higher) == "| b | 1.50× | 1.00× – 3.00× | 3 | ≥ 2.00× | not met |  |"
-    assert figure_row(Figure("c", [4.0], 1.2, False)) == "| c | 4.00× | 4.00× – 4.00× | 1 | ≤ 1.20× | not met |  |"
+    assert figure_row(lower) == "| a | 1.50× | 1.00× – 3.00× | 3 | ≤ 2.00× | met | full 2026-12-01 |  |"
+    assert figure_row(higher) == "| b | 1.50× | 1.00× – 3.00× | 3 | ≥ 2.00× | not met |  |  |"
+    assert figure_row(Figure("c", [4.0], 1.2, False)) == "| c | 4.00× | 4.00× – 4.00× | 1 | ≤ 1.20× | not met |  |  |"
 
 
 def test_results_page_lists_machine_versions_corpus_and_unmeasured_figures():
@@ -152,8 +152,10 @@ def test_large_run_summary_and_targets():
     assert "| 4. driver peak RSS, 2.0 GB | 550 MiB | ≤ 600 MiB | met |" in text
     assert "| 5. peak RSS per worker, 10× input | 1.50× | ≤ 1.2× | not met |" in text
     assert "| 120 s | ≤ 300 s | met |" in text
-    assert "| 0.20 GB | 100 | 0 | 20.0 s | — | — | 5.0 s | — | 0% | 200 MiB | 600 MiB |" in text
-    assert "2.00 GB: ray::Map(run_row) / ray::run_row" in text
+    assert "| 0.2 GB | 100 | 0 | 20.0 s | — | — | 5.0 s | — | 0% | 200 MiB | 600 MiB |" in text
+    assert "2.0 GB: ray::Map(run_row) / ray::run_row" in text
+    tiny = large_run.render({**small, "bytes": 5_000_000}, {**large, "bytes": 20_000_000})
+    assert "| 0.005 GB | 100 |" in tiny and "| 6. wall, 0.02 GB on " in tiny
 
 
 def _rows():
@@ -195,3 +197,15 @@ def test_a_failed_group_becomes_a_not_measured_row():
     assert info == {} and [r.name for r in rows] == ["1–7a. small inputs"]
     assert rows[0].note == "not measured: a run failed: lwm run --executor ray failed (1): timed out"
     assert _guarded(lambda: [Figure("ok", [1.0], None, True)], "g", [])[0].name == "ok"
+
+
+def test_naive_script_weights_a_token_by_the_observation_span_it_starts_in():
+    import numpy as np
+
+    from bench.naive import offset_weights
+
+    starts = np.array([0, 2, 3, 8, 9, 10, 13, 14, 30])
+    weights = offset_weights(starts, [(3, 9, 0.5), (10, 14, 1.0)])
+    assert weights.dtype == np.float32
+    assert weights.tolist() == [0.0, 0.0, 0.5, 0.5, 0.0, 1.0, 1.0, 0.0, 0.0]
+    assert offset_weights(starts[:2], []).tolist() == [0.0, 0.0]
