@@ -10,16 +10,11 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
-from click.testing import CliRunner
 
-from pipeline.cli import main
 from stages.tokenizer import load_tokenizer
+from tests.helpers import lwm_in_process
 
 SPECIAL = {248044, 248045, 248046}
-
-
-def lwm(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "pipeline.cli", *args], capture_output=True, text=True, timeout=600)
 
 
 def lwm_at_once(runs: list[tuple[str, ...]]) -> list[tuple[int, str]]:
@@ -45,8 +40,9 @@ def plain_run(tmp_path_factory) -> Path:
     cfg = base / "cfg.toml"
     cfg.write_text('[pools.ratios]\ncpt = 0.25\nsft = 0.25\nrl = 0.25\neval = 0.25\n')
     out = base / "out"
-    proc = lwm("run", "--executor", "local", "-i", str(src), "-o", str(out), "--config", str(cfg),
-               "--chat-format", "plain")
+    # in this process: the shards are what is checked
+    proc = lwm_in_process("run", "--executor", "local", "-i", str(src), "-o", str(out), "--config", str(cfg),
+                          "--chat-format", "plain")
     assert proc.returncode == 0, proc.stderr
     return out
 
@@ -76,8 +72,8 @@ def test_show_reports_a_missing_sample_in_one_line_every_time(plain_run):
 
 def test_show_finds_rows_by_index_and_id(plain_run):
     # the lookups themselves, not the process, are checked here: `lwm show` in this process
-    proc = CliRunner().invoke(main, ["show", str(plain_run), "--index", "0", "--plain"])
-    assert proc.exit_code == 0, proc.output
+    proc = lwm_in_process("show", str(plain_run), "--index", "0", "--plain")
+    assert proc.returncode == 0, proc.stderr
     sid = proc.stdout.split()[1]
-    again = CliRunner().invoke(main, ["show", str(plain_run), "--sample", sid, "--plain"])
-    assert again.exit_code == 0 and again.stdout == proc.stdout
+    again = lwm_in_process("show", str(plain_run), "--sample", sid, "--plain")
+    assert again.returncode == 0 and again.stdout == proc.stdout
