@@ -37,7 +37,7 @@ fmt: $(VENV)/.installed
 test: $(VENV)/.installed
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/lint-imports
-	$(VENV)/bin/python -m pytest -q
+	$(VENV)/bin/python -m pytest -q --durations=25
 
 # datatrove is installed for the peer figure only (its tokenizer step, a full-run row), not a dependency of lwmkit.
 bench: $(VENV)/.installed

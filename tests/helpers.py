@@ -14,9 +14,11 @@ import os
 import posixpath
 import random
 import re
+import subprocess
 import sys
 import threading
 import time
+import traceback
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -788,3 +790,21 @@ def count_calls(task: dict) -> dict:
     _CALLS += 1
     time.sleep(float(task.get("sleep", 0)))
     return {"task_id": task["task_id"], "pid": os.getpid(), "call": _CALLS, "rows": 1, "bytes": 0}
+
+
+def lwm_in_process(*args: str) -> subprocess.CompletedProcess:
+    """`lwm ARGS` run by this process's command-line entry point, returned as a finished process would be.
+
+    For tests about what a command does rather than about the process (its exit or its environment):
+    it saves the seconds of imports each `python -m pipeline.cli` start costs. An unexpected exception
+    is written at the end of stderr, as a traceback would be.
+    """
+    from click.testing import CliRunner
+
+    from pipeline.cli import main
+
+    result = CliRunner().invoke(main, list(args))
+    stderr = result.stderr
+    if result.exception is not None and not isinstance(result.exception, SystemExit):
+        stderr += "".join(traceback.format_exception(result.exception))
+    return subprocess.CompletedProcess(["lwm", *args], result.exit_code, result.stdout, stderr)

@@ -31,6 +31,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from schemas.trajectory import DOMAINS
+from tests.helpers import lwm_in_process
 
 ROOT = Path(__file__).resolve().parent.parent
 EVALUATOR = Path(os.environ.get("LWM_AWB_EVAL", ROOT.parent / "shared" / "vendor" / "agentworldbench-eval"))
@@ -41,7 +42,8 @@ _ACTION = "**Action:**\n```json\n"
 
 
 def lwm(*args: str) -> subprocess.CompletedProcess:
-    proc = subprocess.run([sys.executable, "-m", "pipeline.cli", *args], capture_output=True, text=True, timeout=600)
+    """`lwm ARGS` in this process (the evaluator, not our command line, is what runs as its own process here)."""
+    proc = lwm_in_process(*args)
     assert proc.returncode == 0, proc.stderr
     return proc
 

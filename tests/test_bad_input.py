@@ -5,11 +5,12 @@ from __future__ import annotations
 import gzip
 import json
 import subprocess
-import sys
 from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
+
+from tests.helpers import lwm_in_process
 
 
 def traj(i: int, turns: int = 2, domain: str = "terminal") -> dict:
@@ -24,8 +25,7 @@ def traj(i: int, turns: int = 2, domain: str = "terminal") -> dict:
 
 
 def lwm(*args: str, check: bool = True) -> subprocess.CompletedProcess:
-    cmd = [sys.executable, "-m", "pipeline.cli", *args]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    proc = lwm_in_process(*args)  # the report, the exit status and stderr are checked, not the process
     if check:
         assert proc.returncode == 0, proc.stderr
     return proc

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import json
 import random
-import subprocess
-import sys
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -25,6 +23,7 @@ from stages.decontam import (
     role_of,
 )
 from stages.pools import pool_of
+from tests.helpers import lwm_in_process
 
 RATIOS = {"cpt": 0.6, "sft": 0.15, "rl": 0.1, "eval": 0.15}
 POOLS = {"ratios": RATIOS, "seed": 0}
@@ -188,9 +187,8 @@ def decontaminated(tmp_path_factory) -> tuple[Path, dict]:
         f'[dedup]\ndecontaminate = ["{tmp / "bench.jsonl"}"]\n[pools.ratios]\n'
         + "".join(f"{k} = {v}\n" for k, v in RATIOS.items()))
     out = tmp / "out"
-    proc = subprocess.run([sys.executable, "-m", "pipeline.cli", "run", "--executor", "local", "--config",
-                           str(tmp / "cfg.toml"), "-i", str(tmp / "train.jsonl"), "-o", str(out), "--progress", "off"],
-                          capture_output=True, text=True, timeout=300)
+    proc = lwm_in_process("run", "--executor", "local", "--config", str(tmp / "cfg.toml"), "-i", str(tmp / "train.jsonl"),
+                          "-o", str(out), "--progress", "off")
     assert proc.returncode == 0, proc.stderr
     return out, planted, proc.stderr
 
@@ -230,8 +228,7 @@ def test_manifest_and_summary_count_removals_per_reason(decontaminated):
     counts = manifest["counts"]["dedup"]
     assert (counts["decontaminated_near"], counts["decontaminated_ngram"]) == (4, 2)
     assert "decontaminated: 4 near copies and 2 by shared task n-grams" in stderr
-    hist = subprocess.run([sys.executable, "-m", "pipeline.cli", "hist", str(out)], capture_output=True, text=True,
-                          timeout=300)
+    hist = lwm_in_process("hist", str(out))
     assert hist.returncode == 0, hist.stderr
     assert ("removed before sampling (dedup/removed.parquet): 0 exact_duplicate, 0 near_duplicate, "
             "4 decontaminated_near, 2 decontaminated_ngram") in hist.stderr

@@ -17,8 +17,6 @@ and every planted copy is removed, naming the record it copies.
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from collections import Counter
 
 import pyarrow.parquet as pq
@@ -27,7 +25,7 @@ import pytest
 from pipeline.demo import generate
 from schemas.trajectory import DOMAINS
 from stages.pools import pool_of
-from tests.helpers import lightly_edited, replicate, shared_trajectories, write_jsonl
+from tests.helpers import lightly_edited, lwm_in_process, replicate, shared_trajectories, write_jsonl
 
 RATIOS = {"cpt": 0.80, "sft": 0.10, "rl": 0.05, "eval": 0.05}  # the defaults
 SOURCES = ("magentic-one", "mini-swe-agent", "swe-agent", "openhands", "webvoyager", "openai-messages", "atif",
@@ -99,9 +97,8 @@ def measured(shared_data, tmp_path_factory):
             same_task[t["traj_id"]] = t["split_key"]
     write_jsonl(base / "corpus.jsonl", trajs)
     (base / "cfg.toml").write_text(f'[dedup]\ndecontaminate = ["{base / "bench.jsonl"}"]\n')
-    proc = subprocess.run([sys.executable, "-m", "pipeline.cli", "run", "--executor", "local", "--format", "lwm-jsonl",
-                           "--config", str(base / "cfg.toml"), "-i", str(base / "corpus.jsonl"), "-o", str(base / "run"),
-                           "--progress", "off"], capture_output=True, text=True, timeout=900)
+    proc = lwm_in_process("run", "--executor", "local", "--format", "lwm-jsonl", "--config", str(base / "cfg.toml"),
+                          "-i", str(base / "corpus.jsonl"), "-o", str(base / "run"), "--progress", "off")
     assert proc.returncode == 0, proc.stderr[-3000:]
     kept = {r["traj_id"]: r["split_key"] for p in (base / "run" / "trajectories").glob("*.parquet")
             for r in pq.read_table(p, columns=["traj_id", "split_key"]).to_pylist()}

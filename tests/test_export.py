@@ -25,12 +25,17 @@ import pytest
 from pipeline.cli.export import EXPORT_FIELDS
 from stages.render import PREDICT_INSTRUCTION
 from stages.tokenizer import load_tokenizer
+from tests.helpers import lwm_in_process
 
 EVAL_ONLY = '[pools]\nratios = {cpt = 0.0, sft = 0.0, rl = 0.0, eval = 1.0}\neval_subsample = 1.0\n'
 
 
-def lwm(*args: str, check: bool = True) -> subprocess.CompletedProcess:
-    proc = subprocess.run([sys.executable, "-m", "pipeline.cli", *args], capture_output=True, text=True, timeout=300)
+def lwm(*args: str, check: bool = True, process: bool = False) -> subprocess.CompletedProcess:
+    """`lwm ARGS` in this process, or as its own process with `process`."""
+    if process:
+        proc = subprocess.run([sys.executable, "-m", "pipeline.cli", *args], capture_output=True, text=True, timeout=300)
+    else:
+        proc = lwm_in_process(*args)
     if check:
         assert proc.returncode == 0, proc.stderr
     return proc
@@ -141,7 +146,7 @@ def test_export_fields_ids_and_order(round_trip):
 
 def test_export_is_byte_identical_when_repeated(round_trip):
     base, _, _, _ = round_trip
-    lwm("export", "agentworldbench", str(base / "run"), str(base / "again.jsonl"))
+    lwm("export", "agentworldbench", str(base / "run"), str(base / "again.jsonl"), process=True)  # another process
     assert (base / "again.jsonl").read_bytes() == (base / "out.jsonl").read_bytes()
 
 

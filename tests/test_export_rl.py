@@ -26,7 +26,7 @@ import pytest
 
 from stages.render import target_reply
 from stages.reward.core import split_prompt
-from tests.helpers import Answer, JudgeServer, scores_answer
+from tests.helpers import Answer, JudgeServer, lwm_in_process, scores_answer
 
 ROOT = Path(__file__).resolve().parent.parent
 RL_ONLY = "[pools]\nratios = {cpt = 0.0, sft = 0.0, rl = 1.0, eval = 0.0}\n"
@@ -36,7 +36,8 @@ CHATML = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }
 
 
 def lwm(*args: str, check: bool = True) -> subprocess.CompletedProcess:
-    proc = subprocess.run([sys.executable, "-m", "pipeline.cli", *args], capture_output=True, text=True, timeout=600)
+    """`lwm ARGS` in this process (the README example below runs the installed command as its own)."""
+    proc = lwm_in_process(*args)
     if check:
         assert proc.returncode == 0, proc.stderr[-3000:]
     return proc

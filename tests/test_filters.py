@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -18,6 +16,7 @@ from stages.filters import FILTER_ORDER, build_filters, declared_tools
 from stages.ingest import registry
 from stages.ingest.reading import expand_inputs
 from stages.steps import apply_steps
+from tests.helpers import lwm_in_process
 
 WEB_PAGE = '[ 0] | "Northwind Market"\n[ 1] | input | "Search"\n[ 2] | "Cart (0)"'
 RESULTS = '[ 0] | "Northwind Market"\n[ 3] | "Espresso grinder — 4.6 stars"\n[ 4] | "Add to cart"'
@@ -426,9 +425,7 @@ def test_cli_manifest_counts_filter_reasons_and_balances(shared_data, tmp_path):
     out = tmp_path / "out"
     args = ["run", "--executor", "local", "--progress", "off", "--max-quarantine-rate", "0.5", "-o", str(out)]
     inputs = ["-i", str(src), "-i", str(shared_data / "swe-agent"), "-i", str(shared_data / "openhands")]
-    proc = subprocess.run(
-        [sys.executable, "-m", "pipeline.cli", *args, *inputs], capture_output=True, text=True, timeout=300
-    )
+    proc = lwm_in_process(*args, *inputs)
     assert proc.returncode == 0, proc.stderr
     counts = json.loads((out / "manifest.json").read_text())["counts"]
     assert counts["filtered"] == {"gui_env_failure": 1, "min_turns": 2, "undeclared_tools": 1}

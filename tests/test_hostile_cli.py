@@ -12,12 +12,16 @@ import pyarrow.parquet as pq
 import pytest
 
 from stages.tokenizer import load_tokenizer
+from tests.helpers import lwm_in_process
 
 SPECIAL = {248044, 248045, 248046}
 
 
-def lwm(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "pipeline.cli", *args], capture_output=True, text=True, timeout=600)
+def lwm_at_once(runs: list[tuple[str, ...]]) -> list[tuple[int, str]]:
+    """(exit status, stderr) of one `lwm` process per argument list, started side by side."""
+    procs = [subprocess.Popen([sys.executable, "-m", "pipeline.cli", *args], stdout=subprocess.DEVNULL,
+                              stderr=subprocess.PIPE, text=True) for args in runs]
+    return [(proc.returncode, err) for proc in procs for _, err in [proc.communicate(timeout=600)]]
 
 
 def traj(i: int) -> dict:
@@ -36,8 +40,9 @@ def plain_run(tmp_path_factory) -> Path:
     cfg = base / "cfg.toml"
     cfg.write_text('[pools.ratios]\ncpt = 0.25\nsft = 0.25\nrl = 0.25\neval = 0.25\n')
     out = base / "out"
-    proc = lwm("run", "--executor", "local", "-i", str(src), "-o", str(out), "--config", str(cfg),
-               "--chat-format", "plain")
+    # in this process: the shards are what is checked
+    proc = lwm_in_process("run", "--executor", "local", "-i", str(src), "-o", str(out), "--config", str(cfg),
+                          "--chat-format", "plain")
     assert proc.returncode == 0, proc.stderr
     return out
 
@@ -57,16 +62,18 @@ def test_plain_chat_format_with_an_rl_pool(plain_run):
 
 
 def test_show_reports_a_missing_sample_in_one_line_every_time(plain_run):
+    # Each lookup is its own process (an abort at interpreter exit is what is ruled out), four of each;
+    # the four of one lookup run side by side, as their cost is the start-up imports.
     for args in (["--sample", "nope"], ["--index", "999999"], ["--index", "-1"], ["--sample", "nope", "--pool", "rl"]):
-        for _ in range(4):
-            proc = lwm("show", str(plain_run), *args)
-            assert proc.returncode == 2, (args, proc.returncode, proc.stderr[-300:])
-            assert proc.stderr.count("\n") == 1 and proc.stderr.startswith("lwm: error: "), proc.stderr
+        for returncode, stderr in lwm_at_once([("show", str(plain_run), *args)] * 4):
+            assert returncode == 2, (args, returncode, stderr[-300:])
+            assert stderr.count("\n") == 1 and stderr.startswith("lwm: error: "), stderr
 
 
 def test_show_finds_rows_by_index_and_id(plain_run):
-    proc = lwm("show", str(plain_run), "--index", "0", "--plain")
+    # the lookups themselves, not the process, are checked here: `lwm show` in this process
+    proc = lwm_in_process("show", str(plain_run), "--index", "0", "--plain")
     assert proc.returncode == 0, proc.stderr
     sid = proc.stdout.split()[1]
-    again = lwm("show", str(plain_run), "--sample", sid, "--plain")
+    again = lwm_in_process("show", str(plain_run), "--sample", sid, "--plain")
     assert again.returncode == 0 and again.stdout == proc.stdout

@@ -157,21 +157,29 @@ def _mount_tmpfs(path: Path, options: str) -> bool:
 
 
 def test_a_real_full_disk_under_ray_is_one_line_and_the_rerun_is_byte_identical(corpus, tmp_path):
-    """A 200 KiB tmpfs as output (needs the right to mount; skipped otherwise), then grown to 64 MiB."""
+    """A 200 KiB tmpfs as output (needs the right to mount; skipped otherwise), then grown to 64 MiB.
+
+    Both runs are drivers of one local Ray instance started here (the executor is named: on an input this
+    small the default one would stay in-process)."""
     disk = tmp_path / "disk"
     if not _mount_tmpfs(disk, "size=200k"):
         pytest.skip("cannot mount a tmpfs here")
+    ray = pytest.importorskip("ray")
     try:
-        args = ["run", "-i", str(corpus), "--num-cpus", "2", "--progress", "off"]
+        ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False, logging_level="WARNING")
+        address = ray.get_runtime_context().gcs_address
+        args = ["run", "-i", str(corpus), "--executor", "ray", "--ray-address", address, "--progress", "off"]
         proc = _lwm(*args, "-o", str(disk / "out"))
         assert proc.returncode == 2, proc.stderr
         assert _one_error_line(proc.stderr).startswith(f"no space left on device writing {disk / 'out'}")
         assert "Token authentication" not in proc.stderr
         subprocess.run(["mount", "-o", "remount,size=64m", str(disk)], check=True)
         assert _lwm(*args, "-o", str(disk / "out")).returncode == 0
-        assert _invoke([*args, "--executor", "local", "-o", str(tmp_path / "clean")])[0] == 0  # in-process
+        clean = ["run", "-i", str(corpus), "--executor", "local", "--progress", "off", "-o", str(tmp_path / "clean")]
+        assert _invoke(clean)[0] == 0  # in-process
         assert_same_outputs(tmp_path / "clean", disk / "out")
     finally:
+        ray.shutdown()
         subprocess.run(["umount", str(disk)], capture_output=True)
 
 

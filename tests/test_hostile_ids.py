@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -13,10 +12,11 @@ import pytest
 
 from pipeline.demo import DOMAINS, write_demo
 from stages.pools import sample_id
+from tests.helpers import lwm_in_process
 
 
 def lwm(*args: str) -> subprocess.CompletedProcess:
-    proc = subprocess.run([sys.executable, "-m", "pipeline.cli", *args], capture_output=True, text=True, timeout=600)
+    proc = lwm_in_process(*args)  # the run's ids are checked, not its process
     assert proc.returncode == 0, proc.stderr
     return proc
 

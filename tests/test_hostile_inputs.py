@@ -14,13 +14,17 @@ import pytest
 
 from stages.ingest.reading import InputUnit, expand_inputs, iter_jsonl, read_document
 from stages.ingest.registry import claims_dir
+from tests.helpers import lwm_in_process
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 SECRET = "TOP-SECRET-OUTSIDE-FILE-7f3a"
 
 
 def lwm(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "pipeline.cli", *args], capture_output=True, text=True, timeout=600)
+    """`lwm ARGS`: a process of its own for a Ray run (it starts its own Ray), in this process otherwise."""
+    if "ray" in args:
+        return subprocess.run([sys.executable, "-m", "pipeline.cli", *args], capture_output=True, text=True, timeout=600)
+    return lwm_in_process(*args)
 
 
 def traj(i: int) -> dict:

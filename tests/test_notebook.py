@@ -3,14 +3,12 @@
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import nbformat
 from nbclient import NotebookClient
 
-from tests.helpers import shards_corpus
+from tests.helpers import lwm_in_process, shards_corpus
 
 NOTEBOOK = Path(__file__).resolve().parent.parent / "notebooks" / "mask_histograms.ipynb"
 
@@ -18,8 +16,8 @@ NOTEBOOK = Path(__file__).resolve().parent.parent / "notebooks" / "mask_histogra
 def test_mask_histograms_notebook_executes(tmp_path, monkeypatch):
     shards_corpus(tmp_path / "in" / "a.jsonl", n=40)
     out = tmp_path / "run"
-    subprocess.run([sys.executable, "-m", "pipeline.cli", "run", "--executor", "local", "-i", str(tmp_path / "in"),
-                    "-o", str(out), "--progress", "off"], check=True, capture_output=True, timeout=300)
+    done = lwm_in_process("run", "--executor", "local", "-i", str(tmp_path / "in"), "-o", str(out), "--progress", "off")
+    assert done.returncode == 0, done.stderr
     monkeypatch.setenv("LWM_RUN_DIR", str(out))
     nb = nbformat.read(NOTEBOOK, as_version=4)
     NotebookClient(nb, timeout=300, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}},

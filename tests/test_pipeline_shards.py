@@ -13,11 +13,15 @@ import pytest
 
 from schemas.shard import RL_SCHEMA, SHARD_SCHEMA
 from stages.tokenizer import load_tokenizer
-from tests.helpers import shards_corpus
+from tests.helpers import lwm_in_process, shards_corpus
 
 
-def lwm(*args: str, check: bool = True) -> subprocess.CompletedProcess:
-    proc = subprocess.run([sys.executable, "-m", "pipeline.cli", *args], capture_output=True, text=True, timeout=600)
+def lwm(*args: str, check: bool = True, process: bool = False) -> subprocess.CompletedProcess:
+    """`lwm ARGS` in this process, or as its own process with `process`."""
+    if process:
+        proc = subprocess.run([sys.executable, "-m", "pipeline.cli", *args], capture_output=True, text=True, timeout=600)
+    else:
+        proc = lwm_in_process(*args)
     if check:
         assert proc.returncode == 0, proc.stderr
     return proc
@@ -28,9 +32,10 @@ def runs(tmp_path_factory):
     base = tmp_path_factory.mktemp("e2e")
     shards_corpus(base / "in" / "a.jsonl")
     outs = []
-    for name in ("one", "two"):
+    for name in ("one", "two"):  # the second run in a process of its own: the bytes may not depend on the process
         out = base / name
-        lwm("run", "--executor", "local", "-i", str(base / "in"), "-o", str(out), "--progress", "off")
+        lwm("run", "--executor", "local", "-i", str(base / "in"), "-o", str(out), "--progress", "off",
+            process=name == "two")
         outs.append(out)
     return outs
 

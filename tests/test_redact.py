@@ -7,8 +7,6 @@ would flag.
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from collections import Counter
 from pathlib import Path
 
@@ -20,6 +18,7 @@ from hypothesis import strategies as st
 from schemas.stats import Stats
 from schemas.trajectory import Demonstration, Source, SystemPrompt, Trajectory, Turn
 from stages.redact import build_redactor, redact_text, redact_trajectory
+from tests.helpers import lwm_in_process
 
 
 def _j(*parts: str) -> str:
@@ -348,9 +347,8 @@ def redacted_run(tmp_path_factory) -> Path:
     src = tmp / "secrets.jsonl"
     src.write_text("\n".join(lines) + "\n")
     out = tmp / "out"
-    proc = subprocess.run([sys.executable, "-m", "pipeline.cli", "run", "--executor", "local", "-i", str(src), "-o",
-                           str(out), "--progress", "off", "--max-quarantine-rate", "0.5"],
-                          capture_output=True, text=True, timeout=300)
+    proc = lwm_in_process("run", "--executor", "local", "-i", str(src), "-o", str(out), "--progress", "off",
+                          "--max-quarantine-rate", "0.5")
     assert proc.returncode == 0, proc.stderr
     return out
 
@@ -449,9 +447,8 @@ def id_run(tmp_path_factory) -> Path:
     src = tmp / "ids.jsonl"
     src.write_text("\n".join(json.dumps(r) for r in [*good, bad]) + "\n")
     out = tmp / "out"
-    proc = subprocess.run([sys.executable, "-m", "pipeline.cli", "run", "--executor", "local", "-i", str(src), "-o",
-                           str(out), "--progress", "off", "--max-quarantine-rate", "0.5"],
-                          capture_output=True, text=True, timeout=300)
+    proc = lwm_in_process("run", "--executor", "local", "-i", str(src), "-o", str(out), "--progress", "off",
+                          "--max-quarantine-rate", "0.5")
     assert proc.returncode == 0, proc.stderr
     return out
 

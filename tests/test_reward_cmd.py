@@ -11,14 +11,17 @@ import pyarrow.parquet as pq
 import pytest
 
 from stages.render import target_reply
-from tests.helpers import Answer, JudgeServer, scores_answer
+from tests.helpers import Answer, JudgeServer, lwm_in_process, scores_answer
 
 POOLS = "[pools]\nratios = {cpt = 0.0, sft = 0.0, rl = 0.5, eval = 0.5}\neval_subsample = 1.0\n"
 FOLDERS = ["mini-swe-agent", "aitw-aitz", "opencua-raw", "openai-messages", "swe-agent"]
 
 
-def lwm(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "pipeline.cli", *args], capture_output=True, text=True, timeout=600)
+def lwm(*args: str, process: bool = False) -> subprocess.CompletedProcess:
+    """`lwm ARGS` in this process, or as its own process with `process`."""
+    if process:
+        return subprocess.run([sys.executable, "-m", "pipeline.cli", *args], capture_output=True, text=True, timeout=600)
+    return lwm_in_process(*args)
 
 
 @pytest.fixture(scope="module")
@@ -67,7 +70,7 @@ def test_rl_pool_scores_per_domain(run, tmp_path):
         assert proc.returncode == 0, proc.stderr
         report = json.loads(proc.stdout)
         asked = len(server.requests)
-        again = json.loads(lwm(*args).stdout)
+        again = json.loads(lwm(*args, process=True).stdout)  # a new process: only the cache on disk is shared
         assert len(server.requests) == asked  # every successful judge answer came from the cache
     assert report["scored"] == len(rl) and report["unknown_ids"] == 1 and report["without_prediction"] == 0
     for domain in {d for d, _ in expected.values()}:

@@ -9,6 +9,8 @@ import sys
 import pyarrow.parquet as pq
 import pytest
 
+from tests.helpers import lwm_in_process
+
 # What each shared folder normalizes to, counted by hand from the files (see the adapter tests):
 # (records, trajectories with turns, readable records without any (action, observation) pair).
 EXPECTED = {
@@ -28,8 +30,12 @@ EXPECTED = {
 }
 
 
-def lwm(*args: str, check: bool = True) -> subprocess.CompletedProcess:
-    proc = subprocess.run([sys.executable, "-m", "pipeline.cli", *args], capture_output=True, text=True, timeout=600)
+def lwm(*args: str, check: bool = True, process: bool = False) -> subprocess.CompletedProcess:
+    """`lwm ARGS` in this process, or as its own process with `process` (the Ray run starts its own Ray)."""
+    if process:
+        proc = subprocess.run([sys.executable, "-m", "pipeline.cli", *args], capture_output=True, text=True, timeout=600)
+    else:
+        proc = lwm_in_process(*args)
     if check:
         assert proc.returncode == 0, proc.stderr[-2000:]
     return proc
@@ -56,7 +62,7 @@ def test_every_shared_folder_is_listed(shared_data):
 def shared_run(shared_data, tmp_path_factory):
     """``lwm run`` over all of ../shared/data at once: formats sniffed, default settings on the Ray executor."""
     out = tmp_path_factory.mktemp("shared") / "run"
-    proc = lwm("run", "--executor", "ray", "-i", str(shared_data), "-o", str(out), "--progress", "off")
+    proc = lwm("run", "--executor", "ray", "-i", str(shared_data), "-o", str(out), "--progress", "off", process=True)
     return out, proc
 
 

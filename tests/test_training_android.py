@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers import lwm_in_process
+
 pytest.importorskip("torch")
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -20,7 +22,8 @@ TINY = ["--tiny-vocab", "2048", "--tiny-dim", "64", "--tiny-layers", "2", "--mic
 
 
 def _lwm(*args: str) -> None:
-    proc = subprocess.run([sys.executable, "-m", "pipeline.cli", *args], capture_output=True, text=True, timeout=600)
+    """`lwm ARGS` in this process: the shards, not the command's process, are what the trainer runs need."""
+    proc = lwm_in_process(*args)
     assert proc.returncode == 0, proc.stderr[-2000:]
 
 

@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -19,6 +17,7 @@ from stages.reward.wmat_format import (
     render_block,
     render_policy,
 )
+from tests.helpers import lwm_in_process
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -161,9 +160,8 @@ def test_a_sentence_opening_capital_is_not_a_proper_noun():
 
 
 def _lwm(*args: str) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    return subprocess.run([sys.executable, "-m", "pipeline.cli", *args], capture_output=True, text=True,
-                          env=env, cwd=ROOT, timeout=120)
+    """`lwm ARGS` in this process: the report and the exit status are what is checked."""
+    return lwm_in_process(*args)
 
 
 def test_check_format_reports_adherence_and_reasons(tmp_path):

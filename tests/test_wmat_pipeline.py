@@ -25,16 +25,20 @@ from stages.pools import pool_of
 from stages.reward import wmat_frameworks
 from stages.reward.wmat_format import check_output
 from stages.tokenizer import load_tokenizer
-from tests.helpers import BlockWriter, JudgeServer, scenario_of, valid_block
+from tests.helpers import BlockWriter, JudgeServer, lwm_in_process, scenario_of, valid_block
 
 ROOT = Path(__file__).resolve().parent.parent
 N_TRAJ = 32
 
 
-def _lwm(*args: str) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    proc = subprocess.run([sys.executable, "-m", "pipeline.cli", *args], capture_output=True, text=True, env=env,
-                          cwd=ROOT, timeout=600)
+def _lwm(*args: str, process: bool = False) -> subprocess.CompletedProcess:
+    """`lwm ARGS`, in this process unless `process` (the Ray run: its workers get a fresh environment)."""
+    if process:
+        env = {**os.environ, "PYTHONPATH": str(ROOT)}
+        proc = subprocess.run([sys.executable, "-m", "pipeline.cli", *args], capture_output=True, text=True, env=env,
+                              cwd=ROOT, timeout=600)
+    else:
+        proc = lwm_in_process(*args)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return proc
 
@@ -46,7 +50,7 @@ def _run(corpus: Path, out: Path, url: str | None, *flags: str, ray: bool = Fals
         cfg = out.parent / f"{out.name}.toml"
         cfg.write_text('[llm]\nmodel = "writer"\nstages = ["wmat_blocks"]\nconcurrency = 4\n', encoding="utf-8")
         args += ["--config", str(cfg), "--llm-endpoint", url]
-    proc = _lwm(*args)
+    proc = _lwm(*args, process=ray)
     if "--llm-dry-run" in flags:
         return {"stderr": proc.stderr}
     return {**json.loads((out / "manifest.json").read_text()), "stderr": proc.stderr}
