@@ -104,3 +104,22 @@ def test_rejections_and_env_failures_of_known_texts():
     assert env_failure_of(web) == "captcha"
     web.turns[1].observation = "node: ERR_INVALID_ARG_TYPE at 404 items"
     assert env_failure_of(web) is None
+
+
+@pytest.mark.parametrize("gate", ["curl", "netrc"])
+def test_redaction_gates_open_on_every_text_their_rule_matches(gate):
+    from stages.redact import _RULES, open_gates, redact_text
+
+    (rule,) = [r for r in _RULES if r.gate == gate]
+
+    @settings(max_examples=300, deadline=None)
+    @given(st.from_regex(rule.pattern), st.text(max_size=5), st.text(max_size=5))
+    def check(found, before, after):
+        text = before + " " + found + " " + after
+        assert rule.pattern.search(text) is not None
+        assert gate in open_gates(text), text
+
+    check()
+    assert redact_text("machine h login u password hunter2x9")[1] == {"password": 1}
+    assert redact_text("curl -u admin:S3cr3tPw9 https://x")[1] == {"password": 1}
+    assert "netrc" not in open_gates("Machine login: token Password") and "curl" not in open_gates("CURL --User a:b")
