@@ -6,6 +6,7 @@ import hashlib
 import posixpath
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
@@ -18,6 +19,38 @@ def shard_path(root: str, pool: str, bucket: int) -> str:
     return f"{root}/shards/{pool}/part-{bucket:05d}.parquet"
 
 
+def _gather_lists(arr: pa.ListArray, order: np.ndarray) -> pa.ListArray:
+    """`arr.take(order)` for a list of numbers without nulls, by copying whole rows.
+
+    Arrow's take on a list column builds one index per element (millions for token ids) and
+    gathers them one by one; the rows here are long, so slicing each row whole is several times
+    faster and gives the same array.
+    """
+    offsets = arr.offsets.to_numpy()  # indexes `arr.values`, which ignores a slice offset
+    values = arr.values.to_numpy()
+    starts, ends = offsets[order], offsets[order + 1]
+    new_offsets = np.zeros(len(order) + 1, dtype=np.int64)
+    np.cumsum(ends - starts, out=new_offsets[1:])
+    gathered = np.concatenate([values[s:e] for s, e in zip(starts.tolist(), ends.tolist())])
+    return pa.ListArray.from_arrays(pa.array(new_offsets.astype(np.int32)), pa.array(gathered, type=arr.type.value_type))
+
+
+def sort_table(table: pa.Table, key: str) -> pa.Table:
+    """`table.sort_by(key)`, with long lists of numbers (token ids, weights) moved row by row."""
+    table = table.combine_chunks()
+    order = pc.sort_indices(table, sort_keys=[(key, "ascending")])
+    order_np = order.to_numpy()
+    columns = []
+    for col in table.columns:
+        arr = col.chunk(0) if col.num_chunks == 1 else pa.concat_arrays(col.chunks)
+        if (pa.types.is_list(arr.type) and (pa.types.is_integer(arr.type.value_type) or pa.types.is_floating(arr.type.value_type))
+                and arr.null_count == 0 and arr.values.null_count == 0 and len(arr.values) > 0):
+            columns.append(_gather_lists(arr, order_np))
+        else:
+            columns.append(arr.take(order))
+    return pa.Table.from_arrays(columns, schema=table.schema)
+
+
 def run_shard_task(task: dict[str, Any]) -> dict[str, Any]:
     """`task`: task_id, out, pool, bucket, spec_hash, compression_level."""
     fs, root = out_fs(task["out"])
@@ -28,7 +61,7 @@ def run_shard_task(task: dict[str, Any]) -> dict[str, Any]:
     tables = [pq.read_table(fs.open(p, "rb"), schema=schema) for p in files]
     table = pa.concat_tables(tables) if tables else schema.empty_table()
     if table.num_rows:
-        table = table.sort_by([("sample_id", "ascending")])
+        table = sort_table(table, "sample_id")
     path = shard_path(root, pool, bucket)
     with AtomicParquetWriter(fs, path, schema, rows_per_group=512,
                              compression_level=task.get("compression_level", 3)) as w:

@@ -48,20 +48,52 @@ SHELL_TOOLS = frozenset({"bash", "execute_bash", "shell", "sh", "terminal", "run
 END_ACTIONS = frozenset({"answer", "complete", "terminate", "finish", "done", "stop", "submit", "infeasible"})
 INVALID_ACTION = "invalid"  # what the adapters name an action their harness could not parse
 
+# Characters other than A-Z that a case-insensitive `re` pattern matches to an ASCII letter (its simple
+# lowercase or `re`'s case equivalences): İ and dotless ı (i), long s ſ (s), the Kelvin sign (k).
+_FOLD = str.maketrans({"\u0130": "i", "\u0131": "i", "\u017f": "s", "\u212a": "k"})
+
+
+def fold_text(text: str) -> str:
+    """`text` lowercased so that whatever a ``(?i)`` ASCII literal matches in it reads as that literal."""
+    # `in` answers at once for a text stored with narrower characters (ASCII, Latin-1); translate is slow
+    if "\u0130" in text or "\u0131" in text or "\u017f" in text:
+        return text.translate(_FOLD).lower()
+    return text.lower()  # the Kelvin sign lowercases to k by itself
+
+
+class Alternation:
+    """A regex written as alternatives, each with a lowercase literal that every match of it contains.
+
+    `pattern` is the one regex; `found` answers ``bool(pattern.search(text))`` by searching only the
+    alternatives whose literal occurs in `fold_text(text)`, instead of trying every alternative at
+    every position of a long text (a tool output of tens of kilobytes).
+    """
+
+    def __init__(self, flags: str, alternatives: tuple[tuple[str, str], ...]) -> None:
+        self.alternatives = alternatives
+        self.pattern = re.compile(flags + "|".join(alt for alt, _ in alternatives))
+        self._parts = tuple((re.compile(flags + alt), literal) for alt, literal in alternatives)
+
+    def found(self, text: str, folded: str | None = None) -> bool:
+        folded = fold_text(text) if folded is None else folded
+        return any(literal in folded and part.search(text) for part, literal in self._parts)
+
+
 # Rejections: the environment refused or could not parse the action, so the state did not move.
-REJECTION_MARKERS = re.compile(
-    r"(?im)^[ \t]*invalid action\b"
-    r"|\bformat error\b"
-    r"|\bcannot be exec\w*"  # WebVoyager's harness misspells "executed"
-    r"|\byour proposed edit has introduced new syntax error"
-    r"|\bcommand not found\s*$"
-    r"|^[ \t]*traceback \(most recent call last\):"
-    r"|\bunknown (?:command|tool|action)\b"
-    r"|\binvalid (?:tool|arguments?|parameters?|json)\b"
-    r"|\bvalidation errors? for\b"
-    r"|\bjsondecodeerror\b"
-    r"|\b(?:failed to|could not|unable to) parse\b"
-)
+REJECTIONS = Alternation("(?im)", (
+    (r"^[ \t]*invalid action\b", "invalid action"),
+    (r"\bformat error\b", "format error"),
+    (r"\bcannot be exec\w*", "cannot be exec"),  # WebVoyager's harness misspells "executed"
+    (r"\byour proposed edit has introduced new syntax error", "your proposed edit has introduced new syntax error"),
+    (r"\bcommand not found\s*$", "command not found"),
+    (r"^[ \t]*traceback \(most recent call last\):", "traceback (most recent call last):"),
+    (r"\bunknown (?:command|tool|action)\b", "unknown "),
+    (r"\binvalid (?:tool|arguments?|parameters?|json)\b", "invalid "),
+    (r"\bvalidation errors? for\b", "validation error"),
+    (r"\bjsondecodeerror\b", "jsondecodeerror"),
+    (r"\b(?:failed to|could not|unable to) parse\b", " parse"),
+))
+REJECTION_MARKERS = REJECTIONS.pattern
 # Every alternative of REJECTION_MARKERS contains one of these (lowercase): a cheap substring test
 # that skips the regex on almost every observation.
 _REJECTION_KEYWORDS = ("invalid", "format error", "cannot be exec", "syntax error", "command not found",
@@ -76,21 +108,34 @@ MISSING_STATE = re.compile(
     r"|[\[(<]?\s*(?:state|observation|screen|screenshot)\s+(?:missing|unavailable|not available|omitted)\s*[\])>]?"
     r"|(?:observation:\s*)?a screenshot and some texts\.\s*\(omitted in context\.\))\s*\.?\s*"
 )
-CAPTCHA_PAGE = re.compile(
-    r"(?i)\b(?:re|h)?captcha\b|\bverify (?:that )?you(?:'|’)?re human\b|\bverify you are (?:a )?human\b"
-    r"|\bi(?:'|’)?m not a robot\b|\bi am not a robot\b|\bunusual traffic from your computer network\b"
-)
+CAPTCHA = Alternation("(?i)", (
+    (r"\b(?:re|h)?captcha\b", "captcha"),
+    (r"\bverify (?:that )?you(?:'|’)?re human\b", "re human"),
+    (r"\bverify you are (?:a )?human\b", "verify you are "),
+    (r"\bi(?:'|’)?m not a robot\b", "m not a robot"),
+    (r"\bi am not a robot\b", "i am not a robot"),
+    (r"\bunusual traffic from your computer network\b", "unusual traffic from your computer network"),
+))
+CAPTCHA_PAGE = CAPTCHA.pattern
 # HTTP status codes only together with their reason phrase, so a bare "404" in a list is fine.
-HTTP_ERROR_PAGE = re.compile(
-    r"(?i)\b(?:400[ \t]*[-:–]?[ \t]*bad request|401[ \t]*[-:–]?[ \t]*unauthorized|403[ \t]*[-:–]?[ \t]*forbidden"
-    r"|404[ \t]*[-:–]?[ \t]*not found|429[ \t]*[-:–]?[ \t]*too many requests"
-    r"|500[ \t]*[-:–]?[ \t]*internal server error|502[ \t]*[-:–]?[ \t]*bad gateway"
-    r"|503[ \t]*[-:–]?[ \t]*service (?:temporarily )?unavailable|504[ \t]*[-:–]?[ \t]*gateway time-?out)\b"
-    r"|this site can(?:'|’)?t be reached|we(?:'|’)?re having trouble finding that site"
+_CODE = r"[ \t]*[-:–]?[ \t]*"
+HTTP_ERRORS = Alternation("(?i)", (
+    (rf"\b400{_CODE}bad request\b", "bad request"),
+    (rf"\b401{_CODE}unauthorized\b", "unauthorized"),
+    (rf"\b403{_CODE}forbidden\b", "forbidden"),
+    (rf"\b404{_CODE}not found\b", "not found"),
+    (rf"\b429{_CODE}too many requests\b", "too many requests"),
+    (rf"\b500{_CODE}internal server error\b", "internal server error"),
+    (rf"\b502{_CODE}bad gateway\b", "bad gateway"),
+    (rf"\b503{_CODE}service (?:temporarily )?unavailable\b", "unavailable"),
+    (rf"\b504{_CODE}gateway time-?out\b", "gateway time"),
+    (r"this site can(?:'|’)?t be reached", "t be reached"),
+    (r"we(?:'|’)?re having trouble finding that site", "re having trouble finding that site"),
     # Chrome's network error codes only (case-sensitive): Node's ERR_INVALID_ARG_TYPE is page text.
-    r"|(?-i:\bERR_(?:CONNECTION|NAME_NOT_RESOLVED|INTERNET_DISCONNECTED|TIMED_OUT|ADDRESS_UNREACHABLE"
-    r"|NETWORK_CHANGED|EMPTY_RESPONSE|TOO_MANY_REDIRECTS|SSL_PROTOCOL_ERROR|CERT_)\w*)"
-)
+    (r"(?-i:\bERR_(?:CONNECTION|NAME_NOT_RESOLVED|INTERNET_DISCONNECTED|TIMED_OUT|ADDRESS_UNREACHABLE"
+     r"|NETWORK_CHANGED|EMPTY_RESPONSE|TOO_MANY_REDIRECTS|SSL_PROTOCOL_ERROR|CERT_)\w*)", "err_"),
+))
+HTTP_ERROR_PAGE = HTTP_ERRORS.pattern
 
 
 # ---------------------------------------------------------------- reading actions
@@ -232,9 +277,10 @@ def env_failure_of(traj: Trajectory) -> str | None:
             continue
         if (not text.strip() and not final) or (text.strip() and MISSING_STATE.fullmatch(text)):
             return "missing_state"
-        if CAPTCHA_PAGE.search(text):
+        folded = fold_text(text)
+        if CAPTCHA.found(text, folded):
             return "captcha"
-        if HTTP_ERROR_PAGE.search(text):
+        if HTTP_ERRORS.found(text, folded):
             return "http_error"
     return None
 
@@ -260,7 +306,7 @@ def empty_action_marks(traj: Trajectory) -> list[bool]:
 
 def _is_rejection(observation: str) -> bool:
     low = observation.lower()
-    if any(k in low for k in _REJECTION_KEYWORDS) and REJECTION_MARKERS.search(observation):
+    if any(k in low for k in _REJECTION_KEYWORDS) and REJECTIONS.found(observation):
         return True
     text = observation.strip()
     value = parse_action(text) if text.startswith("{") else None

@@ -124,9 +124,10 @@ def open_gates(text: str) -> set[str]:
         gates.add("bearer")
     if _CLI_TOOL_GATE.search(low) or b"redis-cli" in low:
         gates.add("cli_tool")
-    if b"curl" in low:
+    # The curl and netrc rules are case-sensitive: their literals must occur as written.
+    if b"curl" in raw and b"-u" in raw:
         gates.add("curl")
-    if b"machine" in low and "keyword" in gates:
+    if b"machine" in raw and b"login" in raw and b"password" in raw and "keyword" in gates:
         gates.add("netrc")
     if b'auth"' in raw or b'auth\\"' in raw:
         gates.add("docker_auth")
