@@ -38,20 +38,26 @@ def sequential_sum(values: np.ndarray) -> float:
 
     ``np.sum`` adds pairwise, which can round differently; an accumulate is strictly sequential.
     Python's ``sum`` starts from the integer 0, so an all-negative-zero sum is ``0.0`` (the ``+ 0.0``).
+    Zeros change no partial sum but the sign of a zero one, so the sum over only the nonzero values
+    (what `build_rows` passes for a whole sample) is the same number.
     """
     if not len(values):
         return 0.0
     return float(np.add.accumulate(values)[-1]) + 0.0
 
 
-def account(stats: Stats, traj: Trajectory, pool: str, template: str, parts: SampleParts, row: dict[str, Any]) -> None:
-    """Histogram counters: the trained observations (cpt: all; turn pools: the target)."""
+def account(stats: Stats, traj: Trajectory, pool: str, template: str, parts: SampleParts, row: dict[str, Any],
+            loss_weights: np.ndarray) -> None:
+    """Histogram counters: the trained observations (cpt: all; turn pools: the target).
+
+    `loss_weights`: the sample's nonzero weights in order (their sum is the sample's weighted tokens).
+    """
     weights = parts.weight_array
     stats.add(f"samples.{pool}")
     stats.add(f"templates.{pool}.{template}")
     stats.add(f"tokens.{pool}.total", len(parts.id_array))
     stats.add(f"tokens.{pool}.loss", row["num_loss_tokens"])
-    stats.add(f"tokens.{pool}.weighted", sequential_sum(weights))
+    stats.add(f"tokens.{pool}.weighted", sequential_sum(loss_weights))
     spans = list(range(len(parts.spans))) if pool == "cpt" else [len(parts.spans) - 1]
     for k in spans:
         start, end = parts.spans[k]
@@ -136,6 +142,7 @@ def build_rows(traj: Trajectory, cfg: dict[str, Any], seg, table, stats: Stats, 
             check_segmentwise(seg, parts.ids, ts.rendered_parts(kept, t or None))
             verify = False
         sid = sample_id(id_key, pool, t, template)
+        loss_weights = parts.weight_array[parts.weight_array != 0]  # NaN counts as nonzero, as before
         row = {
             **base,
             "sample_id": sid,
@@ -147,9 +154,9 @@ def build_rows(traj: Trajectory, cfg: dict[str, Any], seg, table, stats: Stats, 
             "turn_keep": [scores[k - 1].keep for k in parts.span_turns],
             "turn_stats": [stats_struct(scores[k - 1]) for k in parts.span_turns],
             "num_tokens": len(parts.id_array),
-            "num_loss_tokens": int(np.count_nonzero(parts.weight_array)),
+            "num_loss_tokens": len(loss_weights),
         }
-        account(stats, traj, pool, template, parts, row)
+        account(stats, traj, pool, template, parts, row, loss_weights)
         yield pool, row
 
 

@@ -186,3 +186,10 @@ def test_turn_samples_share_history_pieces_without_changing_them(seg):
     cpt, fresh = ts.cpt(BIG), samples_for(traj, seg).cpt(BIG)
     assert cpt.ids == fresh.ids and cpt.weights == fresh.weights and any(cpt.weights[a:b] for a, b in cpt.spans)
     assert [s.weights for s in first] == [ts.turn_sample(t, BIG).weights for t in range(1, 7)]
+
+
+@pytest.mark.parametrize("a", ["word", "word}", "x = {'a': 1}\n", "   ", "abc\n\n\n", "foo.bar())", "你好！",
+                               "e\u0301!!", "ok ...   ", '{"k": [1, 2]}', "line\r\n", "a" * 300 + "}" * 70])
+@pytest.mark.parametrize("b", ["\n</predicted_observation>", "x", "  y", "\n\n", ")", "1"])
+def test_extend_reuses_the_head_at_token_boundaries(seg, a, b):
+    assert seg.extend(seg.tok.encode(a), a, b) == seg.tok.encode(a + b)

@@ -109,10 +109,15 @@ class SegmentTokenizer:
         s = _trailing_run_start(text_a)
         if s == 0 or s == len(text_a):
             return self.encode(text_a + text_b)
-        target = len(text_a[:s].encode("utf-8"))
-        cum = np.cumsum(self.lengths[ids_a]) if ids_a else np.zeros(0, dtype=np.int64)
-        n = int(np.searchsorted(cum, target, side="right"))
-        if n == 0 or int(cum[n - 1]) != target:
+        # The tokens covering the trailing run, counted from the end (the run is short, the text
+        # need not be): a token boundary must fall exactly where the run starts.
+        run_bytes = len(text_a[s:].encode("utf-8"))
+        lengths = self.lengths
+        n, covered = len(ids_a), 0
+        while n > 0 and covered < run_bytes:
+            n -= 1
+            covered += int(lengths[ids_a[n]])
+        if n == 0 or covered != run_bytes:
             return self.encode(text_a + text_b)
         return list(ids_a[:n]) + self.encode(text_a[s:] + text_b)
 
