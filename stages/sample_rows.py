@@ -33,13 +33,31 @@ def stats_struct(score) -> dict[str, float]:
     return {"ol": s.ol, "nov": s.nov, "jac": s.jac, "r": s.r}
 
 
-def account(stats: Stats, traj: Trajectory, pool: str, template: str, parts: SampleParts, row: dict[str, Any]) -> None:
-    """Histogram counters: the trained observations (cpt: all; turn pools: the target)."""
+def sequential_sum(values: np.ndarray) -> float:
+    """``float(sum(values))`` of Python 3.11 for float64 values: added one by one, left to right.
+
+    ``np.sum`` adds pairwise, which can round differently; an accumulate is strictly sequential.
+    Python's ``sum`` starts from the integer 0, so an all-negative-zero sum is ``0.0`` (the ``+ 0.0``).
+    Zeros change no partial sum but the sign of a zero one, so the sum over only the nonzero values
+    (what `build_rows` passes for a whole sample) is the same number.
+    """
+    if not len(values):
+        return 0.0
+    return float(np.add.accumulate(values)[-1]) + 0.0
+
+
+def account(stats: Stats, traj: Trajectory, pool: str, template: str, parts: SampleParts, row: dict[str, Any],
+            loss_weights: np.ndarray) -> None:
+    """Histogram counters: the trained observations (cpt: all; turn pools: the target).
+
+    `loss_weights`: the sample's nonzero weights in order (their sum is the sample's weighted tokens).
+    """
+    weights = parts.weight_array
     stats.add(f"samples.{pool}")
     stats.add(f"templates.{pool}.{template}")
-    stats.add(f"tokens.{pool}.total", len(parts.ids))
+    stats.add(f"tokens.{pool}.total", len(parts.id_array))
     stats.add(f"tokens.{pool}.loss", row["num_loss_tokens"])
-    stats.add(f"tokens.{pool}.weighted", float(sum(parts.weights)))
+    stats.add(f"tokens.{pool}.weighted", sequential_sum(loss_weights))
     spans = list(range(len(parts.spans))) if pool == "cpt" else [len(parts.spans) - 1]
     for k in spans:
         start, end = parts.spans[k]
@@ -47,7 +65,7 @@ def account(stats: Stats, traj: Trajectory, pool: str, template: str, parts: Sam
         base = f"hist.{traj.domain}.{pool}.{template}.{cat}"
         stats.add(f"{base}.turns")
         stats.add(f"{base}.tokens", end - start)
-        stats.add(f"{base}.weighted", float(sum(parts.weights[start:end])))
+        stats.add(f"{base}.weighted", sequential_sum(weights[start:end]))
     if parts.dropped_turns:
         stats.add("samples.history_truncated")
         stats.add("turns.dropped_for_context", parts.dropped_turns)
@@ -124,20 +142,21 @@ def build_rows(traj: Trajectory, cfg: dict[str, Any], seg, table, stats: Stats, 
             check_segmentwise(seg, parts.ids, ts.rendered_parts(kept, t or None))
             verify = False
         sid = sample_id(id_key, pool, t, template)
+        loss_weights = parts.weight_array[parts.weight_array != 0]  # NaN counts as nonzero, as before
         row = {
             **base,
             "sample_id": sid,
             "turn_idx": t,
-            "input_ids": parts.ids,
-            "loss_weight": parts.weights,
+            "input_ids": parts.id_array,  # numpy arrays: `rows_table` joins them without Python loops
+            "loss_weight": parts.weight_array,
             "turn_spans": [{"start": a, "end": b} for a, b in parts.spans],
             "turn_category": [scores[k - 1].category for k in parts.span_turns],
             "turn_keep": [scores[k - 1].keep for k in parts.span_turns],
             "turn_stats": [stats_struct(scores[k - 1]) for k in parts.span_turns],
-            "num_tokens": len(parts.ids),
-            "num_loss_tokens": len(parts.weights) - parts.weights.count(0.0),
+            "num_tokens": len(parts.id_array),
+            "num_loss_tokens": len(loss_weights),
         }
-        account(stats, traj, pool, template, parts, row)
+        account(stats, traj, pool, template, parts, row, loss_weights)
         yield pool, row
 
 
@@ -149,7 +168,8 @@ def rows_table(rows: list[dict[str, Any]], schema: pa.Schema) -> pa.Table:
 
     Lists of numbers (token ids, weights) go through one flat numpy buffer and its offsets instead
     of Arrow's per-value conversion of nested Python lists; the table equals
-    ``pa.Table.from_pylist(rows, schema=schema)``.
+    ``pa.Table.from_pylist(rows, schema=schema)``. Values given as numpy arrays (what `build_rows`
+    yields) are joined with one ``np.concatenate``; Python lists are read value by value.
     """
     columns = []
     for f in schema:
@@ -159,9 +179,12 @@ def rows_table(rows: list[dict[str, Any]], schema: pa.Schema) -> pa.Table:
             lengths = np.fromiter(map(len, values), dtype=np.int64, count=len(values))
             offsets = np.zeros(len(values) + 1, dtype=np.int32)
             np.cumsum(lengths, out=offsets[1:])
+            dtype = _FLAT_TYPES[item]
             with np.errstate(over="ignore"):  # a float beyond float32 becomes inf, as Arrow's own cast does
-                flat = np.fromiter(itertools.chain.from_iterable(values), dtype=_FLAT_TYPES[item],
-                                   count=int(offsets[-1]))
+                if values and all(isinstance(v, np.ndarray) for v in values):
+                    flat = np.concatenate(values).astype(dtype, copy=False)
+                else:
+                    flat = np.fromiter(itertools.chain.from_iterable(values), dtype=dtype, count=int(offsets[-1]))
             columns.append(pa.ListArray.from_arrays(pa.array(offsets), pa.array(flat), type=f.type))
             continue
         try:

@@ -13,6 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 from masking import TurnScore, masking_key, token_weights
 from schemas.trajectory import Trajectory
 from stages.render import (
@@ -35,24 +37,49 @@ assert PREDICT_INSTRUCTION.startswith(_INSTRUCTION_LEAD)
 _INSTRUCTION_BODY = PREDICT_INSTRUCTION[len(_INSTRUCTION_LEAD) :]
 
 
+IDS = np.int32  # token ids as the shards store them
+WEIGHTS = np.float64  # weights as Python floats; the shards round them to float32 when written
+
+
 @dataclass
 class Piece:
-    """Token ids of one rendered message (or part), their weights, and the observation span in it."""
+    """Token ids of one rendered message (or part), their weights, and the observation span in it.
 
-    ids: list[int]
-    weights: list[float]
+    Both are numpy arrays (`IDS`, `WEIGHTS`) that samples share: pieces are never changed once built.
+    """
+
+    ids: np.ndarray
+    weights: np.ndarray
     span: tuple[int, int] | None = None  # [start, end) of the observation (+ end-of-turn) tokens
 
 
 @dataclass
 class SampleParts:
-    """An assembled sample before it becomes a row."""
+    """An assembled sample before it becomes a row: ids and weights as flat numpy arrays."""
 
-    ids: list[int]
-    weights: list[float]
+    id_array: np.ndarray
+    weight_array: np.ndarray
     spans: list[tuple[int, int]]
     span_turns: list[int]  # the turn (1-based) of each span
     dropped_turns: int = 0
+
+    @property
+    def ids(self) -> list[int]:
+        return self.id_array.tolist()
+
+    @property
+    def weights(self) -> list[float]:
+        return self.weight_array.tolist()
+
+
+def _ids(ids) -> np.ndarray:
+    if isinstance(ids, np.ndarray):
+        return ids.astype(IDS, copy=False)
+    return np.fromiter(ids, dtype=IDS, count=len(ids))  # faster than np.asarray for a list of ints
+
+
+def _zeros(n: int) -> np.ndarray:
+    return np.zeros(n, dtype=WEIGHTS)
 
 
 class TrajectorySamples:
@@ -74,9 +101,9 @@ class TrajectorySamples:
         self.chat_format, self.keep_mode, self.seed = chat_format, keep_mode, seed
         self._cache: dict[tuple[str, int], Any] = {}
         if chat_format == "chatml":
-            self._start = [seg.tok.token_id(CHATML_START)]
-            self._end = [seg.tok.token_id(CHATML_END)]
-            self._nl = _cached_encode(seg, "\n")
+            self._start = _ids([seg.tok.token_id(CHATML_START)])
+            self._end = _ids([seg.tok.token_id(CHATML_END)])
+            self._nl = _ids(_cached_encode(seg, "\n"))
 
     # -- per-message pieces (ChatML), each computed once --------------------------------------
 
@@ -85,15 +112,17 @@ class TrajectorySamples:
             self._cache[key] = fn()
         return self._cache[key]
 
-    def _message(self, content_ids: list[int], content_w: list[float], end_w: float = 0.0) -> Piece:
-        ids = self._start + content_ids + self._end + self._nl
-        weights = [0.0] + content_w + [end_w] + [0.0] * len(self._nl)
+    def _message(self, content_ids, content_w: np.ndarray, end_w: float = 0.0) -> Piece:
+        ids = np.concatenate([self._start, _ids(content_ids), self._end, self._nl])
+        weights = _zeros(len(ids))
+        weights[1 : 1 + len(content_w)] = content_w
+        weights[1 + len(content_w)] = end_w
         return Piece(ids, weights)
 
     def system_piece(self) -> Piece:
         def build():
             ids = self.seg.encode_recurring("system\n" + self.seg.norm(self.system_text))
-            return self._message(ids, [0.0] * len(ids))
+            return self._message(ids, _zeros(len(ids)))
 
         return self._memo(("system", 0), build)
 
@@ -105,8 +134,11 @@ class TrajectorySamples:
         return self._memo(("user_content", t), build)
 
     def user_piece(self, t: int) -> Piece:
-        _, ids = self._user_content(t)
-        return self._message(ids, [0.0] * len(ids))
+        def build():
+            _, ids = self._user_content(t)
+            return self._message(ids, _zeros(len(ids)))
+
+        return self._memo(("user", t), build)
 
     def target_user_piece(self, t: int) -> Piece:
         text, ids = self._user_content(t)
@@ -115,7 +147,7 @@ class TrajectorySamples:
         if not self.seg.can_prepend(text + _INSTRUCTION_LEAD, _INSTRUCTION_BODY):
             lead, body = self.seg.encode(text + PREDICT_INSTRUCTION), []
         content = lead + body
-        return self._message(content, [0.0] * len(content))
+        return self._message(content, _zeros(len(content)))
 
     def _obs(self, t: int) -> str:
         return self.seg.norm(self.traj.turns[t - 1].observation)
@@ -123,11 +155,11 @@ class TrajectorySamples:
     def _obs_ids(self, t: int) -> list[int]:
         return self._memo(("obs", t), lambda: self.seg.encode(self._obs(t)))
 
-    def _turn_weights(self, t: int, n_obs: int) -> tuple[list[float], float]:
+    def _turn_weights(self, t: int, n_obs: int) -> tuple[np.ndarray, float]:
         score = self.scores[t - 1]
         key = masking_key(self.seed, self.traj.traj_id, t)
         w = token_weights(score.keep, self.keep_mode, key, n_obs + 1)
-        return w[:n_obs], w[n_obs]
+        return np.array(w[:n_obs], dtype=WEIGHTS), w[n_obs]
 
     def history_piece(self, t: int, weighted: bool) -> Piece:
         """The assistant message of turn t: header (0), observation and end token (turn weight or 0)."""
@@ -142,15 +174,20 @@ class TrajectorySamples:
             ids, idx = project_weights(self.seg, [(head, 0.0), (obs, 1.0)])
             return ids, next((i for i, w in enumerate(idx) if w), len(ids))
 
-        ids, obs_start = self._memo(("history", t), build)
-        n_obs = len(ids) - obs_start
+        def message():
+            ids, obs_start = self._memo(("history", t), build)
+            n_obs = len(ids) - obs_start
+            weights = _zeros(len(ids))
+            w_end = 0.0
+            if weighted:
+                weights[obs_start:], w_end = self._turn_weights(t, n_obs)
+            piece = self._message(ids, weights, w_end)
+            piece.span = (1 + obs_start, 1 + len(ids) + 1)  # observation tokens and the end token
+            return piece
+
         if weighted:
-            w_obs, w_end = self._turn_weights(t, n_obs)
-        else:
-            w_obs, w_end = [0.0] * n_obs, 0.0
-        piece = self._message(ids, [0.0] * obs_start + w_obs, w_end)
-        piece.span = (1 + obs_start, 1 + len(ids) + 1)  # observation tokens and the end token
-        return piece
+            return message()
+        return self._memo(("history_piece", t), message)  # the same in every turn sample
 
     def target_piece(self, t: int) -> Piece:
         """The target reply of turn t: role header 0, reasoning + tagged observation + end token 1."""
@@ -169,10 +206,11 @@ class TrajectorySamples:
             return ids, start
 
         ids, start = self._memo(("target", t), build)
-        weights = [0.0] * start + [1.0] * (len(ids) - start)
+        weights = _zeros(len(ids))
+        weights[start:] = 1.0
         if self.reasoning_weight != 1.0:
             n = self._reasoning_tokens(t, ids, start)
-            weights[start : start + n] = [self.reasoning_weight] * n
+            weights[start : start + n] = self.reasoning_weight
         piece = self._message(ids, weights, 1.0)
         piece.span = (1 + start, 1 + len(ids) + 1)
         return piece
@@ -189,16 +227,16 @@ class TrajectorySamples:
     # -- assembly ------------------------------------------------------------------------------
 
     def _assemble(self, pieces: list[tuple[Piece, int]]) -> SampleParts:
-        ids: list[int] = []
-        weights: list[float] = []
         spans: list[tuple[int, int]] = []
         span_turns: list[int] = []
+        at = 0
         for piece, turn in pieces:
             if piece.span is not None:
-                spans.append((len(ids) + piece.span[0], len(ids) + piece.span[1]))
+                spans.append((at + piece.span[0], at + piece.span[1]))
                 span_turns.append(turn)
-            ids.extend(piece.ids)
-            weights.extend(piece.weights)
+            at += len(piece.ids)
+        ids = np.concatenate([p.ids for p, _ in pieces]) if pieces else _ids([])
+        weights = np.concatenate([p.weights for p, _ in pieces]) if pieces else _zeros(0)
         return SampleParts(ids, weights, spans, span_turns)
 
     def _fit(self, head: list[Piece], history: list[list[tuple[Piece, int]]], tail: list[tuple[Piece, int]],
@@ -249,9 +287,9 @@ class TrajectorySamples:
         for h in range(1, t):
             parts += [self.user_piece(h), self.history_piece(h, False)]
         parts.append(self.target_user_piece(t))
-        ids = [i for p in parts for i in p.ids]
+        ids = np.concatenate([p.ids for p in parts]).tolist()
         if self.chat_format == "chatml":
-            ids += self._start + _cached_encode(self.seg, "assistant\n")
+            ids += self._start.tolist() + _cached_encode(self.seg, "assistant\n")
         return ids
 
     def _finish(self, fitted) -> SampleParts | None:
@@ -293,7 +331,7 @@ class TrajectorySamples:
                 out_spans[-1] = (out_spans[-1][0], i + 1)
         if len(ids) > limit:
             return None
-        return SampleParts(ids, weights, out_spans, span_turns)
+        return SampleParts(_ids(ids), np.array(weights, dtype=WEIGHTS), out_spans, span_turns)
 
     def rendered_parts(self, parts_turns: list[int], target: int | None) -> list[tuple[str, bool]]:
         """The rendered ChatML sample as ``(text, is_special)`` parts (for the segment-wise check).

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
+import regex
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -13,7 +15,13 @@ from stages.ingest.registry import claims_dir, get_adapter, resolve_opts, sniff
 from stages.render import chatml, history_reply, target_reply, user_prompt
 from stages.samples import TrajectorySamples
 from stages.tokenizer import load_tokenizer
-from stages.tokenizer.segments import check_segmentwise, encode_rendered, segment_tokenizer
+from stages.tokenizer.segments import (
+    _ends_alnum,
+    _trailing_run_start,
+    check_segmentwise,
+    encode_rendered,
+    segment_tokenizer,
+)
 from tests.helpers import make_traj
 
 BIG = 10**9
@@ -151,3 +159,37 @@ def test_extend_is_exact(a, b):
     assert ids == seg.tok.encode(a + b)
     if seg.can_prepend(a, b):
         assert seg.tok.encode(a) + seg.tok.encode(b) == seg.tok.encode(a + b)
+
+
+_JUNCTION_CHARS = st.sampled_from(list("ab1 \n\t}{\"_-.é中٣") + ["\u0301", "\u200d", "\U0001f600", "\u0663"])
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(_JUNCTION_CHARS, max_size=12) | st.text(max_size=12))
+def test_junction_scans_from_the_end_match_the_whole_text_patterns(text):
+    # The definitions: the last character is a letter/mark/digit; the trailing run of other
+    # characters starts at the leftmost position from which only such characters follow.
+    assert _ends_alnum(text) == bool(regex.search(r"[\p{L}\p{M}\p{N}]\Z", text))
+    assert _trailing_run_start(text) == regex.search(r"[^\p{L}\p{M}\p{N}]*\Z", text).start()
+
+
+def test_turn_samples_share_history_pieces_without_changing_them(seg):
+    traj = make_traj(6, seed=3)
+    ts = samples_for(traj, seg)
+    first = [ts.turn_sample(t, BIG) for t in range(1, 7)]
+    again = [samples_for(traj, seg).turn_sample(t, BIG) for t in range(1, 7)]
+    for a, b in zip(first, again):
+        assert a.ids == b.ids and a.weights == b.weights and a.spans == b.spans
+        assert a.id_array.dtype == np.int32 and a.weight_array.dtype == np.float64
+    assert ts.history_piece(2, False) is ts.history_piece(2, False)
+    # the weighted (cpt) pieces of the same turns do not touch the shared unweighted ones
+    cpt, fresh = ts.cpt(BIG), samples_for(traj, seg).cpt(BIG)
+    assert cpt.ids == fresh.ids and cpt.weights == fresh.weights and any(cpt.weights[a:b] for a, b in cpt.spans)
+    assert [s.weights for s in first] == [ts.turn_sample(t, BIG).weights for t in range(1, 7)]
+
+
+@pytest.mark.parametrize("a", ["word", "word}", "x = {'a': 1}\n", "   ", "abc\n\n\n", "foo.bar())", "你好！",
+                               "e\u0301!!", "ok ...   ", '{"k": [1, 2]}', "line\r\n", "a" * 300 + "}" * 70])
+@pytest.mark.parametrize("b", ["\n</predicted_observation>", "x", "  y", "\n\n", ")", "1"])
+def test_extend_reuses_the_head_at_token_boundaries(seg, a, b):
+    assert seg.extend(seg.tok.encode(a), a, b) == seg.tok.encode(a + b)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
@@ -16,7 +17,7 @@ from pipeline.outputs import PARQUET_OPTIONS
 from schemas.shard import RL_SCHEMA, SHARD_SCHEMA, schema_for
 from schemas.stats import Stats
 from schemas.text import escape_surrogates
-from stages.sample_rows import build_rows, rows_table
+from stages.sample_rows import build_rows, rows_table, sequential_sum
 from stages.tokenizer import load_tokenizer
 from stages.tokenizer.segments import segment_tokenizer
 from tests.helpers import make_traj
@@ -34,7 +35,8 @@ def parquet_bytes(table: pa.Table) -> bytes:
 
 
 def reference_table(rows: list[dict], schema: pa.Schema) -> pa.Table:
-    """What the row-by-row writer builds (`AtomicParquetWriter.flush`)."""
+    """What the row-by-row writer builds (`AtomicParquetWriter.flush`) from plain Python lists."""
+    rows = [{k: v.tolist() if isinstance(v, np.ndarray) else v for k, v in r.items()} for r in rows]
     try:
         return pa.Table.from_pylist(rows, schema=schema)
     except UnicodeEncodeError:
@@ -57,8 +59,46 @@ def test_rows_of_every_pool_give_the_same_table(seg):
         for pool, row in build_rows(traj, cfg, seg, default_table(), Stats()):
             by_pool.setdefault(pool, []).append(row)
     assert set(by_pool) == {"cpt", "sft", "rl", "eval"}, sorted(by_pool)
+    assert any(isinstance(r["input_ids"], np.ndarray) for r in by_pool["sft"])  # the array path is taken
     for pool, rows in by_pool.items():
         assert_same(rows, schema_for(pool))
+
+
+@pytest.mark.parametrize("keep_mode", ["weight", "turn", "token"])
+@pytest.mark.parametrize("chat_format", ["chatml", "plain"])
+def test_row_counts_and_weighted_sums_equal_the_python_list_arithmetic(seg, keep_mode, chat_format):
+    cfg = resolve({"pools": {"sft_turns": "all", "ratios": {"cpt": 0.5, "sft": 0.5, "rl": 0.0, "eval": 0.0}},
+                   "masking": {"keep_mode": keep_mode}, "render": {"chat_format": chat_format}})
+    seen = set()
+    for i in range(16):
+        traj = make_traj(2 + i % 4, seed=100 + i)
+        traj.split_key = f"s{i}"
+        stats = Stats()
+        expected: dict[str, float] = {}
+        for pool, row in build_rows(traj, cfg, seg, default_table(), stats):
+            seen.add(pool)
+            weights = row["loss_weight"].tolist()
+            assert row["num_loss_tokens"] == len(weights) - weights.count(0.0)
+            total = 0  # Python's own left-to-right sum, as the row-by-row code computed it
+            for w in weights:
+                total += w
+            key = f"tokens.{pool}.weighted"
+            expected[key] = expected.get(key, 0.0) + float(total)
+        for key, value in expected.items():
+            assert stats.get(key) == value, key
+    assert seen == {"cpt", "sft"}
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.sampled_from([0.0, -0.0, 0.05, 0.1, 0.3, 1.0, 1e-17, 2.5e8]) | st.floats(-1e6, 1e6), max_size=50))
+def test_sequential_sum_adds_left_to_right_like_python(values):
+    total = 0
+    for v in values:
+        total += v
+    array = np.array(values, dtype=np.float64)
+    got = sequential_sum(array)
+    assert got == float(total) and str(got) == str(float(total))  # -0.0 included
+    assert str(sequential_sum(array[array != 0])) == str(float(total))  # zeros may be left out
 
 
 def shard_row(ids: list[int], weights: list[float], text: str) -> dict:

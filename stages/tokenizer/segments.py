@@ -30,9 +30,10 @@ import regex
 
 from schemas.errors import ConfigError
 
-_ALNUM_END = regex.compile(r"[\p{L}\p{M}\p{N}]\Z")
 _ALNUM_START = regex.compile(r"[\p{L}\p{M}\p{N}]")
-_TRAILING_RUN = regex.compile(r"[^\p{L}\p{M}\p{N}]*\Z")
+# Searched from the end of the text backwards, so finding the last letter/mark/digit costs the
+# length of the trailing run, not of the whole text (observations run to many kilobytes).
+_LAST_ALNUM = regex.compile(r"[\p{L}\p{M}\p{N}]", flags=regex.REVERSE)
 _SHORT_CHARS = 48
 _SHORT_ENTRIES = 4096
 _TEXT_ENTRIES = 64
@@ -103,15 +104,20 @@ class SegmentTokenizer:
             return self.encode(text_b)
         if not self.splice_ok:
             return self.encode(text_a + text_b)
-        if _ALNUM_END.search(text_a) and not _ALNUM_START.match(text_b):
+        if _ends_alnum(text_a) and not _ALNUM_START.match(text_b):
             return list(ids_a) + self.encode(text_b)
-        s = _TRAILING_RUN.search(text_a).start()
+        s = _trailing_run_start(text_a)
         if s == 0 or s == len(text_a):
             return self.encode(text_a + text_b)
-        target = len(text_a[:s].encode("utf-8"))
-        cum = np.cumsum(self.lengths[ids_a]) if ids_a else np.zeros(0, dtype=np.int64)
-        n = int(np.searchsorted(cum, target, side="right"))
-        if n == 0 or int(cum[n - 1]) != target:
+        # The tokens covering the trailing run, counted from the end (the run is short, the text
+        # need not be): a token boundary must fall exactly where the run starts.
+        run_bytes = len(text_a[s:].encode("utf-8"))
+        lengths = self.lengths
+        n, covered = len(ids_a), 0
+        while n > 0 and covered < run_bytes:
+            n -= 1
+            covered += int(lengths[ids_a[n]])
+        if n == 0 or covered != run_bytes:
             return self.encode(text_a + text_b)
         return list(ids_a[:n]) + self.encode(text_a[s:] + text_b)
 
@@ -121,11 +127,22 @@ class SegmentTokenizer:
             return True
         if not self.splice_ok or _starts_with_mark(text_b):
             return False
-        if _ALNUM_END.search(text_a):
+        if _ends_alnum(text_a):
             return not _ALNUM_START.match(text_b)
         # After a run that ends in a newline, a following char that is not whitespace/newline
         # starts a new pre-token (punctuation runs absorb only trailing newlines).
         return text_a.endswith("\n") and not text_b[0].isspace()
+
+
+def _ends_alnum(text: str) -> bool:
+    """Whether the last character of `text` is a letter, mark or digit."""
+    return bool(text) and _ALNUM_START.match(text, len(text) - 1) is not None
+
+
+def _trailing_run_start(text: str) -> int:
+    """Where the trailing run of characters that are not letters, marks or digits starts."""
+    last = _LAST_ALNUM.search(text)
+    return last.end() if last else 0
 
 
 def _starts_with_mark(text: str) -> bool:
@@ -182,11 +199,10 @@ def project_weights(
     ids = seg.encode(text)
     ends = np.cumsum(seg.lengths[ids]) if ids else np.zeros(0, dtype=np.int64)
     bounds = np.cumsum([len(t.encode("utf-8")) for t, _ in spans])
-    idx = np.searchsorted(bounds, ends - 1, side="right")
+    idx = np.minimum(np.searchsorted(bounds, ends - 1, side="right"), len(spans) - 1)
     if return_index:
-        return ids, [min(int(i), len(spans) - 1) for i in idx]
-    weights = [float(spans[min(int(i), len(spans) - 1)][1]) for i in idx]
-    return ids, weights
+        return ids, idx.tolist()
+    return ids, np.array([w for _, w in spans], dtype=np.float64)[idx].tolist()
 
 
 def encode_rendered(tok, parts: list[tuple[str, bool]]) -> list[int]:
