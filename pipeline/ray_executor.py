@@ -17,10 +17,14 @@ a worker that dies is still Ray's to retry.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
 import pickle
+import threading
+import time
+from collections.abc import Iterator
 from typing import Any
 
 from pipeline.engine import TaskFn
@@ -32,6 +36,10 @@ RECYCLE_BYTES = 256 * 1024 * 1024
 # thread: with one pool per worker sized to the whole machine, N workers would run N × cores threads
 # and a second worker would mostly add contention.
 WORKER_ENV = {"env_vars": {"RAYON_NUM_THREADS": "1"}}
+# Debug aid: with this variable set to a path, `close` appends one JSON line per task run (stage, task id,
+# worker pid, wall-clock submit / start / end / receive times, result size) and one per driver step
+# (Ray start, stop), for attributing a run's wall time.
+TIMELINE_ENV = "LWM_RAY_TIMELINE"
 
 
 def run_task(fn: TaskFn, task_json: str) -> dict[str, Any]:
@@ -41,13 +49,24 @@ def run_task(fn: TaskFn, task_json: str) -> dict[str, Any]:
     (unless `max_tasks_per_worker` says otherwise), so imports and the module-level tokenizer caches
     are paid once per worker, not once per task or per stage.
     """
+    started = time.time()
     task = json.loads(task_json)
     try:
-        return {"result": json.dumps(fn(task)), "error": b""}
+        out = {"result": json.dumps(fn(task)), "error": b""}
     except Exception as exc:
-        return {"result": "", "error": pack_error(exc)}
-    finally:
-        release_memory()
+        out = {"result": "", "error": pack_error(exc)}
+    release_memory()
+    out["span"] = [os.getpid(), started, time.time(), _process_start()]  # for the timeline (`TIMELINE_ENV`)
+    return out
+
+
+def _process_start() -> float:
+    """When this process started (seconds since the epoch), only while a timeline is recorded; else 0."""
+    if not os.environ.get(TIMELINE_ENV):
+        return 0.0
+    import psutil
+
+    return psutil.Process().create_time()
 
 
 def pack_error(exc: Exception) -> bytes:
@@ -77,6 +96,10 @@ def release_memory() -> None:
     import pyarrow as pa
 
     gc.collect()
+    # What survives a full collection between tasks is the process's own (modules, the tokenizer and its
+    # vocabulary); frozen, later collections skip it: a full collection over a loaded vocabulary took
+    # 0.1-0.3 s, paid after every task. Frozen objects are still freed when their last reference goes.
+    gc.freeze()
     pa.default_memory_pool().release_unused()
     try:
         import ctypes
@@ -84,6 +107,44 @@ def release_memory() -> None:
         ctypes.CDLL("libc.so.6").malloc_trim(0)
     except (OSError, AttributeError):  # not glibc: nothing to trim
         pass
+
+
+def warm_worker(spec: str | None, engine: str | None) -> str:
+    """Import every stage's code and load the tokenizer in this worker (cached for its later tasks); "" or
+    the error's line, never an exception (nobody waits for this task)."""
+    try:
+        import pipeline.run  # noqa: F401  (every stage module, as the tasks' functions need them)
+        from stages.tokenizer import load_tokenizer
+
+        load_tokenizer(spec, engine)
+        release_memory()
+        return ""
+    except Exception as exc:
+        return f"{type(exc).__name__}: {exc}"
+
+
+def _load_quietly(spec: str | None, engine: str | None) -> None:
+    try:
+        from stages.tokenizer import load_tokenizer
+
+        load_tokenizer(spec, engine)
+    except Exception:  # the driver's own load, when it comes, reports it
+        pass
+
+
+@contextlib.contextmanager
+def _environment(values: dict[str, str]) -> Iterator[None]:
+    """These environment variables set while the block runs (so processes started in it inherit them)."""
+    saved = {k: os.environ.get(k) for k in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
 
 
 def quiet_ray_startup() -> None:
@@ -98,7 +159,9 @@ class RayExecutor:
     name = "ray"
 
     def __init__(self, address: str | None = None, num_cpus: int | None = None,
-                 max_tasks_per_worker: int | str = "auto") -> None:
+                 max_tasks_per_worker: int | str = "auto",
+                 warm: tuple[str | None, str | None] | None = None) -> None:
+        """`warm`: the run's tokenizer (spec, engine), loaded by every worker right after Ray starts."""
         import ray
 
         self._ray = ray
@@ -107,23 +170,47 @@ class RayExecutor:
         self.max_tasks_per_worker = 0 if self._auto else int(max_tasks_per_worker)
         address = address or os.environ.get("RAY_ADDRESS") or None
         quiet_ray_startup()
+        self._timeline: list[dict[str, Any]] = []
+        init_start = time.time()
+        env_given = False
         if not ray.is_initialized():
-            if address:
-                ray.init(address=address, log_to_driver=False, logging_level=logging.WARNING)
+            env_given = True
+            if address:  # the workers' environment goes with the job, so every worker of it has it
+                ray.init(address=address, log_to_driver=False, logging_level=logging.WARNING,
+                         runtime_env=WORKER_ENV)
             else:
-                ray.init(
-                    address="local",  # a new instance, even when a `ray start` cluster runs on this machine
-                    num_cpus=num_cpus or os.cpu_count() or 1,
-                    include_dashboard=False,
-                    log_to_driver=False,
-                    logging_level=logging.WARNING,
-                    configure_logging=True,
-                )
+                with _environment(WORKER_ENV["env_vars"]):  # inherited by the local Ray and its workers
+                    ray.init(
+                        address="local",  # a new instance, even when a `ray start` cluster runs on this machine
+                        num_cpus=num_cpus or os.cpu_count() or 1,
+                        include_dashboard=False,
+                        log_to_driver=False,
+                        logging_level=logging.WARNING,
+                        configure_logging=True,
+                    )
                 self._started = True
         # Retries: a worker that dies (killed, out of memory) is restarted and its task run again, at most
         # MAX_RETRIES times; an exception inside the task is data (see `run_task`), never retried.
         self._remotes: dict[int, Any] = {}
         self.cpus = int(ray.cluster_resources().get("CPU", 1))
+        self._timeline.append({"stage": "ray.init", "started": init_start, "ended": time.time(),
+                               "process_started": _process_start()})
+        # A Ray instance started here already carries the workers' environment; one given to us (a test's
+        # session) may not, so its tasks bring it themselves (which gives them workers of their own).
+        self._task_env = None if env_given else WORKER_ENV
+        self._warm(warm)
+
+    def _warm(self, tokenizer: tuple[str | None, str | None] | None) -> None:
+        """Start, on every CPU, the imports and the tokenizer load that a worker's first sample task would
+        otherwise wait for, and load the tokenizer on the driver too (the samples stage's ``finish`` reads
+        it): both overlap the driver's planning and the first stages instead of following them.
+
+        Nothing waits for this; a failure here is met again, and reported, by the task that needs it."""
+        if tokenizer is None or self.max_tasks_per_worker == 1:  # a process per task: nothing to keep warm
+            return
+        remote = self._ray.remote(num_cpus=1, max_retries=0, runtime_env=self._task_env)(warm_worker)
+        self._warming = [remote.remote(*tokenizer) for _ in range(self.cpus)]
+        threading.Thread(target=_load_quietly, args=tokenizer, daemon=True).start()
 
     def plan_for_input(self, total_bytes: int) -> None:
         """With ``auto``: a fresh worker process per task once the input is large (≥ `RECYCLE_BYTES`),
@@ -137,8 +224,9 @@ class RayExecutor:
         calls = self.max_tasks_per_worker
         if calls not in self._remotes:  # `max_calls` is fixed when the remote function is made
             self._remotes[calls] = ray.remote(num_cpus=1, max_retries=MAX_RETRIES, max_calls=calls,
-                                              runtime_env=WORKER_ENV)(run_task)
+                                              runtime_env=self._task_env)(run_task)
         remote = self._remotes[calls]
+        submitted = time.time()
         fn_ref = ray.put(fn)  # shipped once per stage, not once per task
         pending = {remote.remote(fn_ref, json.dumps(t, sort_keys=True, default=str)): t["task_id"] for t in tasks}
         results: dict[str, dict[str, Any]] = {}
@@ -149,6 +237,10 @@ class RayExecutor:
             for ref in ready:
                 out = ray.get(ref)
                 task_id = pending[ref]
+                self._timeline.append({"stage": progress.stage, "task_id": task_id, "submitted": submitted,
+                                       "pid": out["span"][0], "started": out["span"][1], "ended": out["span"][2],
+                                       "process_started": out["span"][3],
+                                       "received": time.time(), "result_bytes": len(out["result"])})
                 if out["error"]:
                     errors[task_id] = out["error"]
                     continue
@@ -160,6 +252,13 @@ class RayExecutor:
         return [results[t["task_id"]] for t in tasks]
 
     def close(self) -> None:
+        stop_start = time.time()
         if self._started:
             self._ray.shutdown()
             self._started = False
+        path = os.environ.get(TIMELINE_ENV)
+        if path and self._timeline:
+            self._timeline.append({"stage": "ray.shutdown", "started": stop_start, "ended": time.time()})
+            with open(path, "a", encoding="utf-8") as f:
+                f.writelines(json.dumps(r) + "\n" for r in self._timeline)
+            self._timeline = []
