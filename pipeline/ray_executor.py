@@ -149,8 +149,18 @@ def _environment(values: dict[str, str]) -> Iterator[None]:
 
 def quiet_ray_startup() -> None:
     """Keep Ray's notice about token authentication off the terminal: it speaks of Ray's own cluster
-    security, which `RAY_AUTH_MODE` sets, and says nothing about the run; its level is raised, nothing else."""
+    security, which `RAY_AUTH_MODE` sets, and says nothing about the run; its level is raised, nothing else.
+    Also its warning that a Ray started off the main thread sets no SIGTERM handler (`RayExecutor` starts it
+    in a thread on purpose; the driver then ends on SIGTERM by default, and Ray's processes with it)."""
     logging.getLogger("ray._private.authentication.authentication_token_setup").setLevel(logging.ERROR)
+    worker_log = logging.getLogger("ray._private.worker")
+    if not any(isinstance(f, _NoSigtermNotice) for f in worker_log.filters):
+        worker_log.addFilter(_NoSigtermNotice())
+
+
+class _NoSigtermNotice(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith("SIGTERM handler is not set")
 
 
 class RayExecutor:
@@ -171,34 +181,56 @@ class RayExecutor:
         address = address or os.environ.get("RAY_ADDRESS") or None
         quiet_ray_startup()
         self._timeline: list[dict[str, Any]] = []
-        init_start = time.time()
-        env_given = False
-        if not ray.is_initialized():
-            env_given = True
-            if address:  # the workers' environment goes with the job, so every worker of it has it
-                ray.init(address=address, log_to_driver=False, logging_level=logging.WARNING,
-                         runtime_env=WORKER_ENV)
-            else:
-                with _environment(WORKER_ENV["env_vars"]):  # inherited by the local Ray and its workers
-                    ray.init(
-                        address="local",  # a new instance, even when a `ray start` cluster runs on this machine
-                        num_cpus=num_cpus or os.cpu_count() or 1,
-                        include_dashboard=False,
-                        log_to_driver=False,
-                        logging_level=logging.WARNING,
-                        configure_logging=True,
-                    )
-                self._started = True
+        self._num_cpus = num_cpus
+        self._warm_tokenizer = warm
         # Retries: a worker that dies (killed, out of memory) is restarted and its task run again, at most
         # MAX_RETRIES times; an exception inside the task is data (see `run_task`), never retried.
         self._remotes: dict[int, Any] = {}
-        self.cpus = int(ray.cluster_resources().get("CPU", 1))
-        self._timeline.append({"stage": "ray.init", "started": init_start, "ended": time.time(),
-                               "process_started": _process_start()})
-        # A Ray instance started here already carries the workers' environment; one given to us (a test's
-        # session) may not, so its tasks bring it themselves (which gives them workers of their own).
-        self._task_env = None if env_given else WORKER_ENV
-        self._warm(warm)
+        self._ready = threading.Event()
+        self._stop = threading.Event()
+        self._init_error: BaseException | None = None
+        self._starter: threading.Thread | None = None
+        self.cpus = 0
+        if ray.is_initialized():  # a session given to us (a test's): its workers may lack our environment
+            self._task_env: dict[str, Any] | None = WORKER_ENV
+            self._connected()
+        elif address:  # the workers' environment goes with the job, so every worker of it has it
+            self._task_env = None
+            ray.init(address=address, log_to_driver=False, logging_level=logging.WARNING, runtime_env=WORKER_ENV)
+            self._connected()
+        else:
+            # A local Ray takes seconds to start (its own processes, then the workers'); it starts in a thread
+            # while this process runs the first tasks itself (`map`), so the start overlaps real work. The
+            # thread lives until `close`: Ray's processes are tied to the thread that started them.
+            self._task_env = None
+            self._starter = threading.Thread(target=self._start_local, name="ray-start", daemon=True)
+            self._starter.start()
+
+    def _start_local(self) -> None:
+        init_start = time.time()
+        try:
+            with _environment(WORKER_ENV["env_vars"]):  # inherited by the local Ray and its workers
+                self._ray.init(
+                    address="local",  # a new instance, even when a `ray start` cluster runs on this machine
+                    num_cpus=self._num_cpus or os.cpu_count() or 1,
+                    include_dashboard=False,
+                    log_to_driver=False,
+                    logging_level=logging.WARNING,
+                    configure_logging=True,
+                )
+            self._started = True
+            self._timeline.append({"stage": "ray.init", "started": init_start, "ended": time.time(),
+                                   "process_started": _process_start()})
+            self._connected()
+        except BaseException as exc:  # raised on the driver's thread by the next `map`
+            self._init_error = exc
+            self._ready.set()
+        self._stop.wait()
+
+    def _connected(self) -> None:
+        self.cpus = int(self._ray.cluster_resources().get("CPU", 1))
+        self._warm(self._warm_tokenizer)
+        self._ready.set()
 
     def _warm(self, tokenizer: tuple[str | None, str | None] | None) -> None:
         """Start, on every CPU, the imports and the tokenizer load that a worker's first sample task would
@@ -220,6 +252,23 @@ class RayExecutor:
             self.max_tasks_per_worker = 1 if total_bytes >= RECYCLE_BYTES else 0
 
     def map(self, fn: TaskFn, tasks: list[dict[str, Any]], progress: Progress) -> list[dict[str, Any]]:
+        """Results in task order. While a local Ray is still starting, tasks run here one after another
+        (as under the in-process runner); the rest go to Ray once it is up."""
+        results: dict[str, dict[str, Any]] = {}
+        local = 0
+        while local < len(tasks) and not self._ready.is_set():
+            started = time.time()
+            result = results[tasks[local]["task_id"]] = fn(tasks[local])
+            self._timeline.append({"stage": progress.stage, "task_id": tasks[local]["task_id"], "submitted": started,
+                                   "pid": os.getpid(), "started": started, "ended": time.time(),
+                                   "process_started": 0.0, "received": time.time(), "result_bytes": 0})
+            progress.update(rows=int(result.get("rows", 0)), nbytes=int(result.get("bytes", 0)))
+            local += 1
+        if local == len(tasks):
+            return [results[t["task_id"]] for t in tasks]
+        self._ready.wait()
+        if self._init_error is not None:
+            raise self._init_error
         ray = self._ray
         calls = self.max_tasks_per_worker
         if calls not in self._remotes:  # `max_calls` is fixed when the remote function is made
@@ -228,8 +277,8 @@ class RayExecutor:
         remote = self._remotes[calls]
         submitted = time.time()
         fn_ref = ray.put(fn)  # shipped once per stage, not once per task
-        pending = {remote.remote(fn_ref, json.dumps(t, sort_keys=True, default=str)): t["task_id"] for t in tasks}
-        results: dict[str, dict[str, Any]] = {}
+        pending = {remote.remote(fn_ref, json.dumps(t, sort_keys=True, default=str)): t["task_id"]
+                   for t in tasks[local:]}
         errors: dict[str, bytes] = {}
         waiting = list(pending)
         while waiting:
@@ -252,10 +301,13 @@ class RayExecutor:
         return [results[t["task_id"]] for t in tasks]
 
     def close(self) -> None:
+        if self._starter is not None:  # a start still under way is waited for, then stopped
+            self._ready.wait()
         stop_start = time.time()
         if self._started:
             self._ray.shutdown()
             self._started = False
+        self._stop.set()
         path = os.environ.get(TIMELINE_ENV)
         if path and self._timeline:
             self._timeline.append({"stage": "ray.shutdown", "started": stop_start, "ended": time.time()})
