@@ -244,6 +244,11 @@ class RayExecutor:
         self._warming = [remote.remote(*tokenizer) for _ in range(self.cpus)]
         threading.Thread(target=_load_quietly, args=tokenizer, daemon=True).start()
 
+    @property
+    def ray_ready(self) -> bool:
+        """Whether Ray is up, so `map` hands tasks to it (before that, they run in this process)."""
+        return self._ready.is_set() and self._init_error is None
+
     def plan_for_input(self, total_bytes: int) -> None:
         """With ``auto``: a fresh worker process per task once the input is large (≥ `RECYCLE_BYTES`),
         so memory a task freed but its process kept cannot accumulate with the input; small runs
