@@ -6,7 +6,11 @@ two workers are kept busy from the first task to the last; results are collected
 they finish (progress moves with them) and returned in task order.
 
 Laptop: a local Ray instance is started with explicit CPUs and no dashboard, and shut down at the
-end. Cluster: ``--ray-address`` (or ``RAY_ADDRESS``) connects to it; outputs should then live on
+end. Its fixed cost is kept off the critical path: Ray starts in a background thread while the driver
+runs the first tasks itself (outputs do not depend on which process runs a task); the workers'
+environment is inherited from the start, so the workers Ray starts ahead of time serve the first
+tasks; every worker imports the stages and loads the tokenizer as soon as it exists (`warm_worker`),
+and the collection after each task skips what the process keeps (`release_memory`). Cluster: ``--ray-address`` (or ``RAY_ADDRESS``) connects to it; outputs should then live on
 storage every node sees (a shared path or ``s3://``). Tasks write their outputs atomically and are
 retried by Ray when a worker dies, so a retry reproduces the same bytes.
 
