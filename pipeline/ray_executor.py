@@ -225,15 +225,20 @@ class RayExecutor:
             self._started = True
             self._timeline.append({"stage": "ray.init", "started": init_start, "ended": time.time(),
                                    "process_started": _process_start()})
-            self._connected()
+            self._connected(wait_for_warm=True)
         except BaseException as exc:  # raised on the driver's thread by the next `map`
             self._init_error = exc
             self._ready.set()
         self._stop.wait()
 
-    def _connected(self) -> None:
+    def _connected(self, wait_for_warm: bool = False) -> None:
+        """Ray is up: warm its workers, and hand tasks to it (after the warm-up, with `wait_for_warm`: until
+        then the driver, which has nothing else to do, keeps running tasks itself)."""
         self.cpus = int(self._ray.cluster_resources().get("CPU", 1))
+        self._warming: list[Any] = []
         self._warm(self._warm_tokenizer)
+        if wait_for_warm and self._warming:
+            self._ray.wait(self._warming, num_returns=len(self._warming), timeout=120)
         self._ready.set()
 
     def _warm(self, tokenizer: tuple[str | None, str | None] | None) -> None:
