@@ -192,6 +192,7 @@ class RayExecutor:
         self._remotes: dict[int, Any] = {}
         self._ready = threading.Event()
         self._stop = threading.Event()
+        self._closing = threading.Event()
         self._init_error: BaseException | None = None
         self._starter: threading.Thread | None = None
         self.cpus = 0
@@ -237,8 +238,9 @@ class RayExecutor:
         self.cpus = int(self._ray.cluster_resources().get("CPU", 1))
         self._warming: list[Any] = []
         self._warm(self._warm_tokenizer)
-        if wait_for_warm and self._warming:
-            self._ray.wait(self._warming, num_returns=len(self._warming), timeout=120)
+        pending, deadline = list(self._warming) if wait_for_warm else [], time.monotonic() + 120
+        while pending and not self._closing.is_set() and time.monotonic() < deadline:  # a run that ends first
+            _, pending = self._ray.wait(pending, num_returns=len(pending), timeout=0.2)  # does not wait for it
         self._ready.set()
 
     def _warm(self, tokenizer: tuple[str | None, str | None] | None) -> None:
@@ -315,7 +317,8 @@ class RayExecutor:
         return [results[t["task_id"]] for t in tasks]
 
     def close(self) -> None:
-        if self._starter is not None:  # a start still under way is waited for, then stopped
+        self._closing.set()
+        if self._starter is not None:  # a start still under way is waited for (not the warm-up), then stopped
             self._ready.wait()
         stop_start = time.time()
         if self._started:
