@@ -120,4 +120,5 @@ def _ray_executor(cfg: dict[str, Any]) -> Executor:
         address=cfg["executor"]["ray_address"] or None,
         num_cpus=cfg["executor"]["num_cpus"] or None,
         max_tasks_per_worker=cfg["executor"]["max_tasks_per_worker"],
+        warm=(cfg["tokenizer"]["spec"], cfg["tokenizer"]["engine"] or None),
     )

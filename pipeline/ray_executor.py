@@ -6,7 +6,11 @@ two workers are kept busy from the first task to the last; results are collected
 they finish (progress moves with them) and returned in task order.
 
 Laptop: a local Ray instance is started with explicit CPUs and no dashboard, and shut down at the
-end. Cluster: ``--ray-address`` (or ``RAY_ADDRESS``) connects to it; outputs should then live on
+end. Its fixed cost is kept off the critical path: Ray starts in a background thread while the driver
+runs the first tasks itself (outputs do not depend on which process runs a task); the workers'
+environment is inherited from the start, so the workers Ray starts ahead of time serve the first
+tasks; every worker imports the stages and loads the tokenizer as soon as it exists (`warm_worker`),
+and the collection after each task skips what the process keeps (`release_memory`). Cluster: ``--ray-address`` (or ``RAY_ADDRESS``) connects to it; outputs should then live on
 storage every node sees (a shared path or ``s3://``). Tasks write their outputs atomically and are
 retried by Ray when a worker dies, so a retry reproduces the same bytes.
 
@@ -17,10 +21,14 @@ a worker that dies is still Ray's to retry.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
 import pickle
+import threading
+import time
+from collections.abc import Iterator
 from typing import Any
 
 from pipeline.engine import TaskFn
@@ -32,6 +40,10 @@ RECYCLE_BYTES = 256 * 1024 * 1024
 # thread: with one pool per worker sized to the whole machine, N workers would run N × cores threads
 # and a second worker would mostly add contention.
 WORKER_ENV = {"env_vars": {"RAYON_NUM_THREADS": "1"}}
+# Debug aid: with this variable set to a path, `close` appends one JSON line per task run (stage, task id,
+# worker pid, wall-clock submit / start / end / receive times, result size) and one per driver step
+# (Ray start, stop), for attributing a run's wall time.
+TIMELINE_ENV = "LWM_RAY_TIMELINE"
 
 
 def run_task(fn: TaskFn, task_json: str) -> dict[str, Any]:
@@ -41,13 +53,24 @@ def run_task(fn: TaskFn, task_json: str) -> dict[str, Any]:
     (unless `max_tasks_per_worker` says otherwise), so imports and the module-level tokenizer caches
     are paid once per worker, not once per task or per stage.
     """
+    started = time.time()
     task = json.loads(task_json)
     try:
-        return {"result": json.dumps(fn(task)), "error": b""}
+        out = {"result": json.dumps(fn(task)), "error": b""}
     except Exception as exc:
-        return {"result": "", "error": pack_error(exc)}
-    finally:
-        release_memory()
+        out = {"result": "", "error": pack_error(exc)}
+    release_memory()
+    out["span"] = [os.getpid(), started, time.time(), _process_start()]  # for the timeline (`TIMELINE_ENV`)
+    return out
+
+
+def _process_start() -> float:
+    """When this process started (seconds since the epoch), only while a timeline is recorded; else 0."""
+    if not os.environ.get(TIMELINE_ENV):
+        return 0.0
+    import psutil
+
+    return psutil.Process().create_time()
 
 
 def pack_error(exc: Exception) -> bytes:
@@ -77,6 +100,10 @@ def release_memory() -> None:
     import pyarrow as pa
 
     gc.collect()
+    # What survives a full collection between tasks is the process's own (modules, the tokenizer and its
+    # vocabulary); frozen, later collections skip it: a full collection over a loaded vocabulary took
+    # 0.1-0.3 s, paid after every task. Frozen objects are still freed when their last reference goes.
+    gc.freeze()
     pa.default_memory_pool().release_unused()
     try:
         import ctypes
@@ -86,10 +113,58 @@ def release_memory() -> None:
         pass
 
 
+def warm_worker(spec: str | None, engine: str | None) -> str:
+    """Import every stage's code and load the tokenizer in this worker (cached for its later tasks); "" or
+    the error's line, never an exception (nobody waits for this task)."""
+    try:
+        import pipeline.run  # noqa: F401  (every stage module, as the tasks' functions need them)
+        from stages.tokenizer import load_tokenizer
+
+        load_tokenizer(spec, engine)
+        release_memory()
+        return ""
+    except Exception as exc:
+        return f"{type(exc).__name__}: {exc}"
+
+
+def _load_quietly(spec: str | None, engine: str | None) -> None:
+    try:
+        from stages.tokenizer import load_tokenizer
+
+        load_tokenizer(spec, engine)
+    except Exception:  # the driver's own load, when it comes, reports it
+        pass
+
+
+@contextlib.contextmanager
+def _environment(values: dict[str, str]) -> Iterator[None]:
+    """These environment variables set while the block runs (so processes started in it inherit them)."""
+    saved = {k: os.environ.get(k) for k in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
 def quiet_ray_startup() -> None:
     """Keep Ray's notice about token authentication off the terminal: it speaks of Ray's own cluster
-    security, which `RAY_AUTH_MODE` sets, and says nothing about the run; its level is raised, nothing else."""
+    security, which `RAY_AUTH_MODE` sets, and says nothing about the run; its level is raised, nothing else.
+    Also its warning that a Ray started off the main thread sets no SIGTERM handler (`RayExecutor` starts it
+    in a thread on purpose; the driver then ends on SIGTERM by default, and Ray's processes with it)."""
     logging.getLogger("ray._private.authentication.authentication_token_setup").setLevel(logging.ERROR)
+    worker_log = logging.getLogger("ray._private.worker")
+    if not any(isinstance(f, _NoSigtermNotice) for f in worker_log.filters):
+        worker_log.addFilter(_NoSigtermNotice())
+
+
+class _NoSigtermNotice(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith("SIGTERM handler is not set")
 
 
 class RayExecutor:
@@ -98,7 +173,9 @@ class RayExecutor:
     name = "ray"
 
     def __init__(self, address: str | None = None, num_cpus: int | None = None,
-                 max_tasks_per_worker: int | str = "auto") -> None:
+                 max_tasks_per_worker: int | str = "auto",
+                 warm: tuple[str | None, str | None] | None = None) -> None:
+        """`warm`: the run's tokenizer (spec, engine), loaded by every worker right after Ray starts."""
         import ray
 
         self._ray = ray
@@ -107,23 +184,81 @@ class RayExecutor:
         self.max_tasks_per_worker = 0 if self._auto else int(max_tasks_per_worker)
         address = address or os.environ.get("RAY_ADDRESS") or None
         quiet_ray_startup()
-        if not ray.is_initialized():
-            if address:
-                ray.init(address=address, log_to_driver=False, logging_level=logging.WARNING)
-            else:
-                ray.init(
+        self._timeline: list[dict[str, Any]] = []
+        self._num_cpus = num_cpus
+        self._warm_tokenizer = warm
+        # Retries: a worker that dies (killed, out of memory) is restarted and its task run again, at most
+        # MAX_RETRIES times; an exception inside the task is data (see `run_task`), never retried.
+        self._remotes: dict[int, Any] = {}
+        self._ready = threading.Event()
+        self._stop = threading.Event()
+        self._closing = threading.Event()
+        self._init_error: BaseException | None = None
+        self._starter: threading.Thread | None = None
+        self.cpus = 0
+        if ray.is_initialized():  # a session given to us (a test's): its workers may lack our environment
+            self._task_env: dict[str, Any] | None = WORKER_ENV
+            self._connected()
+        elif address:  # the workers' environment goes with the job, so every worker of it has it
+            self._task_env = None
+            ray.init(address=address, log_to_driver=False, logging_level=logging.WARNING, runtime_env=WORKER_ENV)
+            self._connected()
+        else:
+            # A local Ray takes seconds to start (its own processes, then the workers'); it starts in a thread
+            # while this process runs the first tasks itself (`map`), so the start overlaps real work. The
+            # thread lives until `close`: Ray's processes are tied to the thread that started them.
+            self._task_env = None
+            self._starter = threading.Thread(target=self._start_local, name="ray-start", daemon=True)
+            self._starter.start()
+
+    def _start_local(self) -> None:
+        init_start = time.time()
+        try:
+            with _environment(WORKER_ENV["env_vars"]):  # inherited by the local Ray and its workers
+                self._ray.init(
                     address="local",  # a new instance, even when a `ray start` cluster runs on this machine
-                    num_cpus=num_cpus or os.cpu_count() or 1,
+                    num_cpus=self._num_cpus or os.cpu_count() or 1,
                     include_dashboard=False,
                     log_to_driver=False,
                     logging_level=logging.WARNING,
                     configure_logging=True,
                 )
-                self._started = True
-        # Retries: a worker that dies (killed, out of memory) is restarted and its task run again, at most
-        # MAX_RETRIES times; an exception inside the task is data (see `run_task`), never retried.
-        self._remotes: dict[int, Any] = {}
-        self.cpus = int(ray.cluster_resources().get("CPU", 1))
+            self._started = True
+            self._timeline.append({"stage": "ray.init", "started": init_start, "ended": time.time(),
+                                   "process_started": _process_start()})
+            self._connected(wait_for_warm=True)
+        except BaseException as exc:  # raised on the driver's thread by the next `map`
+            self._init_error = exc
+            self._ready.set()
+        self._stop.wait()
+
+    def _connected(self, wait_for_warm: bool = False) -> None:
+        """Ray is up: warm its workers, and hand tasks to it (after the warm-up, with `wait_for_warm`: until
+        then the driver, which has nothing else to do, keeps running tasks itself)."""
+        self.cpus = int(self._ray.cluster_resources().get("CPU", 1))
+        self._warming: list[Any] = []
+        self._warm(self._warm_tokenizer)
+        pending, deadline = list(self._warming) if wait_for_warm else [], time.monotonic() + 120
+        while pending and not self._closing.is_set() and time.monotonic() < deadline:  # a run that ends first
+            _, pending = self._ray.wait(pending, num_returns=len(pending), timeout=0.2)  # does not wait for it
+        self._ready.set()
+
+    def _warm(self, tokenizer: tuple[str | None, str | None] | None) -> None:
+        """Start, on every CPU, the imports and the tokenizer load that a worker's first sample task would
+        otherwise wait for, and load the tokenizer on the driver too (the samples stage's ``finish`` reads
+        it): both overlap the driver's planning and the first stages instead of following them.
+
+        Nothing waits for this; a failure here is met again, and reported, by the task that needs it."""
+        if tokenizer is None or self.max_tasks_per_worker == 1:  # a process per task: nothing to keep warm
+            return
+        remote = self._ray.remote(num_cpus=1, max_retries=0, runtime_env=self._task_env)(warm_worker)
+        self._warming = [remote.remote(*tokenizer) for _ in range(self.cpus)]
+        threading.Thread(target=_load_quietly, args=tokenizer, daemon=True).start()
+
+    @property
+    def ray_ready(self) -> bool:
+        """Whether Ray is up, so `map` hands tasks to it (before that, they run in this process)."""
+        return self._ready.is_set() and self._init_error is None
 
     def plan_for_input(self, total_bytes: int) -> None:
         """With ``auto``: a fresh worker process per task once the input is large (≥ `RECYCLE_BYTES`),
@@ -133,15 +268,33 @@ class RayExecutor:
             self.max_tasks_per_worker = 1 if total_bytes >= RECYCLE_BYTES else 0
 
     def map(self, fn: TaskFn, tasks: list[dict[str, Any]], progress: Progress) -> list[dict[str, Any]]:
+        """Results in task order. While a local Ray is still starting, tasks run here one after another
+        (as under the in-process runner); the rest go to Ray once it is up."""
+        results: dict[str, dict[str, Any]] = {}
+        local = 0
+        while local < len(tasks) and not self._ready.is_set():
+            started = time.time()
+            result = results[tasks[local]["task_id"]] = fn(tasks[local])
+            self._timeline.append({"stage": progress.stage, "task_id": tasks[local]["task_id"], "submitted": started,
+                                   "pid": os.getpid(), "started": started, "ended": time.time(),
+                                   "process_started": 0.0, "received": time.time(), "result_bytes": 0})
+            progress.update(rows=int(result.get("rows", 0)), nbytes=int(result.get("bytes", 0)))
+            local += 1
+        if local == len(tasks):
+            return [results[t["task_id"]] for t in tasks]
+        self._ready.wait()
+        if self._init_error is not None:
+            raise self._init_error
         ray = self._ray
         calls = self.max_tasks_per_worker
         if calls not in self._remotes:  # `max_calls` is fixed when the remote function is made
             self._remotes[calls] = ray.remote(num_cpus=1, max_retries=MAX_RETRIES, max_calls=calls,
-                                              runtime_env=WORKER_ENV)(run_task)
+                                              runtime_env=self._task_env)(run_task)
         remote = self._remotes[calls]
+        submitted = time.time()
         fn_ref = ray.put(fn)  # shipped once per stage, not once per task
-        pending = {remote.remote(fn_ref, json.dumps(t, sort_keys=True, default=str)): t["task_id"] for t in tasks}
-        results: dict[str, dict[str, Any]] = {}
+        pending = {remote.remote(fn_ref, json.dumps(t, sort_keys=True, default=str)): t["task_id"]
+                   for t in tasks[local:]}
         errors: dict[str, bytes] = {}
         waiting = list(pending)
         while waiting:
@@ -149,6 +302,10 @@ class RayExecutor:
             for ref in ready:
                 out = ray.get(ref)
                 task_id = pending[ref]
+                self._timeline.append({"stage": progress.stage, "task_id": task_id, "submitted": submitted,
+                                       "pid": out["span"][0], "started": out["span"][1], "ended": out["span"][2],
+                                       "process_started": out["span"][3],
+                                       "received": time.time(), "result_bytes": len(out["result"])})
                 if out["error"]:
                     errors[task_id] = out["error"]
                     continue
@@ -160,6 +317,17 @@ class RayExecutor:
         return [results[t["task_id"]] for t in tasks]
 
     def close(self) -> None:
+        self._closing.set()
+        if self._starter is not None:  # a start still under way is waited for (not the warm-up), then stopped
+            self._ready.wait()
+        stop_start = time.time()
         if self._started:
             self._ray.shutdown()
             self._started = False
+        self._stop.set()
+        path = os.environ.get(TIMELINE_ENV)
+        if path and self._timeline:
+            self._timeline.append({"stage": "ray.shutdown", "started": stop_start, "ended": time.time()})
+            with open(path, "a", encoding="utf-8") as f:
+                f.writelines(json.dumps(r) + "\n" for r in self._timeline)
+            self._timeline = []

@@ -10,6 +10,7 @@ import json
 import logging
 import os
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -210,3 +211,42 @@ def test_explicit_ray_and_auto_above_the_threshold_run_on_ray_workers(ray_sessio
         ex.plan_for_input(10)
         results = ex.map(count_calls, [{"task_id": "d0"}, {"task_id": "d1"}], Progress("d", 2, mode="off"))
         assert all(r["pid"] != os.getpid() for r in results)
+
+
+_BACKGROUND_START = """
+import json, os, sys, time
+from pipeline.progress import Progress
+from pipeline.ray_executor import RayExecutor
+
+ex = RayExecutor(num_cpus=2)
+
+def until_ray_is_up(task):
+    if task.get("wait"):  # runs in the driver: Ray is still starting when the first task comes
+        import __main__  # the driver's executor, looked up here so that the function ships without it
+        deadline = time.monotonic() + 200
+        while not __main__.ex.ray_ready and time.monotonic() < deadline:
+            time.sleep(0.05)
+    return {"task_id": task["task_id"], "pid": os.getpid(), "rayon": os.environ.get("RAYON_NUM_THREADS"), "rows": 1}
+
+tasks = [{"task_id": "t0", "wait": True}] + [{"task_id": f"t{n}"} for n in range(1, 5)]
+results = ex.map(until_ray_is_up, tasks, Progress("t", len(tasks), mode="off"))
+ex.close()
+print(json.dumps({"driver": os.getpid(), "results": results, "driver_rayon": os.environ.get("RAYON_NUM_THREADS")}))
+"""
+
+
+def test_a_local_ray_starts_while_the_first_tasks_run_in_the_driver_then_takes_the_rest(tmp_path):
+    """Ray starts in the background: tasks met before it is up run in the driver, the others on Ray workers
+    (whose environment, unlike the driver's, holds the one-thread setting); results stay in task order."""
+    env = {k: v for k, v in clean_env().items() if k != "RAYON_NUM_THREADS"}
+    proc = subprocess.run([sys.executable, "-c", _BACKGROUND_START],
+                          capture_output=True, text=True, env=env, timeout=300, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    for noise in ("Traceback", "SIGTERM handler", "Token authentication"):
+        assert noise not in proc.stderr, proc.stderr[-3000:]
+    seen = json.loads(proc.stdout.strip().splitlines()[-1])
+    results = seen["results"]
+    assert [r["task_id"] for r in results] == [f"t{n}" for n in range(5)]
+    assert results[0]["pid"] == seen["driver"]
+    assert all(r["pid"] != seen["driver"] and r["rayon"] == "1" for r in results[1:])
+    assert seen["driver_rayon"] is None  # set for the Ray processes only, not left in the driver
