@@ -117,7 +117,11 @@ def warm_worker(spec: str | None, engine: str | None) -> str:
     """Import every stage's code and load the tokenizer in this worker (cached for its later tasks); "" or
     the error's line, never an exception (nobody waits for this task)."""
     try:
-        import pipeline.run  # noqa: F401  (every stage module, as the tasks' functions need them)
+        # the modules whose task functions the workers run
+        import pipeline.dedup_stage
+        import pipeline.ingest_task
+        import pipeline.sample_task
+        import pipeline.shard_task
         from stages.tokenizer import load_tokenizer
 
         load_tokenizer(spec, engine)
@@ -272,7 +276,9 @@ class RayExecutor:
         (as under the in-process runner); the rest go to Ray once it is up."""
         results: dict[str, dict[str, Any]] = {}
         local = 0
-        while local < len(tasks) and not self._ready.is_set():
+        # A task in a process of its own (a large input: `plan_for_input`) never runs in the driver, whose
+        # memory must stay small; it waits for Ray instead.
+        while local < len(tasks) and not self._ready.is_set() and self.max_tasks_per_worker != 1:
             started = time.time()
             result = results[tasks[local]["task_id"]] = fn(tasks[local])
             self._timeline.append({"stage": progress.stage, "task_id": tasks[local]["task_id"], "submitted": started,

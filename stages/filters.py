@@ -40,6 +40,7 @@ from typing import Any
 from schemas.errors import ConfigError
 from schemas.stats import Stats
 from schemas.trajectory import GUI_DOMAINS, Trajectory, Turn
+from stages.literal_gates import Alternation, fold_text
 from stages.steps import trajectory_step
 
 DEFAULT_MIN_TURNS = 2
@@ -47,37 +48,6 @@ TOOL_DECLARING_DOMAINS = ("mcp", "swe")
 SHELL_TOOLS = frozenset({"bash", "execute_bash", "shell", "sh", "terminal", "run_command", "run_shell_command"})
 END_ACTIONS = frozenset({"answer", "complete", "terminate", "finish", "done", "stop", "submit", "infeasible"})
 INVALID_ACTION = "invalid"  # what the adapters name an action their harness could not parse
-
-# Characters other than A-Z that a case-insensitive `re` pattern matches to an ASCII letter (its simple
-# lowercase or `re`'s case equivalences): İ and dotless ı (i), long s ſ (s), the Kelvin sign (k).
-_FOLD = str.maketrans({"\u0130": "i", "\u0131": "i", "\u017f": "s", "\u212a": "k"})
-
-
-def fold_text(text: str) -> str:
-    """`text` lowercased so that whatever a ``(?i)`` ASCII literal matches in it reads as that literal."""
-    # `in` answers at once for a text stored with narrower characters (ASCII, Latin-1); translate is slow
-    if "\u0130" in text or "\u0131" in text or "\u017f" in text:
-        return text.translate(_FOLD).lower()
-    return text.lower()  # the Kelvin sign lowercases to k by itself
-
-
-class Alternation:
-    """A regex written as alternatives, each with a lowercase literal that every match of it contains.
-
-    `pattern` is the one regex; `found` answers ``bool(pattern.search(text))`` by searching only the
-    alternatives whose literal occurs in `fold_text(text)`, instead of trying every alternative at
-    every position of a long text (a tool output of tens of kilobytes).
-    """
-
-    def __init__(self, flags: str, alternatives: tuple[tuple[str, str], ...]) -> None:
-        self.alternatives = alternatives
-        self.pattern = re.compile(flags + "|".join(alt for alt, _ in alternatives))
-        self._parts = tuple((re.compile(flags + alt), literal) for alt, literal in alternatives)
-
-    def found(self, text: str, folded: str | None = None) -> bool:
-        folded = fold_text(text) if folded is None else folded
-        return any(literal in folded and part.search(text) for part, literal in self._parts)
-
 
 # Rejections: the environment refused or could not parse the action, so the state did not move.
 REJECTIONS = Alternation("(?im)", (
@@ -94,10 +64,6 @@ REJECTIONS = Alternation("(?im)", (
     (r"\b(?:failed to|could not|unable to) parse\b", " parse"),
 ))
 REJECTION_MARKERS = REJECTIONS.pattern
-# Every alternative of REJECTION_MARKERS contains one of these (lowercase): a cheap substring test
-# that skips the regex on almost every observation.
-_REJECTION_KEYWORDS = ("invalid", "format error", "cannot be exec", "syntax error", "command not found",
-                       "traceback", "unknown", "validation error", "jsondecodeerror", "parse")
 COMMAND_NOT_FOUND = re.compile(r"(?im)\bcommand not found\s*$")
 
 # Missing state: the whole observation is a placeholder (matched in full, so page text that
@@ -305,8 +271,7 @@ def empty_action_marks(traj: Trajectory) -> list[bool]:
 
 
 def _is_rejection(observation: str) -> bool:
-    low = observation.lower()
-    if any(k in low for k in _REJECTION_KEYWORDS) and REJECTIONS.found(observation):
+    if REJECTIONS.found(observation):
         return True
     text = observation.strip()
     value = parse_action(text) if text.startswith("{") else None

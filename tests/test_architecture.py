@@ -359,6 +359,7 @@ def test_shared_test_helpers_live_in_conftest_or_helpers():
 # Source files over 400 lines, each one cohesive table or rule set (or named here as not yet split).
 LONG_FILES = {
     "stages/redact.py": "the secret patterns and their replacement rules",
+    "stages/filters.py": "the filter rules and their marker tables",
     "stages/ingest/swe_agent.py": "one format's rules (SWE-agent trajectories)",
     "stages/ingest/droidbot.py": "one format's rules (DroidBot UTG and event logs)",
     "stages/ingest/reading.py": "the container readers (JSON, JSONL, CSV, Parquet, compression) and their bounds",

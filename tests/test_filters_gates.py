@@ -9,7 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from stages.filters import CAPTCHA, HTTP_ERRORS, REJECTIONS, _is_rejection, env_failure_of, fold_text
+from stages.filters import CAPTCHA, HTTP_ERRORS, REJECTIONS, _is_rejection, env_failure_of
+from stages.literal_gates import fold_text
 from tests.helpers import make_traj
 
 # The patterns as they were written as single regexes: the oracle of `Alternation.found`.

@@ -216,13 +216,15 @@ def test_explicit_ray_and_auto_above_the_threshold_run_on_ray_workers(ray_sessio
 _BACKGROUND_START = """
 import json, os, sys, time
 from pipeline.progress import Progress
-from pipeline.ray_executor import RayExecutor
+from pipeline.ray_executor import RECYCLE_BYTES, RayExecutor
 
 ex = RayExecutor(num_cpus=2)
+if sys.argv[1:] == ["large"]:
+    ex.plan_for_input(RECYCLE_BYTES)  # a task per worker process: none may run in the driver
 
 def until_ray_is_up(task):
-    if task.get("wait"):  # runs in the driver: Ray is still starting when the first task comes
-        import __main__  # the driver's executor, looked up here so that the function ships without it
+    import __main__  # the driver's executor, looked up here so that the function ships without it
+    if task.get("wait") and hasattr(__main__, "ex"):  # in the driver: Ray is still starting
         deadline = time.monotonic() + 200
         while not __main__.ex.ray_ready and time.monotonic() < deadline:
             time.sleep(0.05)
@@ -250,3 +252,15 @@ def test_a_local_ray_starts_while_the_first_tasks_run_in_the_driver_then_takes_t
     assert results[0]["pid"] == seen["driver"]
     assert all(r["pid"] != seen["driver"] and r["rayon"] == "1" for r in results[1:])
     assert seen["driver_rayon"] is None  # set for the Ray processes only, not left in the driver
+
+
+def test_with_a_task_per_worker_process_no_task_runs_in_the_driver(tmp_path):
+    """A large input gives each task a fresh worker process (memory): while Ray starts, the driver waits
+    instead of running tasks itself, so its memory stays that of a driver."""
+    env = {k: v for k, v in clean_env().items() if k != "RAYON_NUM_THREADS"}
+    proc = subprocess.run([sys.executable, "-c", _BACKGROUND_START, "large"],
+                          capture_output=True, text=True, env=env, timeout=300, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    seen = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert [r["task_id"] for r in seen["results"]] == [f"t{n}" for n in range(5)]
+    assert all(r["pid"] != seen["driver"] and r["rayon"] == "1" for r in seen["results"])
