@@ -93,6 +93,8 @@ class LedgerOwner:
         if getattr(executor, "name", "") == "ray":
             import ray
 
+            # a local Ray may still be starting in the background: the actor must go to that instance
+            getattr(getattr(executor, "chosen", None) or executor, "wait_for_ray", lambda: None)()
             self._actor = ray.remote(num_cpus=0)(Ledger).options(name=self.name).remote(
                 llm["max_requests"], llm["max_tokens"])
             self.spec = {"kind": "ray", "name": self.name}

@@ -255,6 +255,13 @@ class RayExecutor:
         self._warming = [remote.remote(*tokenizer) for _ in range(self.cpus)]
         threading.Thread(target=_load_quietly, args=tokenizer, daemon=True).start()
 
+    def wait_for_ray(self) -> None:
+        """Block until Ray is up (a local start runs in the background); for driver code that calls Ray's
+        API itself (a Ray call before then would start a second local Ray)."""
+        self._ready.wait()
+        if self._init_error is not None:
+            raise self._init_error
+
     @property
     def ray_ready(self) -> bool:
         """Whether Ray is up, so `map` hands tasks to it (before that, they run in this process)."""
@@ -284,9 +291,7 @@ class RayExecutor:
             local += 1
         if local == len(tasks):
             return [results[t["task_id"]] for t in tasks]
-        self._ready.wait()
-        if self._init_error is not None:
-            raise self._init_error
+        self.wait_for_ray()
         ray = self._ray
         calls = self.max_tasks_per_worker
         if calls not in self._remotes:  # `max_calls` is fixed when the remote function is made
