@@ -47,14 +47,13 @@ class AutoExecutor:
     (`plan_for_input`, called by the ingest step before any task runs) and printed with its reason;
     Ray is not even imported when the run stays in-process.
 
-    The default threshold, 256 MB, comes from measurements on a 2-core machine shared with other jobs
-    (terminal demo corpus, 36 MB, one file, 16 ingest tasks, outputs byte-identical): in-process 41.4 s,
-    Ray on 2 CPUs 72.6 s, Ray on 1 CPU 71.2 s back to back at load 1-3 (earlier pairs: 46.9 / 74.8 s and
-    53.3 / 92.5 s for Ray 2 CPUs / in-process); Ray spent about 16 s outside the stages (start,
-    worker start and imports, stop) and its stages were not faster than in-process ones, whose
-    tokenizer already uses both cores. So Ray did not pay off at 36 MB; 4 MB was 50 s in-process vs
-    118 s on Ray. 256 MB is also where workers start being recycled per task (`RECYCLE_BYTES`).
-    Re-measure with the benchmark on a quiet machine and set ``executor.local_below_bytes``.
+    The default threshold, 32 MB, lies between two measurements on this 2-core machine with the Ray
+    executor as it is now (all-turn SFT, dedup off, real tool-call trajectories, outputs byte-identical):
+    at 15 MB Ray on 2 CPUs and in-process took the same time (22.1 s vs 21.9 s), at 41 MB Ray on 2 CPUs
+    took 32.8 s against 43.4 s in-process (`python -m bench`, rows 2a/2b of bench/RESULTS.md). Below it,
+    Ray's own start (about 7 s for its processes, then the workers' imports and tokenizer) costs more
+    than a second worker saves. Workers are recycled per task only from `RECYCLE_BYTES` (256 MB) on.
+    Re-measure on another machine with the benchmark and set ``executor.local_below_bytes``.
     """
 
     def __init__(self, cfg: dict[str, Any], echo: Callable[[str], None] = _stderr) -> None:
