@@ -10,13 +10,19 @@ cluster_id, survivor; sorted by traj_id), is what the sample stage drops from ev
    ``_work/dedup/b<NNNNN>/<task_id>.parquet``. B comes from input-derived counts (or ``dedup.buckets``),
    never from the executor, and the result does not depend on B anyway: equal keys always meet.
 2. **reduce** (``dedup-reduce``, one task per bucket): rows with equal (kind, band, key) form a group;
-   groups become verified edges (stages/dedup_graph.py, by the rules of stages/dedup.py and stages/decontam.py),
-   written to ``_work/dedup/edges/b<NNNNN>.parquet``. An n-gram group is specific when it has at most the common
-   limit of members (from the number of trajectories the map saw, set on the driver between the two
-   steps); it adds one to its evaluation members' totals and to each (training, evaluation) pair's
-   shared count — partial counts, summed by the clusters task.
-3. **clusters** (``dedup-clusters``, one task): reads the edge files, finds the connected components
-   (stages/dedup_graph.py), applies the survivor rule and writes ``dedup/removed.parquet``. The driver gets
+   groups become verified edges (stages/dedup_graph.py, by the rules of stages/dedup.py and stages/decontam.py).
+   An n-gram group is specific when it has at most the common limit of members (from the number of
+   trajectories the map saw, set on the driver between the two steps); it adds one to its evaluation
+   members' totals and to each (training, evaluation) pair's shared count — partial counts.
+   The dedup edges (``exact``, ``near``) go to ``_work/dedup/edges/b<NNNNN>.parquet``; the decontamination
+   evidence (totals, shared counts, near copies of evaluation records) to one file per evidence partition,
+   ``_work/dedup/evidence/p<QQQQQ>/b<NNNNN>.parquet``, chosen by a hash of the evaluation record's id.
+3. **decontam** (``dedup-decontam``, one task per evidence partition): sums the partial counts of its
+   evaluation records over all buckets and writes the verdicts (``_work/dedup/verdicts/p<QQQQQ>.parquet``):
+   every near copy with the outcome of its n-gram check, and every trajectory past the n-gram thresholds.
+4. **clusters** (``dedup-clusters``, one task): reads the verdicts and the dedup edge files, removes the
+   decontaminated trajectories, finds the connected components of the rest (integer node codes, scipy's
+   connected components), applies the survivor rule and writes ``dedup/removed.parquet``. The driver gets
    only the counts: neither the edges nor the removed ids pass through it, and the sample tasks read
    ``dedup/removed.parquet`` themselves.
 
@@ -30,59 +36,39 @@ trajectories.
 from __future__ import annotations
 
 import hashlib
-import itertools
 import math
 import posixpath
-from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from pipeline.dedup_map import run_dedup_map_task
 from pipeline.engine import RunContext, Stage, marker_path
 from pipeline.outputs import AtomicParquetWriter, out_fs
 from schemas.errors import ConfigError
 from schemas.stats import Stats, merge_all
-from stages.decontam import (
-    ROLE_REFERENCE,
-    TRAJECTORY_COLUMNS,
-    common_limit,
-    is_active,
-    is_run_directory,
-    iter_references,
-    reference_units,
-    role_of,
-)
-from stages.dedup import (
-    Signer,
-    lsh_params,
-)
-from stages.dedup_graph import (
-    BUCKET_SCHEMA,
-    EDGE_SCHEMA,
-    BucketRows,
-    add_trajectory_rows,
-    bucket_edges,
-    edge_table,
-    node_sizes,
-    removed_rows,
+from stages.decontam import common_limit, is_active, is_run_directory, reference_units
+from stages.dedup import lsh_params
+from stages.dedup_graph import BUCKET_SCHEMA, EDGE_SCHEMA, bucket_edges
+from stages.dedup_removals import (
+    DECONTAM_KINDS,
+    DEDUP_KINDS,
+    REMOVED_SCHEMA,
+    VERDICT_SCHEMA,
+    cluster_removals,
+    contaminated_of,
+    decontam_verdicts,
+    evidence_key,
+    of_kinds,
 )
 
-# matched / overlap: for a decontamination removal, the evaluation record it matched and the overlap figure
-# (the share of the record's specific n-grams found, or the estimated Jaccard of a near copy); null otherwise.
-REMOVED_SCHEMA = pa.schema(
-    [("traj_id", pa.string()), ("reason", pa.string()), ("cluster_id", pa.string()), ("survivor", pa.string()),
-     ("matched", pa.string()), ("overlap", pa.float64())]
-)
 REASONS = ("exact_duplicate", "near_duplicate", "decontaminated_near", "decontaminated_ngram")
 BYTES_PER_BUCKET = 128 << 20  # what one reduce task reads and sorts, by estimated bytes (not rows)
 _ROW_BYTES = 64  # a bucket row without its signature: keys, kind, band, sizes, a traj_id
-_FLUSH_ROWS = 65_536
-_MAX_PENDING_ROWS = 4 * _FLUSH_ROWS
-_MAX_PENDING_BYTES = 64 << 20  # band rows carry signatures: bound what a map task buffers by bytes too
 _CHARS_PER_WORD = 6
-_SIGN_BATCH = 64
+EVIDENCE_BUCKETS_PER_PART = 4
 
 
 def dedup_settings(cfg: dict[str, Any], ingest_stats: Stats) -> dict[str, Any]:
@@ -117,103 +103,10 @@ def dedup_settings(cfg: dict[str, Any], ingest_stats: Stats) -> dict[str, Any]:
     est_rows = n_traj * (1 + bands) + (ingest_stats.get("chars.kept") / _CHARS_PER_WORD if decontam else 0)
     est_bytes = est_rows * _ROW_BYTES + n_traj * bands * 4 * int(d["num_perm"])
     settings["buckets"] = int(d.get("buckets") or max(1, math.ceil(est_bytes / BYTES_PER_BUCKET)))
+    # Partitions of the decontamination evidence (by evaluation record): fewer than buckets, since the
+    # evidence is a small part of the bucket rows and each reduce task writes one file per partition.
+    settings["evidence_parts"] = max(1, math.ceil(settings["buckets"] / EVIDENCE_BUCKETS_PER_PART))
     return settings
-
-
-# --- map --------------------------------------------------------------------------------------------------
-
-
-class _BucketOutput:
-    """Rows of one map task, hashed into bucket files that are opened on first use."""
-
-    def __init__(self, fs, root: str, task_id: str, buckets: int) -> None:
-        self.fs, self.root, self.task_id, self.buckets = fs, root, task_id, buckets
-        self.pending: dict[int, list[pa.Table]] = {}
-        self.pending_rows: dict[int, int] = {}
-        self.pending_bytes = 0
-        self.writers: dict[int, AtomicParquetWriter] = {}
-
-    def path(self, bucket: int) -> str:
-        return f"_work/dedup/b{bucket:05d}/{self.task_id}.parquet"
-
-    def add(self, table: pa.Table) -> None:
-        if not table.num_rows:
-            return
-        buckets = (table.column("key").to_numpy() % np.uint64(self.buckets)).astype(np.int64)
-        order = np.argsort(buckets, kind="stable")
-        sorted_buckets = buckets[order]
-        table = table.take(pa.array(order))
-        starts = np.flatnonzero(np.r_[True, sorted_buckets[1:] != sorted_buckets[:-1]])
-        for s, e in zip(starts, np.r_[starts[1:], len(order)]):
-            b = int(sorted_buckets[s])
-            part = table.slice(s, e - s)
-            self.pending.setdefault(b, []).append(part)
-            self.pending_bytes += part.nbytes
-            self.pending_rows[b] = self.pending_rows.get(b, 0) + int(e - s)
-            if self.pending_rows[b] >= _FLUSH_ROWS:
-                self._flush(b)
-        if sum(self.pending_rows.values()) >= _MAX_PENDING_ROWS or self.pending_bytes >= _MAX_PENDING_BYTES:
-            for b in list(self.pending):  # many buckets: bound the task's memory
-                self._flush(b)
-            self.pending_bytes = 0
-
-    def _flush(self, b: int) -> None:
-        if b not in self.writers:
-            self.writers[b] = AtomicParquetWriter(self.fs, f"{self.root}/{self.path(b)}", BUCKET_SCHEMA,
-                                                  rows_per_group=_FLUSH_ROWS, compression_level=1)
-        self.writers[b].write_table(pa.concat_tables(self.pending.pop(b)))
-        self.pending_rows[b] = 0
-
-    def close(self) -> dict[str, str]:
-        for b in list(self.pending):
-            self._flush(b)
-        for w in self.writers.values():
-            w.close()
-        return {str(b): self.path(b) for b in sorted(self.writers)}
-
-    def abort(self) -> None:
-        for w in self.writers.values():
-            w.abort()
-
-
-def _part_records(fs, root: str, task: dict[str, Any], stats: Stats) -> Iterator[tuple[str, int, dict]]:
-    path = f"{root}/trajectories/part-{task['task_id']}.parquet"
-    with fs.open(path, "rb") as f:
-        for batch in pq.ParquetFile(f).iter_batches(batch_size=256, columns=TRAJECTORY_COLUMNS):
-            for row in batch.to_pylist():
-                role = role_of(row["split_key"], task["settings"]["pools"])
-                stats.add("dedup.trajectories")
-                yield row["traj_id"], role, row
-
-
-def run_dedup_map_task(task: dict[str, Any]) -> dict[str, Any]:
-    """Hash one trajectories part (``source: part``) or one reference source (``source: reference``) into buckets."""
-    fs, root = out_fs(task["out"])
-    settings = task["settings"]
-    signer = Signer(settings["shingle"], settings["num_perm"], settings["seed"], settings["bands"], settings["rows"])
-    stats = Stats()
-    output = _BucketOutput(fs, root, task["task_id"], settings["buckets"])
-    if task["source"] == "part":
-        records = _part_records(fs, root, task, stats)
-    else:
-        records = ((ref_id, ROLE_REFERENCE, row) for ref_id, row in iter_references(task["uri"], stats))
-    rows = 0
-    try:
-        batch = BucketRows()
-        while items := list(itertools.islice(records, _SIGN_BATCH)):  # a batch's signatures are computed together
-            add_trajectory_rows(batch, items, signer, settings)
-            rows += len(items)
-            if batch.count >= _FLUSH_ROWS:
-                output.add(batch.table())
-                batch = BucketRows()
-        output.add(batch.table())
-        files = output.close()
-    except BaseException:
-        output.abort()
-        raise
-    result = {"task_id": task["task_id"], "stage": "dedup-map", "files": files, "rows": rows, "bytes": 0,
-              "stats": stats.to_dict(), "spec_hash": task["spec_hash"]}
-    return result
 
 
 # --- reduce -------------------------------------------------------------------------------------------------
@@ -228,31 +121,65 @@ def _read_all(fs, root: str, rels: list[str], schema: pa.Schema) -> pa.Table:
     return pa.concat_tables(tables) if tables else schema.empty_table()
 
 
+def evidence_parts(edges: pa.Table, parts: int) -> np.ndarray:
+    """The partition (``0 … parts-1``) of each decontamination row: a stable hash of its evaluation record's id,
+    so all the evidence about one record, from every bucket, meets in one verdict task."""
+    encoded = evidence_key(edges).combine_chunks().dictionary_encode()
+    part_of = np.array([int.from_bytes(hashlib.blake2b(name.encode(), digest_size=8).digest(), "little") % parts
+                        for name in encoded.dictionary.to_pylist()], dtype=np.int64)
+    return part_of[encoded.indices.to_numpy(zero_copy_only=False)] if len(part_of) else np.zeros(0, np.int64)
+
+
 def run_dedup_reduce_task(task: dict[str, Any]) -> dict[str, Any]:
-    """Find the verified edges of one bucket and write them."""
+    """Find the verified edges of one bucket: the dedup edges to one file, the decontamination evidence to one
+    file per evidence partition it touches."""
     fs, root = out_fs(task["out"])
     table = _read_all(fs, root, task["files"], BUCKET_SCHEMA)
     edges = bucket_edges(table, task["settings"])
     rel = f"_work/dedup/edges/{task['task_id']}.parquet"
     with AtomicParquetWriter(fs, f"{root}/{rel}", EDGE_SCHEMA) as w:
-        w.write_table(edge_table(edges, node_sizes(table) if edges else {}))
-    stats = {"dedup.bucket_rows": table.num_rows, "dedup.edges": len(edges)}
-    result = {"task_id": task["task_id"], "stage": "dedup-reduce", "edges": rel, "rows": table.num_rows,
-              "bytes": 0, "stats": stats, "spec_hash": task["spec_hash"]}
+        w.write_table(of_kinds(edges, DEDUP_KINDS))
+    evidence = of_kinds(edges, DECONTAM_KINDS)
+    part = evidence_parts(evidence, task["settings"]["evidence_parts"])
+    files = {}
+    for q in np.unique(part).tolist():
+        files[str(q)] = f"_work/dedup/evidence/p{q:05d}/{task['task_id']}.parquet"
+        with AtomicParquetWriter(fs, f"{root}/{files[str(q)]}", EDGE_SCHEMA) as w:
+            w.write_table(evidence.filter(pa.array(part == q)))
+    stats = {"dedup.bucket_rows": table.num_rows, "dedup.edges": edges.num_rows}
+    result = {"task_id": task["task_id"], "stage": "dedup-reduce", "edges": rel, "evidence": files,
+              "rows": table.num_rows, "bytes": 0, "stats": stats, "spec_hash": task["spec_hash"]}
     return result
+
+
+# --- decontamination verdicts --------------------------------------------------------------------------------
+
+
+def run_dedup_decontam_task(task: dict[str, Any]) -> dict[str, Any]:
+    """Sum the evidence of one partition of evaluation records over every bucket and write its verdicts."""
+    fs, root = out_fs(task["out"])
+    evidence = _read_all(fs, root, task["files"], EDGE_SCHEMA)
+    verdicts = decontam_verdicts(evidence, task["settings"])
+    rel = f"_work/dedup/verdicts/{task['task_id']}.parquet"
+    with AtomicParquetWriter(fs, f"{root}/{rel}", VERDICT_SCHEMA) as w:
+        w.write_table(verdicts)
+    return {"task_id": task["task_id"], "stage": "dedup-decontam", "verdicts": rel, "rows": evidence.num_rows,
+            "bytes": 0, "stats": {"dedup.evidence_rows": evidence.num_rows}, "spec_hash": task["spec_hash"]}
 
 
 # --- clusters ----------------------------------------------------------------------------------------------
 
 
 def run_dedup_clusters_task(task: dict[str, Any]) -> dict[str, Any]:
-    """Clusters, the survivor rule and decontamination over every edge file; writes ``dedup/removed.parquet``."""
+    """Decontamination verdicts, clusters and the survivor rule over every edge file; writes ``dedup/removed.parquet``."""
     fs, root = out_fs(task["out"])
+    verdicts = _read_all(fs, root, task["verdicts"], VERDICT_SCHEMA)
     edges = _read_all(fs, root, task["edges"], EDGE_SCHEMA)
-    rows, counts = removed_rows(edges, task["settings"])
-    _write_removed(fs, root, rows)
+    table, counts = cluster_removals(edges, contaminated_of(verdicts))
+    _write_removed(fs, root, table)
     return {"task_id": task["task_id"], "stage": "dedup-clusters", "counts": counts, "edges": edges.num_rows,
-            "rows": len(rows), "bytes": 0, "stats": {"dedup.removed": len(rows)}, "spec_hash": task["spec_hash"]}
+            "rows": table.num_rows, "bytes": 0, "stats": {"dedup.removed": table.num_rows},
+            "spec_hash": task["spec_hash"]}
 
 
 # --- the stage ---------------------------------------------------------------------------------------------
@@ -273,9 +200,9 @@ def _reference_fingerprint(uri: str) -> str:
     return digest.hexdigest()
 
 
-def _write_removed(fs, root: str, rows: list[dict[str, str]]) -> None:
+def _write_removed(fs, root: str, table: pa.Table) -> None:
     with AtomicParquetWriter(fs, f"{root}/dedup/removed.parquet", REMOVED_SCHEMA) as w:
-        w.write_table(pa.Table.from_pylist(rows, schema=REMOVED_SCHEMA))
+        w.write_table(table)
 
 
 def removed_ids(ctx: RunContext) -> set[str]:
@@ -321,7 +248,7 @@ class DedupMapStage(Stage):
         """With dedup off: an empty removal list. Otherwise the common n-gram limit for the reduce."""
         settings = ctx.shared["dedup"]
         if not (settings["exact"] or settings["near"] or settings["decontam"]):
-            _write_removed(ctx.fs, ctx.root, [])
+            _write_removed(ctx.fs, ctx.root, REMOVED_SCHEMA.empty_table())
             ctx.shared["removed_ids"] = set()
             ctx.manifest["counts"]["dedup"] = {"exact_removed": 0, "near_removed": 0, "decontaminated_near": 0,
                                                "decontaminated_ngram": 0, "clusters": 0, "example_clusters": []}
@@ -354,9 +281,33 @@ class DedupReduceStage(Stage):
                 for b in sorted(files)]
 
 
+class DedupDecontamStage(Stage):
+    """Decontamination verdicts: one task per partition of evaluation records with evidence sums it over the
+    buckets (``_work/dedup/verdicts``). The (training, evaluation) pairs that share specific n-grams are the
+    bulk of the evidence; summed here in parts, they never meet in one process."""
+
+    name = "dedup-decontam"
+    sections = ("dedup",)
+    run_task = staticmethod(run_dedup_decontam_task)
+
+    def plan(self, ctx: RunContext) -> list[dict[str, Any]] | None:
+        if (settings := _mapped_settings(ctx)) is None:
+            return None
+        reduce_results = ctx.results["dedup-reduce"]
+        files: dict[int, list[str]] = {}
+        for r in reduce_results:
+            for q, rel in r["evidence"].items():
+                files.setdefault(int(q), []).append(rel)
+        reduce_specs = [r["spec_hash"] for r in reduce_results]
+        base = {"out": ctx.cfg["run"]["out"], "settings": settings}
+        return [{**base, "task_id": f"p{q:05d}", "files": sorted(files[q]), "spec": [settings, reduce_specs, q]}
+                for q in sorted(files)]
+
+
 class DedupClustersStage(Stage):
-    """Clusters: one task reads the edge files, finds the components, applies the survivor rule and writes
-    ``dedup/removed.parquet``; the driver gets only the counts (neither edges nor removed ids pass through it)."""
+    """Clusters: one task reads the verdicts and the dedup edge files, finds the components, applies the
+    survivor rule and writes ``dedup/removed.parquet``; the driver gets only the counts (neither edges nor
+    removed ids pass through it)."""
 
     name = "dedup-clusters"
     sections = ("dedup",)
@@ -366,11 +317,13 @@ class DedupClustersStage(Stage):
         if (settings := _mapped_settings(ctx)) is None:
             return None
         reduce_results = ctx.results["dedup-reduce"]
+        verdict_results = ctx.results.get("dedup-decontam") or []
         marker = marker_path(ctx.root, self.name, "clusters")
         if not ctx.fs.exists(f"{ctx.root}/dedup/removed.parquet") and ctx.fs.exists(marker):
             ctx.fs.rm(marker)  # the output is gone: find it again
         return [{"out": ctx.cfg["run"]["out"], "settings": settings, "task_id": "clusters",
-                 "edges": [r["edges"] for r in reduce_results], "spec": [r["spec_hash"] for r in reduce_results]}]
+                 "edges": [r["edges"] for r in reduce_results], "verdicts": [r["verdicts"] for r in verdict_results],
+                 "spec": [r["spec_hash"] for r in reduce_results + verdict_results]}]
 
     def finish(self, ctx: RunContext, results: list[dict[str, Any]]) -> None:
         if (settings := _mapped_settings(ctx)) is None:
@@ -394,4 +347,5 @@ class DedupClustersStage(Stage):
 
 DEDUP_MAP = DedupMapStage()
 DEDUP_REDUCE = DedupReduceStage()
+DEDUP_DECONTAM = DedupDecontamStage()
 DEDUP_CLUSTERS = DedupClustersStage()

@@ -117,7 +117,7 @@ def warm_worker(spec: str | None, engine: str | None) -> str:
     """Import every stage's code and load the tokenizer in this worker (cached for its later tasks); "" or
     the error's line, never an exception (nobody waits for this task)."""
     try:
-        from pipeline import dedup_stage, ingest_task, sample_task, shard_task  # noqa: F401  (the tasks' code)
+        from pipeline import dedup_map, dedup_stage, ingest_task, sample_task, shard_task  # noqa: F401  (the tasks' code)
         from stages.tokenizer import load_tokenizer
 
         load_tokenizer(spec, engine)

@@ -17,21 +17,15 @@ from stages.decontam import (
     ROLE_REFERENCE,
     ROLE_TRAIN,
     exact_group_edges,
-    near_is_contamination,
-    ngram_group_pairs,
-    ngram_verdicts,
 )
 from stages.dedup import (
     Signer,
-    UnionFind,
     band_group_edges,
     band_keys,
-    cluster_id,
     exact_content,
     exact_key,
     ngram_keys,
     normalize_text,
-    survivor_rank,
     text_word_hashes_many,
     turn_texts,
 )
@@ -129,15 +123,16 @@ def add_trajectory_rows(out: BucketRows, items: list[tuple[str, int, dict]], sig
             out.put(KIND_NGRAM, np.zeros(len(grams)), grams[:, 0], grams[:, 1], traj_id, role, 0, 0, None)
 
 
-def bucket_edges(table: pa.Table, settings: dict[str, Any]) -> list[tuple]:
-    """Edges ``(kind, a, b, value)`` of one bucket's rows, sorted and without repeats.
+def bucket_edges(table: pa.Table, settings: dict[str, Any]) -> pa.Table:
+    """The edges of one bucket's rows (`EDGE_SCHEMA`, without repeats; the sizes of both ends are set on the
+    dedup edges ``exact`` and ``near``).
 
-    ``value`` is the Jaccard estimate of a dedup or ``decontam_near`` edge and the n-gram count of a
-    `KIND_TOTAL` / `KIND_SHARED` row. An n-gram group is specific when it has at most
+    ``jaccard`` holds the Jaccard estimate of a ``near`` or ``decontam_near`` edge and ``count`` the n-gram
+    count of a `KIND_TOTAL` / `KIND_SHARED` row. An n-gram group is specific when it has at most
     ``settings["ngram_limit"]`` members (set on the driver once the number of trajectories is known).
     """
     if not table.num_rows:
-        return []
+        return EDGE_SCHEMA.empty_table()
     kind = table.column("kind").to_numpy()
     band = table.column("band").to_numpy()
     key = table.column("key").to_numpy()
@@ -151,7 +146,7 @@ def bucket_edges(table: pa.Table, settings: dict[str, Any]) -> list[tuple]:
     role = table.column("role").to_numpy()[order]
     is_ngram = k[starts] == KIND_NGRAM
     edges: set[tuple] = set()
-    pair_groups = np.zeros(len(starts), dtype=bool)
+    parts = []
     if is_ngram.any():
         specific = is_ngram & (sizes <= int(settings.get("ngram_limit", 0)))
         # Every specific n-gram of an evaluation record counts towards its total, shared or not.
@@ -161,10 +156,20 @@ def bucket_edges(table: pa.Table, settings: dict[str, Any]) -> list[tuple]:
             edges.update((KIND_TOTAL, v["values"], "", int(v["counts"])) for v in ids.to_pylist())
         trains = np.add.reduceat((role == ROLE_TRAIN).astype(np.int64), starts)
         pair_groups = specific & (trains > 0) & (trains < sizes)
-    big = (sizes > 1) & (~is_ngram | pair_groups)
+        if pair_groups.any():
+            parts.append(_shared_pairs(table, order, role, starts[pair_groups], sizes[pair_groups]))
+    big = (sizes > 1) & ~is_ngram
     groups = [(int(s), int(e)) for s, e in zip(starts[big], ends[big])]
-    if not groups:
-        return sorted(edges)
+    if groups:
+        _dedup_group_edges(table, order, k, role, groups, settings, edges)
+    rows = sorted(edges)
+    parts.insert(0, edge_table(rows, node_sizes(table) if any(e[0] in ("exact", "near") for e in rows) else {}))
+    return pa.concat_tables(parts)
+
+
+def _dedup_group_edges(table: pa.Table, order: np.ndarray, k: np.ndarray, role: np.ndarray,
+                       groups: list[tuple[int, int]], settings: dict[str, Any], edges: set[tuple]) -> None:
+    """The edges of exact-key and LSH band groups (`order` positions ``[s, e)``), added to `edges`."""
     # One gather per column for all candidate groups (per-group takes on chunked columns dominated the stage).
     sel = np.concatenate([order[s:e] for s, e in groups])
     all_ids = table.column("traj_id").take(pa.array(sel)).to_pylist()
@@ -173,7 +178,6 @@ def bucket_edges(table: pa.Table, settings: dict[str, Any]) -> list[tuple]:
     if len(band_rows):
         raw_sigs = table.column("sig").take(pa.array(band_rows)).to_pylist()
         sig_at = dict(zip(band_rows.tolist(), raw_sigs))
-    shared: dict[tuple[str, str], int] = {}
     offset = 0
     for s, e in groups:
         ids = all_ids[offset : offset + (e - s)]
@@ -187,98 +191,78 @@ def bucket_edges(table: pa.Table, settings: dict[str, Any]) -> list[tuple]:
             continue
         pick = list(first.values())
         ids, roles = [ids[i] for i in pick], [roles[i] for i in pick]
-        group_kind = int(k[s])
-        if group_kind == KIND_EXACT:
+        if int(k[s]) == KIND_EXACT:
             edges.update(exact_group_edges(ids, roles, settings["exact"]))
-        elif group_kind == KIND_BAND:
+        else:
             sigs = np.stack([np.frombuffer(sig_at[int(rows[i])], dtype=np.uint32) for i in pick])
             edges.update(band_group_edges(ids, roles, sigs, settings["threshold"], settings["near"]))
-        else:
-            for pair in ngram_group_pairs(ids, roles):
-                shared[pair] = shared.get(pair, 0) + 1
-    edges.update((KIND_SHARED, t, e, n) for (t, e), n in shared.items())
-    return sorted(edges)
+
+
+_PAIRS_PER_STEP = 1 << 22  # (training, evaluation) pairs expanded at once before they are counted
+
+
+def _shared_pairs(table: pa.Table, order: np.ndarray, role: np.ndarray, starts: np.ndarray,
+                  sizes: np.ndarray) -> pa.Table:
+    """`KIND_SHARED` rows of specific n-gram groups (`order` positions ``[start, start + size)``): for every
+    (training, evaluation) pair of distinct members, the number of the groups that hold both.
+
+    The pairs of a group are the product of its training and its evaluation members; they are expanded and
+    counted with numpy, a bounded number at a time (`ngram_group_pairs` is the rule, one group at a time).
+    """
+    encoded = table.column("traj_id").combine_chunks().dictionary_encode()
+    codes = encoded.indices.to_numpy(zero_copy_only=False).astype(np.int64)
+    n_codes = len(encoded.dictionary)
+    positions = np.repeat(starts - np.r_[0, np.cumsum(sizes)[:-1]], sizes) + np.arange(int(sizes.sum()))
+    group = np.repeat(np.arange(len(starts)), sizes)
+    member = codes[order[positions]]
+    # A trajectory id seen twice in a group (the same id in two inputs) is one member, with its first role.
+    _, first = np.unique(group * n_codes + member, return_index=True)
+    first.sort()
+    group, member, roles = group[first], member[first], role[positions[first]]
+    is_train = roles == ROLE_TRAIN
+    t_group, t_member = group[is_train], member[is_train]
+    e_member = member[~is_train]
+    e_count = np.bincount(group[~is_train], minlength=len(starts))
+    e_start = np.r_[0, np.cumsum(e_count)[:-1]]
+    reps = e_count[t_group]  # each training member pairs with every evaluation member of its group
+    keys, counts = [], []
+    bounds = np.searchsorted(np.cumsum(reps), np.arange(_PAIRS_PER_STEP, int(reps.sum()), _PAIRS_PER_STEP))
+    for lo, hi in zip(np.r_[0, bounds], np.r_[bounds, len(reps)]):
+        r = reps[lo:hi]
+        n = int(r.sum())
+        if not n:
+            continue
+        t_at = np.repeat(np.arange(lo, hi), r)
+        offset = np.arange(n) - np.repeat(np.cumsum(r) - r, r)
+        e_at = e_start[t_group[t_at]] + offset
+        step_keys, step_counts = np.unique(t_member[t_at] * n_codes + e_member[e_at], return_counts=True)
+        keys.append(step_keys)
+        counts.append(step_counts)
+    if not keys:
+        return EDGE_SCHEMA.empty_table()
+    keys, inverse = np.unique(np.concatenate(keys), return_inverse=True)
+    counts = np.bincount(inverse, weights=np.concatenate(counts)).astype(np.int64)
+    train, evaluation = np.divmod(keys, n_codes)
+    n = len(keys)
+    columns = {
+        "kind": pa.array(np.full(n, KIND_SHARED, dtype=object), pa.string()),
+        "a": encoded.dictionary.take(pa.array(train)), "b": encoded.dictionary.take(pa.array(evaluation)),
+        "jaccard": np.zeros(n, np.float32), "a_turns": np.zeros(n, np.int32), "a_len": np.zeros(n, np.int64),
+        "b_turns": np.zeros(n, np.int32), "b_len": np.zeros(n, np.int64), "count": counts,
+    }
+    return columns_table(columns, EDGE_SCHEMA)
+
+
+def columns_table(columns: dict[str, Any], schema: pa.Schema) -> pa.Table:
+    arrays = [c if isinstance(c, pa.Array) else pa.array(c, type=f.type) for c, f in
+              ((columns[f.name], f) for f in schema)]
+    return pa.Table.from_arrays(arrays, schema=schema)
 
 
 def node_sizes(table: pa.Table) -> dict[str, tuple[int, int]]:
     mask = pc.not_equal(table.column("kind"), pa.scalar(KIND_NGRAM, pa.int8()))
     sub = table.filter(mask).select(["traj_id", "turns", "text_len"])
     return {t: (n, ln) for t, n, ln in zip(*(sub.column(c).to_pylist() for c in ("traj_id", "turns", "text_len")))}
-
-
-def removed_rows(edges: pa.Table, settings: dict[str, Any] | None = None) -> tuple[list[dict], dict[str, Any]]:
-    """Removed trajectories from all edges: decontamination first, then clusters and the survivor rule.
-
-    `settings` holds the n-gram thresholds (``ngram_overlap``, ``ngram_min_shared``); without them no
-    trajectory is removed for shared n-grams.
-    """
-    near: dict[str, tuple[str, float]] = {}  # train id → (evaluation id, Jaccard) of its closest record
-    totals: dict[str, int] = {}
-    shared: dict[tuple[str, str], int] = {}
-    dedup_edges = []
-    sizes: dict[str, tuple[int, int]] = {}
-    cols = ("kind", "a", "b", "jaccard", "a_turns", "a_len", "b_turns", "b_len", "count")
-    counts_col = edges.column("count").to_pylist() if "count" in edges.column_names else [0] * edges.num_rows
-    for kind, a, b, jac, at, al, bt, bl, n in zip(*(edges.column(c).to_pylist() for c in cols[:-1]), counts_col):
-        if kind == KIND_TOTAL:
-            totals[a] = totals.get(a, 0) + n
-        elif kind == KIND_SHARED:
-            shared[(a, b)] = shared.get((a, b), 0) + n
-        elif kind.startswith("decontam"):
-            old = near.get(a)
-            if old is None or (-jac, b) < (-old[1], old[0]):  # the closest record, then the smallest id
-                near[a] = (b, jac)
-        else:
-            dedup_edges.append((kind, a, b))
-            sizes[a], sizes[b] = (at, al), (bt, bl)
-    contaminated: dict[str, tuple[str, str, float]] = {}
-    if settings:
-        by_ngram = ngram_verdicts(totals, shared, settings["ngram_overlap"], settings["ngram_min_shared"])
-        for t, (w, j) in near.items():
-            if near_is_contamination(totals.get(w, 0), shared.get((t, w), 0), settings):
-                contaminated[t] = ("decontaminated_near", w, j)
-        for t, (share, w, _) in by_ngram.items():
-            contaminated.setdefault(t, ("decontaminated_ngram", w, share))
-    else:
-        contaminated = {t: ("decontaminated_near", w, j) for t, (w, j) in near.items()}
-    rows = [{"traj_id": t, "reason": reason, "cluster_id": cluster_id([w]), "survivor": w, "matched": w,
-             "overlap": round(float(figure), 4)} for t, (reason, w, figure) in contaminated.items()]
-    every, exact = UnionFind(), UnionFind()
-    for kind, a, b in dedup_edges:
-        if a in contaminated or b in contaminated:
-            continue
-        every.union(a, b)
-        if kind == "exact":
-            exact.union(a, b)
-
-    def rank(n: str) -> tuple:
-        return survivor_rank(n, *sizes[n])
-
-    clusters = every.groups()
-    for members in clusters:
-        survivor = min(members, key=rank)
-        cid = cluster_id(members)
-        # The first of each exact class (same normalized content) stands for it; the others are exact copies.
-        firsts: dict[str, str] = {}
-        for n in sorted(members, key=rank):
-            firsts.setdefault(exact.find(n), n)
-        for n in members:
-            if n != survivor:
-                reason = "exact_duplicate" if firsts[exact.find(n)] != n else "near_duplicate"
-                rows.append({"traj_id": n, "reason": reason, "cluster_id": cid, "survivor": survivor, "matched": None,
-                             "overlap": None})
-    rows.sort(key=lambda r: r["traj_id"])
-    reasons = [r["reason"] for r in rows]
-    largest = sorted(clusters, key=lambda m: (-len(m), cluster_id(m)))[:3]
-    counts = {
-        "exact_removed": reasons.count("exact_duplicate"),
-        "near_removed": reasons.count("near_duplicate"),
-        "decontaminated_near": reasons.count("decontaminated_near"),
-        "decontaminated_ngram": reasons.count("decontaminated_ngram"),
-        "clusters": len(clusters),
-        "example_clusters": [cluster_id(m) for m in largest],
-    }
-    return rows, counts
 
 
 def edge_table(edges: list[tuple], sizes: dict[str, tuple[int, int]]) -> pa.Table:

@@ -27,7 +27,7 @@ from pipeline.run import run_pipeline
 from schemas.errors import ConfigError
 from schemas.stats import Stats
 from stages import dedup
-from stages.dedup_graph import removed_rows
+from stages.dedup_removals import removed_rows
 
 SYSTEM_PROMPT = "You operate a Linux shell in a sandbox. " * 30  # shared boilerplate, ~200 words
 EXACT_COPIES = {"t003": ["u-exact-003a", "u-exact-003b"], "t011": ["u-exact-011"]}

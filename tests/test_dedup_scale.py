@@ -1,0 +1,129 @@
+"""The dedup graph at scale: shared n-gram pairs counted with numpy and clusters found on integer node codes
+give what the one-group-at-a-time rules and a Python union-find give, on random inputs."""
+
+from __future__ import annotations
+
+import random
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from stages import dedup_graph
+from stages.decontam import ROLE_EVAL, ROLE_REFERENCE, ROLE_TRAIN, ngram_group_pairs
+from stages.dedup import UnionFind, cluster_id, survivor_rank
+from stages.dedup_graph import BUCKET_SCHEMA, EDGE_SCHEMA, KIND_NGRAM, KIND_SHARED, KIND_TOTAL, bucket_edges
+from stages.dedup_removals import cluster_removals
+
+
+def _ngram_bucket(rnd: random.Random, n_ids: int, n_groups: int) -> tuple[pa.Table, list[list[tuple[str, int]]]]:
+    """Bucket rows of random n-gram groups (ids with a fixed role, some listed twice) and the groups themselves."""
+    roles = {f"t{i:03d}": rnd.choice([ROLE_TRAIN] * 3 + [ROLE_EVAL, ROLE_REFERENCE]) for i in range(n_ids)}
+    names = sorted(roles)
+    rows, groups = [], []
+    for g in range(n_groups):
+        members = rnd.sample(names, rnd.randint(1, 12))
+        members += rnd.sample(members, min(len(members), rnd.randint(0, 2)))  # the same id from two inputs
+        rnd.shuffle(members)
+        groups.append([(m, roles[m]) for m in members])
+        rows += [(KIND_NGRAM, 0, g * 7919 + 1, g, m, roles[m], 0, 0, None) for m in members]
+    rnd.shuffle(rows)
+    table = pa.Table.from_arrays([pa.array(c, type=f.type) for c, f in zip(zip(*rows), BUCKET_SCHEMA)],
+                                 schema=BUCKET_SCHEMA)
+    return table, groups
+
+
+def _reference_evidence(groups: list[list[tuple[str, int]]], limit: int) -> tuple[dict, dict]:
+    """Shared counts per (training, evaluation) pair and totals per evaluation record, one group at a time."""
+    shared: dict[tuple[str, str], int] = {}
+    totals: dict[str, int] = {}
+    for members in groups:
+        if len(members) > limit:
+            continue
+        for m, role in members:
+            if role != ROLE_TRAIN:
+                totals[m] = totals.get(m, 0) + 1
+        first: dict[str, int] = {}
+        for m, role in members:
+            first.setdefault(m, role)
+        for pair in ngram_group_pairs(list(first), list(first.values())):
+            shared[pair] = shared.get(pair, 0) + 1
+    return shared, totals
+
+
+@pytest.mark.parametrize("step", [1 << 22, 5])
+def test_shared_pairs_equal_the_per_group_rule(monkeypatch, step):
+    monkeypatch.setattr(dedup_graph, "_PAIRS_PER_STEP", step)  # small steps: counts summed across steps
+    rnd = random.Random(step)
+    table, groups = _ngram_bucket(rnd, 40, 300)
+    limit = 10
+    edges = bucket_edges(table, {"ngram_limit": limit, "exact": True, "near": True, "threshold": 0.8})
+    rows = edges.to_pylist()
+    shared = {(r["a"], r["b"]): r["count"] for r in rows if r["kind"] == KIND_SHARED}
+    totals = {r["a"]: r["count"] for r in rows if r["kind"] == KIND_TOTAL}
+    expected_shared, expected_totals = _reference_evidence(groups, limit)
+    assert len(expected_shared) > 100 and max(expected_shared.values()) > 1
+    assert shared == expected_shared
+    assert totals == expected_totals
+    assert len(shared) == sum(r["kind"] == KIND_SHARED for r in rows)  # each pair once per bucket
+
+
+def _reference_clusters(edges: list[tuple], contaminated: set[str]) -> list[tuple]:
+    """The survivor rule with a Python union-find: (traj_id, reason, cluster_id, survivor) sorted by id."""
+    sizes, every, exact = {}, UnionFind(), UnionFind()
+    for kind, a, b, at, al, bt, bl in edges:
+        if a in contaminated or b in contaminated:
+            continue
+        sizes[a], sizes[b] = (at, al), (bt, bl)
+        every.union(a, b)
+        if kind == "exact":
+            exact.union(a, b)
+    out = []
+    for members in every.groups():
+        rank = sorted(members, key=lambda n: survivor_rank(n, *sizes[n]))
+        firsts: dict[str, str] = {}
+        for n in rank:
+            firsts.setdefault(exact.find(n), n)
+        for n in members:
+            if n != rank[0]:
+                reason = "exact_duplicate" if firsts[exact.find(n)] != n else "near_duplicate"
+                out.append((n, reason, cluster_id(members), rank[0]))
+    return sorted(out)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_cluster_removals_equal_a_python_union_find(seed):
+    rnd = random.Random(seed)
+    nodes = [f"n{i:03d}" for i in range(150)]
+    size = {n: (rnd.randint(1, 3), rnd.choice([100, 120, 140])) for n in nodes}  # many ties: the id decides
+    edges = []
+    for _ in range(160):
+        a, b = rnd.sample(nodes, 2)
+        edges.append((rnd.choice(["exact", "near", "near"]), a, b, *size[a], *size[b]))
+    contaminated = set(rnd.sample(nodes, 10))
+    table = pa.Table.from_pylist(
+        [{"kind": k, "a": a, "b": b, "jaccard": 0.9, "a_turns": at, "a_len": al, "b_turns": bt, "b_len": bl,
+          "count": 0} for k, a, b, at, al, bt, bl in edges], schema=EDGE_SCHEMA)
+    verdicts = {t: ("decontaminated_near", "ref:x", 0.91) for t in contaminated}
+    removed, counts = cluster_removals(table, verdicts)
+    got = [(r["traj_id"], r["reason"], r["cluster_id"], r["survivor"]) for r in removed.to_pylist()
+           if r["reason"] in ("exact_duplicate", "near_duplicate")]
+    expected = _reference_clusters(edges, contaminated)
+    assert got == expected
+    assert {r["traj_id"] for r in removed.to_pylist()} - {g[0] for g in got} == contaminated
+    assert counts["exact_removed"] == sum(e[1] == "exact_duplicate" for e in expected) > 0
+    assert counts["near_removed"] == sum(e[1] == "near_duplicate" for e in expected) > 0
+    assert counts["clusters"] == len({e[2] for e in expected})
+
+
+def test_cluster_removals_of_no_edges():
+    removed, counts = cluster_removals(EDGE_SCHEMA.empty_table(), {})
+    assert removed.num_rows == 0 and counts["clusters"] == 0 and counts["example_clusters"] == []
+
+
+def test_components_of_a_long_chain_are_one():
+    from stages.dedup_removals import _components
+
+    n = 100_000
+    labels = _components(np.arange(n - 1), np.arange(1, n), n)
+    assert len(np.unique(labels)) == 1
