@@ -244,3 +244,20 @@ def test_another_runs_eval_pool_is_a_reference(decontaminated):
     expected = {f"ref:{out}#{t['traj_id']}" for t in trajs if pool_of(t["split_key"], RATIOS, 0) == "eval"}
     assert set(refs) == expected and f"ref:{out}#own-eval" in expected
     assert stats.get("decontam.references") == len(expected)
+
+
+def test_the_same_verdicts_whatever_the_buckets_and_evidence_partitions(decontaminated):
+    out, _, _ = decontaminated
+    tmp = out.parent
+    cfg = (tmp / "cfg.toml").read_text().replace("[dedup]\n", "[dedup]\nbuckets = 9\n")
+    (tmp / "cfg9.toml").write_text(cfg)
+    out9 = tmp / "out9"
+    proc = lwm_in_process("run", "--executor", "local", "--config", str(tmp / "cfg9.toml"), "-i",
+                          str(tmp / "train.jsonl"), "-o", str(out9), "--progress", "off")
+    assert proc.returncode == 0, proc.stderr
+    # Nine buckets: the evidence about the four evaluation records is split over three partitions (two of them
+    # hold some), each summed by its own task; the verdicts and the removal file are those of the one-bucket run.
+    parts = sorted(p.name for p in (out9 / "_work" / "dedup" / "evidence").iterdir())
+    assert len(parts) >= 2 and set(parts) <= {"p00000", "p00001", "p00002"}
+    assert json.loads((out9 / "_timings.json").read_text())["dedup-decontam"]["tasks"] == len(parts)
+    assert (out9 / "dedup" / "removed.parquet").read_bytes() == (out / "dedup" / "removed.parquet").read_bytes()
