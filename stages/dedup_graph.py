@@ -58,10 +58,15 @@ EDGE_SCHEMA = pa.schema(
 
 
 class BucketRows:
-    """Bucket rows of many trajectories, gathered column by column and built into one table."""
+    """Bucket rows of many trajectories, gathered column by column and built into one table.
+
+    The string and binary columns repeat one value per row of a trajectory (hundreds of n-gram rows): they
+    are gathered as indices into the distinct values and built by Arrow, not as a Python object per row.
+    """
 
     def __init__(self) -> None:
         self.cols: dict[str, list] = {name: [] for name in BUCKET_SCHEMA.names}
+        self.values: dict[str, list] = {"traj_id": [], "sig": []}
         self.count = 0
 
     def put(self, kind: int, band: np.ndarray, key: np.ndarray, key2: np.ndarray, traj_id: str, role: int,
@@ -72,20 +77,30 @@ class BucketRows:
         cols["band"].append(band.astype(np.int16))
         cols["key"].append(key.astype(np.uint64))
         cols["key2"].append(key2.astype(np.uint64))
-        cols["traj_id"] += [traj_id] * n
         cols["role"].append(np.full(n, role, np.int8))
         cols["turns"].append(np.full(n, turns, np.int32))
         cols["text_len"].append(np.full(n, text_len, np.int64))
-        cols["sig"] += [sig] * n
+        for name, value in (("traj_id", traj_id), ("sig", sig)):
+            values = self.values[name]
+            if value is None:
+                cols[name].append(np.full(n, -1, np.int32))
+                continue
+            if not values or values[-1] != value:
+                values.append(value)
+            cols[name].append(np.full(n, len(values) - 1, np.int32))
         self.count += n
 
     def table(self) -> pa.Table:
         arrays = []
-        for name in BUCKET_SCHEMA.names:
-            values = self.cols[name]
-            if name not in ("traj_id", "sig"):
-                values = np.concatenate(values) if values else []
-            arrays.append(pa.array(values, type=BUCKET_SCHEMA.field(name).type))
+        for field in BUCKET_SCHEMA:
+            parts = self.cols[field.name]
+            values = np.concatenate(parts) if parts else np.zeros(0, np.int32)
+            if field.name in self.values:
+                indices = pa.array(values, mask=values < 0, type=pa.int32())
+                dictionary = pa.array(self.values[field.name], type=field.type)
+                arrays.append(pa.DictionaryArray.from_arrays(indices, dictionary).cast(field.type))
+            else:
+                arrays.append(pa.array(values, type=field.type))
         return pa.Table.from_arrays(arrays, schema=BUCKET_SCHEMA)
 
 
