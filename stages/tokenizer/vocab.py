@@ -74,8 +74,9 @@ def rank_vocabulary_hash(vocab: RankVocabulary) -> str:
         "special_tokens": sorted([token_id, text] for text, token_id in vocab.special_tokens.items()),
     }
     digest = hashlib.sha256(json.dumps(header, sort_keys=True, ensure_ascii=False).encode() + b"\n")
-    lines = (base64.b64encode(token) + b" %d\n" % rank for token, rank in sorted(vocab.ranks.items(), key=_by_rank))
-    digest.update(b"".join(lines))
+    encode = binascii.b2a_base64
+    digest.update(b"".join([encode(token, newline=False) + b" %d\n" % rank
+                            for token, rank in sorted(vocab.ranks.items(), key=_by_rank)]))
     return digest.hexdigest()
 
 
