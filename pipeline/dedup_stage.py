@@ -112,13 +112,20 @@ def dedup_settings(cfg: dict[str, Any], ingest_stats: Stats) -> dict[str, Any]:
 # --- reduce -------------------------------------------------------------------------------------------------
 
 
-def _read_all(fs, root: str, rels: list[str], schema: pa.Schema) -> pa.Table:
-    """The work files `rels` (relative to the run root) as one table, in the order given; empty of `schema` when none."""
+def _read_all(fs, root: str, rels: list[str], schema: pa.Schema, dictionary: tuple[str, ...] = ()) -> pa.Table:
+    """The work files `rels` (relative to the run root) as one table, in the order given; empty of `schema` when none.
+
+    The `dictionary` columns are read as dictionaries, unified into one (bucket rows repeat a trajectory id
+    hundreds of times: a string per row costs more than the rest of the read).
+    """
     tables = []
     for rel in rels:
         with fs.open(f"{root}/{rel}", "rb") as f:
-            tables.append(pq.read_table(f))
-    return pa.concat_tables(tables) if tables else schema.empty_table()
+            tables.append(pq.read_table(f, read_dictionary=list(dictionary) or None))
+    if not tables:
+        return schema.empty_table()
+    table = pa.concat_tables(tables)
+    return table.unify_dictionaries().combine_chunks() if dictionary else table
 
 
 def evidence_parts(edges: pa.Table, parts: int) -> np.ndarray:
@@ -134,7 +141,7 @@ def run_dedup_reduce_task(task: dict[str, Any]) -> dict[str, Any]:
     """Find the verified edges of one bucket: the dedup edges to one file, the decontamination evidence to one
     file per evidence partition it touches."""
     fs, root = out_fs(task["out"])
-    table = _read_all(fs, root, task["files"], BUCKET_SCHEMA)
+    table = _read_all(fs, root, task["files"], BUCKET_SCHEMA, dictionary=("traj_id", "sig"))
     edges = bucket_edges(table, task["settings"])
     rel = f"_work/dedup/edges/{task['task_id']}.parquet"
     with AtomicParquetWriter(fs, f"{root}/{rel}", EDGE_SCHEMA) as w:
