@@ -79,7 +79,9 @@ def qwen_dir(tmp_path_factory):
 
 def test_two_fsdp_gloo_ranks_equal_one_process(qwen_dir, tmp_path):
     result_path = tmp_path / "rank0.pt"
-    torch.multiprocessing.spawn(_rank_worker, args=(_free_port(), qwen_dir, str(result_path)), nprocs=2, join=True)
+    # forked, not spawned: the ranks start with torch and transformers already imported
+    torch.multiprocessing.start_processes(_rank_worker, args=(_free_port(), qwen_dir, str(result_path)), nprocs=2,
+                                          join=True, start_method="fork")
     sharded = torch.load(result_path, weights_only=True)
     samples = _samples(10, seed=11)
     for name, model in _models(qwen_dir).items():
