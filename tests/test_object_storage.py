@@ -33,7 +33,8 @@ def s3(tmp_path_factory):
            "AWS_DEFAULT_REGION": "us-east-1", "FSSPEC_S3_ENDPOINT_URL": endpoint}
     fs = s3fs.S3FileSystem(key=KEY_ID, secret=SECRET, endpoint_url=endpoint, skip_instance_cache=True)
     fs.mkdir(BUCKET)
-    corpus = write_corpus(tmp_path_factory.mktemp("corpus") / "in", files=4, per_file=25, big=120)
+    # two small files (one task) and one file of two byte ranges: three ingest tasks, a split file
+    corpus = write_corpus(tmp_path_factory.mktemp("corpus") / "in", files=2, per_file=25, big=60)
     fs.put(str(corpus) + "/", f"{BUCKET}/in/", recursive=True)
     toml = config_toml(tmp_path_factory.mktemp("cfg") / "c.toml")
     try:
