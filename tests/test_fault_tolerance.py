@@ -20,7 +20,15 @@ from pathlib import Path
 import pytest
 
 from pipeline.run import run_pipeline
-from tests.helpers import LWM, assert_same_outputs, clean_env, config_toml, corpus_config, write_corpus
+from tests.helpers import (
+    LWM,
+    assert_same_outputs,
+    clean_env,
+    config_toml,
+    corpus_config,
+    lwm_in_process,
+    write_corpus,
+)
 
 psutil = pytest.importorskip("psutil")
 TASK_DELAY = "1.0"
@@ -104,9 +112,9 @@ def test_a_worker_killed_mid_task_is_retried_and_the_output_is_unchanged(ray_ses
 def test_a_killed_driver_resumes_with_finished_tasks_skipped(ray_session, corpus, clean_run, tmp_path):
     out = tmp_path / "out"
     address = ray_session.get_runtime_context().gcs_address
-    cmd = [LWM, "run", "--executor", "ray", "--ray-address", address, "--input", str(corpus), "--out", str(out),
-           "--config", str(config_toml(tmp_path / "c.toml")), "--progress", "off"]
-    driver = subprocess.Popen(cmd, env=clean_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    args = ["run", "--executor", "ray", "--ray-address", address, "--input", str(corpus), "--out", str(out),
+            "--config", str(config_toml(tmp_path / "c.toml")), "--progress", "off"]
+    driver = subprocess.Popen([LWM, *args], env=clean_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     markers = out / "_tasks" / "ingest"
     deadline = time.monotonic() + 120
     while driver.poll() is None and time.monotonic() < deadline:
@@ -125,7 +133,7 @@ def test_a_killed_driver_resumes_with_finished_tasks_skipped(ray_session, corpus
     finished = len(list(markers.glob("*.json")))
     left_behind = len(list(out.rglob("*.tmp-*")))
 
-    again = subprocess.run(cmd, env=clean_env(), capture_output=True, text=True, timeout=240)
+    again = lwm_in_process(*args)  # the next driver: `lwm run` in this process, on the same Ray
     assert again.returncode == 0, again.stderr[-2000:]
     ingest = _timings(out)["ingest"]
     assert 2 <= finished < ingest["tasks"]

@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 from pipeline.run import run_pipeline
-from tests.helpers import LWM, JudgeServer, Script, Slow, clean_env, llm_config, write_llm_corpus
+from tests.helpers import LWM, JudgeServer, Script, Slow, clean_env, llm_config, lwm_in_process, write_llm_corpus
 
 SCENARIOS = [f"s{i}" for i in range(12)]  # default script: candidates judged 5, 4, 3; instructions derived
 
@@ -45,9 +45,9 @@ def test_a_killed_run_resumes_without_resending_and_gives_the_same_shards(tmp_pa
     out = tmp_path / "out"
     script = Script()
     with JudgeServer(lambda body, n: Slow(0.1, script(body, n))) as server:
-        cmd = [LWM, "run", "--executor", "local", "--input", str(corpus), "--out", str(out), "--progress", "off",
-               "--config", str(_toml(tmp_path / "c.toml", server.url))]
-        proc = subprocess.Popen(cmd, env=clean_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        args = ["run", "--executor", "local", "--input", str(corpus), "--out", str(out), "--progress", "off",
+                "--config", str(_toml(tmp_path / "c.toml", server.url))]
+        proc = subprocess.Popen([LWM, *args], env=clean_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         deadline = time.monotonic() + 120
         while proc.poll() is None and len(server.requests) < 40 and time.monotonic() < deadline:
             time.sleep(0.01)
@@ -58,8 +58,8 @@ def test_a_killed_run_resumes_without_resending_and_gives_the_same_shards(tmp_pa
     assert not (out / "_SUCCESS").exists()
 
     with JudgeServer(Script()) as server:
-        again = subprocess.run([*cmd[:-1], str(_toml(tmp_path / "c2.toml", server.url))], env=clean_env(),
-                               capture_output=True, text=True, timeout=300)
+        # the resumed run is about the cache, not the process: `lwm run` in this process
+        again = lwm_in_process(*args[:-1], str(_toml(tmp_path / "c2.toml", server.url)))
         resent = list(server.requests)
     assert again.returncode == 0, again.stderr[-2000:]
     assert f"llm sft_reasoning: {sum(1 for b in resent if 'seed' in b or b['messages'][0]['content'].startswith('You grade'))} requests" in again.stderr

@@ -1,8 +1,9 @@
 """From ``s3://`` input to ``s3://`` output, against moto's S3 server on a loopback port.
 
-The runs go through the command line with the endpoint in ``FSSPEC_S3_ENDPOINT_URL`` (fsspec's
-per-protocol environment config) and dummy credentials in the usual AWS variables; a Ray run gets
-them in its workers because the local Ray instance it starts inherits the environment.
+The Ray run is an ``lwm`` process with the endpoint in ``FSSPEC_S3_ENDPOINT_URL`` (fsspec's
+per-protocol environment config) and dummy credentials in the usual AWS variables; its workers get
+them because the local Ray instance it starts inherits the environment. The local run is the same
+command run in this process, with the endpoint in fsspec's config and the same credentials.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import subprocess
 import pyarrow.parquet as pq
 import pytest
 
-from tests.helpers import LWM, clean_env, config_toml, write_corpus
+from tests.helpers import LWM, clean_env, config_toml, lwm_in_process, write_corpus
 
 s3fs = pytest.importorskip("s3fs")
 moto_server = pytest.importorskip("moto.server")
@@ -33,7 +34,8 @@ def s3(tmp_path_factory):
            "AWS_DEFAULT_REGION": "us-east-1", "FSSPEC_S3_ENDPOINT_URL": endpoint}
     fs = s3fs.S3FileSystem(key=KEY_ID, secret=SECRET, endpoint_url=endpoint, skip_instance_cache=True)
     fs.mkdir(BUCKET)
-    corpus = write_corpus(tmp_path_factory.mktemp("corpus") / "in", files=4, per_file=25, big=120)
+    # two small files (one task) and one file of two byte ranges: three ingest tasks, a split file
+    corpus = write_corpus(tmp_path_factory.mktemp("corpus") / "in", files=2, per_file=25, big=60)
     fs.put(str(corpus) + "/", f"{BUCKET}/in/", recursive=True)
     toml = config_toml(tmp_path_factory.mktemp("cfg") / "c.toml")
     try:
@@ -50,7 +52,14 @@ def _lwm_run(s3, out: str, *extra: str) -> subprocess.CompletedProcess:
 
 @pytest.fixture(scope="module")
 def local_run(s3) -> str:
-    proc = _lwm_run(s3, f"s3://{BUCKET}/out-local", "--executor", "local")
+    import fsspec
+
+    with pytest.MonkeyPatch.context() as mp:
+        for key in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_DEFAULT_REGION"):
+            mp.setenv(key, s3["env"][key])
+        mp.setitem(fsspec.config.conf, "s3", {"endpoint_url": s3["endpoint"]})
+        proc = lwm_in_process("run", "--input", f"s3://{BUCKET}/in", "--out", f"s3://{BUCKET}/out-local",
+                              "--config", str(s3["toml"]), "--progress", "off", "--executor", "local")
     assert proc.returncode == 0, proc.stderr[-3000:]
     return f"{BUCKET}/out-local"
 

@@ -1,7 +1,7 @@
 """Re-running the same command resumes: finished tasks are skipped and the bytes never change.
 
-In-process runs with the local executor, plus one killed `lwm run --executor local` (its tasks die
-with it, so its partial files stay behind for the next run to remove).
+In-process runs with the local executor, plus one killed `lwm run --executor local` process (its tasks
+die with it, so its partial files stay behind for the next run to remove).
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from pipeline.run import run_pipeline
-from tests.helpers import LWM, assert_same_outputs, clean_env, config_toml, corpus_config, write_corpus
+from tests.helpers import LWM, assert_same_outputs, clean_env, config_toml, corpus_config, lwm_in_process, write_corpus
 
 
 @pytest.fixture(scope="module")
@@ -107,15 +107,16 @@ def test_from_layer_trajectories_gives_the_bytes_of_a_full_run(corpus, fresh, tm
 
 def test_a_killed_run_leaves_no_success_and_the_next_run_cleans_up(corpus, tmp_path):
     out = tmp_path / "out"
-    base = [LWM, "run", "--executor", "local", "--input", str(corpus), "--out", str(out), "--progress", "off",
+    # Only the killed run is a process of its own; the others run `lwm` in this process.
+    args = ["run", "--executor", "local", "--input", str(corpus), "--out", str(out), "--progress", "off",
             "--config", str(config_toml(tmp_path / "c.toml"))]
-    done = subprocess.run(base, env=clean_env(), capture_output=True, text=True, timeout=120)
+    done = lwm_in_process(*args)
     assert done.returncode == 0, done.stderr[-2000:]
     assert (out / "_SUCCESS").exists()
     # Same output folder, a setting that changes the trajectories: killed in the middle of its ingest.
-    cmd = [*base, "--redact-emails"]
+    args = [*args, "--redact-emails"]
     env = {**clean_env(), "LWM_TEST_TASK_DELAY": "0.4"}
-    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen([LWM, *args], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     markers = out / "_tasks" / "ingest"
     before = {p: p.stat().st_mtime_ns for p in markers.glob("*.json")}
     deadline = time.monotonic() + 60
@@ -131,14 +132,13 @@ def test_a_killed_run_leaves_no_success_and_the_next_run_cleans_up(corpus, tmp_p
     partial = list(out.rglob("*.tmp-*"))
     assert partial
 
-    again = subprocess.run(cmd, env=clean_env(), capture_output=True, text=True, timeout=120)
+    again = lwm_in_process(*args)
     assert again.returncode == 0, again.stderr[-2000:]
     assert f"removed {len(partial)} partial file(s) left by an interrupted run" in again.stderr
     assert not list(out.rglob("*.tmp-*")) and (out / "_SUCCESS").exists()
     ingest = _timings(out)["ingest"]
     assert ingest["skipped"] >= 2 and ingest["ran"] == ingest["tasks"] - ingest["skipped"]
     fresh = tmp_path / "fresh"
-    redo = subprocess.run([str(fresh) if c == str(out) else c for c in cmd], env=clean_env(),
-                          capture_output=True, text=True, timeout=120)
+    redo = lwm_in_process(*[str(fresh) if c == str(out) else c for c in args])
     assert redo.returncode == 0, redo.stderr[-2000:]
     assert_same_outputs(fresh, out)

@@ -43,19 +43,20 @@ def test_tiny_model_learns_the_android_demo_shards_and_resumes(tmp_path):
     assert manifest["counts"]["samples"]["cpt"] >= 30
     shards, ckpt, log1, log2 = tmp_path / "run" / "shards" / "cpt", tmp_path / "ckpt", tmp_path / "a.jsonl", tmp_path / "b.jsonl"
     common = ["--shards", str(shards), "--out", str(ckpt), "--pack", "--lr", "1e-2", "--warmup-steps", "5", *TINY]
-    # 40 steps: the mean loss of the last ten is about a quarter of the first ten's (half is asserted)
-    first = _torchrun([*common, "--max-steps", "40", "--log-every", "1", "--log-json", str(log1)])
+    # 20 steps: the mean loss of the last five is about 0.37 of the first five's (half is asserted); with
+    # the optimizer step left out it stays where it started (1.00 of it)
+    first = _torchrun([*common, "--max-steps", "20", "--log-every", "1", "--log-json", str(log1)])
     assert first.returncode == 0, first.stderr[-3000:]
     log = [json.loads(x) for x in log1.read_text().splitlines()]
-    assert [e["step"] for e in log] == list(range(1, 41))
+    assert [e["step"] for e in log] == list(range(1, 21))
     assert all(0 < e["weighted_tokens"] <= e["tokens"] for e in log)
-    early = sum(e["loss"] for e in log[:10]) / 10
-    late = sum(e["loss"] for e in log[-10:]) / 10
+    early = sum(e["loss"] for e in log[:5]) / 5
+    late = sum(e["loss"] for e in log[-5:]) / 5
     assert late < 0.5 * early, (early, late)
-    second = _torchrun([*common, "--max-steps", "45", "--log-every", "5", "--log-json", str(log2)])
+    second = _torchrun([*common, "--max-steps", "22", "--log-every", "2", "--log-json", str(log2)])
     assert second.returncode == 0, second.stderr[-3000:]
-    assert "resumed from" in second.stdout and "at step 40" in second.stdout
-    assert [json.loads(x)["step"] for x in log2.read_text().splitlines()] == [45]
+    assert "resumed from" in second.stdout and "at step 20" in second.stdout
+    assert [json.loads(x)["step"] for x in log2.read_text().splitlines()] == [22]
 
 
 @pytest.mark.slow

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -78,7 +79,9 @@ def qwen_dir(tmp_path_factory):
 
 def test_two_fsdp_gloo_ranks_equal_one_process(qwen_dir, tmp_path):
     result_path = tmp_path / "rank0.pt"
-    torch.multiprocessing.spawn(_rank_worker, args=(_free_port(), qwen_dir, str(result_path)), nprocs=2, join=True)
+    # forked, not spawned: the ranks start with torch and transformers already imported
+    torch.multiprocessing.start_processes(_rank_worker, args=(_free_port(), qwen_dir, str(result_path)), nprocs=2,
+                                          join=True, start_method="fork")
     sharded = torch.load(result_path, weights_only=True)
     samples = _samples(10, seed=11)
     for name, model in _models(qwen_dir).items():
@@ -111,12 +114,17 @@ def test_torchrun_fsdp_sharded_checkpoint_resumes_exactly(qwen_dir, tmp_path):
     shards = write_synthetic_shards(str(tmp_path / "run"), rows_per_file=(24, 24), row_group_rows=6)
     common = ["--shards", shards, "--model", qwen_dir, "--fsdp", "--pack", "--micro-batch-tokens", "128",
               "--grad-accum", "2", "--lr", "3e-3", "--schedule", "constant", "--log-every", "1"]
-    straight = _torchrun([*common, "--out", str(tmp_path / "a"), "--max-steps", "6", "--log-json", str(tmp_path / "a.jsonl")])
+    # One straight run to step 6 that also saves at step 3 (both checkpoints are kept): its step-3
+    # checkpoint, alone in a new folder, is where the interrupted run resumes from.
+    straight = _torchrun([*common, "--out", str(tmp_path / "a"), "--max-steps", "6", "--save-every", "3",
+                          "--log-json", str(tmp_path / "a.jsonl")])
     assert straight.returncode == 0, straight.stderr[-3000:]
     assert "2 rank(s) (FSDP)" in straight.stdout
-    first = _torchrun([*common, "--out", str(tmp_path / "b"), "--max-steps", "3"])
-    assert first.returncode == 0, first.stderr[-3000:]
+    assert sorted(p.name for p in (tmp_path / "a").iterdir()) == ["latest", "step-00000003", "step-00000006"]
+    shutil.copytree(tmp_path / "a" / "step-00000003", tmp_path / "b" / "step-00000003")
+    (tmp_path / "b" / "latest").write_text("step-00000003")
     checkpoint = load_checkpoint(str(tmp_path / "b"))
+    assert checkpoint.step == 3
     assert checkpoint.model is None and checkpoint.trainer["sharded"]
     assert sorted(p.name for p in Path(checkpoint.folder, "sharded").glob("*.distcp")) == ["__0_0.distcp", "__1_0.distcp"]
     second = _torchrun([*common, "--out", str(tmp_path / "b"), "--max-steps", "6", "--log-json", str(tmp_path / "b.jsonl")])
@@ -124,6 +132,7 @@ def test_torchrun_fsdp_sharded_checkpoint_resumes_exactly(qwen_dir, tmp_path):
     assert "resumed from" in second.stdout and "at step 3" in second.stdout
     log_a = [json.loads(x) for x in (tmp_path / "a.jsonl").read_text().splitlines()]
     log_b = [json.loads(x) for x in (tmp_path / "b.jsonl").read_text().splitlines()]
+    assert [e["step"] for e in log_a] == [1, 2, 3, 4, 5, 6]
     assert [e["step"] for e in log_b] == [4, 5, 6]
     for a, b in zip(log_a[3:], log_b):
         assert a["tokens"] == b["tokens"]

@@ -124,7 +124,9 @@ def _free_port():
 
 def test_two_gloo_ranks_equal_one_rank(tmp_path):
     result_path = tmp_path / "rank0.pt"
-    torch.multiprocessing.spawn(_rank_worker, args=(_free_port(), str(result_path)), nprocs=2, join=True)
+    # forked, not spawned: the ranks start with torch already imported
+    torch.multiprocessing.start_processes(_rank_worker, args=(_free_port(), str(result_path)), nprocs=2, join=True,
+                                          start_method="fork")
     distributed = torch.load(result_path, weights_only=True)
     samples = _samples(8, seed=7)
     for loss_norm in ("tokens", "weights"):

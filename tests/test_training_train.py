@@ -44,23 +44,25 @@ def _torchrun(args: list[str]) -> subprocess.CompletedProcess:
 def test_torchrun_two_ranks_learns_and_resumes(train_shards, tmp_path):
     out, first_log, second_log = tmp_path / "ckpt", tmp_path / "first.jsonl", tmp_path / "second.jsonl"
     common = ["--shards", train_shards, "--out", str(out), "--pack", "--lr", "1e-2", "--warmup-steps", "5", *TINY_RUN]
-    first = _torchrun([*common, "--max-steps", "100", "--log-every", "1", "--log-json", str(first_log)])
+    # 30 steps: the mean loss of the last ten is about 0.36 of the first ten's (half is asserted); with the
+    # optimizer step left out it stays at about 0.97 of it
+    first = _torchrun([*common, "--max-steps", "30", "--log-every", "1", "--log-json", str(first_log)])
     assert first.returncode == 0, first.stderr[-3000:]
     log = _read_log(first_log)
-    assert [e["step"] for e in log] == list(range(1, 101))
+    assert [e["step"] for e in log] == list(range(1, 31))
     assert all(e["tokens"] > 0 and 0 < e["weighted_tokens"] <= e["tokens"] for e in log)
     early = sum(e["loss"] for e in log[:10]) / 10
     late = sum(e["loss"] for e in log[-10:]) / 10
     assert late < 0.5 * early, (early, late)
-    assert (out / "latest").read_text() == "step-00000100"
+    assert (out / "latest").read_text() == "step-00000030"
     assert "weighted tok/s" in first.stdout
 
-    second = _torchrun([*common, "--max-steps", "120", "--log-every", "10", "--log-json", str(second_log)])
+    second = _torchrun([*common, "--max-steps", "34", "--log-every", "2", "--log-json", str(second_log)])
     assert second.returncode == 0, second.stderr[-3000:]
-    assert "resumed from" in second.stdout and "at step 100" in second.stdout
-    assert [e["step"] for e in _read_log(second_log)] == [110, 120]
+    assert "resumed from" in second.stdout and "at step 30" in second.stdout
+    assert [e["step"] for e in _read_log(second_log)] == [32, 34]
     checkpoint = load_checkpoint(str(out))
-    assert checkpoint.step == 120
+    assert checkpoint.step == 34
     assert len(checkpoint.data_states) == 2
 
 

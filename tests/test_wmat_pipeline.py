@@ -28,7 +28,7 @@ from stages.tokenizer import load_tokenizer
 from tests.helpers import BlockWriter, JudgeServer, lwm_in_process, scenario_of, valid_block
 
 ROOT = Path(__file__).resolve().parent.parent
-N_TRAJ = 32
+N_TRAJ = 16
 
 
 def _lwm(*args: str, process: bool = False) -> subprocess.CompletedProcess:
