@@ -1,10 +1,5 @@
-"""The map step of the dedup stage (see `pipeline.dedup_stage`).
-
-``dedup-keys`` (decontamination only): one task per trajectories part or reference source writes the n-gram
-keys its evaluation records hold (``_work/dedup/evalkeys/<task_id>.parquet``). ``dedup-map``: one task per
-part or reference source hashes its key rows into the bucket files ``_work/dedup/b<NNNNN>/<task_id>.parquet``;
-a training trajectory's n-gram rows only for the keys some evaluation record holds.
-"""
+"""The map step of the dedup stage (``dedup-map``; see `pipeline.dedup_stage`): one task per trajectories part
+or reference source hashes its key rows into the bucket files ``_work/dedup/b<NNNNN>/<task_id>.parquet``."""
 
 from __future__ import annotations
 
@@ -18,9 +13,9 @@ import pyarrow.parquet as pq
 
 from pipeline.outputs import AtomicParquetWriter, out_fs
 from schemas.stats import Stats
-from stages.decontam import ROLE_REFERENCE, ROLE_TRAIN, TRAJECTORY_COLUMNS, iter_references, role_of
+from stages.decontam import ROLE_REFERENCE, TRAJECTORY_COLUMNS, iter_references, role_of
 from stages.dedup import Signer
-from stages.dedup_graph import BUCKET_SCHEMA, BucketRows, add_trajectory_rows, eval_ngram_keys
+from stages.dedup_graph import BUCKET_SCHEMA, BucketRows, add_trajectory_rows
 
 _FLUSH_ROWS = 65_536
 _MAX_PENDING_ROWS = 4 * _FLUSH_ROWS
@@ -91,48 +86,6 @@ def _part_records(fs, root: str, task: dict[str, Any], stats: Stats) -> Iterator
                 yield row["traj_id"], role, row
 
 
-KEYS_SCHEMA = pa.schema([("key", pa.uint64())])
-
-
-def _eval_rows(fs, root: str, task: dict[str, Any]) -> Iterator[dict]:
-    """The evaluation records of one part (``source: part``; its eval-pool trajectories) or reference source."""
-    if task["source"] != "part":
-        yield from (row for _, row in iter_references(task["uri"], Stats()))
-        return
-    with fs.open(f"{root}/trajectories/part-{task['task_id']}.parquet", "rb") as f:
-        for batch in pq.ParquetFile(f).iter_batches(batch_size=256, columns=TRAJECTORY_COLUMNS):
-            pools = task["settings"]["pools"]
-            keep = [role_of(k, pools) != ROLE_TRAIN for k in batch.column("split_key").to_pylist()]
-            if any(keep):
-                yield from batch.filter(pa.array(keep)).to_pylist()
-
-
-def run_dedup_keys_task(task: dict[str, Any]) -> dict[str, Any]:
-    """Write the n-gram keys the evaluation records of one part or reference source hold (none: no file)."""
-    fs, root = out_fs(task["out"])
-    records = _eval_rows(fs, root, task)
-    keys, count = [], 0
-    while rows := list(itertools.islice(records, _SIGN_BATCH)):
-        keys.append(eval_ngram_keys(rows, task["settings"]["ngram"]))
-        count += len(rows)
-    rel = ""
-    if count:
-        rel = f"_work/dedup/evalkeys/{task['task_id']}.parquet"
-        with AtomicParquetWriter(fs, f"{root}/{rel}", KEYS_SCHEMA) as w:
-            w.write_table(pa.table({"key": np.unique(np.concatenate(keys))}, schema=KEYS_SCHEMA))
-    return {"task_id": task["task_id"], "stage": "dedup-keys", "keys": rel, "rows": count, "bytes": 0,
-            "stats": {"dedup.evaluation_records": count}, "spec_hash": task["spec_hash"]}
-
-
-def _eval_keys(fs, root: str, rels: list[str]) -> np.ndarray:
-    """The sorted, distinct keys of all `rels` key files."""
-    keys = [np.zeros(0, np.uint64)]
-    for rel in rels:
-        with fs.open(f"{root}/{rel}", "rb") as f:
-            keys.append(pq.read_table(f).column("key").to_numpy())
-    return np.unique(np.concatenate(keys))
-
-
 def run_dedup_map_task(task: dict[str, Any]) -> dict[str, Any]:
     """Hash one trajectories part (``source: part``) or one reference source (``source: reference``) into buckets."""
     fs, root = out_fs(task["out"])
@@ -144,13 +97,11 @@ def run_dedup_map_task(task: dict[str, Any]) -> dict[str, Any]:
         records = _part_records(fs, root, task, stats)
     else:
         records = ((ref_id, ROLE_REFERENCE, row) for ref_id, row in iter_references(task["uri"], stats))
-    # With decontamination: only the n-grams evaluation records hold (`add_trajectory_rows`)
-    eval_keys = _eval_keys(fs, root, task["eval_keys"]) if task.get("eval_keys") is not None else None
     rows = 0
     try:
         batch = BucketRows()
         while items := list(itertools.islice(records, _SIGN_BATCH)):  # a batch's signatures are computed together
-            add_trajectory_rows(batch, items, signer, settings, eval_keys)
+            add_trajectory_rows(batch, items, signer, settings)
             rows += len(items)
             if batch.count >= _FLUSH_ROWS:
                 output.add(batch.table())

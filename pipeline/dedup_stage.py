@@ -3,13 +3,10 @@
 Runs after ingest and before the sample stage; its one output, ``dedup/removed.parquet`` (traj_id, reason,
 cluster_id, survivor; sorted by traj_id), is what the sample stage drops from every pool.
 
-0. **keys** (``dedup-keys``, only with decontamination, one task per trajectories part and per reference
-   source): the n-gram keys the evaluation records hold (`pipeline.dedup_map`).
 1. **map** (``dedup-map``, one task per trajectories part, task id = the ingest task id, plus one per
    reference source of ``dedup.decontaminate``): per trajectory an exact key row, one row per LSH band
    (carrying the MinHash signature, so the reduce can verify candidates without another lookup) and, when
-   decontamination is active, one row per distinct word n-gram (of a training trajectory, only those an
-   evaluation record holds: the others could only form groups that count towards nothing). Rows are hashed by key into B bucket files
+   decontamination is active, one row per distinct word n-gram. Rows are hashed by key into B bucket files
    ``_work/dedup/b<NNNNN>/<task_id>.parquet``. B comes from input-derived counts (or ``dedup.buckets``),
    never from the executor, and the result does not depend on B anyway: equal keys always meet.
 2. **reduce** (``dedup-reduce``, one task per bucket): rows with equal (kind, band, key) form a group;
@@ -39,6 +36,7 @@ trajectories.
 from __future__ import annotations
 
 import hashlib
+import math
 import posixpath
 from typing import Any
 
@@ -46,12 +44,13 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from pipeline.dedup_map import run_dedup_keys_task, run_dedup_map_task
-from pipeline.dedup_settings import dedup_settings
+from pipeline.dedup_map import run_dedup_map_task
 from pipeline.engine import RunContext, Stage, marker_path
 from pipeline.outputs import AtomicParquetWriter, out_fs
-from schemas.stats import merge_all
-from stages.decontam import common_limit, is_run_directory, reference_units
+from schemas.errors import ConfigError
+from schemas.stats import Stats, merge_all
+from stages.decontam import common_limit, is_active, is_run_directory, reference_units
+from stages.dedup import lsh_params
 from stages.dedup_graph import BUCKET_SCHEMA, EDGE_SCHEMA, bucket_edges
 from stages.dedup_removals import (
     DECONTAM_KINDS,
@@ -66,6 +65,48 @@ from stages.dedup_removals import (
 )
 
 REASONS = ("exact_duplicate", "near_duplicate", "decontaminated_near", "decontaminated_ngram")
+BYTES_PER_BUCKET = 128 << 20  # what one reduce task reads and sorts, by estimated bytes (not rows)
+_ROW_BYTES = 64  # a bucket row without its signature: keys, kind, band, sizes, a traj_id
+_CHARS_PER_WORD = 6
+EVIDENCE_BUCKETS_PER_PART = 4
+
+
+def dedup_settings(cfg: dict[str, Any], ingest_stats: Stats) -> dict[str, Any]:
+    """Everything the tasks need, resolved once on the driver (JSON-serializable)."""
+    d = cfg["dedup"]
+    if not 0 < float(d["threshold"]) <= 1:
+        raise ConfigError(f"dedup.threshold must be within (0, 1], not {d['threshold']!r}")
+    if int(d["shingle"]) < 1 or int(d["ngram"]) < 1 or int(d["num_perm"]) < 1:
+        raise ConfigError("dedup.shingle, dedup.ngram and dedup.num_perm must be positive integers")
+    try:
+        bands, rows = lsh_params(float(d["threshold"]), int(d["num_perm"]), int(d.get("bands") or 0))
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+    if not (0 <= float(d["ngram_common_share"]) <= 1 and 0 < float(d["ngram_overlap"]) <= 1):
+        raise ConfigError("dedup.ngram_common_share must be within [0, 1] and dedup.ngram_overlap within (0, 1]")
+    if int(d["ngram_common_min_docs"]) < 1 or int(d["ngram_min_shared"]) < 1:
+        raise ConfigError("dedup.ngram_common_min_docs and dedup.ngram_min_shared must be positive integers")
+    decontam = is_active(cfg)
+    settings = {
+        "exact": bool(d["exact"]), "near": bool(d["near"]), "threshold": float(d["threshold"]),
+        "num_perm": int(d["num_perm"]), "seed": int(d["seed"]), "shingle": int(d["shingle"]),
+        "bands": bands, "rows": rows, "ngram": int(d["ngram"]), "decontam": decontam,
+        "ngram_common_share": float(d["ngram_common_share"]),
+        "ngram_common_min_docs": int(d["ngram_common_min_docs"]),
+        "ngram_overlap": float(d["ngram_overlap"]),
+        "ngram_min_shared": int(d["ngram_min_shared"]),
+        "near_specific_share": float(d["near_specific_share"]),
+        "pools": {"ratios": dict(cfg["pools"]["ratios"]), "seed": cfg["pools"]["seed"]},
+    }
+    n_traj = ingest_stats.get("trajectories.kept")
+    # A band row carries its signature (4 bytes a permutation), so buckets are sized by bytes, not rows.
+    est_rows = n_traj * (1 + bands) + (ingest_stats.get("chars.kept") / _CHARS_PER_WORD if decontam else 0)
+    est_bytes = est_rows * _ROW_BYTES + n_traj * bands * 4 * int(d["num_perm"])
+    settings["buckets"] = int(d.get("buckets") or max(1, math.ceil(est_bytes / BYTES_PER_BUCKET)))
+    # Partitions of the decontamination evidence (by evaluation record): fewer than buckets, since the
+    # evidence is a small part of the bucket rows and each reduce task writes one file per partition.
+    settings["evidence_parts"] = max(1, math.ceil(settings["buckets"] / EVIDENCE_BUCKETS_PER_PART))
+    return settings
 
 
 # --- reduce -------------------------------------------------------------------------------------------------
@@ -189,51 +230,25 @@ def _mapped_settings(ctx: RunContext) -> dict[str, Any] | None:
     return settings if "ngram_limit" in settings else None
 
 
-def _source_tasks(ctx: RunContext, settings: dict[str, Any]) -> list[dict[str, Any]]:
-    """One task per trajectories part (task id = the ingest task id) and per reference source."""
-    cfg, ingest_results = ctx.cfg, ctx.results["ingest"]
-    base = {"out": cfg["run"]["out"], "settings": settings}
-    tasks = [{**base, "task_id": r["task_id"], "source": "part", "spec": [settings, r["spec_hash"]]}
-             for r in ingest_results]
-    for uri in reference_units(list(cfg["dedup"]["decontaminate"])):
-        tid = "ref-" + hashlib.sha256(uri.encode()).hexdigest()[:16]
-        tasks.append({**base, "task_id": tid, "source": "reference", "uri": uri,
-                      "spec": [settings, uri, _reference_fingerprint(uri)]})
-    return tasks
-
-
-class DedupKeysStage(Stage):
-    """Resolves the settings on the driver; with decontamination, one task per trajectories part and per
-    reference source writes the n-gram keys of its evaluation records, which the map uses to leave out the
-    training n-grams no evaluation record holds (most of them)."""
-
-    name = "dedup-keys"
-    sections = ("dedup",)
-    run_task = staticmethod(run_dedup_keys_task)
-
-    def plan(self, ctx: RunContext) -> list[dict[str, Any]] | None:
-        ingest_results = ctx.results["ingest"]
-        settings = ctx.shared["dedup"] = dedup_settings(ctx.cfg, merge_all([r["stats"] for r in ingest_results]))
-        return _source_tasks(ctx, settings) if settings["decontam"] else None
-
-
 class DedupMapStage(Stage):
-    """Map: one task per trajectories part and per reference source."""
+    """Map: one task per trajectories part and per reference source; resolves the settings on the driver."""
 
     name = "dedup-map"
     sections = ("dedup",)
     run_task = staticmethod(run_dedup_map_task)
 
     def plan(self, ctx: RunContext) -> list[dict[str, Any]] | None:
-        settings = ctx.shared["dedup"]
+        cfg, ingest_results = ctx.cfg, ctx.results["ingest"]
+        settings = ctx.shared["dedup"] = dedup_settings(cfg, merge_all([r["stats"] for r in ingest_results]))
         if not (settings["exact"] or settings["near"] or settings["decontam"]):
             return None
-        tasks = _source_tasks(ctx, settings)
-        if settings["decontam"]:
-            key_results = ctx.results["dedup-keys"]
-            keys = [r["keys"] for r in key_results if r["keys"]]
-            for t in tasks:
-                t.update(eval_keys=keys, spec=[*t["spec"], [r["spec_hash"] for r in key_results]])
+        base = {"out": cfg["run"]["out"], "settings": settings}
+        tasks = [{**base, "task_id": r["task_id"], "source": "part", "spec": [settings, r["spec_hash"]]}
+                 for r in ingest_results]
+        for uri in reference_units(list(cfg["dedup"]["decontaminate"])):
+            tid = "ref-" + hashlib.sha256(uri.encode()).hexdigest()[:16]
+            tasks.append({**base, "task_id": tid, "source": "reference", "uri": uri,
+                          "spec": [settings, uri, _reference_fingerprint(uri)]})
         return tasks
 
     def finish(self, ctx: RunContext, map_results: list[dict[str, Any]]) -> None:
@@ -337,7 +352,6 @@ class DedupClustersStage(Stage):
                  "evaluation records)")
 
 
-DEDUP_KEYS = DedupKeysStage()
 DEDUP_MAP = DedupMapStage()
 DEDUP_REDUCE = DedupReduceStage()
 DEDUP_DECONTAM = DedupDecontamStage()

@@ -14,7 +14,7 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from pipeline.dedup_stage import DEDUP_CLUSTERS, DEDUP_DECONTAM, DEDUP_KEYS, DEDUP_MAP, DEDUP_REDUCE
+from pipeline.dedup_stage import DEDUP_CLUSTERS, DEDUP_DECONTAM, DEDUP_MAP, DEDUP_REDUCE
 from pipeline.engine import Executor, RunContext, Stage
 from pipeline.executors import make_executor
 from pipeline.ingest_stage import INGEST, SCAN
@@ -62,7 +62,7 @@ def run_pipeline(cfg: dict[str, Any], echo: Echo = _stderr, executor: Executor |
 
 
 # The plan of every run, top to bottom: each stage plans its tasks, the engine runs them (pipeline.engine).
-PLAN: list[Stage] = [SCAN, INGEST, DEDUP_KEYS, DEDUP_MAP, DEDUP_REDUCE, DEDUP_DECONTAM, DEDUP_CLUSTERS, LLM, SAMPLES, SHARDS, WMAT_POOLS_STAGE]
+PLAN: list[Stage] = [SCAN, INGEST, DEDUP_MAP, DEDUP_REDUCE, DEDUP_DECONTAM, DEDUP_CLUSTERS, LLM, SAMPLES, SHARDS, WMAT_POOLS_STAGE]
 
 
 def _run(cfg: dict[str, Any], fs, root: str, executor: Executor, echo: Echo) -> dict[str, Any]:

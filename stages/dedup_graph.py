@@ -105,14 +105,9 @@ class BucketRows:
 
 
 def add_trajectory_rows(out: BucketRows, items: list[tuple[str, int, dict]], signer: Signer,
-                        settings: dict[str, Any], eval_keys: np.ndarray | None = None) -> None:
+                        settings: dict[str, Any]) -> None:
     """The bucket rows of trajectories ``(traj_id, role, row)``, in their order: each one's exact key (run
     trajectories only), band keys and n-gram keys. Signatures and band keys of all of them are computed together.
-
-    `eval_keys` (sorted, distinct): the n-gram keys (first halves) that evaluation records hold; a training
-    trajectory's other n-grams are left out. They could only form groups without an evaluation member, which
-    count towards nothing, while every training holder of an evaluation record's n-gram is still there, so
-    each group that counts keeps its size.
     """
     prepared = []
     for traj_id, role, row in items:
@@ -140,25 +135,7 @@ def add_trajectory_rows(out: BucketRows, items: list[tuple[str, int, dict]], sig
                     sigs[n].tobytes())
         if settings["decontam"]:
             grams = ngram_keys(hashes, settings["ngram"])
-            if eval_keys is not None and role == ROLE_TRAIN:
-                grams = grams[held_by(grams[:, 0], eval_keys)]
             out.put(KIND_NGRAM, np.zeros(len(grams)), grams[:, 0], grams[:, 1], traj_id, role, 0, 0, None)
-
-
-def held_by(keys: np.ndarray, sorted_keys: np.ndarray) -> np.ndarray:
-    """Which of `keys` are in `sorted_keys` (sorted, distinct)."""
-    if not len(sorted_keys):
-        return np.zeros(len(keys), dtype=bool)
-    at = np.minimum(np.searchsorted(sorted_keys, keys), len(sorted_keys) - 1)
-    return sorted_keys[at] == keys
-
-
-def eval_ngram_keys(rows: list[dict], n: int) -> np.ndarray:
-    """The n-gram keys (first halves, sorted and distinct) of trajectory rows, as `add_trajectory_rows`
-    makes them."""
-    texts = [[normalize_text(t) for t in turn_texts(row.get("turns") or [])] for row in rows]
-    keys = [ngram_keys(h, n)[:, 0] for h in text_word_hashes_many(texts, normalized=True)]
-    return np.unique(np.concatenate(keys)) if keys else np.zeros(0, np.uint64)
 
 
 def bucket_edges(table: pa.Table, settings: dict[str, Any]) -> pa.Table:

@@ -104,7 +104,7 @@ def test_every_config_section_except_executor_is_claimed_by_a_stage():
 
 def test_the_plan_runs_every_stage_once_in_order():
     names = [stage.name for stage in PLAN]
-    assert names == ["scan", "ingest", "dedup-keys", "dedup-map", "dedup-reduce", "dedup-decontam", "dedup-clusters", "llm", "samples", "shards",
+    assert names == ["scan", "ingest", "dedup-map", "dedup-reduce", "dedup-decontam", "dedup-clusters", "llm", "samples", "shards",
                      "wmat_pools"]
 
 

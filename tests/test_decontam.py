@@ -6,12 +6,10 @@ import json
 import random
 from pathlib import Path
 
-import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
 from schemas.stats import Stats
-from stages import dedup_graph
 from stages.decontam import (
     ROLE_EVAL,
     ROLE_TRAIN,
@@ -263,22 +261,3 @@ def test_the_same_verdicts_whatever_the_buckets_and_evidence_partitions(decontam
     assert len(parts) >= 2 and set(parts) <= {"p00000", "p00001", "p00002"}
     assert json.loads((out9 / "_timings.json").read_text())["dedup-decontam"]["tasks"] == len(parts)
     assert (out9 / "dedup" / "removed.parquet").read_bytes() == (out / "dedup" / "removed.parquet").read_bytes()
-
-
-def test_training_ngrams_no_evaluation_record_holds_are_left_out_with_the_same_verdicts(decontaminated, monkeypatch):
-    out, _, _ = decontaminated
-    tmp = out.parent
-
-    def bucket_rows(run: Path) -> int:
-        return sum(pq.ParquetFile(p).metadata.num_rows for p in (run / "_work" / "dedup").glob("b*/*.parquet"))
-
-    # The same run with every training n-gram kept (the filter's membership test says yes to all).
-    monkeypatch.setattr(dedup_graph, "held_by", lambda keys, sorted_keys: np.ones(len(keys), dtype=bool))
-    unfiltered = tmp / "unfiltered"
-    proc = lwm_in_process("run", "--executor", "local", "--config", str(tmp / "cfg.toml"), "-i",
-                          str(tmp / "train.jsonl"), "-o", str(unfiltered), "--progress", "off")
-    assert proc.returncode == 0, proc.stderr
-    assert (unfiltered / "dedup" / "removed.parquet").read_bytes() == (out / "dedup" / "removed.parquet").read_bytes()
-    # Most n-grams of the 30 distinct training tasks are their own: left out, they leave most rows out.
-    assert bucket_rows(out) < 0.5 * bucket_rows(unfiltered)
-    assert len(list((out / "_work" / "dedup" / "evalkeys").glob("*.parquet"))) >= 2  # the run's part, the reference
