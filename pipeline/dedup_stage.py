@@ -267,6 +267,19 @@ class DedupMapStage(Stage):
         ctx.shared["dedup_compared"] = compared
 
 
+def _gathering_tasks(ctx: RunContext, settings: dict[str, Any], results: list[dict[str, Any]], field: str,
+                     prefix: str) -> list[dict[str, Any]]:
+    """One task per key of the earlier tasks' ``{key: file}`` results under `field`, reading every file of its key."""
+    files: dict[int, list[str]] = {}
+    for r in results:
+        for key, rel in r[field].items():
+            files.setdefault(int(key), []).append(rel)
+    specs = [r["spec_hash"] for r in results]
+    base = {"out": ctx.cfg["run"]["out"], "settings": settings}
+    return [{**base, "task_id": f"{prefix}{k:05d}", "files": sorted(files[k]), "spec": [settings, specs, k]}
+            for k in sorted(files)]
+
+
 class DedupReduceStage(Stage):
     """Reduce: one task per bucket writes the edges its rows give (``_work/dedup/edges``)."""
 
@@ -277,15 +290,7 @@ class DedupReduceStage(Stage):
     def plan(self, ctx: RunContext) -> list[dict[str, Any]] | None:
         if (settings := _mapped_settings(ctx)) is None:
             return None
-        map_results = ctx.results["dedup-map"]
-        files: dict[int, list[str]] = {}
-        for r in map_results:
-            for b, rel in r["files"].items():
-                files.setdefault(int(b), []).append(rel)
-        map_specs = [r["spec_hash"] for r in map_results]
-        base = {"out": ctx.cfg["run"]["out"], "settings": settings}
-        return [{**base, "task_id": f"b{b:05d}", "files": sorted(files[b]), "spec": [settings, map_specs, b]}
-                for b in sorted(files)]
+        return _gathering_tasks(ctx, settings, ctx.results["dedup-map"], "files", "b")
 
 
 class DedupDecontamStage(Stage):
@@ -300,15 +305,7 @@ class DedupDecontamStage(Stage):
     def plan(self, ctx: RunContext) -> list[dict[str, Any]] | None:
         if (settings := _mapped_settings(ctx)) is None:
             return None
-        reduce_results = ctx.results["dedup-reduce"]
-        files: dict[int, list[str]] = {}
-        for r in reduce_results:
-            for q, rel in r["evidence"].items():
-                files.setdefault(int(q), []).append(rel)
-        reduce_specs = [r["spec_hash"] for r in reduce_results]
-        base = {"out": ctx.cfg["run"]["out"], "settings": settings}
-        return [{**base, "task_id": f"p{q:05d}", "files": sorted(files[q]), "spec": [settings, reduce_specs, q]}
-                for q in sorted(files)]
+        return _gathering_tasks(ctx, settings, ctx.results["dedup-reduce"], "evidence", "p")
 
 
 class DedupClustersStage(Stage):
