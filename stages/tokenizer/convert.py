@@ -21,8 +21,6 @@ converter version, and written atomically (temporary file, then rename).
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 import warnings
 from collections.abc import Mapping
 from pathlib import Path
@@ -30,16 +28,11 @@ from typing import Any
 
 import tokenizers
 
+from stages.tokenizer.cache import cache_root, write_atomically
 from stages.tokenizer.vocab import RankVocabulary, first_line
 
 # Bump when the produced tokenizer.json changes, so stale cache entries are not reused.
 CONVERTER_VERSION = 1
-
-
-def cache_root() -> Path:
-    """``$XDG_CACHE_HOME/lwmkit`` (or ``~/.cache/lwmkit``)."""
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "lwmkit"
 
 
 def byte_level_alphabet() -> dict[int, str]:
@@ -130,20 +123,6 @@ def cached_tokenizer_path(vocab: RankVocabulary, cache_dir: Path | None = None) 
     """Where the converted tokenizer.json of `vocab` is (or will be) cached."""
     directory = (cache_dir or cache_root()) / "tokenizers"
     return directory / f"{vocab.name}-{vocab.vocab_hash}-c{CONVERTER_VERSION}.tokenizer.json"
-
-
-def write_atomically(path: Path, text: str) -> None:
-    """Write `text` to `path` through a temporary file in the same directory and a rename, so a
-    reader never sees a partial file (concurrent writers both produce the same bytes)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    descriptor, temp_name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(descriptor, "w", encoding="utf-8") as handle:
-            handle.write(text)
-        os.replace(temp_name, path)
-    except BaseException:
-        Path(temp_name).unlink(missing_ok=True)
-        raise
 
 
 def convert_rank_vocabulary(vocab: RankVocabulary, cache_dir: Path | None = None) -> tokenizers.Tokenizer:
