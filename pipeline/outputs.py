@@ -98,6 +98,52 @@ def write_json_atomic(fs: fsspec.AbstractFileSystem, path: str, value: Any) -> N
     write_bytes_atomic(fs, path, text.encode("utf-8", "backslashreplace"))
 
 
+class AtomicIpcWriter:
+    """Stream tables into one Arrow IPC stream file committed by rename on `close()`.
+
+    For intermediate files that only lwmkit reads back whole (``_work/samples``): Arrow's own
+    layout, zstd per buffer, writes about three times faster than Parquet at the same size and
+    reads back without decoding. A writer closed without rows still writes a valid empty stream.
+    """
+
+    def __init__(self, fs: fsspec.AbstractFileSystem, path: str, schema: pa.Schema, rows_per_batch: int = 1024) -> None:
+        ensure_dir(fs, posixpath.dirname(path))
+        self.fs, self.path, self.schema = fs, path, schema
+        self.tmp = _tmp_name(path)
+        self._file = fs.open(self.tmp, "wb")
+        options = pa.ipc.IpcWriteOptions(compression="zstd", use_threads=False)
+        self._writer = pa.ipc.new_stream(self._file, schema, options=options)
+        self.rows_per_batch = rows_per_batch
+        self.num_rows = 0
+
+    def write_table(self, table: pa.Table) -> None:
+        if table.num_rows:
+            self._writer.write_table(table.cast(self.schema), max_chunksize=self.rows_per_batch)
+            self.num_rows += table.num_rows
+
+    def close(self) -> None:
+        self._writer.close()
+        self._file.close()
+        _commit(self.fs, self.tmp, self.path)
+
+    def abort(self) -> None:
+        try:
+            self._writer.close()
+            self._file.close()
+        finally:
+            if self.fs.exists(self.tmp):
+                self.fs.rm(self.tmp)
+
+
+def read_ipc(fs: fsspec.AbstractFileSystem, path: str, schema: pa.Schema) -> pa.Table:
+    """The table an `AtomicIpcWriter` wrote; ValueError if its schema is not `schema`."""
+    with fs.open(path, "rb") as f:
+        table = pa.ipc.open_stream(f).read_all()
+    if not table.schema.equals(schema):
+        raise ValueError(f"{path}: schema {table.schema} is not the expected {schema}")
+    return table
+
+
 def read_json(fs: fsspec.AbstractFileSystem, path: str) -> Any:
     with fs.open(path, "rb") as f:
         return json.loads(f.read())

@@ -1,7 +1,7 @@
 """The sample task: one trajectories part → samples of every pool, hashed into shard buckets.
 
 Together with the shard task this is the final deterministic repartition as a shuffle: each
-sample task writes ``_work/samples/<pool>/b<bucket>/<task>.parquet`` (bucket = stable hash of the
+sample task writes ``_work/samples/<pool>/b<bucket>/<task>.arrow`` (bucket = stable hash of the
 sample id), and one shard task per bucket gathers, sorts and writes a shard. No step collects
 samples on the driver, and the shard a sample lands in depends only on its id.
 """
@@ -14,7 +14,7 @@ import pyarrow.parquet as pq
 
 from masking import load_table
 from pipeline.llm_stage import Augment
-from pipeline.outputs import AtomicParquetWriter, out_fs
+from pipeline.outputs import AtomicIpcWriter, out_fs
 from schemas.shard import schema_for
 from schemas.stats import Stats
 from schemas.trajectory import Trajectory
@@ -30,16 +30,15 @@ class SampleWriter:
 
     def __init__(self, fs, root: str, task_id: str, buckets: dict[str, int], level: int) -> None:
         self.fs, self.root, self.task_id, self.buckets, self.level = fs, root, task_id, buckets, level
-        self.writers: dict[tuple[str, int], AtomicParquetWriter] = {}
+        self.writers: dict[tuple[str, int], AtomicIpcWriter] = {}
         self.pending: dict[tuple[str, int], list[dict[str, Any]]] = {}
 
     def write(self, pool: str, row: dict[str, Any]) -> None:
         b = bucket_of(row["sample_id"], self.buckets[pool])
         key = (pool, b)
         if key not in self.writers:
-            path = f"{self.root}/_work/samples/{pool}/b{b:05d}/{self.task_id}.parquet"
-            self.writers[key] = AtomicParquetWriter(self.fs, path, schema_for(pool), rows_per_group=_ROWS_PER_GROUP,
-                                                    compression_level=1)
+            path = f"{self.root}/_work/samples/{pool}/b{b:05d}/{self.task_id}.arrow"
+            self.writers[key] = AtomicIpcWriter(self.fs, path, schema_for(pool), rows_per_batch=_ROWS_PER_GROUP)
             self.pending[key] = []
         rows = self.pending[key]
         rows.append(row)

@@ -11,7 +11,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from pipeline.outputs import AtomicParquetWriter, out_fs
+from pipeline.outputs import AtomicParquetWriter, out_fs, read_ipc
 from schemas.shard import schema_for
 
 
@@ -57,8 +57,10 @@ def run_shard_task(task: dict[str, Any]) -> dict[str, Any]:
     pool, bucket = task["pool"], task["bucket"]
     schema = schema_for(pool)
     src = f"{root}/_work/samples/{pool}/b{bucket:05d}"
-    files = sorted(p for p in fs.find(src) if p.endswith(".parquet")) if fs.exists(src) else []
-    tables = [pq.read_table(fs.open(p, "rb"), schema=schema) for p in files]
+    # .parquet: parts written by earlier versions of lwmkit, still read so a run resumed across the upgrade loses nothing
+    files = sorted(p for p in fs.find(src) if p.endswith((".arrow", ".parquet"))) if fs.exists(src) else []
+    tables = [read_ipc(fs, p, schema) if p.endswith(".arrow") else pq.read_table(fs.open(p, "rb"), schema=schema)
+              for p in files]
     table = pa.concat_tables(tables) if tables else schema.empty_table()
     if table.num_rows:
         table = sort_table(table, "sample_id")

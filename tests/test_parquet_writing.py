@@ -9,8 +9,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from pipeline.outputs import AtomicParquetWriter, dictionary_columns, out_fs
-from pipeline.shard_task import sort_table
+from pipeline.outputs import AtomicIpcWriter, AtomicParquetWriter, dictionary_columns, out_fs, read_ipc
+from pipeline.shard_task import run_shard_task, sort_table
 from schemas.shard import RL_SCHEMA, SHARD_SCHEMA
 from schemas.trajectory import TRAJECTORY_SCHEMA
 
@@ -106,3 +106,41 @@ def test_sort_table_with_null_lists_and_the_rl_schema():
                                for i in range(31)], schema=RL_SCHEMA)
     rl = pa.concat_tables([rl.slice(0, 11), rl.slice(11)])
     assert sort_table(rl, "sample_id").equals(rl.sort_by([("sample_id", "ascending")]))
+
+
+def test_ipc_parts_read_back_equal_and_an_aborted_one_leaves_nothing(tmp_path):
+    table = pa.Table.from_pylist(_shard_rows(300, seed=5), schema=SHARD_SCHEMA)
+    fs, root = out_fs(str(tmp_path))
+    w = AtomicIpcWriter(fs, f"{root}/a/part.arrow", SHARD_SCHEMA, rows_per_batch=128)
+    w.write_table(table.slice(0, 100))
+    w.write_table(table.slice(100))
+    assert not (tmp_path / "a" / "part.arrow").exists()  # only the temporary file until close
+    w.close()
+    back = read_ipc(fs, f"{root}/a/part.arrow", SHARD_SCHEMA)
+    assert back.equals(table) and [b.num_rows for b in back.to_batches()] == [100, 128, 72]
+    with pytest.raises(ValueError, match="is not the expected"):
+        read_ipc(fs, f"{root}/a/part.arrow", RL_SCHEMA)
+    empty = AtomicIpcWriter(fs, f"{root}/a/empty.arrow", SHARD_SCHEMA)
+    empty.close()
+    assert read_ipc(fs, f"{root}/a/empty.arrow", SHARD_SCHEMA).num_rows == 0
+    aborted = AtomicIpcWriter(fs, f"{root}/a/aborted.arrow", SHARD_SCHEMA)
+    aborted.write_table(table)
+    aborted.abort()
+    assert sorted(p.name for p in (tmp_path / "a").iterdir()) == ["empty.arrow", "part.arrow"]
+
+
+def test_shard_task_gathers_arrow_parts_and_parquet_parts_of_earlier_versions(tmp_path):
+    """A run resumed across the upgrade finds Parquet sample parts next to Arrow ones: both count."""
+    rows = _shard_rows(90, seed=9)
+    fs, root = out_fs(str(tmp_path))
+    bucket = f"{root}/_work/samples/sft/b00000"
+    with AtomicParquetWriter(fs, f"{bucket}/old.parquet", SHARD_SCHEMA) as w:
+        w.write_table(pa.Table.from_pylist(rows[:40], schema=SHARD_SCHEMA))
+    new = AtomicIpcWriter(fs, f"{bucket}/new.arrow", SHARD_SCHEMA)
+    new.write_table(pa.Table.from_pylist(rows[40:], schema=SHARD_SCHEMA))
+    new.close()
+    result = run_shard_task({"task_id": "sft-0", "out": str(tmp_path), "pool": "sft", "bucket": 0, "spec_hash": "x"})
+    assert result["rows"] == 90
+    shard = pq.read_table(tmp_path / "shards" / "sft" / "part-00000.parquet")
+    expected = pa.Table.from_pylist(sorted(rows, key=lambda r: r["sample_id"]), schema=SHARD_SCHEMA)
+    assert shard.equals(expected)
