@@ -6,6 +6,7 @@ run removes; a file under its final name is always complete.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import posixpath
@@ -127,12 +128,14 @@ class AtomicIpcWriter:
         _commit(self.fs, self.tmp, self.path)
 
     def abort(self) -> None:
-        try:
+        """Drop the temporary file. Closing may fail again after the error that led here (a full disk, or
+        a file the failed close already shut); that error is the one to report, so these are ignored."""
+        with contextlib.suppress(Exception):
             self._writer.close()
+        with contextlib.suppress(Exception):
             self._file.close()
-        finally:
-            if self.fs.exists(self.tmp):
-                self.fs.rm(self.tmp)
+        if self.fs.exists(self.tmp):
+            self.fs.rm(self.tmp)
 
 
 def read_ipc(fs: fsspec.AbstractFileSystem, path: str, schema: pa.Schema) -> pa.Table:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import io
 import random
 
@@ -144,3 +145,27 @@ def test_shard_task_gathers_arrow_parts_and_parquet_parts_of_earlier_versions(tm
     shard = pq.read_table(tmp_path / "shards" / "sft" / "part-00000.parquet")
     expected = pa.Table.from_pylist(sorted(rows, key=lambda r: r["sample_id"]), schema=SHARD_SCHEMA)
     assert shard.equals(expected)
+
+
+def test_an_ipc_part_that_fails_to_close_is_aborted_without_hiding_the_error(tmp_path):
+    """A full disk met while closing: the abort that follows must not raise a second error of its own
+    (the file the failed close already shut) in place of the first, and must leave no file behind."""
+    fs, root = out_fs(str(tmp_path))
+    w = AtomicIpcWriter(fs, f"{root}/p.arrow", SHARD_SCHEMA)
+    w.write_table(pa.Table.from_pylist(_shard_rows(20, seed=2), schema=SHARD_SCHEMA))
+    real_write = w._file.write
+
+    def full(data):
+        real_write(data)
+        w._file.close()
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    w._file.write = full
+    with pytest.raises(OSError) as caught:
+        try:
+            w.close()
+        except BaseException:
+            w.abort()
+            raise
+    assert caught.value.errno == errno.ENOSPC
+    assert list(tmp_path.iterdir()) == []
