@@ -150,8 +150,8 @@ def show_cmd(run_dir: str, sample: str | None, index: int | None, pool: str | No
     fs, base = out_fs(run_dir)
     manifest = read_json(fs, posixpath.join(base, "manifest.json"))
     cfg = manifest["config"]["tokenizer"]
+    row = find_sample(run_dir, sample, index, pool)  # first: a lookup that fails need not load the tokenizer
     tok = load_tokenizer(cfg["spec"], cfg["engine"] or None)
-    row = find_sample(run_dir, sample, index, pool)
     click.echo(f"sample {row['sample_id']}  traj {row['traj_id']}  {row['domain']}/{row['pool']}  "
                f"template {row['template']}  turn {row['turn_idx']}/{row['total_turns']}")
     cats = ", ".join(f"{i + 1}:{c}({k:g})" for i, (c, k) in enumerate(zip(row["turn_category"], row["turn_keep"])))
