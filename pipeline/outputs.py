@@ -99,28 +99,16 @@ def write_json_atomic(fs: fsspec.AbstractFileSystem, path: str, value: Any) -> N
     write_bytes_atomic(fs, path, text.encode("utf-8", "backslashreplace"))
 
 
-class AtomicIpcWriter:
-    """Stream tables into one Arrow IPC stream file committed by rename on `close()`.
+class _AtomicFileWriter:
+    """What both atomic writers share: a temporary file next to `path`, renamed to it by `close()`,
+    removed by `abort()`. A subclass opens its format's writer on ``self._file`` as ``self._writer``."""
 
-    For intermediate files that only lwmkit reads back whole (``_work/samples``): Arrow's own
-    layout, zstd per buffer, writes about three times faster than Parquet at the same size and
-    reads back without decoding. A writer closed without rows still writes a valid empty stream.
-    """
-
-    def __init__(self, fs: fsspec.AbstractFileSystem, path: str, schema: pa.Schema, rows_per_batch: int = 1024) -> None:
+    def __init__(self, fs: fsspec.AbstractFileSystem, path: str, schema: pa.Schema) -> None:
         ensure_dir(fs, posixpath.dirname(path))
         self.fs, self.path, self.schema = fs, path, schema
         self.tmp = _tmp_name(path)
         self._file = fs.open(self.tmp, "wb")
-        options = pa.ipc.IpcWriteOptions(compression="zstd", use_threads=False)
-        self._writer = pa.ipc.new_stream(self._file, schema, options=options)
-        self.rows_per_batch = rows_per_batch
         self.num_rows = 0
-
-    def write_table(self, table: pa.Table) -> None:
-        if table.num_rows:
-            self._writer.write_table(table.cast(self.schema), max_chunksize=self.rows_per_batch)
-            self.num_rows += table.num_rows
 
     def close(self) -> None:
         self._writer.close()
@@ -137,6 +125,35 @@ class AtomicIpcWriter:
         if self.fs.exists(self.tmp):
             self.fs.rm(self.tmp)
 
+    def __enter__(self):
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if exc_type is None:
+            self.close()
+        else:
+            self.abort()
+
+
+class AtomicIpcWriter(_AtomicFileWriter):
+    """Stream tables into one Arrow IPC stream file committed by rename on `close()`.
+
+    For intermediate files that only lwmkit reads back whole (``_work/samples``): Arrow's own
+    layout, zstd per buffer, writes about three times faster than Parquet at the same size and
+    reads back without decoding. A writer closed without rows still writes a valid empty stream.
+    """
+
+    def __init__(self, fs: fsspec.AbstractFileSystem, path: str, schema: pa.Schema, rows_per_batch: int = 1024) -> None:
+        super().__init__(fs, path, schema)
+        options = pa.ipc.IpcWriteOptions(compression="zstd", use_threads=False)
+        self._writer = pa.ipc.new_stream(self._file, schema, options=options)
+        self.rows_per_batch = rows_per_batch
+
+    def write_table(self, table: pa.Table) -> None:
+        if table.num_rows:
+            self._writer.write_table(table.cast(self.schema), max_chunksize=self.rows_per_batch)
+            self.num_rows += table.num_rows
+
 
 def read_ipc(fs: fsspec.AbstractFileSystem, path: str, schema: pa.Schema) -> pa.Table:
     """The table an `AtomicIpcWriter` wrote; ValueError if its schema is not `schema`."""
@@ -152,7 +169,7 @@ def read_json(fs: fsspec.AbstractFileSystem, path: str) -> Any:
         return json.loads(f.read())
 
 
-class AtomicParquetWriter:
+class AtomicParquetWriter(_AtomicFileWriter):
     """Stream record batches into one Parquet file committed by rename on `close()`.
 
     Rows are buffered up to `rows_per_group` so row groups have a useful size and memory stays
@@ -167,14 +184,10 @@ class AtomicParquetWriter:
         rows_per_group: int = 1024,
         compression_level: int = 3,
     ) -> None:
-        ensure_dir(fs, posixpath.dirname(path))
-        self.fs, self.path, self.schema = fs, path, schema
-        self.tmp = _tmp_name(path)
-        self._file = fs.open(self.tmp, "wb")
+        super().__init__(fs, path, schema)
         self._writer = pq.ParquetWriter(self._file, schema, **parquet_options(schema, compression_level))
         self._rows: list[dict[str, Any]] = []
         self.rows_per_group = rows_per_group
-        self.num_rows = 0
 
     def write_row(self, row: dict[str, Any]) -> None:
         self._rows.append(row)
@@ -201,26 +214,7 @@ class AtomicParquetWriter:
 
     def close(self) -> None:
         self.flush()
-        self._writer.close()
-        self._file.close()
-        _commit(self.fs, self.tmp, self.path)
-
-    def abort(self) -> None:
-        try:
-            self._writer.close()
-            self._file.close()
-        finally:
-            if self.fs.exists(self.tmp):
-                self.fs.rm(self.tmp)
-
-    def __enter__(self) -> AtomicParquetWriter:
-        return self
-
-    def __exit__(self, exc_type, exc, tb) -> None:
-        if exc_type is None:
-            self.close()
-        else:
-            self.abort()
+        super().close()
 
 
 def remove_stale_temps(fs: fsspec.AbstractFileSystem, root: str) -> int:

@@ -28,8 +28,8 @@ _ROWS_PER_GROUP = 256
 class SampleWriter:
     """Lazily opened bucket files of one task; rows are buffered and written as tables (`rows_table`)."""
 
-    def __init__(self, fs, root: str, task_id: str, buckets: dict[str, int], level: int) -> None:
-        self.fs, self.root, self.task_id, self.buckets, self.level = fs, root, task_id, buckets, level
+    def __init__(self, fs, root: str, task_id: str, buckets: dict[str, int]) -> None:
+        self.fs, self.root, self.task_id, self.buckets = fs, root, task_id, buckets
         self.writers: dict[tuple[str, int], AtomicIpcWriter] = {}
         self.pending: dict[tuple[str, int], list[dict[str, Any]]] = {}
 
@@ -114,7 +114,7 @@ def run_sample_task(task: dict[str, Any]) -> dict[str, Any]:
     stats = Stats()
     drop = removed_ids(fs, root)
     dups = dict(task.get("dups") or {})
-    writer = SampleWriter(fs, root, task["task_id"], task["buckets"], 1)
+    writer = SampleWriter(fs, root, task["task_id"], task["buckets"])
     aug = None
     if task.get("llm"):
         aug = Augment(cfg, fs, root, task["task_id"], task["llm"]["stages"])
