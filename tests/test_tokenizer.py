@@ -284,6 +284,32 @@ def test_tokenizer_json_loads_by_file_and_by_directory(xdg_cache, reference, tmp
     assert pickle.loads(pickle.dumps(by_file)) is by_file
 
 
+def test_added_tokens_marked_not_special_are_still_matched_in_text(xdg_cache, reference, tmp_path):
+    # Qwen's own tokenizer.json files mark <tool_call> and <think> as added tokens that are not special:
+    # data spelling them is encoded to their ids, while a special token's string stays ordinary text.
+    document = json.loads(cached_tokenizer_path(default_vocabulary(), xdg_cache / "lwmkit").read_text(encoding="utf-8"))
+    ids = {}
+    for token in document["added_tokens"]:
+        ids[token["content"]] = token["id"]
+        if token["content"] in ("<tool_call>", "</tool_call>"):
+            token["special"] = False
+    path = tmp_path / "tokenizer.json"
+    path.write_text(json.dumps(document), encoding="utf-8")
+    tok = load_tokenizer(str(path))
+    text = 'say <tool_call>{"name": "ls"}</tool_call> then <|im_end|> and <think>'
+    got = tok.encode(text)
+    assert got.count(ids["<tool_call>"]) == 1 and got.count(ids["</tool_call>"]) == 1
+    assert ids["<|im_end|>"] not in got and ids["<think>"] not in got
+    assert tok.encode_batch([text]) == [got]
+    assert tok.decode(got) == text
+    # Around the matched tokens, the text encodes as the reference does.
+    head, rest = text.split("<tool_call>")
+    middle, tail = rest.split("</tool_call>")
+    assert got == [*reference.encode(head), ids["<tool_call>"], *reference.encode(middle), ids["</tool_call>"],
+                   *reference.encode(tail)]
+    assert tok.token_id("<|im_end|>") == ids["<|im_end|>"]
+
+
 def test_missing_tokenizer_file_is_a_config_error_naming_the_path(tmp_path):
     missing = tmp_path / "nowhere" / "tokenizer.json"
     with pytest.raises(ConfigError, match="tokenizer file not found") as caught:

@@ -145,9 +145,11 @@ class HFTokenizer:
     """The `tokenizers` engine over a Hugging Face ``tokenizer.json``.
 
     Truncation and padding stored in the file are switched off, and no post-processor tokens are
-    added: the renderer writes every special token itself. Text is encoded by a second backend
-    built from the same file without its special added tokens, so a special-token string in data
-    goes through the normalizer, pre-tokenizer and BPE model like any other text.
+    added: the renderer writes every special token itself. The backend encodes with its special
+    added tokens switched off (``encode_special_tokens``), so a special-token string in data goes
+    through the normalizer, pre-tokenizer and BPE model like any other text; added tokens the file
+    marks as not special are still matched. One backend serves encoding, decoding and the ids of
+    special tokens: building a second one without the special tokens cost seconds per process.
     """
 
     engine = "tokenizers"
@@ -164,6 +166,7 @@ class HFTokenizer:
         self._backend = backend
         self._backend.no_truncation()
         self._backend.no_padding()
+        self._backend.encode_special_tokens = True
         self._spec = spec
         self._source = source
         self._known_hash = known_hash
@@ -175,34 +178,29 @@ class HFTokenizer:
         return load_tokenizer, (self._spec, self.engine)
 
     @functools.cached_property
+    def document(self) -> dict[str, Any]:
+        """The parsed tokenizer.json: the file itself, or the backend's serialization when there is none."""
+        text = self._source.read_text(encoding="utf-8") if self._source else self._backend.to_str()
+        return json.loads(text)
+
+    @functools.cached_property
     def vocab_hash(self) -> str:
         if self._known_hash is not None:
             return self._known_hash
         # The file, not a re-serialization, so the hash does not move with the library's version.
-        text = self._source.read_text(encoding="utf-8") if self._source else self._backend.to_str()
-        return hf_tokenizer_hash(json.loads(text))
+        return hf_tokenizer_hash(self.document)
 
     @property
     def vocab_size(self) -> int:
         return self._backend.get_vocab_size(with_added_tokens=True)
 
-    @functools.cached_property
-    def _ordinary(self) -> tokenizers.Tokenizer:
-        """The backend without its special added tokens (built once, on first encode)."""
-        document = json.loads(self._backend.to_str())
-        document["added_tokens"] = [t for t in document.get("added_tokens") or [] if not t.get("special")]
-        backend = tokenizers.Tokenizer.from_str(json.dumps(document))
-        backend.no_truncation()
-        backend.no_padding()
-        return backend
-
     def encode(self, text: str) -> list[int]:
-        return self._ordinary.encode(text, add_special_tokens=False).ids
+        return self._backend.encode(text, add_special_tokens=False).ids
 
     def encode_batch(self, texts: Sequence[str]) -> list[list[int]]:
         # Runs on the Rust thread pool (size: RAYON_NUM_THREADS); the fast variant skips the
         # character offsets, which nothing here uses.
-        return [encoding.ids for encoding in self._ordinary.encode_batch_fast(list(texts), add_special_tokens=False)]
+        return [encoding.ids for encoding in self._backend.encode_batch_fast(list(texts), add_special_tokens=False)]
 
     def decode(self, ids: Sequence[int]) -> str:
         return self._backend.decode(list(ids), skip_special_tokens=False)

@@ -163,7 +163,7 @@ def _lengths_for(key: str, tok) -> tuple[np.ndarray, bool, str | None]:
         splice = all(m in vocab.pattern for m in _KNOWN_PATTERN_MARKERS)
         return lengths, splice, vocab.normalization
     backend = tok._backend
-    doc = json.loads(backend.to_str())
+    doc = tok.document
     if "ByteLevel" not in json.dumps(doc.get("pre_tokenizer")) and "ByteLevel" not in json.dumps(doc.get("decoder")):
         raise ConfigError(f"tokenizer {tok.name}: only byte-level BPE tokenizer.json files are supported")
     vocab = backend.get_vocab(with_added_tokens=False)
@@ -183,7 +183,9 @@ def _lengths_for(key: str, tok) -> tuple[np.ndarray, bool, str | None]:
 
 def segment_tokenizer(tok) -> SegmentTokenizer:
     """A `SegmentTokenizer` over a loaded tokenizer (byte-length tables cached per process)."""
-    key = json.dumps(tok.describe(), sort_keys=True)
+    # Loaded tokenizers are one object per spec and process (`load_tokenizer`), so name and engine
+    # identify the tables; the vocabulary hash would cost a canonical re-serialization per process.
+    key = json.dumps([tok.name, getattr(tok, "engine", "")])
     lengths, splice, norm = _lengths_for(key, tok)
     return SegmentTokenizer(tok, lengths, splice, norm)
 
