@@ -42,7 +42,7 @@ DEFAULTS: dict[str, Any] = {
         "progress": "auto",  # auto | bar | lines | off
         # A Ray worker process runs this many tasks, then is replaced (0 = reuse forever): memory a
         # task freed but the process kept cannot ratchet up the worker's size with the input.
-        # "auto": 1 for inputs of 256 MiB and more, else 0.
+        # "auto": 16 for inputs of 256 MiB and more, else 0.
         "max_tasks_per_worker": "auto",
     },
     "ingest": {

@@ -52,7 +52,7 @@ class AutoExecutor:
     at 15 MB Ray on 2 CPUs and in-process took the same time (22.1 s vs 21.9 s), at 41 MB Ray on 2 CPUs
     took 32.8 s against 43.4 s in-process (`python -m bench`, rows 2a/2b of bench/RESULTS.md). Below it,
     Ray's own start (about 7 s for its processes, then the workers' imports and tokenizer) costs more
-    than a second worker saves. Workers are recycled per task only from `RECYCLE_BYTES` (256 MB) on.
+    than a second worker saves. Workers are replaced every `RECYCLE_TASKS` tasks only from `RECYCLE_BYTES` (256 MB) on.
     Re-measure on another machine with the benchmark and set ``executor.local_below_bytes``.
     """
 

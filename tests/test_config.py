@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from pipeline.config import DEFAULTS, FREE_FORM, config_hash, output_config, parse_opt, resolve
-from pipeline.ray_executor import RECYCLE_BYTES, RayExecutor
+from pipeline.ray_executor import RECYCLE_BYTES, RECYCLE_TASKS, RayExecutor
 from schemas.errors import ConfigError
 
 
@@ -42,14 +42,14 @@ def test_parse_opt_types_values():
 
 def test_auto_worker_recycling_follows_input_size():
     ex = RayExecutor.__new__(RayExecutor)  # no Ray needed for the decision itself
-    ex._auto, ex.max_tasks_per_worker = True, 0
+    ex._auto, ex.max_tasks_per_worker, ex._driver_runs_tasks = True, 0, True
     ex.plan_for_input(RECYCLE_BYTES - 1)
-    assert ex.max_tasks_per_worker == 0
+    assert ex.max_tasks_per_worker == 0 and ex._driver_runs_tasks
     ex.plan_for_input(RECYCLE_BYTES)
-    assert ex.max_tasks_per_worker == 1
-    ex._auto, ex.max_tasks_per_worker = False, 5
+    assert ex.max_tasks_per_worker == RECYCLE_TASKS > 1 and not ex._driver_runs_tasks
+    ex._auto, ex.max_tasks_per_worker, ex._driver_runs_tasks = False, 5, True
     ex.plan_for_input(10 * RECYCLE_BYTES)
-    assert ex.max_tasks_per_worker == 5
+    assert ex.max_tasks_per_worker == 5 and not ex._driver_runs_tasks
 
 
 def _leaves(node: dict, path: tuple[str, ...] = ()):

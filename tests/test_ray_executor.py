@@ -12,6 +12,7 @@ import os
 import subprocess
 import sys
 import time
+from collections import Counter
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -195,6 +196,17 @@ def test_max_tasks_per_worker_one_gives_every_task_a_fresh_process(ray_session):
     assert len({r["pid"] for r in results}) == 4  # two CPUs, four processes: each exited after its task
 
 
+def test_a_worker_process_is_replaced_after_max_tasks_per_worker_tasks(ray_session):
+    # What a large input gets by default (`RECYCLE_TASKS`): bounded reuse, neither a process per task nor forever.
+    from pipeline.ray_executor import RayExecutor
+
+    results = RayExecutor(max_tasks_per_worker=2).map(count_calls, [{"task_id": f"r{n}"} for n in range(6)],
+                                                      Progress("r", 6, mode="off"))
+    per_process = Counter(r["pid"] for r in results)
+    assert max(per_process.values()) <= 2 and len(per_process) >= 3  # two CPUs, six tasks, two tasks a process
+    assert max(per_process.values()) == 2  # ... and a process did run a second task
+
+
 def test_explicit_ray_and_auto_above_the_threshold_run_on_ray_workers(ray_session):
     from pipeline.config import resolve
     from pipeline.executors import make_executor
@@ -220,7 +232,7 @@ from pipeline.ray_executor import RECYCLE_BYTES, RayExecutor
 
 ex = RayExecutor(num_cpus=2)
 if sys.argv[1:] == ["large"]:
-    ex.plan_for_input(RECYCLE_BYTES)  # a task per worker process: none may run in the driver
+    ex.plan_for_input(RECYCLE_BYTES)  # a large input: no task may run in the driver
 
 def until_ray_is_up(task):
     import __main__  # the driver's executor, looked up here so that the function ships without it
@@ -255,8 +267,8 @@ def test_a_local_ray_starts_while_the_first_tasks_run_in_the_driver_then_takes_t
 
 
 def test_with_a_task_per_worker_process_no_task_runs_in_the_driver(tmp_path):
-    """A large input gives each task a fresh worker process (memory): while Ray starts, the driver waits
-    instead of running tasks itself, so its memory stays that of a driver."""
+    """With a large input, while Ray starts, the driver waits instead of running tasks itself, so its memory
+    stays that of a driver."""
     env = {k: v for k, v in clean_env().items() if k != "RAYON_NUM_THREADS"}
     proc = subprocess.run([sys.executable, "-c", _BACKGROUND_START, "large"],
                           capture_output=True, text=True, env=env, timeout=300, cwd=tmp_path)
