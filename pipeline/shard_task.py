@@ -37,18 +37,38 @@ def _gather_lists(arr: pa.ListArray, order: np.ndarray) -> pa.ListArray:
 
 def sort_table(table: pa.Table, key: str) -> pa.Table:
     """`table.sort_by(key)`, with long lists of numbers (token ids, weights) moved row by row."""
-    table = table.combine_chunks()
+    return sort_tables([table], key)
+
+
+def sort_tables(tables: list[pa.Table], key: str) -> pa.Table:
+    """The rows of `tables` (one schema) as one table sorted by `key`, like ``concat_tables(...).sort_by(key)``.
+
+    Consumes `tables` (the list is emptied): each column is sorted in turn and its unsorted chunks are let go
+    before the next one, so a shard task holds about one copy of its rows plus one column, not the parts,
+    their concatenation and the sorted copy at once (the largest tasks, shards of up to
+    ``shards.target_bytes``, set the peak memory of a worker).
+    """
+    table = pa.concat_tables(tables)
+    tables.clear()
+    if not table.num_rows:
+        return table
     order = pc.sort_indices(table, sort_keys=[(key, "ascending")])
     order_np = order.to_numpy()
+    schema = table.schema
+    unsorted = list(table.columns)
+    del table
     columns = []
-    for col in table.columns:
+    for i in range(len(unsorted)):
+        col, unsorted[i] = unsorted[i], None
         arr = col.chunk(0) if col.num_chunks == 1 else pa.concat_arrays(col.chunks)
+        del col
         if (pa.types.is_list(arr.type) and (pa.types.is_integer(arr.type.value_type) or pa.types.is_floating(arr.type.value_type))
                 and arr.null_count == 0 and arr.values.null_count == 0 and len(arr.values) > 0):
             columns.append(_gather_lists(arr, order_np))
         else:
             columns.append(arr.take(order))
-    return pa.Table.from_arrays(columns, schema=table.schema)
+        del arr
+    return pa.Table.from_arrays(columns, schema=schema)
 
 
 def run_shard_task(task: dict[str, Any]) -> dict[str, Any]:
@@ -61,9 +81,7 @@ def run_shard_task(task: dict[str, Any]) -> dict[str, Any]:
     files = sorted(p for p in fs.find(src) if p.endswith((".arrow", ".parquet"))) if fs.exists(src) else []
     tables = [read_ipc(fs, p, schema) if p.endswith(".arrow") else pq.read_table(fs.open(p, "rb"), schema=schema)
               for p in files]
-    table = pa.concat_tables(tables) if tables else schema.empty_table()
-    if table.num_rows:
-        table = sort_table(table, "sample_id")
+    table = sort_tables(tables, "sample_id") if tables else schema.empty_table()
     path = shard_path(root, pool, bucket)
     with AtomicParquetWriter(fs, path, schema, rows_per_group=512,
                              compression_level=task.get("compression_level", 3)) as w:

@@ -11,7 +11,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from pipeline.outputs import AtomicIpcWriter, AtomicParquetWriter, dictionary_columns, out_fs, read_ipc
-from pipeline.shard_task import run_shard_task, sort_table
+from pipeline.shard_task import run_shard_task, sort_table, sort_tables
 from schemas.shard import RL_SCHEMA, SHARD_SCHEMA
 from schemas.trajectory import TRAJECTORY_SCHEMA
 
@@ -93,6 +93,18 @@ def test_sort_table_equals_sort_by(seed):
     assert got.schema.equals(SHARD_SCHEMA)
     assert got.equals(want)
     assert got.column("sample_id").to_pylist() == sorted(r["sample_id"] for r in rows)
+
+
+def test_sort_tables_consumes_its_parts_and_equals_their_sorted_concatenation():
+    rows = _shard_rows(90, seed=3)
+    full = pa.Table.from_pylist(rows, schema=SHARD_SCHEMA)
+    parts = [full.slice(0, 40), full.slice(40, 0), full.slice(40, 50)]  # an empty part among them
+    want = pa.concat_tables(parts).sort_by([("sample_id", "ascending")])
+    got = sort_tables(parts, "sample_id")
+    assert parts == []  # handed over: the caller keeps no reference to the unsorted rows
+    assert got.equals(want) and all(c.num_chunks == 1 for c in got.columns)
+    empty = [SHARD_SCHEMA.empty_table(), SHARD_SCHEMA.empty_table()]
+    assert sort_tables(empty, "sample_id").num_rows == 0 and empty == []
 
 
 def test_sort_table_with_null_lists_and_the_rl_schema():
