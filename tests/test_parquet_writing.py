@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import errno
 import io
+import itertools
 import random
 
 import pyarrow as pa
@@ -181,3 +182,79 @@ def test_an_ipc_part_that_fails_to_close_is_aborted_without_hiding_the_error(tmp
             raise
     assert caught.value.errno == errno.ENOSPC
     assert list(tmp_path.iterdir()) == []
+
+
+def _bucket_of_parts(tmp_path, pool: str, schema: pa.Schema, rows: list[dict], cuts: list[int]) -> None:
+    """Write `rows` as sample parts of bucket 0 of `pool`: Arrow parts cut at `cuts`, the first one Parquet
+    (a part of an earlier version)."""
+    fs, root = out_fs(str(tmp_path))
+    bucket = f"{root}/_work/samples/{pool}/b00000"
+    bounds = [0, *cuts, len(rows)]
+    for i, (a, b) in enumerate(itertools.pairwise(bounds)):
+        table = pa.Table.from_pylist(rows[a:b], schema=schema)
+        if i == 0:
+            with AtomicParquetWriter(fs, f"{bucket}/p{i:02d}.parquet", schema) as w:
+                w.write_table(table)
+        else:
+            with AtomicIpcWriter(fs, f"{bucket}/p{i:02d}.arrow", schema, rows_per_batch=100) as w:
+                w.write_table(table)
+
+
+@pytest.mark.parametrize("pool", ["sft", "rl"])
+def test_a_bucket_over_sort_bytes_is_written_in_slices_into_the_same_file(tmp_path, monkeypatch, pool):
+    """A shard task sorts at most `sort_bytes` of rows at a time (plus one row group): a full bucket does not
+    set a worker's peak memory. The file is byte for byte the one a whole-bucket sort writes, with ties,
+    a row count that is not a multiple of the row group size and a Parquet part among the parts."""
+    import pipeline.shard_task as shard_task
+
+    if pool == "rl":
+        rng = random.Random(4)
+        rows = [{"sample_id": f"{rng.getrandbits(40):010x}", "traj_id": f"t{i}", "pool": "rl",
+                 "prompt_ids": [rng.randrange(9000) for _ in range(rng.randrange(400))], "reference": "r" * (i % 50),
+                 "messages": [{"role": "user", "content": "m" * rng.randrange(300)}], "turn_keep": [0.5],
+                 "num_tokens": i % 400} for i in range(1700)]
+        schema = RL_SCHEMA
+    else:
+        rows = _shard_rows(1700, seed=11, history=400)
+        schema = SHARD_SCHEMA
+    rows[900]["sample_id"] = rows[5]["sample_id"]  # a tie, in two parts: part order decides, as in one sort
+    _bucket_of_parts(tmp_path / "whole", pool, schema, rows, [300, 301, 1000])
+    _bucket_of_parts(tmp_path / "sliced", pool, schema, rows, [300, 301, 1000])
+    task = {"task_id": f"{pool}-0", "pool": pool, "bucket": 0, "spec_hash": "x"}
+    whole = run_shard_task({**task, "out": str(tmp_path / "whole")})
+
+    sorted_bytes = []
+    real_sort = shard_task.sort_tables
+
+    def recording_sort(tables, key):
+        sorted_bytes.append(sum(t.nbytes for t in tables))
+        return real_sort(tables, key)
+
+    monkeypatch.setattr(shard_task, "sort_tables", recording_sort)
+    limit = 250_000
+    sliced = run_shard_task({**task, "out": str(tmp_path / "sliced"), "sort_bytes": limit})
+    name = f"shards/{pool}/part-00000.parquet"
+    assert (tmp_path / "sliced" / name).read_bytes() == (tmp_path / "whole" / name).read_bytes()
+    assert sliced["shard"] | {"path": None} == whole["shard"] | {"path": None} and sliced["rows"] == 1700
+    group = max(sum(t.nbytes for t in [pa.Table.from_pylist(rows[i:i + 512], schema=schema)])
+                for i in range(0, 1700, 512))
+    assert len(sorted_bytes) > 3 and max(sorted_bytes) <= limit + group, sorted_bytes
+    back = pq.ParquetFile(tmp_path / "sliced" / name)
+    assert [back.metadata.row_group(i).num_rows for i in range(back.num_row_groups)] == [512, 512, 512, 164]
+    assert back.read().column("sample_id").to_pylist() == sorted(r["sample_id"] for r in rows)
+
+
+def test_an_empty_bucket_and_one_under_sort_bytes_are_sorted_whole(tmp_path, monkeypatch):
+    import pipeline.shard_task as shard_task
+
+    calls = []
+    real_sort = shard_task.sort_tables
+    monkeypatch.setattr(shard_task, "sort_tables", lambda tables, key: calls.append(len(tables)) or real_sort(tables, key))
+    rows = _shard_rows(200, seed=12, history=50)
+    _bucket_of_parts(tmp_path, "sft", SHARD_SCHEMA, rows, [70, 150])
+    result = run_shard_task({"task_id": "s", "out": str(tmp_path), "pool": "sft", "bucket": 0, "spec_hash": "x"})
+    assert calls == [1] and result["rows"] == 200
+    assert result["shard"]["max_tokens"] == max(r["num_tokens"] for r in rows)
+    empty = run_shard_task({"task_id": "e", "out": str(tmp_path), "pool": "eval", "bucket": 3, "spec_hash": "x"})
+    assert empty["rows"] == 0 and empty["shard"]["max_tokens"] == 0
+    assert pq.read_table(tmp_path / "shards" / "eval" / "part-00003.parquet").num_rows == 0
