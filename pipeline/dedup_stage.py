@@ -112,18 +112,19 @@ def dedup_settings(cfg: dict[str, Any], ingest_stats: Stats) -> dict[str, Any]:
 # --- reduce -------------------------------------------------------------------------------------------------
 
 
-def _read_all(fs, root: str, rels: list[str], schema: pa.Schema, dictionary: tuple[str, ...] = ()) -> pa.Table:
+def _read_all(fs, root: str, rels: list[str], schema: pa.Schema, dictionary: tuple[str, ...] = (),
+              columns: list[str] | None = None) -> pa.Table:
     """The work files `rels` (relative to the run root) as one table, in the order given; empty of `schema` when none.
 
     The `dictionary` columns are read as dictionaries, unified into one (bucket rows repeat a trajectory id
-    hundreds of times: a string per row costs more than the rest of the read).
+    hundreds of times: a string per row costs more than the rest of the read); `columns`: only these.
     """
     tables = []
     for rel in rels:
         with fs.open(f"{root}/{rel}", "rb") as f:
-            tables.append(pq.read_table(f, read_dictionary=list(dictionary) or None))
+            tables.append(pq.read_table(f, columns=columns, read_dictionary=list(dictionary) or None))
     if not tables:
-        return schema.empty_table()
+        return schema.empty_table() if columns is None else pa.schema([schema.field(c) for c in columns]).empty_table()
     table = pa.concat_tables(tables)
     return table.unify_dictionaries().combine_chunks() if dictionary else table
 
@@ -165,7 +166,9 @@ def run_dedup_reduce_task(task: dict[str, Any]) -> dict[str, Any]:
 def run_dedup_decontam_task(task: dict[str, Any]) -> dict[str, Any]:
     """Sum the evidence of one partition of evaluation records over every bucket and write its verdicts."""
     fs, root = out_fs(task["out"])
-    evidence = _read_all(fs, root, task["files"], EDGE_SCHEMA)
+    # the ids as dictionaries: the evidence of one partition grows with the input, mostly as repeated ids
+    evidence = _read_all(fs, root, task["files"], EDGE_SCHEMA, dictionary=("kind", "a", "b"),
+                         columns=["kind", "a", "b", "jaccard", "count"])
     verdicts = decontam_verdicts(evidence, task["settings"])
     rel = f"_work/dedup/verdicts/{task['task_id']}.parquet"
     with AtomicParquetWriter(fs, f"{root}/{rel}", VERDICT_SCHEMA) as w:

@@ -46,38 +46,67 @@ def of_kinds(edges: pa.Table, kinds: tuple[str, ...]) -> pa.Table:
     return edges.filter(pc.is_in(edges.column("kind"), pa.array(kinds, pa.string())))
 
 
+def _codes(column: pa.ChunkedArray | pa.Array) -> tuple[pa.Array, np.ndarray]:
+    """A string column (plain or dictionary-encoded) as its distinct values and one int64 code per row."""
+    if isinstance(column, pa.ChunkedArray):
+        column = column.combine_chunks() if column.num_chunks != 1 else column.chunk(0)
+    if not pa.types.is_dictionary(column.type):
+        column = column.dictionary_encode()
+    return column.dictionary, column.indices.to_numpy(zero_copy_only=False).astype(np.int64)
+
+
 def decontam_verdicts(evidence: pa.Table, settings: dict[str, Any]) -> pa.Table:
     """`VERDICT_SCHEMA` rows from the decontamination rows of some evaluation records (all rows of each:
     partial totals and shared counts are summed here): every near copy, with whether it also holds
     ``near_specific_share`` of the record's specific n-grams (`near_is_contamination`), and every training
     trajectory that holds ``ngram_overlap`` of a record's specific n-grams, at least ``ngram_min_shared``.
+
+    The sums run over integer codes of the ids in numpy (``kind``, ``a`` and ``b`` may come
+    dictionary-encoded): one partition's evidence grows with the input (millions of rows at 2 GB), and
+    grouping and joining its strings held several times their size. Rows come near copies first; their
+    order within each kind is not part of the result (`contaminated_of` reads them as a set).
     """
-    kind = evidence.column("kind")
-    totals = (evidence.filter(pc.equal(kind, KIND_TOTAL)).group_by("a").aggregate([("count", "sum")])
-              .rename_columns(["b", "total"]))
-    shared = (evidence.filter(pc.equal(kind, KIND_SHARED)).group_by(["a", "b"]).aggregate([("count", "sum")])
-              .rename_columns(["a", "b", "shared"]))
-    shared = shared.join(totals, "b", join_type="left outer")
-    n = shared.column("shared").to_numpy().astype(np.int64)
-    total = shared.column("total").fill_null(0).to_numpy().astype(np.int64)
-    share = np.divide(n, total, out=np.zeros(len(n)), where=total > 0)
-    hit = (total > 0) & (n >= int(settings["ngram_min_shared"])) & (share >= float(settings["ngram_overlap"]))
-    ngram = {"kind": pa.array(["ngram"] * int(hit.sum()), pa.string()),
-             "traj_id": shared.column("a").filter(pa.array(hit)), "record": shared.column("b").filter(pa.array(hit)),
-             "figure": share[hit], "passes": np.ones(int(hit.sum()), bool)}
-    near = evidence.filter(pc.equal(kind, "decontam_near")).select(["a", "b", "jaccard"])
-    near = near.join(shared.select(["a", "b", "shared"]), ["a", "b"], join_type="left outer")
-    near = near.join(totals, "b", join_type="left outer")
-    n = near.column("shared").fill_null(0).to_numpy().astype(np.int64)
-    total = near.column("total").fill_null(0).to_numpy().astype(np.int64)
-    passes = [near_is_contamination(t, s, settings) for t, s in zip(total.tolist(), n.tolist())]
-    near_rows = {"kind": pa.array(["near"] * near.num_rows, pa.string()), "traj_id": near.column("a"),
-                 "record": near.column("b"), "figure": near.column("jaccard").cast(pa.float64()), "passes": passes}
-    return pa.concat_tables([columns_table(_chunks(near_rows), VERDICT_SCHEMA), columns_table(_chunks(ngram), VERDICT_SCHEMA)])
+    kinds, kind = _codes(evidence.column("kind"))
+    kind_names = kinds.to_pylist()
 
+    def of_kind(name: str) -> np.ndarray:
+        return kind == kind_names.index(name) if name in kind_names else np.zeros(len(kind), bool)
 
-def _chunks(columns: dict[str, Any]) -> dict[str, Any]:
-    return {k: v.combine_chunks() if isinstance(v, pa.ChunkedArray) else v for k, v in columns.items()}
+    a_names, a = _codes(evidence.column("a"))
+    b_names, b = _codes(evidence.column("b"))
+    # one code space for both ends: a total names its record in ``a``, the other rows in ``b``
+    names = pa.concat_arrays([a_names.cast(pa.string()), b_names.cast(pa.string())]).unique()
+    a = pc.index_in(a_names.cast(pa.string()), value_set=names).to_numpy(zero_copy_only=False).astype(np.int64)[a]
+    b = pc.index_in(b_names.cast(pa.string()), value_set=names).to_numpy(zero_copy_only=False).astype(np.int64)[b]
+    n_names = max(len(names), 1)
+    count = evidence.column("count").fill_null(0).to_numpy().astype(np.int64)
+
+    is_total = of_kind(KIND_TOTAL)
+    totals = np.zeros(n_names, np.int64)
+    np.add.at(totals, a[is_total], count[is_total])
+    is_shared = of_kind(KIND_SHARED)
+    pairs, at = np.unique(a[is_shared] * n_names + b[is_shared], return_inverse=True)
+    shared = np.zeros(len(pairs), np.int64)
+    np.add.at(shared, at.ravel(), count[is_shared])
+    pair_a, pair_b = pairs // n_names, pairs % n_names
+    total = totals[pair_b]
+    share = np.divide(shared, total, out=np.zeros(len(shared)), where=total > 0)
+    hit = (total > 0) & (shared >= int(settings["ngram_min_shared"])) & (share >= float(settings["ngram_overlap"]))
+    ngram = {"kind": pa.array(["ngram"] * int(hit.sum()), pa.string()), "traj_id": names.take(pair_a[hit]),
+             "record": names.take(pair_b[hit]), "figure": share[hit], "passes": np.ones(int(hit.sum()), bool)}
+
+    is_near = of_kind("decontam_near")
+    near_a, near_b = a[is_near], b[is_near]
+    where = np.searchsorted(pairs, near_a * n_names + near_b)
+    found = where < len(pairs)
+    found[found] = pairs[where[found]] == (near_a * n_names + near_b)[found]
+    near_shared = np.where(found, shared[np.minimum(where, max(len(pairs) - 1, 0))] if len(pairs) else 0, 0)
+    near_total = totals[near_b]
+    passes = [near_is_contamination(t, s, settings) for t, s in zip(near_total.tolist(), near_shared.tolist())]
+    jaccard = evidence.column("jaccard").to_numpy(zero_copy_only=False)[is_near].astype(np.float64)
+    near_rows = {"kind": pa.array(["near"] * len(near_a), pa.string()), "traj_id": names.take(near_a),
+                 "record": names.take(near_b), "figure": jaccard, "passes": passes}
+    return pa.concat_tables([columns_table(near_rows, VERDICT_SCHEMA), columns_table(ngram, VERDICT_SCHEMA)])
 
 
 def contaminated_of(verdicts: pa.Table) -> dict[str, tuple[str, str, float]]:

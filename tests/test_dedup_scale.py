@@ -4,16 +4,17 @@ give what the one-group-at-a-time rules and a Python union-find give, on random 
 from __future__ import annotations
 
 import random
+from collections import Counter, defaultdict
 
 import numpy as np
 import pyarrow as pa
 import pytest
 
 from stages import dedup_graph
-from stages.decontam import ROLE_EVAL, ROLE_REFERENCE, ROLE_TRAIN, ngram_group_pairs
+from stages.decontam import ROLE_EVAL, ROLE_REFERENCE, ROLE_TRAIN, near_is_contamination, ngram_group_pairs
 from stages.dedup import UnionFind, cluster_id, survivor_rank
 from stages.dedup_graph import BUCKET_SCHEMA, EDGE_SCHEMA, KIND_NGRAM, KIND_SHARED, KIND_TOTAL, bucket_edges
-from stages.dedup_removals import cluster_removals
+from stages.dedup_removals import VERDICT_SCHEMA, cluster_removals, decontam_verdicts
 
 
 def _ngram_bucket(rnd: random.Random, n_ids: int, n_groups: int) -> tuple[pa.Table, list[list[tuple[str, int]]]]:
@@ -127,3 +128,57 @@ def test_components_of_a_long_chain_are_one():
     n = 100_000
     labels = _components(np.arange(n - 1), np.arange(1, n), n)
     assert len(np.unique(labels)) == 1
+
+
+def _reference_verdicts(rows: list[tuple], settings: dict) -> Counter:
+    """The verdicts of `decontam_verdicts`, by its rules one row at a time (a multiset: one per near row)."""
+    totals: dict[str, int] = defaultdict(int)
+    shared: dict[tuple[str, str], int] = defaultdict(int)
+    for kind, a, b, _jaccard, count in rows:
+        if kind == KIND_TOTAL:
+            totals[a] += count
+        elif kind == KIND_SHARED:
+            shared[(a, b)] += count
+    out: Counter = Counter()
+    for kind, a, b, jaccard, _count in rows:
+        if kind == "decontam_near":
+            passes = near_is_contamination(totals.get(b, 0), shared.get((a, b), 0), settings)
+            out[("near", a, b, float(np.float32(jaccard)), passes)] += 1
+    for (a, b), n in shared.items():
+        total = totals.get(b, 0)
+        if total > 0 and n >= settings["ngram_min_shared"] and n / total >= settings["ngram_overlap"]:
+            out[("ngram", a, b, n / total, True)] += 1
+    return out
+
+
+@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize("encoded", [False, True])
+def test_decontam_verdicts_sum_partial_counts_like_the_rules_one_row_at_a_time(seed, encoded):
+    """Partial totals and shared counts of one partition, from many buckets, summed over integer codes: the
+    verdicts are those of the rules applied to each pair's sums (records without a total, near copies without
+    shared counts, an id that is both a training trajectory and a record name, ids read as dictionaries)."""
+    rnd = random.Random(seed)
+    train = [f"t{i:03d}" for i in range(40)] + ["both"]
+    records = [f"e{i:02d}" for i in range(8)] + ["both"]
+    rows = []
+    for r in records[:-2]:  # the last record has no total
+        rows += [(KIND_TOTAL, r, "", None, rnd.randint(0, 30)) for _ in range(rnd.randint(1, 3))]
+    for _ in range(rnd.randint(0, 400)):
+        rows.append((KIND_SHARED, rnd.choice(train), rnd.choice(records), None, rnd.randint(1, 9)))
+    for _ in range(rnd.randint(0, 30)):
+        rows.append(("decontam_near", rnd.choice(train), rnd.choice(records), rnd.random(), None))
+    rnd.shuffle(rows)
+    settings = {"ngram_min_shared": rnd.choice([1, 5, 10]), "ngram_overlap": rnd.choice([0.2, 0.6]),
+                "near_specific_share": rnd.choice([0.1, 0.5])}
+    full = [(k, a, b, j, 0, 0, 0, 0, c) for k, a, b, j, c in rows]
+    table = pa.Table.from_arrays([pa.array(col, type=f.type) for col, f in zip(zip(*full), EDGE_SCHEMA)],
+                                 schema=EDGE_SCHEMA) if rows else EDGE_SCHEMA.empty_table()
+    if encoded:
+        table = pa.concat_tables([table.slice(0, len(rows) // 2), table.slice(len(rows) // 2)])
+        table = pa.Table.from_arrays([c.dictionary_encode() if f.name in ("kind", "a", "b") else c
+                                      for c, f in zip(table.columns, EDGE_SCHEMA)], names=EDGE_SCHEMA.names)
+    got = decontam_verdicts(table, settings)
+    assert got.schema.equals(VERDICT_SCHEMA)
+    want = _reference_verdicts(rows, settings)
+    assert Counter(map(tuple, zip(*(got.column(c).to_pylist() for c in VERDICT_SCHEMA.names)))) == want
+    assert sum(want.values()) == got.num_rows
