@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
 import pyarrow.parquet as pq
 
 from masking import load_table
@@ -23,15 +24,37 @@ from stages.tokenizer import load_tokenizer
 from stages.tokenizer.segments import segment_tokenizer
 
 _ROWS_PER_GROUP = 256
+# Rows held for all buckets together before the fullest is written out: a run with more buckets (a larger
+# input) holds no more rows for them than a run with one.
+_PENDING_BYTES = 16 * 1024 * 1024
+
+
+def _row_bytes(row: dict[str, Any]) -> int:
+    """About what a row holds: its arrays, its strings, and 8 bytes per item of its other lists."""
+    size = 0
+    for v in row.values():
+        if isinstance(v, np.ndarray):
+            size += v.nbytes
+        elif isinstance(v, str):
+            size += len(v)
+        elif isinstance(v, list):
+            size += 8 * len(v)
+    return size
 
 
 class SampleWriter:
-    """Lazily opened bucket files of one task; rows are buffered and written as tables (`rows_table`)."""
+    """Lazily opened bucket files of one task; rows are buffered and written as tables (`rows_table`).
+
+    A bucket is written out at `_ROWS_PER_GROUP` rows, and the fullest one (by bytes) whenever all of them
+    together hold more than `_PENDING_BYTES`.
+    """
 
     def __init__(self, fs, root: str, task_id: str, buckets: dict[str, int]) -> None:
         self.fs, self.root, self.task_id, self.buckets = fs, root, task_id, buckets
         self.writers: dict[tuple[str, int], AtomicIpcWriter] = {}
         self.pending: dict[tuple[str, int], list[dict[str, Any]]] = {}
+        self.pending_bytes: dict[tuple[str, int], int] = {}
+        self.held = 0  # the sum of `pending_bytes`
 
     def write(self, pool: str, row: dict[str, Any]) -> None:
         b = bucket_of(row["sample_id"], self.buckets[pool])
@@ -40,10 +63,16 @@ class SampleWriter:
             path = f"{self.root}/_work/samples/{pool}/b{b:05d}/{self.task_id}.arrow"
             self.writers[key] = AtomicIpcWriter(self.fs, path, schema_for(pool), rows_per_batch=_ROWS_PER_GROUP)
             self.pending[key] = []
+            self.pending_bytes[key] = 0
         rows = self.pending[key]
         rows.append(row)
+        size = _row_bytes(row)
+        self.pending_bytes[key] += size
+        self.held += size
         if len(rows) >= _ROWS_PER_GROUP:
             self._flush(key)
+        while self.held > _PENDING_BYTES:
+            self._flush(max(self.pending_bytes, key=self.pending_bytes.__getitem__))
 
     def _flush(self, key: tuple[str, int]) -> None:
         rows = self.pending[key]
@@ -51,6 +80,8 @@ class SampleWriter:
             w = self.writers[key]
             w.write_table(rows_table(rows, w.schema))
             self.pending[key] = []
+            self.held -= self.pending_bytes[key]
+            self.pending_bytes[key] = 0
 
     def close(self) -> None:
         for key, w in self.writers.items():

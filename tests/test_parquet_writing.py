@@ -258,3 +258,40 @@ def test_an_empty_bucket_and_one_under_sort_bytes_are_sorted_whole(tmp_path, mon
     empty = run_shard_task({"task_id": "e", "out": str(tmp_path), "pool": "eval", "bucket": 3, "spec_hash": "x"})
     assert empty["rows"] == 0 and empty["shard"]["max_tokens"] == 0
     assert pq.read_table(tmp_path / "shards" / "eval" / "part-00003.parquet").num_rows == 0
+
+
+def test_a_sample_task_holds_a_bounded_amount_of_rows_whatever_the_number_of_buckets(tmp_path, monkeypatch):
+    """Rows wait per bucket for a batch of 256, but never more than `_PENDING_BYTES` for all buckets together
+    (a larger run has more buckets): the fullest bucket is written out first. Every row reaches its bucket."""
+    import numpy as np
+
+    import pipeline.sample_task as sample_task
+    from stages.sample_rows import bucket_of
+
+    monkeypatch.setattr(sample_task, "_PENDING_BYTES", 200_000)
+    fs, root = out_fs(str(tmp_path))
+    writer = sample_task.SampleWriter(fs, root, "task0", {"sft": 9, "cpt": 1})
+    rows = _shard_rows(600, seed=21, history=600)
+    for r in rows:
+        r["input_ids"] = np.asarray(r["input_ids"], dtype=np.int32)
+        r["loss_weight"] = np.asarray(r["loss_weight"], dtype=np.float32)
+    held = []
+    for i, r in enumerate(rows):
+        writer.write("cpt" if i % 10 == 0 else "sft", r)
+        held.append(writer.held)
+        assert writer.held == sum(writer.pending_bytes.values())
+    biggest = max(sample_task._row_bytes(r) for r in rows)
+    assert max(held) <= 200_000 and max(held) > 200_000 - biggest  # bounded, and the bound was reached
+    writer.close()
+    back = {}
+    for pool, n in (("sft", 9), ("cpt", 1)):
+        for b in range(n):
+            path = f"{root}/_work/samples/{pool}/b{b:05d}/task0.arrow"
+            if fs.exists(path):
+                table = read_ipc(fs, path, SHARD_SCHEMA)
+                assert all(bucket_of(s, n) == b for s in table.column("sample_id").to_pylist())
+                back.update({(pool, r["sample_id"]): r for r in table.to_pylist()})
+    assert len(back) == len(rows)
+    for i, r in enumerate(rows):
+        got = back[("cpt" if i % 10 == 0 else "sft", r["sample_id"])]
+        assert got["input_ids"] == r["input_ids"].tolist() and got["num_tokens"] == r["num_tokens"]
