@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import hashlib
+import os
 import posixpath
+import tempfile
 from collections.abc import Iterator
 from typing import Any
 
@@ -72,9 +74,9 @@ def sort_tables(tables: list[pa.Table], key: str) -> pa.Table:
 
 
 # What a shard task holds of its rows at once, as decoded Arrow data. A bucket larger than this is written in
-# slices of its sorted order, each read back from the parts by its own pass over them (decoding the parts is
-# cheap next to the Parquet encoding: about 0.2 s per 220 MB), so a worker's peak does not grow with how full
-# the buckets of a run happen to be.
+# slices of its sorted order, each first routed to a local file of its own (one bucket's rows, lz4, in the
+# system's temporary folder, removed slice by slice), so a worker's peak does not grow with how full the
+# buckets of a run happen to be.
 SORT_BYTES = 64 * 1024 * 1024
 ROWS_PER_GROUP = 512
 
@@ -127,13 +129,39 @@ def _slices(order: np.ndarray, row_bytes: np.ndarray, limit: int, group: int) ->
     return slice_of_row
 
 
+def _spill_slices(fs, files: list[str], schema: pa.Schema, slice_of_row: np.ndarray, folder: str) -> list[str]:
+    """One read of the parts, each batch's rows routed to the local file of their slice (Arrow IPC, lz4:
+    fast to write and read back); the files' paths in slice order. A slice's file holds its rows in part
+    order, as a whole-bucket read would meet them (ties sort the same)."""
+    n_slices = int(slice_of_row.max()) + 1
+    paths = [os.path.join(folder, f"slice-{s:05d}.arrow") for s in range(n_slices)]
+    options = pa.ipc.IpcWriteOptions(compression="lz4")
+    sinks = [pa.OSFile(p, "wb") for p in paths]
+    writers = [pa.ipc.new_file(sink, schema, options=options) for sink in sinks]
+    try:
+        start = 0
+        for p in files:
+            for batch in _part_batches(fs, p, schema):
+                ids = slice_of_row[start:start + batch.num_rows]
+                start += batch.num_rows
+                for s in np.unique(ids).tolist():
+                    writers[s].write_batch(batch.filter(pa.array(ids == s)))
+                del batch
+    finally:
+        for writer, sink in zip(writers, sinks):
+            writer.close()
+            sink.close()
+    return paths
+
+
 def run_shard_task(task: dict[str, Any]) -> dict[str, Any]:
     """`task`: task_id, out, pool, bucket, spec_hash, compression_level; optional sort_bytes (`SORT_BYTES`).
 
     The rows of the bucket's parts, sorted by ``sample_id``, in row groups of `ROWS_PER_GROUP`. A bucket
-    that fits in ``sort_bytes`` is sorted whole; a larger one is read once for its sample ids and row
-    sizes, then once per slice of its sorted order, each slice sorted and appended on its own: the same
-    file, holding about ``sort_bytes`` of rows instead of the whole bucket.
+    that fits in ``sort_bytes`` is sorted whole. A larger one is read once for its sample ids and row sizes,
+    cut into slices of its sorted order, read again to route each row to a local file of its slice
+    (`_spill_slices`), and each slice is sorted and appended on its own: the same file, holding about
+    ``sort_bytes`` of rows instead of the whole bucket.
     """
     fs, root = out_fs(task["out"])
     pool, bucket = task["pool"], task["bucket"]
@@ -170,19 +198,16 @@ def run_shard_task(task: dict[str, Any]) -> dict[str, Any]:
         else:
             order = pc.sort_indices(pa.array(keys, type=pa.string())).to_numpy()
             slice_of_row = _slices(order, np.concatenate(sizes), limit, ROWS_PER_GROUP)
-            for s in range(int(slice_of_row.max()) + 1):
-                pieces, start = [], 0
-                for p in files:
-                    for batch in _part_batches(fs, p, schema):
-                        mask = slice_of_row[start:start + batch.num_rows] == s
-                        start += batch.num_rows
-                        if mask.any():
-                            pieces.append(pa.Table.from_batches([batch.filter(pa.array(mask))], schema=schema))
-                        del batch
-                part = sort_tables(pieces, "sample_id")
-                num_rows += part.num_rows
-                w.write_table(part)
-                del part
+            with tempfile.TemporaryDirectory(prefix="lwm-shard-") as spill:
+                paths = _spill_slices(fs, files, schema, slice_of_row, spill)
+                for spilled in paths:
+                    with pa.OSFile(spilled, "rb") as f:
+                        pieces = [pa.ipc.open_file(f).read_all()]
+                    os.remove(spilled)
+                    part = sort_tables(pieces, "sample_id")
+                    num_rows += part.num_rows
+                    w.write_table(part)
+                    del part
     digest = hashlib.sha256()
     with fs.open(path, "rb") as f:
         while chunk := f.read(1 << 20):

@@ -231,8 +231,12 @@ def test_a_bucket_over_sort_bytes_is_written_in_slices_into_the_same_file(tmp_pa
         return real_sort(tables, key)
 
     monkeypatch.setattr(shard_task, "sort_tables", recording_sort)
+    spill = tmp_path / "spill"
+    spill.mkdir()
+    monkeypatch.setattr(shard_task.tempfile, "tempdir", str(spill))
     limit = 250_000
     sliced = run_shard_task({**task, "out": str(tmp_path / "sliced"), "sort_bytes": limit})
+    assert list(spill.iterdir()) == []  # the slices' local files are gone
     name = f"shards/{pool}/part-00000.parquet"
     assert (tmp_path / "sliced" / name).read_bytes() == (tmp_path / "whole" / name).read_bytes()
     assert sliced["shard"] | {"path": None} == whole["shard"] | {"path": None} and sliced["rows"] == 1700
