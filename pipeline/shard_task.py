@@ -79,6 +79,8 @@ def sort_tables(tables: list[pa.Table], key: str) -> pa.Table:
 # buckets of a run happen to be.
 SORT_BYTES = 64 * 1024 * 1024
 ROWS_PER_GROUP = 512
+# Small batches are routed to the slice files together, up to this many bytes (one filter per slice for all).
+_ROUTE_BYTES = 8 * 1024 * 1024
 
 
 def _part_batches(fs, path: str, schema: pa.Schema) -> Iterator[pa.RecordBatch]:
@@ -138,15 +140,28 @@ def _spill_slices(fs, files: list[str], schema: pa.Schema, slice_of_row: np.ndar
     options = pa.ipc.IpcWriteOptions(compression="lz4")
     sinks = [pa.OSFile(p, "wb") for p in paths]
     writers = [pa.ipc.new_file(sink, schema, options=options) for sink in sinks]
+    pending: list[pa.RecordBatch] = []
+    start = 0
+
+    def route() -> None:
+        nonlocal start
+        rows = sum(b.num_rows for b in pending)
+        table = pa.Table.from_batches(pending, schema=schema).combine_chunks()
+        pending.clear()
+        ids = slice_of_row[start:start + rows]
+        start += rows
+        for s in np.unique(ids).tolist():
+            for piece in table.filter(pa.array(ids == s)).to_batches():
+                writers[s].write_batch(piece)
+
     try:
-        start = 0
         for p in files:
             for batch in _part_batches(fs, p, schema):
-                ids = slice_of_row[start:start + batch.num_rows]
-                start += batch.num_rows
-                for s in np.unique(ids).tolist():
-                    writers[s].write_batch(batch.filter(pa.array(ids == s)))
-                del batch
+                pending.append(batch)
+                if sum(b.nbytes for b in pending) >= _ROUTE_BYTES:
+                    route()
+        if pending:
+            route()
     finally:
         for writer, sink in zip(writers, sinks):
             writer.close()

@@ -234,6 +234,7 @@ def test_a_bucket_over_sort_bytes_is_written_in_slices_into_the_same_file(tmp_pa
     spill = tmp_path / "spill"
     spill.mkdir()
     monkeypatch.setattr(shard_task.tempfile, "tempdir", str(spill))
+    monkeypatch.setattr(shard_task, "_ROUTE_BYTES", 150_000)  # parts are routed to the slices in several groups
     limit = 250_000
     sliced = run_shard_task({**task, "out": str(tmp_path / "sliced"), "sort_bytes": limit})
     assert list(spill.iterdir()) == []  # the slices' local files are gone
