@@ -11,6 +11,7 @@ import json
 import os
 import posixpath
 import uuid
+from collections.abc import Iterator
 from typing import Any
 
 import fsspec
@@ -155,13 +156,18 @@ class AtomicIpcWriter(_AtomicFileWriter):
             self.num_rows += table.num_rows
 
 
+def ipc_batches(fs: fsspec.AbstractFileSystem, path: str, schema: pa.Schema) -> Iterator[pa.RecordBatch]:
+    """The record batches an `AtomicIpcWriter` wrote, one at a time; ValueError if its schema is not `schema`."""
+    with fs.open(path, "rb") as f:
+        reader = pa.ipc.open_stream(f)
+        if not reader.schema.equals(schema):
+            raise ValueError(f"{path}: schema {reader.schema} is not the expected {schema}")
+        yield from reader
+
+
 def read_ipc(fs: fsspec.AbstractFileSystem, path: str, schema: pa.Schema) -> pa.Table:
     """The table an `AtomicIpcWriter` wrote; ValueError if its schema is not `schema`."""
-    with fs.open(path, "rb") as f:
-        table = pa.ipc.open_stream(f).read_all()
-    if not table.schema.equals(schema):
-        raise ValueError(f"{path}: schema {table.schema} is not the expected {schema}")
-    return table
+    return pa.Table.from_batches(list(ipc_batches(fs, path, schema)), schema=schema)
 
 
 def read_json(fs: fsspec.AbstractFileSystem, path: str) -> Any:

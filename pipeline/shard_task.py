@@ -14,7 +14,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from pipeline.outputs import AtomicParquetWriter, out_fs
+from pipeline.outputs import AtomicParquetWriter, ipc_batches, out_fs
 from schemas.shard import schema_for
 
 
@@ -85,13 +85,10 @@ _ROUTE_BYTES = 8 * 1024 * 1024
 
 def _part_batches(fs, path: str, schema: pa.Schema) -> Iterator[pa.RecordBatch]:
     """The record batches of one sample part, Arrow IPC or (parts of earlier versions) Parquet."""
-    with fs.open(path, "rb") as f:
-        if path.endswith(".arrow"):
-            reader = pa.ipc.open_stream(f)
-            if not reader.schema.equals(schema):
-                raise ValueError(f"{path}: schema {reader.schema} is not the expected {schema}")
-            yield from reader
-        else:
+    if path.endswith(".arrow"):
+        yield from ipc_batches(fs, path, schema)
+    else:
+        with fs.open(path, "rb") as f:
             yield from pq.read_table(f, schema=schema).to_batches()
 
 
