@@ -31,6 +31,7 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
+from pipeline.arrow_env import skip_pandas_probe
 from pipeline.engine import TaskFn
 from pipeline.progress import Progress
 
@@ -60,6 +61,7 @@ def run_task(fn: TaskFn, task_json: str) -> dict[str, Any]:
     are paid once per worker, not once per task or per stage.
     """
     started = time.time()
+    skip_pandas_probe()
     task = json.loads(task_json)
     try:
         out = {"result": json.dumps(fn(task)), "error": b""}
@@ -122,6 +124,7 @@ def release_memory() -> None:
 def warm_worker(spec: str | None, engine: str | None) -> str:
     """Import every stage's code and load the tokenizer in this worker (cached for its later tasks); "" or
     the error's line, never an exception (nobody waits for this task)."""
+    skip_pandas_probe()
     try:
         from pipeline import dedup_map, dedup_stage, ingest_task, sample_task, shard_task  # noqa: F401  (the tasks' code)
         from stages.tokenizer import load_tokenizer

@@ -14,6 +14,7 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
+from pipeline.arrow_env import skip_pandas_probe
 from pipeline.dedup_stage import DEDUP_CLUSTERS, DEDUP_DECONTAM, DEDUP_MAP, DEDUP_REDUCE
 from pipeline.engine import Executor, RunContext, Stage
 from pipeline.executors import make_executor
@@ -33,6 +34,7 @@ def _stderr(msg: str) -> None:
 
 def run_pipeline(cfg: dict[str, Any], echo: Echo = _stderr, executor: Executor | None = None) -> dict[str, Any]:
     """Run the whole plan for a resolved config; returns the manifest."""
+    skip_pandas_probe()
     if not cfg["run"]["out"]:
         raise ConfigError("no output given (--out DIR, or run.out in the config)")
     fs, root = out_fs(cfg["run"]["out"])

@@ -792,6 +792,14 @@ def count_calls(task: dict) -> dict:
     return {"task_id": task["task_id"], "pid": os.getpid(), "call": _CALLS, "rows": 1, "bytes": 0}
 
 
+def pandas_imported(task: dict) -> dict:
+    """A task function: converts a Python list with pyarrow, then says whether this process imported pandas."""
+    import pyarrow as pa
+
+    pa.array([1, 2, 3])
+    return {"task_id": task["task_id"], "pid": os.getpid(), "pandas": "pandas" in sys.modules, "rows": 1, "bytes": 0}
+
+
 def lwm_in_process(*args: str) -> subprocess.CompletedProcess:
     """`lwm ARGS` run by this process's command-line entry point, returned as a finished process would be.
 

@@ -29,6 +29,7 @@ from tests.helpers import (
     corpus_config,
     count_calls,
     demo_inputs,
+    pandas_imported,
     write_corpus,
 )
 
@@ -186,6 +187,15 @@ def test_workers_are_reused_across_stages(ray_session):
     pids = {r["pid"] for r in first + second}
     assert len(pids) <= 2 < len(first + second)  # two CPUs: at most two processes ran all eight tasks
     assert max(r["call"] for r in second) >= 3  # a process of the first stage ran tasks of the second
+
+
+def test_workers_convert_with_pyarrow_without_importing_pandas(ray_session, ray_run):
+    from pipeline.ray_executor import RayExecutor
+
+    # after a whole run on these workers, and in fresh ones (a process per task)
+    for ex in (RayExecutor(), RayExecutor(max_tasks_per_worker=1)):
+        results = ex.map(pandas_imported, [{"task_id": f"p{n}"} for n in range(4)], Progress("p", 4, mode="off"))
+        assert [r["pandas"] for r in results] == [False] * 4
 
 
 def test_max_tasks_per_worker_one_gives_every_task_a_fresh_process(ray_session):
