@@ -134,7 +134,8 @@ def replace_section(path: str, text: str) -> None:
 # Sections written by other commands (bench.loss_memory, bench.large_run): a rewrite keeps them.
 LOSS_HEADING = "## Chunked loss: peak memory"
 LARGE_HEADING = "## Large input (`python -m bench.large_run`)"
-KEPT_SECTIONS = (LARGE_HEADING, LOSS_HEADING)
+SCALING_HEADING = "## Ray scaling with input size (`python -m bench.scaling`)"
+KEPT_SECTIONS = (LARGE_HEADING, SCALING_HEADING, LOSS_HEADING)
 
 
 def render_results(figures: list[Figure], command: str, runs: str, profiles: dict[str, str],

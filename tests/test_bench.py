@@ -7,10 +7,18 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from bench import corpus, expansion, large_run
+from bench import corpus, expansion, large_run, scaling
 from bench.cli_runs import DEDUP_OFF, SFT_ALL, executor_choice, lwm_run, naive_run, samples_written, write_config
 from bench.common import Figure, not_measured
-from bench.results import LARGE_HEADING, LOSS_HEADING, figure_row, render_results, replace_section, sections
+from bench.results import (
+    LARGE_HEADING,
+    LOSS_HEADING,
+    SCALING_HEADING,
+    figure_row,
+    render_results,
+    replace_section,
+    sections,
+)
 
 
 @pytest.fixture(scope="module")
@@ -113,13 +121,14 @@ def test_results_page_lists_machine_versions_corpus_and_unmeasured_figures():
     assert "### x" in text
 
 
-def test_a_rewrite_keeps_the_loss_and_large_run_sections():
+def test_a_rewrite_keeps_the_loss_large_run_and_scaling_sections():
     previous = (f"# Benchmark results\n\n## Figures\n\nold rows\n\n{LARGE_HEADING}\n\nlarge table\n\n"
-                f"{LOSS_HEADING}\n\nloss table\n")
+                f"{SCALING_HEADING}\n\nscaling table\n\n{LOSS_HEADING}\n\nloss table\n")
     text = render_results([Figure("new", [1.0], None, True)], "python -m bench", "1", {},
                           host={}, libs={}, previous=previous)
     assert "old rows" not in text and "| new |" in text
     assert f"{LARGE_HEADING}\n\nlarge table" in text and f"{LOSS_HEADING}\n\nloss table" in text
+    assert f"{SCALING_HEADING}\n\nscaling table" in text
     assert sections(text)[LOSS_HEADING] == f"{LOSS_HEADING}\n\nloss table"
 
 
@@ -209,3 +218,26 @@ def test_naive_script_weights_a_token_by_the_observation_span_it_starts_in():
     assert weights.dtype == np.float32
     assert weights.tolist() == [0.0, 0.0, 0.5, 0.5, 0.0, 1.0, 1.0, 0.0, 0.0]
     assert offset_weights(starts[:2], []).tolist() == [0.0, 0.0]
+
+
+def test_scaling_section_gives_both_ratios_per_size_and_the_machine_ceiling():
+    sizes = [{"bytes": 41_000_000, "samples": 1_200, "local": [30.0], "ray1": [40.0], "ray2": [25.0],
+              "2a": [1.6], "2b": [1.2]},
+             {"bytes": 164_000_000, "samples": 4_800, "local": [120.0, 130.0], "ray1": [140.0, 150.0],
+              "ray2": [70.0, 76.0], "2a": [2.0, 1.9], "2b": [1.71, 1.61]}]
+    top = {"ratios": [1.93, 1.81, 1.88], "one": [8.0, 8.2, 8.1], "two": [8.3, 9.0, 8.6]}
+    text = scaling.render(sizes, top, 35.1, 1)
+    assert text.startswith(SCALING_HEADING)
+    assert "| 41 MB | 1,200 | 30.0 s | 40.0 s | 25.0 s | 1.60× not met | 1.20× not met |" in text
+    assert "| 164 MB | 4,800 | 120.0–130.0 s | 140.0–150.0 s | 70.0–76.0 s | 1.95× (1.90–2.00) met | 1.66× (1.61–1.71) met |" in text
+    assert "ceiling: 1.88×** (1.81–1.93, 3 runs)" in text
+    assert "35.1 MB ChatML text" in text and "8.3–9.0 s, against 8.0–8.2 s" in text
+
+
+def test_the_ceiling_starts_its_encoding_processes_together_and_reads_their_seconds(tmp_path):
+    texts = tmp_path / "texts.json"
+    texts.write_text(json.dumps(["a tool call and its observation, 42 lines"] * 300), encoding="utf-8")
+    seconds = scaling.encode_seconds(str(texts), 2)
+    assert len(seconds) == 2 and all(0 < s < 60 for s in seconds)
+    top = scaling.ceiling(str(texts), 1)
+    assert len(top["ratios"]) == 1 and top["ratios"][0] == 2 * top["one"][0] / top["two"][0]
