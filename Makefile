@@ -9,7 +9,7 @@ OUT ?= out/$(DOMAIN)
 INPUT ?=
 EXECUTOR ?=
 
-.PHONY: data test lint fmt bench bench-quick bench-large clean
+.PHONY: data test lint fmt bench bench-quick bench-large bench-scaling clean
 
 $(VENV)/.installed: pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -51,6 +51,10 @@ bench-quick: $(VENV)/.installed
 # 2 GB through Ray on 2 CPUs (and 0.2 GB for the memory flatness figure): tens of minutes, run on its own.
 bench-large: $(VENV)/.installed
 	$(PY) -m bench.large_run
+
+# Ray on 1 and 2 CPUs against in-process at 41, 82 and 164 MB, and the machine's ceiling for a second process.
+bench-scaling: $(VENV)/.installed
+	$(PY) -m bench.scaling
 
 clean:
 	rm -rf out .pytest_cache .ruff_cache
