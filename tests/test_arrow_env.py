@@ -2,7 +2,7 @@
 
 pyarrow imports pandas, where it is installed, at its first conversion of Python objects, to learn
 whether pandas is there; a run never hands it a pandas object, so each process of a run skips that
-import (0.3-0.9 s and about 33 MB here). Checked in fresh interpreters, since this test process has
+import (about 0.3 s and 33 MB here). Checked in fresh interpreters, since this test process has
 imported pandas long ago.
 """
 
