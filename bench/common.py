@@ -65,3 +65,10 @@ def timed(fn: Callable[[], Any]) -> tuple[float, Any]:
 
 def quiet(_msg: str) -> None:
     """An echo that discards progress lines (timings should not include terminal output)."""
+
+
+def span(xs: list[float], digits: int = 2, unit: str = " s") -> str:
+    """``min–max`` of several timings (one value alone as itself), with `digits` decimals."""
+    if len(xs) == 1:
+        return f"{xs[0]:.{digits}f}{unit}"
+    return f"{min(xs):.{digits}f}–{max(xs):.{digits}f}{unit}"

@@ -24,6 +24,7 @@ import time
 
 from bench import corpus
 from bench.cli_runs import DEDUP_OFF, SFT_ALL, cli_env, compile_checkout, lwm_run, write_config
+from bench.common import span
 from bench.results import SCALING_HEADING, replace_section
 
 RESULTS = os.path.join(os.path.dirname(__file__), "RESULTS.md")
@@ -91,6 +92,7 @@ def ceiling(texts_path: str, runs: int) -> dict:
 
 
 def measure_size(work: str, path: str, runs: int) -> dict:
+    """The three runs of one size, `runs` times; its last in-process run's output stays in ``work/local``."""
     config = write_config(os.path.join(work, "sft_all_nodedup.toml"), SFT_ALL, DEDUP_OFF)
     t: dict[str, list[float]] = {"local": [], "ray1": [], "ray2": []}
     samples = 0
@@ -109,14 +111,12 @@ def measure_size(work: str, path: str, runs: int) -> dict:
             "2b": [a / b for a, b in zip(t["local"], t["ray2"], strict=True)]}
 
 
-def chatml_text_file(work: str, path: str) -> tuple[str, float]:
-    """The ChatML text of the trajectories an in-process run of `path` keeps (figure 3a's floor text), as a
-    JSON list in a file; and its size in MB."""
+def chatml_text_file(work: str) -> tuple[str, float]:
+    """The ChatML text of the trajectories the last in-process run (``work/local``) kept (figure 3a's floor
+    text), as a JSON list in a file; and its size in MB."""
     from bench.tokenizer_floor import chatml_texts, read_trajectories
 
-    config = write_config(os.path.join(work, "sft_all_nodedup.toml"), SFT_ALL, DEDUP_OFF)
-    run = lwm_run([path], os.path.join(work, "texts"), config, "--executor", "local")
-    texts = chatml_texts(read_trajectories(run.out))
+    texts = chatml_texts(read_trajectories(os.path.join(work, "local")))
     out = os.path.join(work, "texts.json")
     with open(out, "w", encoding="utf-8") as f:
         json.dump(texts, f, ensure_ascii=False)
@@ -124,12 +124,6 @@ def chatml_text_file(work: str, path: str) -> tuple[str, float]:
 
 
 # --- the section ---------------------------------------------------------------------------------------------
-
-
-def _span(xs: list[float], unit: str = " s") -> str:
-    if len(xs) == 1:
-        return f"{xs[0]:.1f}{unit}"
-    return f"{min(xs):.1f}–{max(xs):.1f}{unit}"
 
 
 def _ratio(xs: list[float], target: float) -> str:
@@ -152,15 +146,15 @@ def render(sizes: list[dict], top: dict, text_mb: float, runs: int) -> str:
         "|---|---|---|---|---|---|---|",
     ]
     for m in sizes:
-        lines.append(f"| {m['bytes'] / MB:.0f} MB | {m['samples']:,} | {_span(m['local'])} | {_span(m['ray1'])} "
-                     f"| {_span(m['ray2'])} | {_ratio(m['2a'], RAY_OVER_ONE)} | {_ratio(m['2b'], RAY_OVER_LOCAL)} |")
+        lines.append(f"| {m['bytes'] / MB:.0f} MB | {m['samples']:,} | {span(m['local'], 1)} | {span(m['ray1'], 1)} "
+                     f"| {span(m['ray2'], 1)} | {_ratio(m['2a'], RAY_OVER_ONE)} | {_ratio(m['2b'], RAY_OVER_LOCAL)} |")
     ratio = statistics.median(top["ratios"])
     lines += [
         "",
         f"**This machine's ceiling: {ratio:.2f}×** ({min(top['ratios']):.2f}–{max(top['ratios']):.2f}, "
         f"{len(top['ratios'])} runs). Two processes at once each encoded the {text_mb:.1f} MB ChatML text of the "
-        f"smallest input (one-thread tiktoken, figure 3a's floor) in {_span(top['two'])}, against "
-        f"{_span(top['one'])} for one process alone: a second process adds that much throughput to pure "
+        f"smallest input (one-thread tiktoken, figure 3a's floor) in {span(top['two'], 1)}, against "
+        f"{span(top['one'], 1)} for one process alone: a second process adds that much throughput to pure "
         "tokenizer work here, the upper bound of what a second Ray worker can give.",
         "",
     ]
@@ -181,9 +175,10 @@ def main(argv: list[str] | None = None) -> int:
     compile_checkout()
     paths = [corpus.cached_real_corpus(int(mb * MB)) for mb in sorted(args.mb)]
     with tempfile.TemporaryDirectory(prefix="lwm-scaling-") as work:
-        texts, text_mb = chatml_text_file(work, paths[0])
+        sizes = [measure_size(work, paths[0], args.runs)]
+        texts, text_mb = chatml_text_file(work)  # the smallest input's, from its in-process run
+        sizes += [measure_size(work, p, args.runs) for p in paths[1:]]
         top = ceiling(texts, args.ceiling_runs)
-        sizes = [measure_size(work, p, args.runs) for p in paths]
     text = render(sizes, top, text_mb, args.runs)
     replace_section(args.results, text)
     print(text)

@@ -15,14 +15,10 @@ from collections.abc import Callable
 
 from bench import peer
 from bench.cli_runs import DEDUP_OFF, SFT_ALL, lwm_run, naive_run, write_config
-from bench.common import Figure, not_measured, skipped_in_quick
+from bench.common import Figure, not_measured, skipped_in_quick, span
 from bench.tokenizer_floor import chatml_texts, floor_seconds, read_trajectories
 
 MB = 1_000_000
-
-
-def _span(xs: list[float]) -> str:
-    return f"{min(xs):.2f}–{max(xs):.2f} s" if len(xs) > 1 else f"{xs[0]:.2f} s"
 
 
 def _runs(n: int) -> str:
@@ -56,14 +52,14 @@ def small_inputs(work: str, inputs: dict[int, str], runs: int, say: Callable[[st
         figures.append(Figure(
             f"1. default `lwm run` / `--executor local`, {label} (time)",
             [d / loc for d, loc in zip(default_s, local_s, strict=True)], 1.2, False,
-            detail=f"{_runs(runs)}; {samples:,} samples; default {_span(default_s)}, local {_span(local_s)}; "
+            detail=f"{_runs(runs)}; {samples:,} samples; default {span(default_s)}, local {span(local_s)}; "
                    f"default printed: {choice}"))
         if naive_s:
             naive_figures.append(Figure(
                 f"7a. naive script / default `lwm run`, {label} (time)",
                 [n / d for n, d in zip(naive_s, default_s, strict=True)], 5.0, True,
-                detail=f"{_runs(runs)}; samples naive {naive_samples:,}, lwm {samples:,}; naive {_span(naive_s)}, "
-                       f"default {_span(default_s)}"))
+                detail=f"{_runs(runs)}; samples naive {naive_samples:,}, lwm {samples:,}; naive {span(naive_s)}, "
+                       f"default {span(default_s)}"))
     return figures + naive_figures, info
 
 
@@ -130,7 +126,7 @@ def large_input(work: str, path: str, size: int, runs: int, say: Callable[[str],
              "7a": f"7a. naive script / default `lwm run`, {label} (time)",
              "7b": f"7b. datatrove tokenizer step / default `lwm run`, {label} (time)"}
     floor_detail = (f"{base}; floor: one-thread encode of {notes['text']} ({notes['tokens']}) "
-                    f"{_span(t['floor'])}; local {_span(t['local'])}")
+                    f"{span(t['floor'])}; local {span(t['local'])}")
     if t["default"]:
         floor_detail += f"; default executor / floor: {_median_ratio(t['default'], t['floor']):.2f}×"
     floors = [
@@ -138,27 +134,27 @@ def large_input(work: str, path: str, size: int, runs: int, say: Callable[[str],
                ratio("local", "floor"), 2.5, False, detail=floor_detail),
         Figure(f"3b. pipeline (dedup on, `--executor local`) / bare tiktoken encode, {label} (time)",
                ratio("dedup", "floor"), 3.5, False,
-               detail=f"{base}; exact and near dedup on; local with dedup {_span(t['dedup'])}"),
+               detail=f"{base}; exact and near dedup on; local with dedup {span(t['dedup'])}"),
     ]
     if quick:
         return [skipped_in_quick(names["2a"], 1.7, True), skipped_in_quick(names["2b"], 1.6, True), *floors,
                 skipped_in_quick(names["7a"], 5.0, True), skipped_in_quick(names["7b"], 3.0, True)]
     figures = [
         Figure(names["2a"], ratio("ray1", "ray2"), 1.7, True,
-               detail=f"{base}, dedup off; Ray(1) {_span(t['ray1'])}, Ray(2) {_span(t['ray2'])}"),
+               detail=f"{base}, dedup off; Ray(1) {span(t['ray1'])}, Ray(2) {span(t['ray2'])}"),
         Figure(names["2b"], ratio("local", "ray2"), 1.6, True,
-               detail=f"{base}, dedup off; local {_span(t['local'])}, Ray(2) {_span(t['ray2'])}"),
+               detail=f"{base}, dedup off; local {span(t['local'])}, Ray(2) {span(t['ray2'])}"),
         *floors,
         Figure(names["7a"], ratio("naive", "default"), 5.0, True,
-               detail=f"{base}, dedup off; naive {_span(t['naive'])} ({notes['naive_samples']} samples), "
-                      f"default {_span(t['default'])}; default printed: {notes['executor']}"),
+               detail=f"{base}, dedup off; naive {span(t['naive'])} ({notes['naive_samples']} samples), "
+                      f"default {span(t['default'])}; default printed: {notes['executor']}"),
     ]
     if has_datatrove:
         figures.append(Figure(
             names["7b"], ratio("datatrove", "default"), 3.0,
             True, detail=f"{n}; datatrove tokenizes the {notes['text']} (in memory, warmed up) "
-                         f"{_span(t['datatrove'])}; `lwm run` does the whole all-turn SFT run from the JSONL "
-                         f"{_span(t['default'])}"))
+                         f"{span(t['datatrove'])}; `lwm run` does the whole all-turn SFT run from the JSONL "
+                         f"{span(t['default'])}"))
     else:
         figures.append(not_measured(names["7b"], 3.0, True, "datatrove is not installed (make bench installs it)"))
     return figures
