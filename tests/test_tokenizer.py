@@ -531,3 +531,13 @@ def test_engine_matches_reference_on_the_demo_corpus(engines, reference, engine)
                 assert tok.encode(text) == reference.encode(text)
                 checked += len(text)
     assert checked > 200_000
+
+
+def test_segment_byte_lengths_are_each_tokens_bytes_under_both_engines(engines):
+    from stages.tokenizer.segments import segment_tokenizer
+
+    enc = engines["tiktoken"]._encoding
+    special = {i: len(t.encode("utf-8")) for t, i in engines["tiktoken"].vocab.special_tokens.items()}
+    expected = [special[i] if i in special else len(enc.decode_single_token_bytes(i)) for i in range(enc.n_vocab)]
+    for engine in ("tiktoken", "tokenizers"):
+        assert segment_tokenizer(engines[engine]).lengths.tolist() == expected, engine

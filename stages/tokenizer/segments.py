@@ -154,10 +154,11 @@ def _lengths_for(key: str, tok) -> tuple[np.ndarray, bool, str | None]:
     engine = getattr(tok, "engine", "")
     if engine == "tiktoken":
         vocab = tok.vocab
-        size = max(max(vocab.ranks.values()), max(vocab.special_tokens.values(), default=0)) + 1
+        count = len(vocab.ranks)
+        ranks = np.fromiter(vocab.ranks.values(), dtype=np.int64, count=count)
+        size = max(int(ranks.max()), max(vocab.special_tokens.values(), default=0)) + 1
         lengths = np.zeros(size, dtype=np.int64)
-        for token, rank in vocab.ranks.items():
-            lengths[rank] = len(token)
+        lengths[ranks] = np.fromiter(map(len, vocab.ranks), dtype=np.int64, count=count)  # no Python loop per token
         for text, idx in vocab.special_tokens.items():
             lengths[idx] = len(text.encode("utf-8"))
         splice = all(m in vocab.pattern for m in _KNOWN_PATTERN_MARKERS)
