@@ -149,18 +149,24 @@ def _starts_with_mark(text: str) -> bool:
     return bool(text) and unicodedata.category(text[0]).startswith("M")
 
 
+def _length_table(tokens: dict, specials: dict[str, int]) -> np.ndarray:
+    """Byte length by id: ``len`` of each token of `tokens` (token → id), the UTF-8 length of each special
+    token's text; built with numpy, not a Python loop over the vocabulary."""
+    count = len(tokens)
+    ids = np.fromiter(tokens.values(), dtype=np.int64, count=count)
+    lengths = np.zeros(max(int(ids.max()), max(specials.values(), default=0)) + 1, dtype=np.int64)
+    lengths[ids] = np.fromiter(map(len, tokens), dtype=np.int64, count=count)
+    for text, idx in specials.items():
+        lengths[idx] = len(text.encode("utf-8"))
+    return lengths
+
+
 @lru_cache(maxsize=8)
 def _lengths_for(key: str, tok) -> tuple[np.ndarray, bool, str | None]:
     engine = getattr(tok, "engine", "")
     if engine == "tiktoken":
         vocab = tok.vocab
-        count = len(vocab.ranks)
-        ranks = np.fromiter(vocab.ranks.values(), dtype=np.int64, count=count)
-        size = max(int(ranks.max()), max(vocab.special_tokens.values(), default=0)) + 1
-        lengths = np.zeros(size, dtype=np.int64)
-        lengths[ranks] = np.fromiter(map(len, vocab.ranks), dtype=np.int64, count=count)  # no Python loop per token
-        for text, idx in vocab.special_tokens.items():
-            lengths[idx] = len(text.encode("utf-8"))
+        lengths = _length_table(vocab.ranks, vocab.special_tokens)
         splice = all(m in vocab.pattern for m in _KNOWN_PATTERN_MARKERS)
         return lengths, splice, vocab.normalization
     backend = tok._backend
@@ -169,12 +175,7 @@ def _lengths_for(key: str, tok) -> tuple[np.ndarray, bool, str | None]:
         raise ConfigError(f"tokenizer {tok.name}: only byte-level BPE tokenizer.json files are supported")
     vocab = backend.get_vocab(with_added_tokens=False)
     added = {t.content: i for i, t in backend.get_added_tokens_decoder().items()}
-    size = max(max(vocab.values()), max(added.values(), default=0)) + 1
-    lengths = np.zeros(size, dtype=np.int64)
-    for token, idx in vocab.items():
-        lengths[idx] = len(token)  # one byte-level character per byte
-    for text, idx in added.items():
-        lengths[idx] = len(text.encode("utf-8"))
+    lengths = _length_table(vocab, added)  # a byte-level vocabulary spells each byte as one character
     pattern = json.dumps(doc.get("pre_tokenizer"))
     splice = all(m.replace("\\", "\\\\") in pattern for m in _KNOWN_PATTERN_MARKERS)
     normalizer = json.dumps(doc.get("normalizer"))
