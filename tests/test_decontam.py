@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import json
+import math
 import random
 from pathlib import Path
 
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from pipeline.dedup_stage import EVIDENCE_BUCKETS_PER_PART, evidence_parts
 from schemas.stats import Stats
 from stages.decontam import (
     ROLE_EVAL,
@@ -22,6 +25,7 @@ from stages.decontam import (
     reference_units,
     role_of,
 )
+from stages.dedup_removals import KIND_TOTAL, evidence_key
 from stages.pools import pool_of
 from tests.helpers import lwm_in_process
 
@@ -249,15 +253,24 @@ def test_another_runs_eval_pool_is_a_reference(decontaminated):
 def test_the_same_verdicts_whatever_the_buckets_and_evidence_partitions(decontaminated):
     out, _, _ = decontaminated
     tmp = out.parent
-    cfg = (tmp / "cfg.toml").read_text().replace("[dedup]\n", "[dedup]\nbuckets = 9\n")
+    # The evaluation records with evidence in the one-bucket run; their ids hold this run's temporary path, so
+    # the bucket count is chosen to put them in at least two partitions (a fixed count could put all in one).
+    one = pq.read_table(out / "_work" / "dedup" / "evidence" / "p00000")
+    ids = sorted(set(evidence_key(one).to_pylist()))
+    assert len(ids) == 4 and "own-eval" in ids
+    keys = pa.table({"kind": [KIND_TOTAL] * len(ids), "a": ids, "b": ids})
+    buckets = next(b for b in range(9, 200, EVIDENCE_BUCKETS_PER_PART)
+                   if len(set(evidence_parts(keys, math.ceil(b / EVIDENCE_BUCKETS_PER_PART)).tolist())) >= 2)
+    expected = {f"p{q:05d}" for q in evidence_parts(keys, math.ceil(buckets / EVIDENCE_BUCKETS_PER_PART)).tolist()}
+    cfg = (tmp / "cfg.toml").read_text().replace("[dedup]\n", f"[dedup]\nbuckets = {buckets}\n")
     (tmp / "cfg9.toml").write_text(cfg)
     out9 = tmp / "out9"
     proc = lwm_in_process("run", "--executor", "local", "--config", str(tmp / "cfg9.toml"), "-i",
                           str(tmp / "train.jsonl"), "-o", str(out9), "--progress", "off")
     assert proc.returncode == 0, proc.stderr
-    # Nine buckets: the evidence about the four evaluation records is split over three partitions (two of them
-    # hold some), each summed by its own task; the verdicts and the removal file are those of the one-bucket run.
+    # The evidence about the four evaluation records is split over the partitions their ids hash to, each
+    # summed by its own task; the verdicts and the removal file are those of the one-bucket run.
     parts = sorted(p.name for p in (out9 / "_work" / "dedup" / "evidence").iterdir())
-    assert len(parts) >= 2 and set(parts) <= {"p00000", "p00001", "p00002"}
+    assert len(parts) >= 2 and set(parts) == expected
     assert json.loads((out9 / "_timings.json").read_text())["dedup-decontam"]["tasks"] == len(parts)
     assert (out9 / "dedup" / "removed.parquet").read_bytes() == (out / "dedup" / "removed.parquet").read_bytes()
