@@ -26,6 +26,7 @@ import json
 import logging
 import os
 import pickle
+import subprocess
 import sys
 import threading
 import time
@@ -170,6 +171,28 @@ def quiet_ray_startup() -> None:
     worker_log = logging.getLogger("ray._private.worker")
     if not any(isinstance(f, _NoSigtermNotice) for f in worker_log.filters):
         worker_log.addFilter(_NoSigtermNotice())
+
+
+def _stop_monitor_first(ray: Any) -> None:
+    """Stop a local Ray's autoscaler monitor before `ray.shutdown` stops the rest.
+
+    Ray's shutdown stops its processes one by one, the GCS before the monitor; the monitor's SIGTERM handler
+    then reports its end to the GCS that is gone and hangs until Ray kills it after a one-second grace:
+    1.0 s of a 1.4 s shutdown here (Ray 2.60, measured per process type). A one-node local Ray has nothing
+    for the autoscaler to do, so it is killed first and Ray's shutdown finds it ended. The handle is Ray's
+    private node object; where a Ray version lacks it, nothing is done and the shutdown is Ray's own.
+    """
+    node = getattr(getattr(getattr(ray, "_private", None), "worker", None), "_global_node", None)
+    processes = getattr(node, "all_processes", None)
+    if not isinstance(processes, dict):
+        return
+    for info in processes.get("monitor", ()):
+        proc = getattr(info, "process", None)
+        if proc is None or proc.poll() is not None:
+            continue
+        proc.kill()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(timeout=5)
 
 
 class _NoSigtermNotice(logging.Filter):
@@ -352,6 +375,7 @@ class RayExecutor:
             self._ready.wait()
         stop_start = time.time()
         if self._started:
+            _stop_monitor_first(self._ray)
             self._ray.shutdown()
             self._started = False
         self._stop.set()

@@ -254,8 +254,25 @@ def until_ray_is_up(task):
 
 tasks = [{"task_id": "t0", "wait": True}] + [{"task_id": f"t{n}"} for n in range(1, 5)]
 results = ex.map(until_ray_is_up, tasks, Progress("t", len(tasks), mode="off"))
+# Which of Ray's processes were still running when Ray's own shutdown came to them, and whether any outlives it.
+import psutil
+import ray._private.node as ray_node
+ray_processes = psutil.Process().children(recursive=True)
+alive_at_stop = {}
+kill = ray_node.Node._kill_process_impl
+def noting(self, process_type, **kwargs):
+    infos = self.all_processes.get(process_type, [])
+    alive_at_stop[process_type] = any(i.process.poll() is None for i in infos)
+    return kill(self, process_type, **kwargs)
+ray_node.Node._kill_process_impl = noting
 ex.close()
-print(json.dumps({"driver": os.getpid(), "results": results, "driver_rayon": os.environ.get("RAYON_NUM_THREADS")}))
+deadline = time.monotonic() + 30
+left = ray_processes
+while left and time.monotonic() < deadline:
+    left = [p for p in ray_processes if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+    time.sleep(0.1)
+print(json.dumps({"driver": os.getpid(), "results": results, "driver_rayon": os.environ.get("RAYON_NUM_THREADS"),
+                  "alive_at_stop": alive_at_stop, "left": [p.pid for p in left]}))
 """
 
 
@@ -274,6 +291,11 @@ def test_a_local_ray_starts_while_the_first_tasks_run_in_the_driver_then_takes_t
     assert results[0]["pid"] == seen["driver"]
     assert all(r["pid"] != seen["driver"] and r["rayon"] == "1" for r in results[1:])
     assert seen["driver_rayon"] is None  # set for the Ray processes only, not left in the driver
+    # The autoscaler monitor is stopped before Ray's shutdown (which would stop the GCS first and leave the
+    # monitor a one-second grace to report to it); the other processes are Ray's to stop, and none is left.
+    assert seen["alive_at_stop"]["monitor"] is False
+    assert seen["alive_at_stop"]["raylet"] is True and seen["alive_at_stop"]["gcs_server"] is True
+    assert seen["left"] == []
 
 
 def test_with_a_task_per_worker_process_no_task_runs_in_the_driver(tmp_path):
