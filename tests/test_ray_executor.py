@@ -298,6 +298,66 @@ def test_a_local_ray_starts_while_the_first_tasks_run_in_the_driver_then_takes_t
     assert seen["left"] == []
 
 
+_HAND_OFF = """
+import json, os, sys, time
+from pipeline.progress import Progress
+from pipeline.ray_executor import RayExecutor
+
+ex = RayExecutor(num_cpus=2)
+
+def task_fn(task):
+    import __main__
+    out = {"task_id": task["task_id"], "pid": os.getpid(), "rows": 1}
+    if hasattr(__main__, "ex"):  # in the driver: keep running this task until a Ray worker has run t1
+        deadline = time.monotonic() + 200
+        while not __main__.ex.ray_ready and time.monotonic() < deadline:
+            time.sleep(0.05)
+        deadline = time.monotonic() + 20
+        while not os.path.exists("t1.done") and time.monotonic() < deadline:
+            time.sleep(0.05)
+        out["saw_t1_done"] = os.path.exists("t1.done")
+        if sys.argv[1:] == ["fail"]:
+            raise ValueError("t0 failed")
+    else:
+        time.sleep(0.5 if task["task_id"] == "t3" else 0)
+        open(task["task_id"] + ".done", "w").close()
+    return out
+
+tasks = [{"task_id": f"t{n}"} for n in range(4)]
+try:
+    results, error = ex.map(task_fn, tasks, Progress("t", len(tasks), mode="off")), None
+except ValueError as exc:
+    results, error = [], str(exc)
+done = sorted(f for f in os.listdir(".") if f.endswith(".done"))  # before Ray's stop could end a task
+ex.close()
+print(json.dumps({"driver": os.getpid(), "results": results, "error": error, "done": done}))
+"""
+
+
+def test_tasks_not_yet_begun_go_to_ray_while_the_driver_finishes_its_own(tmp_path):
+    """Once Ray is up, the stage's remaining tasks are handed to its workers at once, not after the task the
+    driver is running: here that task waits (at most 20 s) for a file that only a worker's run of t1 writes."""
+    proc = subprocess.run([sys.executable, "-c", _HAND_OFF],
+                          capture_output=True, text=True, env=clean_env(), timeout=300, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    seen = json.loads(proc.stdout.strip().splitlines()[-1])
+    results = seen["results"]
+    assert [r["task_id"] for r in results] == ["t0", "t1", "t2", "t3"]
+    assert results[0]["pid"] == seen["driver"] and results[0]["saw_t1_done"] is True
+    assert all(r["pid"] != seen["driver"] for r in results[1:])
+
+
+def test_a_failing_driver_task_is_the_error_after_the_tasks_handed_to_ray_end(tmp_path):
+    """The driver's task comes first in task order, so its error is the run's, raised once every task already
+    handed to Ray has ended (as under Ray, where every submitted task runs)."""
+    proc = subprocess.run([sys.executable, "-c", _HAND_OFF, "fail"],
+                          capture_output=True, text=True, env=clean_env(), timeout=300, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    seen = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert seen["error"] == "t0 failed"
+    assert seen["done"] == ["t1.done", "t2.done", "t3.done"]
+
+
 def test_with_a_task_per_worker_process_no_task_runs_in_the_driver(tmp_path):
     """With a large input, while Ray starts, the driver waits instead of running tasks itself, so its memory
     stays that of a driver."""
