@@ -47,12 +47,15 @@ class AutoExecutor:
     (`plan_for_input`, called by the ingest step before any task runs) and printed with its reason;
     Ray is not even imported when the run stays in-process.
 
-    The default threshold, 32 MB, lies between two measurements on this 2-core machine with the Ray
-    executor as it is now (all-turn SFT, dedup off, real tool-call trajectories, outputs byte-identical):
-    at 15 MB Ray on 2 CPUs and in-process took the same time (22.1 s vs 21.9 s), at 41 MB Ray on 2 CPUs
-    took 32.8 s against 43.4 s in-process (`python -m bench`, rows 2a/2b of bench/RESULTS.md). Below it,
-    Ray's own start (about 7 s for its processes, then the workers' imports and tokenizer) costs more
-    than a second worker saves. Workers are replaced every `RECYCLE_TASKS` tasks only from `RECYCLE_BYTES` (256 MB) on.
+    The default threshold, 32 MB, comes from measurements on a 2-core machine (all-turn SFT, dedup off,
+    real tool-call trajectories, outputs byte-identical; `python -m bench`, rows 1 and 2b of bench/RESULTS.md):
+    up to 10 MB in-process is as fast or faster (Ray's own start, 5-7 s for its processes and then the
+    workers' imports and tokenizer, costs more than a second worker saves); at 41 MB the median ratio of
+    Ray on 2 CPUs to in-process was 0.74 on a slow day (22.8-25.8 s against 31.0-34.3 s), 0.83 on a
+    faster one (21.2-23.9 s against 25.4-29.4 s) and 1.09 on the fastest (18.8-21.6 s against
+    18.4-19.2 s). The faster the machine runs the pipeline's own work, the larger the input at which
+    Ray's fixed cost is earned back. Workers are replaced every
+    `RECYCLE_TASKS` tasks only from `RECYCLE_BYTES` (256 MB) on.
     Re-measure on another machine with the benchmark and set ``executor.local_below_bytes``.
     """
 
