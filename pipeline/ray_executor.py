@@ -118,12 +118,13 @@ class _NoSigtermNotice(logging.Filter):
 
 
 class _HandOff:
-    """One stage's tasks shared between the driver, which runs them in order while a local Ray starts, and a
-    thread that hands the ones not yet begun to Ray the moment it is up.
+    """One stage's tasks shared between the driver, which runs them in order while a local Ray starts, and Ray,
+    which gets the ones not yet begun the moment it is up.
 
     Without it, Ray's workers would sit idle until the driver's current task ended (at 41 MB, a sample task
     of up to 1.8 s while three processes share two cores). The driver asks `take` for its next task's index;
-    after the hand-off it gets None. `finish` ends the thread and returns what it submitted."""
+    the thread that started Ray calls `hand_over` once it is up (and `take` does, should Ray have come up
+    before this stage registered); after that, `take` gives None. `finish` returns what was submitted."""
 
     def __init__(self, executor: RayExecutor, fn: TaskFn, tasks: list[dict[str, Any]]) -> None:
         self._executor, self._fn, self._tasks = executor, fn, tasks
@@ -132,37 +133,33 @@ class _HandOff:
         self._over = False  # the driver took its last task, or Ray is up and the rest are Ray's
         self.pending: dict[Any, tuple[str, float]] = {}
         self.error: BaseException | None = None  # a submission that failed, raised on the driver's thread
-        self._thread = threading.Thread(target=self._watch, name="ray-hand-off", daemon=True)
-        self._thread.start()
 
     def take(self) -> int | None:
         with self._lock:
+            if not self._over and self._executor._ready.is_set():
+                self._hand_over()
             if self._over or self._next >= len(self._tasks):
                 self._over = True
                 return None
             self._next += 1
             return self._next - 1
 
-    def _watch(self) -> None:
-        executor = self._executor
-        while not executor._ready.wait(0.02):
-            if self._over:
-                return
+    def hand_over(self) -> None:
         with self._lock:
-            if self._over:
-                return
-            self._over = True
-            start = self._next
-        if executor.ray_ready and start < len(self._tasks):  # else the driver meets the start's error itself
+            if not self._over:
+                self._hand_over()
+
+    def _hand_over(self) -> None:
+        self._over = True
+        if self._executor.ray_ready and self._next < len(self._tasks):  # else the driver meets the start's error
             try:
-                self.pending = executor._submit(self._fn, self._tasks[start:])
+                self.pending = self._executor._submit(self._fn, self._tasks[self._next:])
             except BaseException as exc:
                 self.error = exc
 
     def finish(self) -> dict[Any, tuple[str, float]]:
         with self._lock:
             self._over = True
-        self._thread.join()
         return self.pending
 
 
@@ -194,6 +191,7 @@ class RayExecutor:
         # MAX_RETRIES times; an exception inside the task is data (see `run_task`), never retried.
         self._remotes: dict[int, Any] = {}
         self._ready = threading.Event()
+        self._hand_off: _HandOff | None = None  # the stage the driver is running tasks of while Ray starts
         self._stop = threading.Event()
         self._closing = threading.Event()
         self._init_error: BaseException | None = None
@@ -251,6 +249,9 @@ class RayExecutor:
         while pending and not self._closing.is_set() and time.monotonic() < deadline:  # a run that ends first
             _, pending = self._ray.wait(pending, num_returns=len(pending), timeout=0.2)  # does not wait for it
         self._ready.set()
+        hand_off = self._hand_off
+        if hand_off is not None:
+            hand_off.hand_over()
 
     def _warm(self, tokenizer: tuple[str | None, str | None] | None) -> None:
         """Start, on every CPU, the imports and the tokenizer load that a worker's first sample task would
@@ -292,11 +293,11 @@ class RayExecutor:
         process finishes the one it is running."""
         results: dict[str, dict[str, Any]] = {}
         local = 0
-        pending: dict[Any, str] = {}
+        pending: dict[Any, tuple[str, float]] = {}
         # With a large input (`plan_for_input`) or a process per task, no task runs in the driver, whose
         # memory must stay small; they wait for Ray instead.
         if self._driver_runs_tasks and not self._ready.is_set():
-            hand_off = _HandOff(self, fn, tasks)
+            hand_off = self._hand_off = _HandOff(self, fn, tasks)
             try:
                 while (index := hand_off.take()) is not None:
                     started = time.time()
@@ -314,6 +315,8 @@ class RayExecutor:
                 if handed:
                     self._ray.wait(list(handed), num_returns=len(handed))
                 raise
+            finally:
+                self._hand_off = None
             pending = hand_off.finish()
             if hand_off.error is not None:
                 raise hand_off.error
