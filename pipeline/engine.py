@@ -14,7 +14,9 @@ results it reads). `run_stage` hashes the stage's name, its sections and the tas
 task's ``spec_hash``, skips a task whose marker (``_tasks/<stage>/<task_id>.json``) holds the same
 hash, runs the rest on the executor, writes each task's marker after its outputs (`run_and_mark`,
 on the worker that ran it), then calls ``finish``. Executors (`pipeline.executors`,
-`pipeline.ray_executor`) only map a function over tasks; they never know which stage they run.
+`pipeline.ray_executor`) only map a function over tasks; they never know which stage they run. A stage
+may say how many of its tasks the in-process runner can overlap (``local_threads``), a hint the
+executors that give each task a process of its own ignore.
 """
 
 from __future__ import annotations
@@ -88,6 +90,10 @@ class Stage:
 
     name: str = ""
     sections: tuple[str, ...] = ()
+    # How many of its tasks the in-process runner may run at once, on threads. Only for tasks that spend
+    # their time in code that releases the GIL (Arrow, Parquet, zstd): Python-bound tasks gain nothing
+    # from a second thread. Each task's memory bound then holds per thread.
+    local_threads: int = 1
 
     def __init__(self, name: str | None = None, sections: tuple[str, ...] | None = None,
                  run_task: TaskFn | None = None) -> None:
@@ -129,7 +135,8 @@ def claimed_sections(plan: Iterable[Stage]) -> set[str]:
 class Executor(Protocol):
     name: str
 
-    def map(self, fn: TaskFn, tasks: list[dict[str, Any]], progress: Progress) -> list[dict[str, Any]]: ...
+    def map(self, fn: TaskFn, tasks: list[dict[str, Any]], progress: Progress,
+            threads: int = 1) -> list[dict[str, Any]]: ...
 
     def close(self) -> None: ...
 
@@ -173,7 +180,8 @@ def run_stage(ctx: RunContext, stage: Stage) -> list[dict[str, Any]]:
     if tasks is not None:
         tasks = with_spec_hashes(stage, ctx.cfg, tasks)
         results, ctx.stage_runs[stage.name] = run_tasks(
-            ctx.executor, stage.name, stage.run_task, tasks, ctx.fs, ctx.root, ctx.progress
+            ctx.executor, stage.name, stage.run_task, tasks, ctx.fs, ctx.root, ctx.progress,
+            threads=stage.local_threads,
         )
     ctx.results[stage.name] = results
     stage.finish(ctx, results)
@@ -188,6 +196,7 @@ def run_tasks(
     fs,
     root: str,
     progress_mode: str,
+    threads: int = 1,
 ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """Run the tasks (spec hashes set) that have no matching marker under ``_tasks/<name>/``; returns all
     results in task-id order and the run stats. `run_stage` uses it; so does a stage that drives
@@ -202,7 +211,7 @@ def run_tasks(
                 continue
         todo.append(task)
     progress = Progress(name, len(todo), mode=progress_mode)
-    fresh = executor.map(partial(run_and_mark, fn, name), todo, progress) if todo else []
+    fresh = executor.map(partial(run_and_mark, fn, name), todo, progress, threads=threads) if todo else []
     seconds = progress.finish() if todo else 0.0
     if todo:
         remove_stale_temps(fs, root)  # left by attempts that died and were retried; every task is done now

@@ -9,9 +9,12 @@ the same functions as Ray tasks; ``auto`` (the default) picks one of the two fro
 
 from __future__ import annotations
 
+import itertools
 import os
 import sys
+from collections import deque
 from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 from pipeline.engine import Executor, TaskFn
@@ -21,20 +24,51 @@ __all__ = ["AutoExecutor", "Executor", "LocalExecutor", "TaskFn", "make_executor
 
 
 class LocalExecutor:
-    """Runs tasks one after another in this process."""
+    """Runs tasks in this process: one after another, or up to `threads` at once (at most one per CPU) for a
+    stage whose tasks release the GIL (`Stage.local_threads`).
+
+    Either way the results come in task order and the error of the first failing task in that order is the
+    one raised, after the tasks already running have ended (no thread still writes when `map` returns);
+    tasks not yet begun do not start.
+    """
 
     name = "local"
 
-    def map(self, fn: TaskFn, tasks: list[dict[str, Any]], progress: Progress) -> list[dict[str, Any]]:
-        results = []
-        for task in tasks:
-            result = fn(task)
-            progress.update(rows=int(result.get("rows", 0)), nbytes=int(result.get("bytes", 0)))
-            results.append(result)
+    def map(self, fn: TaskFn, tasks: list[dict[str, Any]], progress: Progress,
+            threads: int = 1) -> list[dict[str, Any]]:
+        threads = max(1, min(int(threads), len(tasks), _cpus()))
+        if threads == 1:
+            results = []
+            for task in tasks:
+                results.append(_counted(fn(task), progress))
+            return results
+        # Leaving the pool's block, on an error too, waits for the tasks already begun.
+        with ThreadPoolExecutor(threads, thread_name_prefix="lwm-task") as pool:
+            running: deque[Future] = deque()
+            queued = iter(tasks)
+            results = []
+            for task in itertools.islice(queued, threads):
+                running.append(pool.submit(fn, task))
+            while running:
+                result = running.popleft().result()  # in task order
+                if not any(f.done() and f.exception() is not None for f in running):  # else it is raised next
+                    for task in itertools.islice(queued, 1):
+                        running.append(pool.submit(fn, task))
+                results.append(_counted(result, progress))
         return results
 
     def close(self) -> None:
         pass
+
+
+def _cpus() -> int:
+    """The CPUs this process may run on."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
+def _counted(result: dict[str, Any], progress: Progress) -> dict[str, Any]:
+    progress.update(rows=int(result.get("rows", 0)), nbytes=int(result.get("bytes", 0)))
+    return result
 
 
 def _stderr(message: str) -> None:
@@ -90,11 +124,12 @@ class AutoExecutor:
         if hasattr(self._inner, "plan_for_input"):
             self._inner.plan_for_input(total_bytes)
 
-    def map(self, fn: TaskFn, tasks: list[dict[str, Any]], progress: Progress) -> list[dict[str, Any]]:
+    def map(self, fn: TaskFn, tasks: list[dict[str, Any]], progress: Progress,
+            threads: int = 1) -> list[dict[str, Any]]:
         if self._inner is None:  # no input size was given: the safe side for small runs
             self._choose("local", "input size unknown")
         assert self._inner is not None
-        return self._inner.map(fn, tasks, progress)
+        return self._inner.map(fn, tasks, progress, threads=threads)
 
     def close(self) -> None:
         if self._inner is not None:

@@ -287,10 +287,11 @@ class RayExecutor:
         if self._auto:
             self.max_tasks_per_worker = RECYCLE_TASKS if large else 0
 
-    def map(self, fn: TaskFn, tasks: list[dict[str, Any]], progress: Progress) -> list[dict[str, Any]]:
-        """Results in task order. While a local Ray is still starting, tasks run here one after another
-        (as under the in-process runner); the moment it is up, the tasks not yet begun go to Ray, while this
-        process finishes the one it is running."""
+    def map(self, fn: TaskFn, tasks: list[dict[str, Any]], progress: Progress,
+            threads: int = 1) -> list[dict[str, Any]]:
+        """Results in task order. While a local Ray is still starting, tasks run here one after another;
+        the moment it is up, the tasks not yet begun go to Ray, while this process finishes the one it is
+        running. `threads` (the in-process runner's hint) is not used: every task has a process of its own."""
         results: dict[str, dict[str, Any]] = {}
         local = 0
         pending: dict[Any, tuple[str, float]] = {}

@@ -190,8 +190,8 @@ class _RecordingExecutor(LocalExecutor):
         super().__init__()
         self.seen: list[str] = []
 
-    def map(self, fn, tasks, progress):
-        results = super().map(fn, tasks, progress)
+    def map(self, fn, tasks, progress, threads=1):
+        results = super().map(fn, tasks, progress, threads=threads)
         self.seen += [json.dumps(x, default=str) for x in [*tasks, *results]]
         return results
 
