@@ -87,8 +87,9 @@ class AutoExecutor:
     workers' imports and tokenizer, costs more than a second worker saves); at 41 MB the median ratio of
     Ray on 2 CPUs to in-process was 0.74 on a slow day (22.8-25.8 s against 31.0-34.3 s), 0.83 on a
     faster one (21.2-23.9 s against 25.4-29.4 s) and 1.09 on the fastest (18.8-21.6 s against
-    18.4-19.2 s). The faster the machine runs the pipeline's own work, the larger the input at which
-    Ray's fixed cost is earned back. Workers are replaced every
+    18.4-19.2 s); 0.97 once the in-process run wrote two shards at once (21.3-22.7 s against
+    21.2-26.6 s). The faster the in-process run, the larger the input at which Ray's fixed cost is earned
+    back. Workers are replaced every
     `RECYCLE_TASKS` tasks only from `RECYCLE_BYTES` (256 MB) on.
     Re-measure on another machine with the benchmark and set ``executor.local_below_bytes``.
     """
