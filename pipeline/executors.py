@@ -51,9 +51,9 @@ class LocalExecutor:
                 running.append(pool.submit(fn, task))
             while running:
                 result = running.popleft().result()  # in task order
-                if not any(f.done() and f.exception() is not None for f in running):  # else it is raised next
-                    for task in itertools.islice(queued, 1):
-                        running.append(pool.submit(fn, task))
+                failed = any(f.done() and f.exception() is not None for f in running)  # raised next: begin nothing
+                if not failed and (task := next(queued, None)) is not None:
+                    running.append(pool.submit(fn, task))
                 results.append(_counted(result, progress))
         return results
 

@@ -104,8 +104,8 @@ class ShardsStage(Stage):
     sections = ("shards",)  # and, through its spec, everything the samples read
     run_task = staticmethod(run_shard_task)
     # A shard task spends its time reading, sorting, compressing and writing Arrow data, which releases
-    # the GIL: in-process, two at once (41 MB all-turn SFT, 2 cores) took the stage from 3.8-5.3 s to
-    # 2.6-3.4 s for about 130 MB more peak memory (each task holds up to `SORT_BYTES` of rows).
+    # the GIL: in-process, two at once (41 MB all-turn SFT, 2 cores, three runs each) took the stage from
+    # 4.6-5.2 s to 2.8-3.0 s for 160-185 MB more peak memory (each task holds up to `SORT_BYTES` of rows).
     local_threads = 2
 
     def plan(self, ctx: RunContext) -> list[dict[str, Any]] | None:

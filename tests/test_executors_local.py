@@ -7,6 +7,7 @@ import io
 import threading
 import time
 
+import fsspec
 import pytest
 
 import pipeline.executors as executors
@@ -142,8 +143,6 @@ class _Threaded(Stage):
 def test_the_engine_passes_a_stage_s_hint_and_only_the_shards_stage_gives_one(tmp_path):
     executor = _Recording()
     cfg = {"run": {"out": str(tmp_path)}, "executor": {"progress": "off"}}
-    import fsspec
-
     ctx = RunContext(cfg, fsspec.filesystem("file"), str(tmp_path), executor, lambda _m: None)
     assert [r["task_id"] for r in run_stage(ctx, _Threaded())] == ["a"]
     assert executor.threads == [2]
