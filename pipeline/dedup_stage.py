@@ -13,13 +13,18 @@ cluster_id, survivor; sorted by traj_id), is what the sample stage drops from ev
    groups become verified edges (stages/dedup_graph.py, by the rules of stages/dedup.py and stages/decontam.py).
    An n-gram group is specific when it has at most the common limit of members (from the number of
    trajectories the map saw, set on the driver between the two steps); it adds one to its evaluation
-   members' totals and to each (training, evaluation) pair's shared count — partial counts.
-   The dedup edges (``exact``, ``near``) go to ``_work/dedup/edges/b<NNNNN>.parquet``; the decontamination
-   evidence (totals, shared counts, near copies of evaluation records) to one file per evidence partition,
-   ``_work/dedup/evidence/p<QQQQQ>/b<NNNNN>.parquet``, chosen by a hash of the evaluation record's id.
-3. **decontam** (``dedup-decontam``, one task per evidence partition): sums the partial counts of its
-   evaluation records over all buckets and writes the verdicts (``_work/dedup/verdicts/p<QQQQQ>.parquet``):
-   every near copy with the outcome of its n-gram check, and every trajectory past the n-gram thresholds.
+   members' totals (partial counts). The dedup edges (``exact``, ``near``) go to
+   ``_work/dedup/edges/b<NNNNN>.parquet``; the decontamination evidence (totals, near copies of evaluation
+   records) to one file per evidence partition, ``_work/dedup/evidence/p<QQQQQ>/b<NNNNN>.parquet``, chosen by a
+   hash of the evaluation record's id; the specific groups with both training and evaluation members to the
+   files the candidate rounds read.
+3. **decontam** (``dedup-decontam``): first the candidate rounds (`pipeline.decontam_stage`: ``dedup-select``,
+   ``dedup-candidates``, ``dedup-gather``, ``dedup-count``), which count the shared n-grams of only the
+   (training, evaluation) pairs that can pass the n-gram thresholds, and of the near copies (the prefix filter
+   of stages/decontam_select.py: every other pair's count could not change a verdict); then one task per
+   evidence partition sums the partial counts of its evaluation records over all buckets and writes the
+   verdicts (``_work/dedup/verdicts/p<QQQQQ>.parquet``): every near copy with the outcome of its n-gram check,
+   and every trajectory past the n-gram thresholds.
 4. **clusters** (``dedup-clusters``, one task): reads the verdicts and the dedup edge files, removes the
    decontaminated trajectories, finds the connected components of the rest (integer node codes, scipy's
    connected components), applies the survivor rule and writes ``dedup/removed.parquet``. The driver gets
@@ -44,14 +49,23 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from pipeline.decontam_stage import (
+    GRAM_FILE_SCHEMA,
+    ROUNDS,
+    evidence_parts,
+    groups_path,
+    record_parts,
+    write_parts,
+    write_table,
+)
 from pipeline.dedup_map import run_dedup_map_task
-from pipeline.engine import RunContext, Stage, marker_path
-from pipeline.outputs import AtomicParquetWriter, out_fs
+from pipeline.engine import RunContext, Stage, marker_path, run_stage
+from pipeline.outputs import AtomicParquetWriter, out_fs, read_tables
 from schemas.errors import ConfigError
 from schemas.stats import Stats, merge_all
 from stages.decontam import common_limit, is_active, is_run_directory, reference_units
 from stages.dedup import lsh_params
-from stages.dedup_graph import BUCKET_SCHEMA, EDGE_SCHEMA, bucket_edges
+from stages.dedup_graph import BUCKET_SCHEMA, EDGE_SCHEMA, GROUP_SCHEMA, bucket_evidence
 from stages.dedup_removals import (
     DECONTAM_KINDS,
     DEDUP_KINDS,
@@ -60,7 +74,6 @@ from stages.dedup_removals import (
     cluster_removals,
     contaminated_of,
     decontam_verdicts,
-    evidence_key,
     of_kinds,
 )
 
@@ -112,52 +125,26 @@ def dedup_settings(cfg: dict[str, Any], ingest_stats: Stats) -> dict[str, Any]:
 # --- reduce -------------------------------------------------------------------------------------------------
 
 
-def _read_all(fs, root: str, rels: list[str], schema: pa.Schema, dictionary: tuple[str, ...] = (),
-              columns: list[str] | None = None) -> pa.Table:
-    """The work files `rels` (relative to the run root) as one table, in the order given; empty of `schema` when none.
-
-    The `dictionary` columns are read as dictionaries, unified into one (bucket rows repeat a trajectory id
-    hundreds of times: a string per row costs more than the rest of the read); `columns`: only these.
-    """
-    tables = []
-    for rel in rels:
-        with fs.open(f"{root}/{rel}", "rb") as f:
-            tables.append(pq.read_table(f, columns=columns, read_dictionary=list(dictionary) or None))
-    if not tables:
-        return schema.empty_table() if columns is None else pa.schema([schema.field(c) for c in columns]).empty_table()
-    table = pa.concat_tables(tables)
-    return table.unify_dictionaries().combine_chunks() if dictionary else table
-
-
-def evidence_parts(edges: pa.Table, parts: int) -> np.ndarray:
-    """The partition (``0 … parts-1``) of each decontamination row: a stable hash of its evaluation record's id,
-    so all the evidence about one record, from every bucket, meets in one verdict task."""
-    encoded = evidence_key(edges).combine_chunks().dictionary_encode()
-    part_of = np.array([int.from_bytes(hashlib.blake2b(name.encode(), digest_size=8).digest(), "little") % parts
-                        for name in encoded.dictionary.to_pylist()], dtype=np.int64)
-    return part_of[encoded.indices.to_numpy(zero_copy_only=False)] if len(part_of) else np.zeros(0, np.int64)
-
-
 def run_dedup_reduce_task(task: dict[str, Any]) -> dict[str, Any]:
     """Find the verified edges of one bucket: the dedup edges to one file, the decontamination evidence to one
     file per evidence partition it touches."""
     fs, root = out_fs(task["out"])
-    table = _read_all(fs, root, task["files"], BUCKET_SCHEMA, dictionary=("traj_id", "sig"))
-    edges = bucket_edges(table, task["settings"])
-    rel = f"_work/dedup/edges/{task['task_id']}.parquet"
-    with AtomicParquetWriter(fs, f"{root}/{rel}", EDGE_SCHEMA) as w:
-        w.write_table(of_kinds(edges, DEDUP_KINDS))
-    evidence = of_kinds(edges, DECONTAM_KINDS)
-    part = evidence_parts(evidence, task["settings"]["evidence_parts"])
-    files = {}
-    for q in np.unique(part).tolist():
-        files[str(q)] = f"_work/dedup/evidence/p{q:05d}/{task['task_id']}.parquet"
-        with AtomicParquetWriter(fs, f"{root}/{files[str(q)]}", EDGE_SCHEMA) as w:
-            w.write_table(evidence.filter(pa.array(part == q)))
+    table = read_tables(fs, root, task["files"], BUCKET_SCHEMA, dictionary=("traj_id", "sig"))
+    settings, bucket = task["settings"], int(task["task_id"][1:])
+    edges, groups, grams = bucket_evidence(table, settings)
+    rel = write_table(fs, root, f"_work/dedup/edges/{task['task_id']}.parquet", EDGE_SCHEMA,
+                      of_kinds(edges, DEDUP_KINDS))
+    evidence = of_kinds(edges, DECONTAM_KINDS)  # totals and near copies; shared counts come from dedup-count
+    files = write_parts(fs, root, lambda q: f"_work/dedup/evidence/p{q:05d}/{task['task_id']}.parquet", EDGE_SCHEMA,
+                        evidence, evidence_parts(evidence, settings["evidence_parts"]))
+    grams = grams.append_column("bucket", pa.array(np.full(grams.num_rows, bucket, np.int32)))
+    gram_files = write_parts(fs, root, lambda q: f"_work/dedup/grams/p{q:05d}/{task['task_id']}.parquet",
+                             GRAM_FILE_SCHEMA, grams, record_parts(grams.column("record"), settings["evidence_parts"]))
+    groups_rel = write_table(fs, root, groups_path(bucket), GROUP_SCHEMA, groups) if groups.num_rows else None
     stats = {"dedup.bucket_rows": table.num_rows, "dedup.edges": edges.num_rows}
-    result = {"task_id": task["task_id"], "stage": "dedup-reduce", "edges": rel, "evidence": files,
-              "rows": table.num_rows, "bytes": 0, "stats": stats, "spec_hash": task["spec_hash"]}
-    return result
+    return {"task_id": task["task_id"], "stage": "dedup-reduce", "edges": rel, "evidence": files,
+            "grams": gram_files, "groups": groups_rel, "rows": table.num_rows, "bytes": 0, "stats": stats,
+            "spec_hash": task["spec_hash"]}
 
 
 # --- decontamination verdicts --------------------------------------------------------------------------------
@@ -167,7 +154,7 @@ def run_dedup_decontam_task(task: dict[str, Any]) -> dict[str, Any]:
     """Sum the evidence of one partition of evaluation records over every bucket and write its verdicts."""
     fs, root = out_fs(task["out"])
     # the ids as dictionaries: the evidence of one partition grows with the input, mostly as repeated ids
-    evidence = _read_all(fs, root, task["files"], EDGE_SCHEMA, dictionary=("kind", "a", "b"),
+    evidence = read_tables(fs, root, task["files"], EDGE_SCHEMA, dictionary=("kind", "a", "b"),
                          columns=["kind", "a", "b", "jaccard", "count"])
     verdicts = decontam_verdicts(evidence, task["settings"])
     rel = f"_work/dedup/verdicts/{task['task_id']}.parquet"
@@ -183,8 +170,8 @@ def run_dedup_decontam_task(task: dict[str, Any]) -> dict[str, Any]:
 def run_dedup_clusters_task(task: dict[str, Any]) -> dict[str, Any]:
     """Decontamination verdicts, clusters and the survivor rule over every edge file; writes ``dedup/removed.parquet``."""
     fs, root = out_fs(task["out"])
-    verdicts = _read_all(fs, root, task["verdicts"], VERDICT_SCHEMA)
-    edges = _read_all(fs, root, task["edges"], EDGE_SCHEMA)
+    verdicts = read_tables(fs, root, task["verdicts"], VERDICT_SCHEMA)
+    edges = read_tables(fs, root, task["edges"], EDGE_SCHEMA)
     table, counts = cluster_removals(edges, contaminated_of(verdicts))
     _write_removed(fs, root, table)
     return {"task_id": task["task_id"], "stage": "dedup-clusters", "counts": counts, "edges": edges.num_rows,
@@ -297,18 +284,26 @@ class DedupReduceStage(Stage):
 
 
 class DedupDecontamStage(Stage):
-    """Decontamination verdicts: one task per partition of evaluation records with evidence sums it over the
-    buckets (``_work/dedup/verdicts``). The (training, evaluation) pairs that share specific n-grams are the
-    bulk of the evidence; summed here in parts, they never meet in one process."""
+    """Decontamination verdicts: the candidate rounds (`pipeline.decontam_stage`) count the shared n-grams of
+    the pairs that can pass, then one task per partition of evaluation records with evidence sums it over the
+    buckets (``_work/dedup/verdicts``). Summed in parts, the evidence never meets in one process."""
 
     name = "dedup-decontam"
     sections = ("dedup",)
     run_task = staticmethod(run_dedup_decontam_task)
 
+    def run(self, ctx: RunContext) -> None:
+        """The candidate rounds (`pipeline.decontam_stage`), then the verdicts of this stage's own tasks."""
+        if _mapped_settings(ctx) is not None:
+            for round_ in ROUNDS:
+                run_stage(ctx, round_)
+        run_stage(ctx, self)
+
     def plan(self, ctx: RunContext) -> list[dict[str, Any]] | None:
         if (settings := _mapped_settings(ctx)) is None:
             return None
-        return _gathering_tasks(ctx, settings, ctx.results["dedup-reduce"], "evidence", "p")
+        counted = ctx.results.get("dedup-count") or []
+        return _gathering_tasks(ctx, settings, ctx.results["dedup-reduce"] + counted, "evidence", "p")
 
 
 class DedupClustersStage(Stage):

@@ -170,6 +170,23 @@ def read_ipc(fs: fsspec.AbstractFileSystem, path: str, schema: pa.Schema) -> pa.
     return pa.Table.from_batches(list(ipc_batches(fs, path, schema)), schema=schema)
 
 
+def read_tables(fs, root: str, rels: list[str], schema: pa.Schema, dictionary: tuple[str, ...] = (),
+              columns: list[str] | None = None) -> pa.Table:
+    """The work files `rels` (relative to the run root) as one table, in the order given; empty of `schema` when none.
+
+    The `dictionary` columns are read as dictionaries, unified into one (bucket rows repeat a trajectory id
+    hundreds of times: a string per row costs more than the rest of the read); `columns`: only these.
+    """
+    tables = []
+    for rel in rels:
+        with fs.open(f"{root}/{rel}", "rb") as f:
+            tables.append(pq.read_table(f, columns=columns, read_dictionary=list(dictionary) or None))
+    if not tables:
+        return schema.empty_table() if columns is None else pa.schema([schema.field(c) for c in columns]).empty_table()
+    table = pa.concat_tables(tables)
+    return table.unify_dictionaries().combine_chunks() if dictionary else table
+
+
 def read_json(fs: fsspec.AbstractFileSystem, path: str) -> Any:
     with fs.open(path, "rb") as f:
         return json.loads(f.read())

@@ -145,7 +145,22 @@ def bucket_edges(table: pa.Table, settings: dict[str, Any]) -> pa.Table:
     ``jaccard`` holds the Jaccard estimate of a ``near`` or ``decontam_near`` edge and ``count`` the n-gram
     count of a `KIND_TOTAL` / `KIND_SHARED` row. An n-gram group is specific when it has at most
     ``settings["ngram_limit"]`` members (set on the driver once the number of trajectories is known).
+    Every (training, evaluation) pair of a specific group gets its `KIND_SHARED` count here: the whole
+    computation, which the dedup stage replaces by `bucket_evidence` and candidate pairs.
     """
+    return _bucket_edges(table, settings, None)
+
+
+def bucket_evidence(table: pa.Table, settings: dict[str, Any]) -> tuple[pa.Table, pa.Table, pa.Table]:
+    """The edges of `bucket_edges` without the `KIND_SHARED` counts, and instead the specific n-gram groups
+    that hold both kinds of member: their members (`GROUP_SCHEMA`) and one row per (group, evaluation
+    member) (`GRAM_SCHEMA`), from which `stages.decontam_select` chooses the pairs worth counting."""
+    groups: list[pa.Table] = []
+    edges = _bucket_edges(table, settings, groups)
+    return (edges, *groups) if groups else (edges, GROUP_SCHEMA.empty_table(), GRAM_SCHEMA.empty_table())
+
+
+def _bucket_edges(table: pa.Table, settings: dict[str, Any], groups: list[pa.Table] | None) -> pa.Table:
     if not table.num_rows:
         return EDGE_SCHEMA.empty_table()
     kind = table.column("kind").to_numpy()
@@ -171,12 +186,14 @@ def bucket_edges(table: pa.Table, settings: dict[str, Any]) -> pa.Table:
             edges.update((KIND_TOTAL, v["values"], "", int(v["counts"])) for v in ids.to_pylist())
         trains = np.add.reduceat((role == ROLE_TRAIN).astype(np.int64), starts)
         pair_groups = specific & (trains > 0) & (trains < sizes)
-        if pair_groups.any():
+        if pair_groups.any() and groups is not None:
+            groups.extend(_pair_groups(table, order, role, starts[pair_groups], sizes[pair_groups], k1, k2))
+        elif pair_groups.any():
             parts.append(_shared_pairs(table, order, role, starts[pair_groups], sizes[pair_groups]))
     big = (sizes > 1) & ~is_ngram
-    groups = [(int(s), int(e)) for s, e in zip(starts[big], ends[big])]
-    if groups:
-        _dedup_group_edges(table, order, k, role, groups, settings, edges)
+    dedup_groups = [(int(s), int(e)) for s, e in zip(starts[big], ends[big])]
+    if dedup_groups:
+        _dedup_group_edges(table, order, k, role, dedup_groups, settings, edges)
     rows = sorted(edges)
     parts.insert(0, edge_table(rows, node_sizes(table) if any(e[0] in ("exact", "near") for e in rows) else {}))
     return pa.concat_tables(parts)
@@ -213,6 +230,47 @@ def _dedup_group_edges(table: pa.Table, order: np.ndarray, k: np.ndarray, role: 
             edges.update(band_group_edges(ids, roles, sigs, settings["threshold"], settings["near"]))
 
 
+# The specific n-gram groups with both kinds of member, as `bucket_evidence` gives them: each group's distinct
+# members (``group`` numbers the groups of one bucket), and per (group, evaluation member) the group's count of
+# training members and its n-gram key (the order in which a record's groups are chosen: fewest training members,
+# then the key).
+GROUP_SCHEMA = pa.schema([("group", pa.int32()), ("traj_id", pa.string()), ("train", pa.bool_())])
+GRAM_SCHEMA = pa.schema([("record", pa.string()), ("group", pa.int32()), ("trains", pa.int32()),
+                         ("key", pa.uint64()), ("key2", pa.uint64())])
+
+
+def _group_members(table: pa.Table, order: np.ndarray, role: np.ndarray, starts: np.ndarray, sizes: np.ndarray
+                   ) -> tuple[pa.Array, np.ndarray, np.ndarray, np.ndarray]:
+    """The distinct members of groups (`order` positions ``[start, start + size)``), group by group: the id
+    dictionary, and per member its group number, id code and role. A trajectory id seen twice in a group (the
+    same id in two inputs) is one member, with its first role."""
+    encoded = table.column("traj_id").combine_chunks().dictionary_encode()
+    codes = encoded.indices.to_numpy(zero_copy_only=False).astype(np.int64)
+    n_codes = len(encoded.dictionary)
+    positions = np.repeat(starts - np.r_[0, np.cumsum(sizes)[:-1]], sizes) + np.arange(int(sizes.sum()))
+    group = np.repeat(np.arange(len(starts)), sizes)
+    member = codes[order[positions]]
+    _, first = np.unique(group * n_codes + member, return_index=True)
+    first.sort()
+    return encoded.dictionary, group[first], member[first], role[positions[first]]
+
+
+def _pair_groups(table: pa.Table, order: np.ndarray, role: np.ndarray, starts: np.ndarray, sizes: np.ndarray,
+                 k1: np.ndarray, k2: np.ndarray) -> list[pa.Table]:
+    """`GROUP_SCHEMA` and `GRAM_SCHEMA` rows of specific groups with both kinds of member."""
+    names, group, member, roles = _group_members(table, order, role, starts, sizes)
+    is_train = roles == ROLE_TRAIN
+    ids = names.take(pa.array(member))
+    members = pa.Table.from_arrays([pa.array(group, pa.int32()), ids, pa.array(is_train)], schema=GROUP_SCHEMA)
+    # the distinct training members of each group (``trains`` counts rows, which may repeat an id)
+    n_train = np.bincount(group[is_train], minlength=len(starts))
+    g = group[~is_train]
+    grams = pa.Table.from_arrays([ids.filter(pa.array(~is_train)), pa.array(g, pa.int32()),
+                                  pa.array(n_train[g], pa.int32()), pa.array(k1[starts[g]], pa.uint64()),
+                                  pa.array(k2[starts[g]], pa.uint64())], schema=GRAM_SCHEMA)
+    return [members, grams]
+
+
 _PAIRS_PER_STEP = 1 << 22  # (training, evaluation) pairs expanded at once before they are counted
 
 
@@ -224,20 +282,34 @@ def _shared_pairs(table: pa.Table, order: np.ndarray, role: np.ndarray, starts: 
     The pairs of a group are the product of its training and its evaluation members; they are expanded and
     counted with numpy, a bounded number at a time (`ngram_group_pairs` is the rule, one group at a time).
     """
-    encoded = table.column("traj_id").combine_chunks().dictionary_encode()
-    codes = encoded.indices.to_numpy(zero_copy_only=False).astype(np.int64)
-    n_codes = len(encoded.dictionary)
-    positions = np.repeat(starts - np.r_[0, np.cumsum(sizes)[:-1]], sizes) + np.arange(int(sizes.sum()))
-    group = np.repeat(np.arange(len(starts)), sizes)
-    member = codes[order[positions]]
-    # A trajectory id seen twice in a group (the same id in two inputs) is one member, with its first role.
-    _, first = np.unique(group * n_codes + member, return_index=True)
-    first.sort()
-    group, member, roles = group[first], member[first], role[positions[first]]
-    is_train = roles == ROLE_TRAIN
+    names, group, member, roles = _group_members(table, order, role, starts, sizes)
+    n_codes = len(names)
+    keys, counts = pair_counts(group, member, roles == ROLE_TRAIN, n_codes)
+    if not len(keys):
+        return EDGE_SCHEMA.empty_table()
+    train, evaluation = np.divmod(keys, n_codes)
+    n = len(keys)
+    columns = {
+        "kind": pa.array(np.full(n, KIND_SHARED, dtype=object), pa.string()),
+        "a": names.take(pa.array(train)), "b": names.take(pa.array(evaluation)),
+        "jaccard": np.zeros(n, np.float32), "a_turns": np.zeros(n, np.int32), "a_len": np.zeros(n, np.int64),
+        "b_turns": np.zeros(n, np.int32), "b_len": np.zeros(n, np.int64), "count": counts,
+    }
+    return columns_table(columns, EDGE_SCHEMA)
+
+
+def pair_counts(group: np.ndarray, member: np.ndarray, is_train: np.ndarray, n_codes: int
+                ) -> tuple[np.ndarray, np.ndarray]:
+    """For distinct members (`group` numbers, id codes below `n_codes`, kind), every (training, evaluation)
+    pair that shares a group, as ``train * n_codes + evaluation`` (sorted) and the number of groups it shares."""
+    if not len(group):
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    by_group = np.argsort(group, kind="stable")
+    group, member, is_train = group[by_group], member[by_group], is_train[by_group]
+    n_groups = int(group.max()) + 1
     t_group, t_member = group[is_train], member[is_train]
     e_member = member[~is_train]
-    e_count = np.bincount(group[~is_train], minlength=len(starts))
+    e_count = np.bincount(group[~is_train], minlength=n_groups)
     e_start = np.r_[0, np.cumsum(e_count)[:-1]]
     reps = e_count[t_group]  # each training member pairs with every evaluation member of its group
     keys, counts = [], []
@@ -254,18 +326,9 @@ def _shared_pairs(table: pa.Table, order: np.ndarray, role: np.ndarray, starts: 
         keys.append(step_keys)
         counts.append(step_counts)
     if not keys:
-        return EDGE_SCHEMA.empty_table()
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
     keys, inverse = np.unique(np.concatenate(keys), return_inverse=True)
-    counts = np.bincount(inverse, weights=np.concatenate(counts)).astype(np.int64)
-    train, evaluation = np.divmod(keys, n_codes)
-    n = len(keys)
-    columns = {
-        "kind": pa.array(np.full(n, KIND_SHARED, dtype=object), pa.string()),
-        "a": encoded.dictionary.take(pa.array(train)), "b": encoded.dictionary.take(pa.array(evaluation)),
-        "jaccard": np.zeros(n, np.float32), "a_turns": np.zeros(n, np.int32), "a_len": np.zeros(n, np.int64),
-        "b_turns": np.zeros(n, np.int32), "b_len": np.zeros(n, np.int64), "count": counts,
-    }
-    return columns_table(columns, EDGE_SCHEMA)
+    return keys, np.bincount(inverse, weights=np.concatenate(counts)).astype(np.int64)
 
 
 def columns_table(columns: dict[str, Any], schema: pa.Schema) -> pa.Table:

@@ -1,0 +1,200 @@
+"""The decontamination rounds of the dedup stage, between the reduce and the verdicts (`pipeline.dedup_stage`).
+
+The reduce writes, per bucket, the specific n-gram groups that hold both kinds of member
+(``_work/dedup/groups/b<NNNNN>.parquet``) and, per evidence partition, one row per (group, evaluation member)
+(``_work/dedup/grams/p<QQQQQ>/b<NNNNN>.parquet``). Then, by `stages.decontam_select`'s prefix filter:
+
+1. **select** (``dedup-select``, one task per evidence partition): sums each record's total and chooses the
+   groups whose training members can still pass its n-gram thresholds; writes them per bucket
+   (``_work/dedup/selected/b<NNNNN>/p<QQQQQ>.parquet``) and the partition's near copies as candidate pairs.
+2. **candidates** (``dedup-candidates``, one task per bucket with chosen groups): the training members of the
+   chosen groups, paired with the record that chose the group.
+3. **gather** (``dedup-gather``, one task): every candidate pair of the run, without repeats, in one file.
+4. **count** (``dedup-count``, one task per bucket with groups): the shared count of each candidate pair in the
+   bucket's groups, written as evidence of its record's partition, beside the reduce's totals and near copies.
+
+The verdict tasks then sum the evidence as before; only pairs that cannot pass are never counted.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from pipeline.engine import RunContext, Stage
+from pipeline.outputs import AtomicParquetWriter, out_fs, read_tables
+from stages.decontam_select import (
+    CANDIDATE_SCHEMA,
+    SELECTED_SCHEMA,
+    candidate_pairs,
+    count_shared,
+    distinct_pairs,
+    select_groups,
+)
+from stages.dedup_graph import EDGE_SCHEMA, GRAM_SCHEMA, GROUP_SCHEMA
+from stages.dedup_removals import evidence_key
+
+GRAM_FILE_SCHEMA = GRAM_SCHEMA.append(pa.field("bucket", pa.int32()))
+CANDIDATES = "_work/dedup/candidates.parquet"
+
+
+def evidence_parts(edges: pa.Table, parts: int) -> np.ndarray:
+    """The partition (``0 … parts-1``) of each decontamination row: a stable hash of its evaluation record's id,
+    so all the evidence about one record, from every bucket, meets in one verdict task."""
+    return record_parts(evidence_key(edges), parts)
+
+
+def record_parts(records: pa.ChunkedArray | pa.Array, parts: int) -> np.ndarray:
+    """The evidence partition of each evaluation record id (`evidence_parts`)."""
+    if isinstance(records, pa.ChunkedArray):
+        records = records.combine_chunks()
+    encoded = records.dictionary_encode()
+    part_of = np.array([int.from_bytes(hashlib.blake2b(name.encode(), digest_size=8).digest(), "little") % parts
+                        for name in encoded.dictionary.to_pylist()], dtype=np.int64)
+    return part_of[encoded.indices.to_numpy(zero_copy_only=False)] if len(part_of) else np.zeros(0, np.int64)
+
+
+def groups_path(bucket: int) -> str:
+    return f"_work/dedup/groups/b{bucket:05d}.parquet"
+
+
+def write_table(fs, root: str, rel: str, schema: pa.Schema, table: pa.Table) -> str:
+    with AtomicParquetWriter(fs, f"{root}/{rel}", schema) as w:
+        w.write_table(table)
+    return rel
+
+
+def write_parts(fs, root: str, rel_of, schema: pa.Schema, table: pa.Table, part: np.ndarray) -> dict[str, str]:
+    """`table`'s rows, split by `part` (one value per row), one file per value: ``{value: rel_of(value)}``."""
+    return {str(q): write_table(fs, root, rel_of(q), schema, table.filter(pa.array(part == q)))
+            for q in np.unique(part).tolist()}
+
+
+def _result(task: dict[str, Any], stage: str, rows: int, **fields: Any) -> dict[str, Any]:
+    return {"task_id": task["task_id"], "stage": stage, "rows": rows, "bytes": 0, "stats": {},
+            "spec_hash": task["spec_hash"], **fields}
+
+
+def run_select_task(task: dict[str, Any]) -> dict[str, Any]:
+    """One evidence partition: the groups each of its records keeps, per bucket; its near copies as candidates."""
+    fs, root = out_fs(task["out"])
+    evidence = read_tables(fs, root, task["evidence"], EDGE_SCHEMA, columns=["kind", "a", "b", "count"])
+    grams = read_tables(fs, root, task["grams"], GRAM_FILE_SCHEMA)
+    selected = select_groups(evidence, grams, task["settings"])
+    bucket = selected.column("bucket").to_numpy()
+    files = write_parts(fs, root, lambda b: f"_work/dedup/selected/b{b:05d}/{task['task_id']}.parquet",
+                        SELECTED_SCHEMA, selected, bucket)
+    near = evidence.filter(pc.equal(evidence.column("kind"), "decontam_near"))
+    near_rel = None
+    if near.num_rows:
+        pairs = distinct_pairs(pa.table({"train": near.column("a"), "record": near.column("b")}))
+        near_rel = write_table(fs, root, f"_work/dedup/near/{task['task_id']}.parquet", CANDIDATE_SCHEMA, pairs)
+    return _result(task, "dedup-select", selected.num_rows, selected=files, near=near_rel)
+
+
+def run_candidates_task(task: dict[str, Any]) -> dict[str, Any]:
+    """One bucket: the training members of its chosen groups, each with the record that chose the group."""
+    fs, root = out_fs(task["out"])
+    bucket = int(task["task_id"][1:])
+    groups = read_tables(fs, root, [groups_path(bucket)], GROUP_SCHEMA)
+    selected = read_tables(fs, root, task["files"], SELECTED_SCHEMA)
+    pairs = candidate_pairs(groups, selected)
+    rel = write_table(fs, root, f"_work/dedup/candidates/{task['task_id']}.parquet", CANDIDATE_SCHEMA, pairs)
+    return _result(task, "dedup-candidates", pairs.num_rows, candidates=rel)
+
+
+def run_gather_task(task: dict[str, Any]) -> dict[str, Any]:
+    """Every candidate pair of the run, without repeats, in one file that each count task reads."""
+    fs, root = out_fs(task["out"])
+    pairs = distinct_pairs(read_tables(fs, root, task["files"], CANDIDATE_SCHEMA))
+    write_table(fs, root, CANDIDATES, CANDIDATE_SCHEMA, pairs)
+    return _result(task, "dedup-gather", pairs.num_rows, candidates=CANDIDATES)
+
+
+def run_count_task(task: dict[str, Any]) -> dict[str, Any]:
+    """One bucket: the shared count of each candidate pair in its groups, as evidence of the record's partition."""
+    fs, root = out_fs(task["out"])
+    groups = read_tables(fs, root, [task["groups"]], GROUP_SCHEMA)
+    candidates = read_tables(fs, root, [CANDIDATES], CANDIDATE_SCHEMA)
+    shared = count_shared(groups, candidates)
+    part = evidence_parts(shared, task["settings"]["evidence_parts"])
+    files = write_parts(fs, root, lambda q: f"_work/dedup/evidence/p{q:05d}/{task['task_id']}.parquet",
+                        EDGE_SCHEMA, shared, part)
+    return _result(task, "dedup-count", shared.num_rows, evidence=files)
+
+
+class _Round(Stage):
+    sections = ("dedup",)
+
+    def _base(self, ctx: RunContext) -> dict[str, Any]:
+        return {"out": ctx.cfg["run"]["out"], "settings": ctx.shared["dedup"]}
+
+
+class SelectRound(_Round):
+    name = "dedup-select"
+    run_task = staticmethod(run_select_task)
+
+    def plan(self, ctx: RunContext) -> list[dict[str, Any]] | None:
+        reduce_results = ctx.results["dedup-reduce"]
+        evidence: dict[int, list[str]] = {}
+        grams: dict[int, list[str]] = {}
+        for r in reduce_results:
+            for q, rel in r["evidence"].items():
+                evidence.setdefault(int(q), []).append(rel)
+            for q, rel in r.get("grams", {}).items():
+                grams.setdefault(int(q), []).append(rel)
+        if not evidence:
+            return None
+        specs = [r["spec_hash"] for r in reduce_results]
+        return [{**self._base(ctx), "task_id": f"p{q:05d}", "evidence": sorted(evidence[q]),
+                 "grams": sorted(grams.get(q, [])), "spec": [ctx.shared["dedup"], specs, q]} for q in sorted(evidence)]
+
+
+class CandidatesRound(_Round):
+    name = "dedup-candidates"
+    run_task = staticmethod(run_candidates_task)
+
+    def plan(self, ctx: RunContext) -> list[dict[str, Any]] | None:
+        files: dict[int, list[str]] = {}
+        for r in ctx.results.get("dedup-select") or []:
+            for b, rel in r["selected"].items():
+                files.setdefault(int(b), []).append(rel)
+        if not files:
+            return None
+        specs = [r["spec_hash"] for r in ctx.results["dedup-select"]]
+        return [{**self._base(ctx), "task_id": f"b{b:05d}", "files": sorted(files[b]),
+                 "spec": [ctx.shared["dedup"], specs, b]} for b in sorted(files)]
+
+
+class GatherRound(_Round):
+    name = "dedup-gather"
+    run_task = staticmethod(run_gather_task)
+
+    def plan(self, ctx: RunContext) -> list[dict[str, Any]] | None:
+        earlier = (ctx.results.get("dedup-select") or []) + (ctx.results.get("dedup-candidates") or [])
+        files = sorted([r["near"] for r in earlier if r.get("near")] +
+                       [r["candidates"] for r in earlier if r.get("candidates")])
+        if not files:
+            return None
+        return [{**self._base(ctx), "task_id": "candidates", "files": files,
+                 "spec": [ctx.shared["dedup"], [r["spec_hash"] for r in earlier]]}]
+
+
+class CountRound(_Round):
+    name = "dedup-count"
+    run_task = staticmethod(run_count_task)
+
+    def plan(self, ctx: RunContext) -> list[dict[str, Any]] | None:
+        gathered = ctx.results.get("dedup-gather") or []
+        if not gathered or not gathered[0]["rows"]:
+            return None
+        return [{**self._base(ctx), "task_id": f"s{r['task_id'][1:]}", "groups": r["groups"],
+                 "spec": [ctx.shared["dedup"], gathered[0]["spec_hash"], r["spec_hash"]]}
+                for r in ctx.results["dedup-reduce"] if r.get("groups")]
+
+
+ROUNDS = (SelectRound(), CandidatesRound(), GatherRound(), CountRound())
