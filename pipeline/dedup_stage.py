@@ -81,7 +81,7 @@ REASONS = ("exact_duplicate", "near_duplicate", "decontaminated_near", "decontam
 BYTES_PER_BUCKET = 128 << 20  # what one reduce task reads and sorts, by estimated bytes (not rows)
 _ROW_BYTES = 64  # a bucket row without its signature: keys, kind, band, sizes, a traj_id
 _CHARS_PER_WORD = 6
-EVIDENCE_BUCKETS_PER_PART = 4
+EVIDENCE_BUCKETS_PER_PART = 16
 
 
 def dedup_settings(cfg: dict[str, Any], ingest_stats: Stats) -> dict[str, Any]:
@@ -116,8 +116,9 @@ def dedup_settings(cfg: dict[str, Any], ingest_stats: Stats) -> dict[str, Any]:
     est_rows = n_traj * (1 + bands) + (ingest_stats.get("chars.kept") / _CHARS_PER_WORD if decontam else 0)
     est_bytes = est_rows * _ROW_BYTES + n_traj * bands * 4 * int(d["num_perm"])
     settings["buckets"] = int(d.get("buckets") or max(1, math.ceil(est_bytes / BYTES_PER_BUCKET)))
-    # Partitions of the decontamination evidence (by evaluation record): fewer than buckets, since the
-    # evidence is a small part of the bucket rows and each reduce task writes one file per partition.
+    # Partitions of the decontamination evidence (by evaluation record): far fewer than buckets, since the
+    # evidence (totals, near copies, rows of the groups, counts of candidate pairs only) is a small part of
+    # the bucket rows, and each reduce and count task writes a file per partition it touches.
     settings["evidence_parts"] = max(1, math.ceil(settings["buckets"] / EVIDENCE_BUCKETS_PER_PART))
     return settings
 

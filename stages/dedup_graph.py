@@ -195,7 +195,8 @@ def _bucket_edges(table: pa.Table, settings: dict[str, Any], groups: list[pa.Tab
     if dedup_groups:
         _dedup_group_edges(table, order, k, role, dedup_groups, settings, edges)
     rows = sorted(edges)
-    parts.insert(0, edge_table(rows, node_sizes(table) if any(e[0] in ("exact", "near") for e in rows) else {}))
+    ends = {x for e in rows if e[0] in ("exact", "near") for x in e[1:3]}
+    parts.insert(0, edge_table(rows, node_sizes(table, ends) if ends else {}))
     return pa.concat_tables(parts)
 
 
@@ -337,8 +338,10 @@ def columns_table(columns: dict[str, Any], schema: pa.Schema) -> pa.Table:
     return pa.Table.from_arrays(arrays, schema=schema)
 
 
-def node_sizes(table: pa.Table) -> dict[str, tuple[int, int]]:
-    mask = pc.not_equal(table.column("kind"), pa.scalar(KIND_NGRAM, pa.int8()))
+def node_sizes(table: pa.Table, ids: set[str]) -> dict[str, tuple[int, int]]:
+    """(turns, text length) of the trajectories `ids` from their exact-key and band rows."""
+    mask = pc.and_(pc.not_equal(table.column("kind"), pa.scalar(KIND_NGRAM, pa.int8())),
+                   pc.is_in(table.column("traj_id"), pa.array(sorted(ids), pa.string())))
     sub = table.filter(mask).select(["traj_id", "turns", "text_len"])
     return {t: (n, ln) for t, n, ln in zip(*(sub.column(c).to_pylist() for c in ("traj_id", "turns", "text_len")))}
 
