@@ -7,11 +7,12 @@ The reduce writes, per bucket, the specific n-gram groups that hold both kinds o
 1. **select** (``dedup-select``, one task per evidence partition): sums each record's total and chooses the
    groups whose training members can still pass its n-gram thresholds; writes them per bucket
    (``_work/dedup/selected/b<NNNNN>/p<QQQQQ>.parquet``) and the partition's near copies as candidate pairs.
-2. **candidates** (``dedup-candidates``, one task per bucket with chosen groups): the training members of the
-   chosen groups, paired with the record that chose the group.
+2. **candidates** (``dedup-candidates``, one task per `BUCKETS_PER_TASK` buckets with chosen groups): the
+   training members of the chosen groups, paired with the record that chose the group.
 3. **gather** (``dedup-gather``, one task): every candidate pair of the run, without repeats, in one file.
-4. **count** (``dedup-count``, one task per bucket with groups): the shared count of each candidate pair in the
-   bucket's groups, written as evidence of its record's partition, beside the reduce's totals and near copies.
+4. **count** (``dedup-count``, one task per `BUCKETS_PER_TASK` buckets with groups): the shared count of each
+   candidate pair in the buckets' groups, written as evidence of its record's partition, beside the reduce's
+   totals and near copies.
 
 The verdict tasks then sum the evidence as before; only pairs that cannot pass are never counted.
 """
@@ -30,8 +31,8 @@ from pipeline.outputs import AtomicParquetWriter, out_fs, read_tables
 from stages.decontam_select import (
     CANDIDATE_SCHEMA,
     SELECTED_SCHEMA,
+    CandidateIndex,
     candidate_pairs,
-    count_shared,
     distinct_pairs,
     select_groups,
 )
@@ -40,6 +41,9 @@ from stages.dedup_removals import evidence_key
 
 GRAM_FILE_SCHEMA = GRAM_SCHEMA.append(pa.field("bucket", pa.int32()))
 CANDIDATES = "_work/dedup/candidates.parquet"
+# The candidates and count rounds take several buckets per task: a bucket's share of either is a fraction of a
+# second, less than what a task costs to ship, start and read the run's candidates for.
+BUCKETS_PER_TASK = 8
 
 
 def evidence_parts(edges: pa.Table, parts: int) -> np.ndarray:
@@ -97,12 +101,11 @@ def run_select_task(task: dict[str, Any]) -> dict[str, Any]:
 
 
 def run_candidates_task(task: dict[str, Any]) -> dict[str, Any]:
-    """One bucket: the training members of its chosen groups, each with the record that chose the group."""
+    """Some buckets: the training members of their chosen groups, each with the record that chose the group."""
     fs, root = out_fs(task["out"])
-    bucket = int(task["task_id"][1:])
-    groups = read_tables(fs, root, [groups_path(bucket)], GROUP_SCHEMA)
-    selected = read_tables(fs, root, task["files"], SELECTED_SCHEMA)
-    pairs = candidate_pairs(groups, selected)
+    pairs = [candidate_pairs(read_tables(fs, root, [groups_path(int(b))], GROUP_SCHEMA),
+                             read_tables(fs, root, files, SELECTED_SCHEMA)) for b, files in task["buckets"].items()]
+    pairs = distinct_pairs(pa.concat_tables(pairs))
     rel = write_table(fs, root, f"_work/dedup/candidates/{task['task_id']}.parquet", CANDIDATE_SCHEMA, pairs)
     return _result(task, "dedup-candidates", pairs.num_rows, candidates=rel)
 
@@ -116,11 +119,10 @@ def run_gather_task(task: dict[str, Any]) -> dict[str, Any]:
 
 
 def run_count_task(task: dict[str, Any]) -> dict[str, Any]:
-    """One bucket: the shared count of each candidate pair in its groups, as evidence of the record's partition."""
+    """Some buckets: the shared count of each candidate pair in their groups, as evidence of its record's partition."""
     fs, root = out_fs(task["out"])
-    groups = read_tables(fs, root, [task["groups"]], GROUP_SCHEMA)
-    candidates = read_tables(fs, root, [CANDIDATES], CANDIDATE_SCHEMA)
-    shared = count_shared(groups, candidates)
+    index = CandidateIndex(read_tables(fs, root, [CANDIDATES], CANDIDATE_SCHEMA))
+    shared = pa.concat_tables([index.shared(read_tables(fs, root, [rel], GROUP_SCHEMA)) for rel in task["groups"]])
     part = evidence_parts(shared, task["settings"]["evidence_parts"])
     files = write_parts(fs, root, lambda q: f"_work/dedup/evidence/p{q:05d}/{task['task_id']}.parquet",
                         EDGE_SCHEMA, shared, part)
@@ -166,8 +168,13 @@ class CandidatesRound(_Round):
         if not files:
             return None
         specs = [r["spec_hash"] for r in ctx.results["dedup-select"]]
-        return [{**self._base(ctx), "task_id": f"b{b:05d}", "files": sorted(files[b]),
-                 "spec": [ctx.shared["dedup"], specs, b]} for b in sorted(files)]
+        buckets = sorted(files)
+        tasks = []
+        for i in range(0, len(buckets), BUCKETS_PER_TASK):
+            some = {str(b): sorted(files[b]) for b in buckets[i : i + BUCKETS_PER_TASK]}
+            tasks.append({**self._base(ctx), "task_id": f"b{buckets[i]:05d}", "buckets": some,
+                          "spec": [ctx.shared["dedup"], specs, some]})
+        return tasks
 
 
 class GatherRound(_Round):
@@ -192,9 +199,14 @@ class CountRound(_Round):
         gathered = ctx.results.get("dedup-gather") or []
         if not gathered or not gathered[0]["rows"]:
             return None
-        return [{**self._base(ctx), "task_id": f"s{r['task_id'][1:]}", "groups": r["groups"],
-                 "spec": [ctx.shared["dedup"], gathered[0]["spec_hash"], r["spec_hash"]]}
-                for r in ctx.results["dedup-reduce"] if r.get("groups")]
+        reduced = [r for r in ctx.results["dedup-reduce"] if r.get("groups")]
+        tasks = []
+        for i in range(0, len(reduced), BUCKETS_PER_TASK):
+            some = reduced[i : i + BUCKETS_PER_TASK]
+            tasks.append({**self._base(ctx), "task_id": f"s{some[0]['task_id'][1:]}",
+                          "groups": [r["groups"] for r in some],
+                          "spec": [ctx.shared["dedup"], gathered[0]["spec_hash"], [r["spec_hash"] for r in some]]})
+        return tasks
 
 
 ROUNDS = (SelectRound(), CandidatesRound(), GatherRound(), CountRound())

@@ -7,12 +7,12 @@ if t holds m of them, it holds one of any r − m + 1 of them (the prefix filter
 pair that can pass is among the training members of r − m + 1 of e's groups: `select_groups` takes those with
 the fewest training members, then by n-gram key, so the choice depends on the n-grams alone, never on how rows
 were bucketed. The near copies of a record (``decontam_near``) are candidates as well, since their check needs
-their shared count. Only candidate pairs are counted (`count_shared`), over every bucket, so each count is
+their shared count. Only candidate pairs are counted (`CandidateIndex`), over every bucket, so each count is
 exact; a pair left out could not have passed. The quadratic part of the evidence (every pair of every specific
 group, `stages.dedup_graph.bucket_edges`) is never built.
 
 Pure functions over Arrow tables; the dedup stage (`pipeline.decontam_stage`) runs them per evidence
-partition (`select_groups`) and per bucket (`candidate_pairs`, `count_shared`).
+partition (`select_groups`) and per bucket (`candidate_pairs`, `CandidateIndex`).
 """
 
 from __future__ import annotations
@@ -93,37 +93,43 @@ def distinct_pairs(pairs: pa.Table) -> pa.Table:
         CANDIDATE_SCHEMA)
 
 
-def count_shared(groups: pa.Table, candidates: pa.Table) -> pa.Table:
-    """`KIND_SHARED` edge rows of one bucket for the candidate pairs only: for each (training, evaluation)
-    candidate, the number of this bucket's groups (`GROUP_SCHEMA`) holding both (partial counts, summed over
-    the buckets by `decontam_verdicts`)."""
-    if not groups.num_rows or not candidates.num_rows:
-        return EDGE_SCHEMA.empty_table()
-    names = pa.concat_arrays([candidates.column("train").combine_chunks(),
-                              candidates.column("record").combine_chunks()]).unique()
-    member = pc.index_in(groups.column("traj_id"), value_set=names)
-    is_train = groups.column("train").to_numpy(zero_copy_only=False)
-    cand_t = pc.index_in(candidates.column("train"), value_set=names).to_numpy(zero_copy_only=False).astype(np.int64)
-    cand_e = pc.index_in(candidates.column("record"), value_set=names).to_numpy(zero_copy_only=False).astype(np.int64)
-    n_codes = len(names)
-    wanted = np.unique(cand_t * n_codes + cand_e)
-    # only members some candidate names on their side take part; the pairs they make are then filtered
-    train_ok = np.zeros(n_codes, bool)
-    train_ok[cand_t] = True
-    record_ok = np.zeros(n_codes, bool)
-    record_ok[cand_e] = True
-    valid = member.is_valid().to_numpy(zero_copy_only=False)
-    codes = np.where(valid, member.fill_null(0).to_numpy(zero_copy_only=False), 0).astype(np.int64)
-    keep = valid & np.where(is_train, train_ok[codes], record_ok[codes])
-    group = groups.column("group").to_numpy().astype(np.int64)[keep]
-    keys, counts = pair_counts(group, codes[keep], is_train[keep], n_codes)
-    hit = np.isin(keys, wanted)
-    keys, counts = keys[hit], counts[hit]
-    train, record = np.divmod(keys, n_codes)
-    n = len(keys)
-    return columns_table({
-        "kind": pa.array(np.full(n, KIND_SHARED, dtype=object), pa.string()),
-        "a": names.take(pa.array(train)), "b": names.take(pa.array(record)),
-        "jaccard": np.zeros(n, np.float32), "a_turns": np.zeros(n, np.int32), "a_len": np.zeros(n, np.int64),
-        "b_turns": np.zeros(n, np.int32), "b_len": np.zeros(n, np.int64), "count": counts,
-    }, EDGE_SCHEMA)
+class CandidateIndex:
+    """The candidate pairs as integer codes over their ids, built once for the groups of many buckets."""
+
+    def __init__(self, candidates: pa.Table) -> None:
+        train, record = candidates.column("train").combine_chunks(), candidates.column("record").combine_chunks()
+        self.names = pa.concat_arrays([train, record]).unique()
+        n = self.n_codes = len(self.names)
+        t = pc.index_in(train, value_set=self.names).to_numpy(zero_copy_only=False).astype(np.int64)
+        e = pc.index_in(record, value_set=self.names).to_numpy(zero_copy_only=False).astype(np.int64)
+        self.wanted = np.unique(t * n + e)
+        self.train_ok, self.record_ok = np.zeros(n, bool), np.zeros(n, bool)
+        self.train_ok[t] = True
+        self.record_ok[e] = True
+
+    def shared(self, groups: pa.Table) -> pa.Table:
+        """`KIND_SHARED` edge rows of one bucket: for each candidate (training, evaluation) pair, the number of
+        the bucket's groups (`GROUP_SCHEMA`) holding both (partial counts, summed over the buckets by
+        `decontam_verdicts`)."""
+        if not groups.num_rows or not len(self.wanted):
+            return EDGE_SCHEMA.empty_table()
+        member = pc.index_in(groups.column("traj_id"), value_set=self.names)
+        is_train = groups.column("train").to_numpy(zero_copy_only=False)
+        valid = member.is_valid().to_numpy(zero_copy_only=False)
+        codes = member.fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64)
+        # only members some candidate names on their side take part; the pairs they make are then filtered
+        keep = valid & np.where(is_train, self.train_ok[codes], self.record_ok[codes])
+        group = groups.column("group").to_numpy().astype(np.int64)[keep]
+        keys, counts = pair_counts(group, codes[keep], is_train[keep], self.n_codes)
+        at = np.searchsorted(self.wanted, keys)
+        hit = at < len(self.wanted)
+        hit[hit] = self.wanted[at[hit]] == keys[hit]
+        keys, counts = keys[hit], counts[hit]
+        train, record = np.divmod(keys, self.n_codes)
+        n = len(keys)
+        return columns_table({
+            "kind": pa.array(np.full(n, KIND_SHARED, dtype=object), pa.string()),
+            "a": self.names.take(pa.array(train)), "b": self.names.take(pa.array(record)),
+            "jaccard": np.zeros(n, np.float32), "a_turns": np.zeros(n, np.int32), "a_len": np.zeros(n, np.int64),
+            "b_turns": np.zeros(n, np.int32), "b_len": np.zeros(n, np.int64), "count": counts,
+        }, EDGE_SCHEMA)

@@ -15,7 +15,7 @@ import pytest
 from pipeline.decontam_stage import GRAM_FILE_SCHEMA
 from pipeline.dedup_stage import evidence_parts, record_parts
 from stages.decontam import ROLE_EVAL, ROLE_REFERENCE, ROLE_TRAIN
-from stages.decontam_select import candidate_pairs, count_shared, distinct_pairs, least_passing, select_groups
+from stages.decontam_select import CandidateIndex, candidate_pairs, distinct_pairs, least_passing, select_groups
 from stages.dedup_graph import BUCKET_SCHEMA, EDGE_SCHEMA, KIND_NGRAM, KIND_SHARED, bucket_edges, bucket_evidence
 from stages.dedup_removals import VERDICT_SCHEMA, decontam_verdicts, of_kinds
 
@@ -89,7 +89,8 @@ def _rounds(buckets: list[pa.Table], near: pa.Table, settings: dict, parts: int)
                   for n, (_, groups, _) in enumerate(reduced)]
     near_pairs = distinct_pairs(pa.table({"train": near.column("a"), "record": near.column("b")}))
     gathered = distinct_pairs(pa.concat_tables([*candidates, near_pairs]))
-    shared = [count_shared(groups, gathered) for _, groups, _ in reduced]
+    index = CandidateIndex(gathered)
+    shared = [index.shared(groups) for _, groups, _ in reduced]
     return pa.concat_tables([evidence, *shared]), gathered.num_rows
 
 
