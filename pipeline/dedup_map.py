@@ -18,7 +18,7 @@ from stages.dedup import Signer
 from stages.dedup_graph import BUCKET_SCHEMA, BucketRows, add_trajectory_rows
 
 _FLUSH_ROWS = 65_536
-_MAX_PENDING_ROWS = 4 * _FLUSH_ROWS
+_MAX_PENDING_ROWS = 16 * _FLUSH_ROWS  # about 50 MB of n-gram rows: a few larger writes per bucket, not many small ones
 _MAX_PENDING_BYTES = 64 << 20  # band rows carry signatures: bound what a map task buffers by bytes too
 _SIGN_BATCH = 64
 
