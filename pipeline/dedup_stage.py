@@ -341,6 +341,8 @@ class DedupClustersStage(Stage):
             "edges": cluster_result["edges"], "references": int(stats.get("decontam.references")),
             "references_invalid": int(stats.get("decontam.references_invalid")),
             "compared": compared, "ngram_common_limit": limit,
+            # pairs whose shared n-grams were counted (`pipeline.decontam_stage`): the prefix filter's candidates
+            "candidate_pairs": sum(r["rows"] for r in ctx.results.get("dedup-gather") or []),
         }
         ctx.echo(f"dedup: {counts['exact_removed']} exact and {counts['near_removed']} near duplicates removed in "
                  f"{counts['clusters']} clusters; decontaminated: {counts['decontaminated_near']} near copies and "

@@ -240,6 +240,18 @@ def test_manifest_and_summary_count_removals_per_reason(decontaminated):
     assert manifest["dedup"]["references"] == 3
 
 
+def test_only_candidate_pairs_are_counted_and_every_removal_is_one(decontaminated):
+    out, _, _ = decontaminated
+    candidates = pq.read_table(out / "_work" / "dedup" / "candidates.parquet")
+    pairs = set(zip(candidates.column("train").to_pylist(), candidates.column("record").to_pylist()))
+    assert json.loads((out / "manifest.json").read_text())["dedup"]["candidate_pairs"] == len(pairs)
+    removed = [r for r in pq.read_table(out / "dedup" / "removed.parquet").to_pylist() if r["matched"]]
+    assert len(removed) == 6 and {(r["traj_id"], r["matched"]) for r in removed} <= pairs
+    shared = [r for p in (out / "_work" / "dedup" / "evidence").glob("p*/s*.parquet")
+              for r in pq.read_table(p).to_pylist()]
+    assert shared and all(r["kind"] == "decontam_shared" and (r["a"], r["b"]) in pairs for r in shared)
+
+
 def test_another_runs_eval_pool_is_a_reference(decontaminated):
     out, _, _ = decontaminated
     stats = Stats()
