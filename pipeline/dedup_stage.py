@@ -77,6 +77,9 @@ from stages.dedup_removals import (
     of_kinds,
 )
 
+# What a reduce task writes, in its spec: a run resumed from an earlier version's reduce outputs (every pair's
+# shared count, no candidate groups) runs the reduce again instead of mixing the two.
+REDUCE_OUTPUT = "evidence without pairs; candidate groups"
 REASONS = ("exact_duplicate", "near_duplicate", "decontaminated_near", "decontaminated_ngram")
 BYTES_PER_BUCKET = 128 << 20  # what one reduce task reads and sorts, by estimated bytes (not rows)
 _ROW_BYTES = 64  # a bucket row without its signature: keys, kind, band, sizes, a traj_id
@@ -127,8 +130,9 @@ def dedup_settings(cfg: dict[str, Any], ingest_stats: Stats) -> dict[str, Any]:
 
 
 def run_dedup_reduce_task(task: dict[str, Any]) -> dict[str, Any]:
-    """Find the verified edges of one bucket: the dedup edges to one file, the decontamination evidence to one
-    file per evidence partition it touches."""
+    """Find the verified edges of one bucket: the dedup edges to one file, the decontamination evidence (totals,
+    near copies) and the rows of its specific groups with both kinds of member to one file per evidence
+    partition it touches, and those groups' members to one file for the candidate rounds."""
     fs, root = out_fs(task["out"])
     table = read_tables(fs, root, task["files"], BUCKET_SCHEMA, dictionary=("traj_id", "sig"))
     settings, bucket = task["settings"], int(task["task_id"][1:])
@@ -281,7 +285,8 @@ class DedupReduceStage(Stage):
     def plan(self, ctx: RunContext) -> list[dict[str, Any]] | None:
         if (settings := _mapped_settings(ctx)) is None:
             return None
-        return _gathering_tasks(ctx, settings, ctx.results["dedup-map"], "files", "b")
+        tasks = _gathering_tasks(ctx, settings, ctx.results["dedup-map"], "files", "b")
+        return [{**t, "spec": [*t["spec"], REDUCE_OUTPUT]} for t in tasks]
 
 
 class DedupDecontamStage(Stage):

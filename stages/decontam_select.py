@@ -2,11 +2,12 @@
 
 A training trajectory t is contaminated by an evaluation record e's n-grams when it holds m of e's T specific
 n-grams, m the least count that passes both of `decontam_verdicts`' thresholds (``ngram_min_shared``, and
-``ngram_overlap`` of T). Of those n-grams only the r groups that also have training members can be held by t;
-if t holds m of them, it holds one of any r − m + 1 of them (the prefix filter of set-similarity joins). So every
-pair that can pass is among the training members of r − m + 1 of e's groups: `select_groups` takes those with
-the fewest training members, then by n-gram key, so the choice depends on the n-grams alone, never on how rows
-were bucketed. The near copies of a record (``decontam_near``) are candidates as well, since their check needs
+``ngram_overlap`` of T). Of those n-grams only the r groups that also have training rows can be held by t; if t
+holds m of them, it holds one of any r − m + 1 of them (the prefix filter of set-similarity joins; a group whose
+only training row is the record's own id, listed twice, counts in r and is chosen first: a slot wasted, the
+bound kept). So every pair that can pass is among the training members of r − m + 1 of e's groups:
+`select_groups` takes those with the fewest training members, then by n-gram key, so the choice depends on the
+n-grams alone, never on how rows were bucketed. The near copies of a record (``decontam_near``) are candidates as well, since their check needs
 their shared count. Only candidate pairs are counted (`CandidateIndex`), over every bucket, so each count is
 exact; a pair left out could not have passed. The quadratic part of the evidence (every pair of every specific
 group, `stages.dedup_graph.bucket_edges`) is never built.

@@ -1,7 +1,8 @@
 """The dedup graph: keyed rows of each trajectory, verified edges of one bucket of rows, then removals.
 
 Pure functions over Arrow tables (no files, no executor), used by the dedup stage
-(`pipeline.dedup_stage`): `bucket_edges` in each reduce task, `removed_rows` in the one clusters task
+(`pipeline.dedup_stage`): `bucket_evidence` in each reduce task (`bucket_edges`, every pair counted, is the
+whole computation it stands for), `removed_rows` in the one clusters task
 (decontamination first, then union-find clusters and the survivor rule).
 """
 

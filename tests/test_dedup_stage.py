@@ -183,6 +183,21 @@ def test_rerun_resumes_and_gives_identical_output(corpus, tmp_path):
     assert (tmp_path / "out" / "dedup" / "removed.parquet").read_bytes() == first
 
 
+def test_reduce_outputs_of_another_format_are_made_again(corpus, tmp_path, monkeypatch):
+    """A run resumed over reduce outputs an earlier version wrote (its tag in the reduce spec differs) runs the
+    reduce again instead of mixing two formats of evidence; the map's outputs are kept."""
+    from pipeline import dedup_stage
+
+    cfg = _config(corpus, tmp_path / "out", buckets=3)
+    monkeypatch.setattr(dedup_stage, "REDUCE_OUTPUT", "an earlier format")
+    run_pipeline(cfg, echo=lambda m: None, executor=LocalExecutor())
+    monkeypatch.undo()
+    run_pipeline(cfg, echo=lambda m: None, executor=LocalExecutor())
+    timings = json.loads((tmp_path / "out" / "_timings.json").read_text())
+    assert timings["dedup-map"]["ran"] == 0
+    assert timings["dedup-reduce"]["ran"] == timings["dedup-reduce"]["tasks"] == 3
+
+
 class _RecordingExecutor(LocalExecutor):
     """Runs in process and keeps the JSON of every task and result that crosses the driver."""
 
