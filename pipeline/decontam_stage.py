@@ -27,7 +27,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from pipeline.engine import RunContext, Stage
-from pipeline.outputs import AtomicParquetWriter, out_fs, read_tables
+from pipeline.outputs import out_fs, read_tables, write_parts, write_table
 from stages.decontam_select import (
     CANDIDATE_SCHEMA,
     SELECTED_SCHEMA,
@@ -64,18 +64,6 @@ def record_parts(records: pa.ChunkedArray | pa.Array, parts: int) -> np.ndarray:
 
 def groups_path(bucket: int) -> str:
     return f"_work/dedup/groups/b{bucket:05d}.parquet"
-
-
-def write_table(fs, root: str, rel: str, schema: pa.Schema, table: pa.Table) -> str:
-    with AtomicParquetWriter(fs, f"{root}/{rel}", schema) as w:
-        w.write_table(table)
-    return rel
-
-
-def write_parts(fs, root: str, rel_of, schema: pa.Schema, table: pa.Table, part: np.ndarray) -> dict[str, str]:
-    """`table`'s rows, split by `part` (one value per row), one file per value: ``{value: rel_of(value)}``."""
-    return {str(q): write_table(fs, root, rel_of(q), schema, table.filter(pa.array(part == q)))
-            for q in np.unique(part).tolist()}
 
 
 def _result(task: dict[str, Any], stage: str, rows: int, **fields: Any) -> dict[str, Any]:

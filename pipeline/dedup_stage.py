@@ -49,18 +49,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from pipeline.decontam_stage import (
-    GRAM_FILE_SCHEMA,
-    ROUNDS,
-    evidence_parts,
-    groups_path,
-    record_parts,
-    write_parts,
-    write_table,
-)
+from pipeline.decontam_stage import GRAM_FILE_SCHEMA, ROUNDS, evidence_parts, groups_path, record_parts
 from pipeline.dedup_map import run_dedup_map_task
 from pipeline.engine import RunContext, Stage, marker_path, run_stage
-from pipeline.outputs import AtomicParquetWriter, out_fs, read_tables
+from pipeline.outputs import out_fs, read_tables, write_parts, write_table
 from schemas.errors import ConfigError
 from schemas.stats import Stats, merge_all
 from stages.decontam import common_limit, is_active, is_run_directory, reference_units
@@ -162,9 +154,7 @@ def run_dedup_decontam_task(task: dict[str, Any]) -> dict[str, Any]:
     evidence = read_tables(fs, root, task["files"], EDGE_SCHEMA, dictionary=("kind", "a", "b"),
                          columns=["kind", "a", "b", "jaccard", "count"])
     verdicts = decontam_verdicts(evidence, task["settings"])
-    rel = f"_work/dedup/verdicts/{task['task_id']}.parquet"
-    with AtomicParquetWriter(fs, f"{root}/{rel}", VERDICT_SCHEMA) as w:
-        w.write_table(verdicts)
+    rel = write_table(fs, root, f"_work/dedup/verdicts/{task['task_id']}.parquet", VERDICT_SCHEMA, verdicts)
     return {"task_id": task["task_id"], "stage": "dedup-decontam", "verdicts": rel, "rows": evidence.num_rows,
             "bytes": 0, "stats": {"dedup.evidence_rows": evidence.num_rows}, "spec_hash": task["spec_hash"]}
 
@@ -203,8 +193,7 @@ def _reference_fingerprint(uri: str) -> str:
 
 
 def _write_removed(fs, root: str, table: pa.Table) -> None:
-    with AtomicParquetWriter(fs, f"{root}/dedup/removed.parquet", REMOVED_SCHEMA) as w:
-        w.write_table(table)
+    write_table(fs, root, "dedup/removed.parquet", REMOVED_SCHEMA, table)
 
 
 def removed_ids(ctx: RunContext) -> set[str]:

@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import fsspec
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
@@ -171,7 +172,7 @@ def read_ipc(fs: fsspec.AbstractFileSystem, path: str, schema: pa.Schema) -> pa.
 
 
 def read_tables(fs, root: str, rels: list[str], schema: pa.Schema, dictionary: tuple[str, ...] = (),
-              columns: list[str] | None = None) -> pa.Table:
+                columns: list[str] | None = None) -> pa.Table:
     """The work files `rels` (relative to the run root) as one table, in the order given; empty of `schema` when none.
 
     The `dictionary` columns are read as dictionaries, unified into one (bucket rows repeat a trajectory id
@@ -185,6 +186,19 @@ def read_tables(fs, root: str, rels: list[str], schema: pa.Schema, dictionary: t
         return schema.empty_table() if columns is None else pa.schema([schema.field(c) for c in columns]).empty_table()
     table = pa.concat_tables(tables)
     return table.unify_dictionaries().combine_chunks() if dictionary else table
+
+
+def write_table(fs, root: str, rel: str, schema: pa.Schema, table: pa.Table) -> str:
+    """`table` as the work file `rel` (relative to the run root), written atomically; returns `rel`."""
+    with AtomicParquetWriter(fs, f"{root}/{rel}", schema) as w:
+        w.write_table(table)
+    return rel
+
+
+def write_parts(fs, root: str, rel_of, schema: pa.Schema, table: pa.Table, part: np.ndarray) -> dict[str, str]:
+    """`table`'s rows, split by `part` (one value per row), one file per value: ``{value: rel_of(value)}``."""
+    return {str(q): write_table(fs, root, rel_of(q), schema, table.filter(pa.array(part == q)))
+            for q in np.unique(part).tolist()}
 
 
 def read_json(fs: fsspec.AbstractFileSystem, path: str) -> Any:
