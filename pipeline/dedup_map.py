@@ -1,5 +1,9 @@
 """The map step of the dedup stage (``dedup-map``; see `pipeline.dedup_stage`): one task per trajectories part
-or reference source hashes its key rows into the bucket files ``_work/dedup/b<NNNNN>/<task_id>.parquet``."""
+or reference source hashes its key rows into the bucket files ``_work/dedup/b<NNNNN>/<task_id>.parquet``.
+
+When decontamination is active, a round before it (``dedup-evalkeys``, the same tasks) writes the n-gram keys
+of the evaluation records only (``_work/dedup/evalkeys/<task_id>.parquet``); every map task builds a
+`stages.gram_filter.GramFilter` of them and leaves out the training n-gram rows no evaluation record shares."""
 
 from __future__ import annotations
 
@@ -11,11 +15,12 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from pipeline.outputs import AtomicParquetWriter, out_fs
+from pipeline.outputs import AtomicParquetWriter, out_fs, read_tables, write_table
 from schemas.stats import Stats
-from stages.decontam import ROLE_REFERENCE, TRAJECTORY_COLUMNS, iter_references, role_of
+from stages.decontam import ROLE_REFERENCE, ROLE_TRAIN, TRAJECTORY_COLUMNS, iter_references, role_of
 from stages.dedup import Signer
-from stages.dedup_graph import BUCKET_SCHEMA, BucketRows, add_trajectory_rows
+from stages.dedup_graph import BUCKET_SCHEMA, BucketRows, add_trajectory_rows, gram_keys
+from stages.gram_filter import GramFilter
 
 _FLUSH_ROWS = 65_536
 _MAX_PENDING_ROWS = 16 * _FLUSH_ROWS  # about 50 MB of n-gram rows: a few larger writes per bucket, not many small ones
@@ -86,22 +91,68 @@ def _part_records(fs, root: str, task: dict[str, Any], stats: Stats) -> Iterator
                 yield row["traj_id"], role, row
 
 
+def _records(fs, root: str, task: dict[str, Any], stats: Stats) -> Iterator[tuple[str, int, dict]]:
+    if task["source"] == "part":
+        return _part_records(fs, root, task, stats)
+    return ((ref_id, ROLE_REFERENCE, row) for ref_id, row in iter_references(task["uri"], stats))
+
+
+def _eval_rows(fs, root: str, task: dict[str, Any]) -> Iterator[dict]:
+    """The rows of one trajectories part that are in the eval pool (only those are made Python objects)."""
+    with fs.open(f"{root}/trajectories/part-{task['task_id']}.parquet", "rb") as f:
+        table = pq.read_table(f, columns=["split_key", "turns"])
+    pools = task["settings"]["pools"]
+    evaluation = [role_of(k, pools) != ROLE_TRAIN for k in table.column("split_key").to_pylist()]
+    yield from table.filter(pa.array(evaluation, pa.bool_())).to_pylist()
+
+
+EVAL_KEYS_SCHEMA = pa.schema([("key", pa.uint64())])
+
+
+def run_dedup_evalkeys_task(task: dict[str, Any]) -> dict[str, Any]:
+    """The distinct n-gram keys (first halves) of the evaluation records of one part or reference source."""
+    fs, root = out_fs(task["out"])
+    if task["source"] == "part":
+        records = _eval_rows(fs, root, task)
+    else:
+        records = (row for _, row in iter_references(task["uri"], Stats()))
+    keys, count = [np.zeros(0, np.uint64)], 0
+    while rows := list(itertools.islice(records, _SIGN_BATCH)):
+        keys.extend(gram_keys(rows, task["settings"]["ngram"]))
+        count += len(rows)
+    distinct = np.unique(np.concatenate(keys))
+    rel = None
+    if len(distinct):
+        rel = write_table(fs, root, f"_work/dedup/evalkeys/{task['task_id']}.parquet", EVAL_KEYS_SCHEMA,
+                          pa.table({"key": distinct}))
+    return {"task_id": task["task_id"], "stage": "dedup-evalkeys", "keys": rel, "rows": count,
+            "bytes": 0, "stats": {"dedup.eval_gram_keys": len(distinct)}, "spec_hash": task["spec_hash"]}
+
+
+def _gram_filter(fs, root: str, task: dict[str, Any]) -> GramFilter | None:
+    """The filter of the evaluation records' n-gram keys (None: no evalkeys round ran, keep every row)."""
+    if "eval_keys" not in task:
+        return None
+    grams = GramFilter(task["gram_bits"])
+    for rel in task["eval_keys"]:
+        grams.add(read_tables(fs, root, [rel], EVAL_KEYS_SCHEMA).column("key").to_numpy())
+    return grams
+
+
 def run_dedup_map_task(task: dict[str, Any]) -> dict[str, Any]:
     """Hash one trajectories part (``source: part``) or one reference source (``source: reference``) into buckets."""
     fs, root = out_fs(task["out"])
     settings = task["settings"]
     signer = Signer(settings["shingle"], settings["num_perm"], settings["seed"], settings["bands"], settings["rows"])
     stats = Stats()
+    grams = _gram_filter(fs, root, task)
     output = _BucketOutput(fs, root, task["task_id"], settings["buckets"])
-    if task["source"] == "part":
-        records = _part_records(fs, root, task, stats)
-    else:
-        records = ((ref_id, ROLE_REFERENCE, row) for ref_id, row in iter_references(task["uri"], stats))
+    records = _records(fs, root, task, stats)
     rows = 0
     try:
         batch = BucketRows()
         while items := list(itertools.islice(records, _SIGN_BATCH)):  # a batch's signatures are computed together
-            add_trajectory_rows(batch, items, signer, settings)
+            add_trajectory_rows(batch, items, signer, settings, grams)
             rows += len(items)
             if batch.count >= _FLUSH_ROWS:
                 output.add(batch.table())

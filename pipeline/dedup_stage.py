@@ -8,7 +8,10 @@ cluster_id, survivor; sorted by traj_id), is what the sample stage drops from ev
    (carrying the MinHash signature, so the reduce can verify candidates without another lookup) and, when
    decontamination is active, one row per distinct word n-gram. Rows are hashed by key into B bucket files
    ``_work/dedup/b<NNNNN>/<task_id>.parquet``. B comes from input-derived counts (or ``dedup.buckets``),
-   never from the executor, and the result does not depend on B anyway: equal keys always meet.
+   never from the executor, and the result does not depend on B anyway: equal keys always meet. With
+   decontamination active, a round first (``dedup-evalkeys``, the same tasks) writes the n-gram keys of the
+   evaluation records, and a training trajectory gets n-gram rows only for keys some evaluation record may
+   hold (`stages.gram_filter`): an n-gram no evaluation record holds counts for no check.
 2. **reduce** (``dedup-reduce``, one task per bucket): rows with equal (kind, band, key) form a group;
    groups become verified edges (stages/dedup_graph.py, by the rules of stages/dedup.py and stages/decontam.py).
    An n-gram group is specific when it has at most the common limit of members (from the number of
@@ -50,7 +53,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from pipeline.decontam_stage import GRAM_FILE_SCHEMA, ROUNDS, evidence_parts, groups_path, record_parts
-from pipeline.dedup_map import run_dedup_map_task
+from pipeline.dedup_map import run_dedup_evalkeys_task, run_dedup_map_task
 from pipeline.engine import RunContext, Stage, marker_path, run_stage
 from pipeline.outputs import out_fs, read_tables, write_parts, write_table
 from schemas.errors import ConfigError
@@ -68,6 +71,7 @@ from stages.dedup_removals import (
     decontam_verdicts,
     of_kinds,
 )
+from stages.gram_filter import filter_bits
 
 # What a reduce task writes, in its spec: a run resumed from an earlier version's reduce outputs (every pair's
 # shared count, no candidate groups) runs the reduce again instead of mixing the two.
@@ -214,6 +218,32 @@ def _mapped_settings(ctx: RunContext) -> dict[str, Any] | None:
     return settings if "ngram_limit" in settings else None
 
 
+def _source_tasks(ctx: RunContext, settings: dict[str, Any]) -> list[dict[str, Any]]:
+    """One task per trajectories part (task id = the ingest task's) and per reference source."""
+    cfg = ctx.cfg
+    base = {"out": cfg["run"]["out"], "settings": settings}
+    tasks = [{**base, "task_id": r["task_id"], "source": "part", "spec": [settings, r["spec_hash"]]}
+             for r in ctx.results["ingest"]]
+    for uri in reference_units(list(cfg["dedup"]["decontaminate"])):
+        tid = "ref-" + hashlib.sha256(uri.encode()).hexdigest()[:16]
+        tasks.append({**base, "task_id": tid, "source": "reference", "uri": uri,
+                      "spec": [settings, uri, _reference_fingerprint(uri)]})
+    return tasks
+
+
+class EvalKeysRound(Stage):
+    """Before the map, when decontamination is active: the n-gram keys of the evaluation records, one task per
+    part and per reference source (``_work/dedup/evalkeys``), from which each map task builds its filter."""
+
+    name = "dedup-evalkeys"
+    sections = ("dedup",)
+    run_task = staticmethod(run_dedup_evalkeys_task)
+
+    def plan(self, ctx: RunContext) -> list[dict[str, Any]] | None:
+        settings = ctx.shared["dedup"]
+        return _source_tasks(ctx, settings) if settings["decontam"] else None
+
+
 class DedupMapStage(Stage):
     """Map: one task per trajectories part and per reference source; resolves the settings on the driver."""
 
@@ -221,18 +251,23 @@ class DedupMapStage(Stage):
     sections = ("dedup",)
     run_task = staticmethod(run_dedup_map_task)
 
+    def run(self, ctx: RunContext) -> None:
+        """The settings, the evaluation records' n-gram keys when decontamination is active, then the map."""
+        ctx.shared["dedup"] = dedup_settings(ctx.cfg, merge_all([r["stats"] for r in ctx.results["ingest"]]))
+        run_stage(ctx, EVAL_KEYS)
+        run_stage(ctx, self)
+
     def plan(self, ctx: RunContext) -> list[dict[str, Any]] | None:
-        cfg, ingest_results = ctx.cfg, ctx.results["ingest"]
-        settings = ctx.shared["dedup"] = dedup_settings(cfg, merge_all([r["stats"] for r in ingest_results]))
+        settings = ctx.shared["dedup"]
         if not (settings["exact"] or settings["near"] or settings["decontam"]):
             return None
-        base = {"out": cfg["run"]["out"], "settings": settings}
-        tasks = [{**base, "task_id": r["task_id"], "source": "part", "spec": [settings, r["spec_hash"]]}
-                 for r in ingest_results]
-        for uri in reference_units(list(cfg["dedup"]["decontaminate"])):
-            tid = "ref-" + hashlib.sha256(uri.encode()).hexdigest()[:16]
-            tasks.append({**base, "task_id": tid, "source": "reference", "uri": uri,
-                          "spec": [settings, uri, _reference_fingerprint(uri)]})
+        tasks = _source_tasks(ctx, settings)
+        keyed = ctx.results.get("dedup-evalkeys") or []
+        if settings["decontam"]:
+            files = sorted(r["keys"] for r in keyed if r["keys"])
+            bits = filter_bits(sum(int(r["stats"].get("dedup.eval_gram_keys", 0)) for r in keyed))
+            specs = [r["spec_hash"] for r in keyed]
+            tasks = [{**t, "eval_keys": files, "gram_bits": bits, "spec": [*t["spec"], specs]} for t in tasks]
         return tasks
 
     def finish(self, ctx: RunContext, map_results: list[dict[str, Any]]) -> None:
@@ -344,6 +379,7 @@ class DedupClustersStage(Stage):
                  "evaluation records)")
 
 
+EVAL_KEYS = EvalKeysRound()
 DEDUP_MAP = DedupMapStage()
 DEDUP_REDUCE = DedupReduceStage()
 DEDUP_DECONTAM = DedupDecontamStage()

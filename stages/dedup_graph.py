@@ -30,6 +30,7 @@ from stages.dedup import (
     text_word_hashes_many,
     turn_texts,
 )
+from stages.gram_filter import GramFilter
 
 # Row kinds of the bucket files (key rows of the dedup map).
 KIND_EXACT, KIND_BAND, KIND_NGRAM = 0, 1, 2
@@ -105,10 +106,21 @@ class BucketRows:
         return pa.Table.from_arrays(arrays, schema=BUCKET_SCHEMA)
 
 
+def gram_keys(rows: list[dict], n: int) -> list[np.ndarray]:
+    """Per trajectory row, the first halves of its distinct n-gram keys: those of the n-gram rows that
+    `add_trajectory_rows` gives it (what `stages.gram_filter` is built from)."""
+    texts = [[normalize_text(t) for t in turn_texts(row.get("turns") or [])] for row in rows]
+    return [ngram_keys(h, n)[:, 0] for h in text_word_hashes_many(texts, normalized=True)]
+
+
 def add_trajectory_rows(out: BucketRows, items: list[tuple[str, int, dict]], signer: Signer,
-                        settings: dict[str, Any]) -> None:
+                        settings: dict[str, Any], grams: GramFilter | None = None) -> None:
     """The bucket rows of trajectories ``(traj_id, role, row)``, in their order: each one's exact key (run
     trajectories only), band keys and n-gram keys. Signatures and band keys of all of them are computed together.
+
+    With `grams` (the keys of every evaluation record), a training trajectory's n-gram rows are only those
+    whose key the filter may hold: the others could only form groups without an evaluation member, which no
+    decontamination check reads (`stages.gram_filter`).
     """
     prepared = []
     for traj_id, role, row in items:
@@ -135,8 +147,10 @@ def add_trajectory_rows(out: BucketRows, items: list[tuple[str, int, dict]], sig
             out.put(KIND_BAND, bands, keys[n], np.zeros(signer.bands), traj_id, role, n_turns, text_len,
                     sigs[n].tobytes())
         if settings["decontam"]:
-            grams = ngram_keys(hashes, settings["ngram"])
-            out.put(KIND_NGRAM, np.zeros(len(grams)), grams[:, 0], grams[:, 1], traj_id, role, 0, 0, None)
+            found = ngram_keys(hashes, settings["ngram"])
+            if grams is not None and role == ROLE_TRAIN:
+                found = found[grams.holds(found[:, 0])]
+            out.put(KIND_NGRAM, np.zeros(len(found)), found[:, 0], found[:, 1], traj_id, role, 0, 0, None)
 
 
 def bucket_edges(table: pa.Table, settings: dict[str, Any]) -> pa.Table:

@@ -7,6 +7,7 @@ import math
 import random
 from pathlib import Path
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
@@ -25,7 +26,9 @@ from stages.decontam import (
     reference_units,
     role_of,
 )
+from stages.dedup_graph import KIND_NGRAM, gram_keys
 from stages.dedup_removals import KIND_TOTAL, evidence_key
+from stages.gram_filter import GramFilter
 from stages.pools import pool_of
 from tests.helpers import lwm_in_process
 
@@ -286,3 +289,50 @@ def test_the_same_verdicts_whatever_the_buckets_and_evidence_partitions(decontam
     assert len(parts) >= 2 and set(parts) == expected
     assert json.loads((out9 / "_timings.json").read_text())["dedup-decontam"]["tasks"] == len(parts)
     assert (out9 / "dedup" / "removed.parquet").read_bytes() == (out / "dedup" / "removed.parquet").read_bytes()
+
+
+def _bucket_rows(out: Path) -> pa.Table:
+    return pa.concat_tables([pq.read_table(p) for p in (out / "_work" / "dedup").glob("b*/*.parquet")])
+
+
+def test_training_ngram_rows_no_evaluation_record_holds_are_left_out(decontaminated):
+    """The map keeps a training trajectory's n-gram rows only where an evaluation record (eval pool or
+    reference) holds the same key: all of those, and few others (the filter's false "maybe")."""
+    out, _, _ = decontaminated
+    trajs = [r for p in (out / "trajectories").glob("*.parquet") for r in pq.read_table(p).to_pylist()]
+    refs = [row for _, row in iter_references(str(out.parent / "bench.jsonl"), Stats())]
+    evaluation = refs + [t for t in trajs if role_of(t["split_key"], POOLS) == ROLE_EVAL]
+    training = [t for t in trajs if role_of(t["split_key"], POOLS) == ROLE_TRAIN]
+    eval_keys = set(np.concatenate(gram_keys(evaluation, 13)).tolist())
+    train_keys = {t["traj_id"]: set(k.tolist()) for t, k in zip(training, gram_keys(training, 13), strict=True)}
+    rows = _bucket_rows(out)
+    written: dict[str, set[int]] = {}
+    for tid, kind, role, key in zip(*(rows.column(c).to_pylist() for c in ("traj_id", "kind", "role", "key"))):
+        if kind == KIND_NGRAM and role == ROLE_TRAIN:
+            written.setdefault(tid, set()).add(key)
+    needed = sum(len(k & eval_keys) for k in train_keys.values())
+    extra = sum(len(written.get(t, set()) - eval_keys) for t in train_keys)
+    assert needed > 100  # the planted copies share many n-grams with their records
+    assert all(k & eval_keys <= written.get(t, set()) for t, k in train_keys.items())
+    assert all(written.get(t, set()) <= k for t, k in train_keys.items())
+    unshared = sum(len(k - eval_keys) for k in train_keys.values())
+    assert unshared > 5_000 and extra <= 0.1 * unshared
+
+
+def test_leaving_out_unshared_training_ngrams_changes_no_evidence(decontaminated, monkeypatch):
+    """With the filter answering "maybe" for every key (every training n-gram row written, as before it),
+    the reduce's evidence and the removal file are the same."""
+    out, _, _ = decontaminated
+    tmp = out.parent
+    monkeypatch.setattr(GramFilter, "holds", lambda self, keys: np.ones(len(keys), bool))
+    proc = lwm_in_process("run", "--executor", "local", "--config", str(tmp / "cfg.toml"), "-i",
+                          str(tmp / "train.jsonl"), "-o", str(tmp / "unfiltered"), "--progress", "off")
+    assert proc.returncode == 0, proc.stderr
+    assert _bucket_rows(tmp / "unfiltered").num_rows > 2 * _bucket_rows(out).num_rows
+
+    def evidence(run: Path) -> list[dict]:
+        rows = [r for p in (run / "_work" / "dedup" / "evidence").glob("p*/*.parquet") for r in pq.read_table(p).to_pylist()]
+        return sorted(rows, key=lambda r: json.dumps(r, sort_keys=True))
+
+    assert evidence(tmp / "unfiltered") == evidence(out) != []
+    assert (tmp / "unfiltered" / "dedup" / "removed.parquet").read_bytes() == (out / "dedup" / "removed.parquet").read_bytes()
