@@ -363,13 +363,17 @@ class DedupClustersStage(Stage):
         (cluster_result,) = results
         counts = cluster_result["counts"]
         compared, limit = ctx.shared["dedup_compared"], settings["ngram_limit"]
-        stats = merge_all([r["stats"] for r in ctx.results["dedup-map"] + ctx.results["dedup-reduce"]])
+        stats = merge_all([r["stats"] for r in ctx.results["dedup-map"] + ctx.results["dedup-reduce"]
+                           + (ctx.results.get("dedup-evalkeys") or [])])
         ctx.manifest["counts"]["dedup"] = counts
         ctx.manifest["dedup"] = {
             "buckets": settings["buckets"], "bands": settings["bands"], "rows_per_band": settings["rows"],
             "edges": cluster_result["edges"], "references": int(stats.get("decontam.references")),
             "references_invalid": int(stats.get("decontam.references_invalid")),
             "compared": compared, "ngram_common_limit": limit,
+            # rows the map wrote for the reduce; distinct n-grams of the evaluation records, per source summed
+            "bucket_rows": int(stats.get("dedup.bucket_rows")),
+            "eval_ngram_keys": int(stats.get("dedup.eval_gram_keys")),
             # pairs whose shared n-grams were counted (`pipeline.decontam_stage`): the prefix filter's candidates
             "candidate_pairs": sum(r["rows"] for r in ctx.results.get("dedup-gather") or []),
         }

@@ -317,6 +317,9 @@ def test_training_ngram_rows_no_evaluation_record_holds_are_left_out(decontamina
     assert all(written.get(t, set()) <= k for t, k in train_keys.items())
     unshared = sum(len(k - eval_keys) for k in train_keys.values())
     assert unshared > 5_000 and extra <= 0.1 * unshared
+    manifest = json.loads((out / "manifest.json").read_text())["dedup"]
+    assert manifest["bucket_rows"] == rows.num_rows
+    assert manifest["eval_ngram_keys"] >= len(eval_keys)  # distinct per source (a part, a reference file), summed
 
 
 def test_leaving_out_unshared_training_ngrams_changes_no_evidence(decontaminated, monkeypatch):
