@@ -187,13 +187,13 @@ class CountRound(_Round):
         gathered = ctx.results.get("dedup-gather") or []
         if not gathered or not gathered[0]["rows"]:
             return None
-        reduced = [r for r in ctx.results["dedup-reduce"] if r.get("groups")]
+        groups = sorted((int(b), rel, r["spec_hash"]) for r in ctx.results["dedup-reduce"]
+                        for b, rel in (r.get("groups") or {}).items())
         tasks = []
-        for i in range(0, len(reduced), BUCKETS_PER_TASK):
-            some = reduced[i : i + BUCKETS_PER_TASK]
-            tasks.append({**self._base(ctx), "task_id": f"s{some[0]['task_id'][1:]}",
-                          "groups": [r["groups"] for r in some],
-                          "spec": [ctx.shared["dedup"], gathered[0]["spec_hash"], [r["spec_hash"] for r in some]]})
+        for i in range(0, len(groups), BUCKETS_PER_TASK):
+            some = groups[i : i + BUCKETS_PER_TASK]
+            tasks.append({**self._base(ctx), "task_id": f"s{some[0][0]:05d}", "groups": [g[1] for g in some],
+                          "spec": [ctx.shared["dedup"], gathered[0]["spec_hash"], [g[1:] for g in some]]})
         return tasks
 
 

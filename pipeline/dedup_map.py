@@ -37,6 +37,7 @@ class _BucketOutput:
         self.pending_rows: dict[int, int] = {}
         self.pending_bytes = 0
         self.writers: dict[int, AtomicParquetWriter] = {}
+        self.written_bytes: dict[int, int] = {}  # Arrow bytes of the rows given to each bucket (what a reduce reads)
 
     def path(self, bucket: int) -> str:
         return f"_work/dedup/b{bucket:05d}/{self.task_id}.parquet"
@@ -66,7 +67,9 @@ class _BucketOutput:
         if b not in self.writers:
             self.writers[b] = AtomicParquetWriter(self.fs, f"{self.root}/{self.path(b)}", BUCKET_SCHEMA,
                                                   rows_per_group=_FLUSH_ROWS, compression_level=1)
-        self.writers[b].write_table(pa.concat_tables(self.pending.pop(b)))
+        table = pa.concat_tables(self.pending.pop(b))
+        self.writers[b].write_table(table)
+        self.written_bytes[b] = self.written_bytes.get(b, 0) + table.nbytes
         self.pending_rows[b] = 0
 
     def close(self) -> dict[str, str]:
@@ -163,5 +166,6 @@ def run_dedup_map_task(task: dict[str, Any]) -> dict[str, Any]:
         output.abort()
         raise
     result = {"task_id": task["task_id"], "stage": "dedup-map", "files": files, "rows": rows, "bytes": 0,
+              "bucket_bytes": {str(b): n for b, n in sorted(output.written_bytes.items())},
               "stats": stats.to_dict(), "spec_hash": task["spec_hash"]}
     return result

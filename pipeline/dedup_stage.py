@@ -12,12 +12,13 @@ cluster_id, survivor; sorted by traj_id), is what the sample stage drops from ev
    decontamination active, a round first (``dedup-evalkeys``, the same tasks) writes the n-gram keys of the
    evaluation records, and a training trajectory gets n-gram rows only for keys some evaluation record may
    hold (`stages.gram_filter`): an n-gram no evaluation record holds counts for no check.
-2. **reduce** (``dedup-reduce``, one task per bucket): rows with equal (kind, band, key) form a group;
+2. **reduce** (``dedup-reduce``, one task per run of consecutive buckets holding up to `BYTES_PER_BUCKET` of
+   rows as the map wrote them, taken one bucket at a time): rows with equal (kind, band, key) form a group;
    groups become verified edges (stages/dedup_graph.py, by the rules of stages/dedup.py and stages/decontam.py).
    An n-gram group is specific when it has at most the common limit of members (from the number of
    trajectories the map saw, set on the driver between the two steps); it adds one to its evaluation
    members' totals (partial counts). The dedup edges (``exact``, ``near``) go to
-   ``_work/dedup/edges/b<NNNNN>.parquet``; the decontamination evidence (totals, near copies of evaluation
+   ``_work/dedup/edges/b<NNNNN>.parquet`` (the task's first bucket); the decontamination evidence (totals, near copies of evaluation
    records) to one file per evidence partition, ``_work/dedup/evidence/p<QQQQQ>/b<NNNNN>.parquet``, chosen by a
    hash of the evaluation record's id; the specific groups with both training and evaluation members to the
    files the candidate rounds read.
@@ -75,7 +76,7 @@ from stages.gram_filter import filter_bits
 
 # What a reduce task writes, in its spec: a run resumed from an earlier version's reduce outputs (every pair's
 # shared count, no candidate groups) runs the reduce again instead of mixing the two.
-REDUCE_OUTPUT = "evidence without pairs; candidate groups"
+REDUCE_OUTPUT = "evidence without pairs; candidate groups per bucket; several buckets per task"
 REASONS = ("exact_duplicate", "near_duplicate", "decontaminated_near", "decontaminated_ngram")
 BYTES_PER_BUCKET = 128 << 20  # what one reduce task reads and sorts, by estimated bytes (not rows)
 _ROW_BYTES = 64  # a bucket row without its signature: keys, kind, band, sizes, a traj_id
@@ -126,26 +127,34 @@ def dedup_settings(cfg: dict[str, Any], ingest_stats: Stats) -> dict[str, Any]:
 
 
 def run_dedup_reduce_task(task: dict[str, Any]) -> dict[str, Any]:
-    """Find the verified edges of one bucket: the dedup edges to one file, the decontamination evidence (totals,
-    near copies) and the rows of its specific groups with both kinds of member to one file per evidence
-    partition it touches, and those groups' members to one file for the candidate rounds."""
+    """Find the verified edges of some buckets, one bucket at a time: the dedup edges to one file, the
+    decontamination evidence (totals, near copies) and the rows of their specific groups with both kinds of
+    member to one file per evidence partition they touch, and each bucket's groups' members to one file for the
+    candidate rounds."""
     fs, root = out_fs(task["out"])
-    table = read_tables(fs, root, task["files"], BUCKET_SCHEMA, dictionary=("traj_id", "sig"))
-    settings, bucket = task["settings"], int(task["task_id"][1:])
-    edges, groups, grams = bucket_evidence(table, settings)
-    rel = write_table(fs, root, f"_work/dedup/edges/{task['task_id']}.parquet", EDGE_SCHEMA,
-                      of_kinds(edges, DEDUP_KINDS))
+    settings, tid = task["settings"], task["task_id"]
+    edges, grams, groups_rel, rows = [], [], {}, 0
+    for key, files in task["buckets"].items():
+        bucket = int(key)
+        table = read_tables(fs, root, files, BUCKET_SCHEMA, dictionary=("traj_id", "sig"))
+        found, groups, found_grams = bucket_evidence(table, settings)
+        rows += table.num_rows
+        del table
+        edges.append(found)
+        grams.append(found_grams.append_column("bucket", pa.array(np.full(found_grams.num_rows, bucket, np.int32))))
+        if groups.num_rows:
+            groups_rel[key] = write_table(fs, root, groups_path(bucket), GROUP_SCHEMA, groups)
+    edges = pa.concat_tables(edges)
+    grams = pa.concat_tables(grams)
+    rel = write_table(fs, root, f"_work/dedup/edges/{tid}.parquet", EDGE_SCHEMA, of_kinds(edges, DEDUP_KINDS))
     evidence = of_kinds(edges, DECONTAM_KINDS)  # totals and near copies; shared counts come from dedup-count
-    files = write_parts(fs, root, lambda q: f"_work/dedup/evidence/p{q:05d}/{task['task_id']}.parquet", EDGE_SCHEMA,
+    files = write_parts(fs, root, lambda q: f"_work/dedup/evidence/p{q:05d}/{tid}.parquet", EDGE_SCHEMA,
                         evidence, evidence_parts(evidence, settings["evidence_parts"]))
-    grams = grams.append_column("bucket", pa.array(np.full(grams.num_rows, bucket, np.int32)))
-    gram_files = write_parts(fs, root, lambda q: f"_work/dedup/grams/p{q:05d}/{task['task_id']}.parquet",
+    gram_files = write_parts(fs, root, lambda q: f"_work/dedup/grams/p{q:05d}/{tid}.parquet",
                              GRAM_FILE_SCHEMA, grams, record_parts(grams.column("record"), settings["evidence_parts"]))
-    groups_rel = write_table(fs, root, groups_path(bucket), GROUP_SCHEMA, groups) if groups.num_rows else None
-    stats = {"dedup.bucket_rows": table.num_rows, "dedup.edges": edges.num_rows}
-    return {"task_id": task["task_id"], "stage": "dedup-reduce", "edges": rel, "evidence": files,
-            "grams": gram_files, "groups": groups_rel, "rows": table.num_rows, "bytes": 0, "stats": stats,
-            "spec_hash": task["spec_hash"]}
+    stats = {"dedup.bucket_rows": rows, "dedup.edges": edges.num_rows}
+    return {"task_id": tid, "stage": "dedup-reduce", "edges": rel, "evidence": files, "grams": gram_files,
+            "groups": groups_rel, "rows": rows, "bytes": 0, "stats": stats, "spec_hash": task["spec_hash"]}
 
 
 # --- decontamination verdicts --------------------------------------------------------------------------------
@@ -299,8 +308,23 @@ def _gathering_tasks(ctx: RunContext, settings: dict[str, Any], results: list[di
             for k in sorted(files)]
 
 
+def reduce_groups(bucket_bytes: dict[int, int], budget: int) -> list[list[int]]:
+    """The buckets in order, cut into runs of at most `budget` bytes of rows (a larger bucket alone)."""
+    runs: list[list[int]] = []
+    used = 0
+    for b in sorted(bucket_bytes):
+        if not runs or used + bucket_bytes[b] > budget:
+            runs.append([])
+            used = 0
+        runs[-1].append(b)
+        used += bucket_bytes[b]
+    return runs
+
+
 class DedupReduceStage(Stage):
-    """Reduce: one task per bucket writes the edges its rows give (``_work/dedup/edges``)."""
+    """Reduce: each task takes consecutive buckets up to `BYTES_PER_BUCKET` of rows, as the map measured them
+    (the bucket count is fixed before the map, from an estimate that cannot know how many n-gram rows the
+    filter leaves), and writes the edges their rows give (``_work/dedup/edges``)."""
 
     name = "dedup-reduce"
     sections = ("dedup",)
@@ -309,8 +333,21 @@ class DedupReduceStage(Stage):
     def plan(self, ctx: RunContext) -> list[dict[str, Any]] | None:
         if (settings := _mapped_settings(ctx)) is None:
             return None
-        tasks = _gathering_tasks(ctx, settings, ctx.results["dedup-map"], "files", "b")
-        return [{**t, "spec": [*t["spec"], REDUCE_OUTPUT]} for t in tasks]
+        files: dict[int, list[str]] = {}
+        size: dict[int, int] = {}
+        for r in ctx.results["dedup-map"]:
+            for key, rel in r["files"].items():
+                files.setdefault(int(key), []).append(rel)
+                # a map result without sizes (an earlier version's marker) counts as a full bucket
+                size[int(key)] = size.get(int(key), 0) + int(r.get("bucket_bytes", {}).get(key, BYTES_PER_BUCKET))
+        specs = [r["spec_hash"] for r in ctx.results["dedup-map"]]
+        base = {"out": ctx.cfg["run"]["out"], "settings": settings}
+        tasks = []
+        for run in reduce_groups(size, BYTES_PER_BUCKET):
+            buckets = {str(b): sorted(files[b]) for b in run}
+            tasks.append({**base, "task_id": f"b{run[0]:05d}", "buckets": buckets,
+                          "spec": [settings, specs, buckets, REDUCE_OUTPUT]})
+        return tasks
 
 
 class DedupDecontamStage(Stage):

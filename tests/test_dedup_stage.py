@@ -21,7 +21,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from pipeline.config import resolve
-from pipeline.dedup_stage import EDGE_SCHEMA, dedup_settings
+from pipeline.dedup_stage import EDGE_SCHEMA, dedup_settings, reduce_groups
 from pipeline.executors import LocalExecutor
 from pipeline.run import run_pipeline
 from schemas.errors import ConfigError
@@ -195,7 +195,29 @@ def test_reduce_outputs_of_another_format_are_made_again(corpus, tmp_path, monke
     run_pipeline(cfg, echo=lambda m: None, executor=LocalExecutor())
     timings = json.loads((tmp_path / "out" / "_timings.json").read_text())
     assert timings["dedup-map"]["ran"] == 0
-    assert timings["dedup-reduce"]["ran"] == timings["dedup-reduce"]["tasks"] == 3
+    assert timings["dedup-reduce"]["ran"] == timings["dedup-reduce"]["tasks"] >= 1
+
+
+def test_reduce_tasks_take_consecutive_buckets_up_to_the_byte_budget():
+    assert reduce_groups({0: 50, 1: 50, 2: 50, 3: 10}, budget=100) == [[0, 1], [2, 3]]
+    assert reduce_groups({4: 300, 1: 20, 9: 90}, budget=100) == [[1], [4], [9]]  # a large bucket alone, in order
+    assert reduce_groups({}, budget=100) == []
+
+
+def test_one_bucket_per_reduce_task_or_all_in_one_give_the_same_removals(corpus, tmp_path, monkeypatch):
+    from pipeline import dedup_stage
+
+    cfg = _config(corpus, tmp_path / "together", buckets=5)
+    run_pipeline(cfg, echo=lambda m: None, executor=LocalExecutor())
+    monkeypatch.setattr(dedup_stage, "BYTES_PER_BUCKET", 1)
+    cfg = _config(corpus, tmp_path / "apart", buckets=5)
+    run_pipeline(cfg, echo=lambda m: None, executor=LocalExecutor())
+    tasks = {name: json.loads((tmp_path / name / "_timings.json").read_text())["dedup-reduce"]["tasks"]
+             for name in ("together", "apart")}
+    assert tasks == {"together": 1, "apart": 5}
+    assert (tmp_path / "apart" / "dedup" / "removed.parquet").read_bytes() == \
+        (tmp_path / "together" / "dedup" / "removed.parquet").read_bytes()
+    assert len(_removed(tmp_path / "apart")) == 6
 
 
 class _RecordingExecutor(LocalExecutor):
