@@ -1,5 +1,6 @@
-"""The map step of the dedup stage (``dedup-map``; see `pipeline.dedup_stage`): one task per trajectories part
-or reference source hashes its key rows into the bucket files ``_work/dedup/b<NNNNN>/<task_id>.parquet``.
+"""The map step of the dedup stage (``dedup-map``; see `pipeline.dedup_stage`, which plans it): one task per
+trajectories part or reference source (`source_tasks`) hashes its key rows into the bucket files
+``_work/dedup/b<NNNNN>/<task_id>.parquet``.
 
 When decontamination is active, a round before it (``dedup-evalkeys``, the same tasks) writes the n-gram keys
 of the evaluation records only (``_work/dedup/evalkeys/<task_id>.parquet``); every map task builds a
@@ -7,7 +8,9 @@ of the evaluation records only (``_work/dedup/evalkeys/<task_id>.parquet``); eve
 
 from __future__ import annotations
 
+import hashlib
 import itertools
+import posixpath
 from collections.abc import Iterator
 from typing import Any
 
@@ -15,9 +18,18 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from pipeline.engine import RunContext, Stage
 from pipeline.outputs import AtomicParquetWriter, out_fs, read_tables, write_table
 from schemas.stats import Stats
-from stages.decontam import ROLE_REFERENCE, ROLE_TRAIN, TRAJECTORY_COLUMNS, iter_references, role_of
+from stages.decontam import (
+    ROLE_REFERENCE,
+    ROLE_TRAIN,
+    TRAJECTORY_COLUMNS,
+    is_run_directory,
+    iter_references,
+    reference_units,
+    role_of,
+)
 from stages.dedup import Signer
 from stages.dedup_graph import BUCKET_SCHEMA, BucketRows, add_trajectory_rows, gram_keys
 from stages.gram_filter import GramFilter
@@ -169,3 +181,50 @@ def run_dedup_map_task(task: dict[str, Any]) -> dict[str, Any]:
               "bucket_bytes": {str(b): n for b, n in sorted(output.written_bytes.items())},
               "stats": stats.to_dict(), "spec_hash": task["spec_hash"]}
     return result
+
+
+# --- the evalkeys round and the map's tasks -------------------------------------------------------------
+
+
+def _reference_fingerprint(uri: str) -> str:
+    """What a reference task's output depends on: the bytes of its files."""
+    from pipeline.ingest_task import describe_input
+    from stages.ingest.reading import InputUnit, filesystem
+
+    if not is_run_directory(uri):
+        return describe_input(InputUnit(uri))["sha256"]
+    fs, root = filesystem(uri)
+    digest = hashlib.sha256()
+    for p in sorted(fs.find(root)):
+        if (p.endswith(".parquet") and "/trajectories/" in p) or p.endswith("manifest.json"):
+            digest.update(f"{posixpath.relpath(p, root)}:{fs.size(p)}:{fs.checksum(p)}\n".encode())
+    return digest.hexdigest()
+
+
+def source_tasks(ctx: RunContext, settings: dict[str, Any]) -> list[dict[str, Any]]:
+    """One task per trajectories part (task id = the ingest task's) and per reference source."""
+    cfg = ctx.cfg
+    base = {"out": cfg["run"]["out"], "settings": settings}
+    tasks = [{**base, "task_id": r["task_id"], "source": "part", "spec": [settings, r["spec_hash"]]}
+             for r in ctx.results["ingest"]]
+    for uri in reference_units(list(cfg["dedup"]["decontaminate"])):
+        tid = "ref-" + hashlib.sha256(uri.encode()).hexdigest()[:16]
+        tasks.append({**base, "task_id": tid, "source": "reference", "uri": uri,
+                      "spec": [settings, uri, _reference_fingerprint(uri)]})
+    return tasks
+
+
+class EvalKeysRound(Stage):
+    """Before the map, when decontamination is active: the n-gram keys of the evaluation records, one task per
+    part and per reference source (``_work/dedup/evalkeys``), from which each map task builds its filter."""
+
+    name = "dedup-evalkeys"
+    sections = ("dedup",)
+    run_task = staticmethod(run_dedup_evalkeys_task)
+
+    def plan(self, ctx: RunContext) -> list[dict[str, Any]] | None:
+        settings = ctx.shared["dedup"]
+        return source_tasks(ctx, settings) if settings["decontam"] else None
+
+
+EVAL_KEYS = EvalKeysRound()

@@ -44,9 +44,7 @@ trajectories.
 
 from __future__ import annotations
 
-import hashlib
 import math
-import posixpath
 from typing import Any
 
 import numpy as np
@@ -54,12 +52,12 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from pipeline.decontam_stage import GRAM_FILE_SCHEMA, ROUNDS, evidence_parts, groups_path, record_parts
-from pipeline.dedup_map import run_dedup_evalkeys_task, run_dedup_map_task
+from pipeline.dedup_map import EVAL_KEYS, run_dedup_map_task, source_tasks
 from pipeline.engine import RunContext, Stage, marker_path, run_stage
 from pipeline.outputs import out_fs, read_tables, write_parts, write_table
 from schemas.errors import ConfigError
 from schemas.stats import Stats, merge_all
-from stages.decontam import common_limit, is_active, is_run_directory, reference_units
+from stages.decontam import common_limit, is_active
 from stages.dedup import lsh_params
 from stages.dedup_graph import BUCKET_SCHEMA, EDGE_SCHEMA, GROUP_SCHEMA, bucket_evidence
 from stages.dedup_removals import (
@@ -190,21 +188,6 @@ def run_dedup_clusters_task(task: dict[str, Any]) -> dict[str, Any]:
 # --- the stage ---------------------------------------------------------------------------------------------
 
 
-def _reference_fingerprint(uri: str) -> str:
-    """What a reference task's output depends on: the bytes of its files."""
-    from pipeline.ingest_task import describe_input
-    from stages.ingest.reading import InputUnit, filesystem
-
-    if not is_run_directory(uri):
-        return describe_input(InputUnit(uri))["sha256"]
-    fs, root = filesystem(uri)
-    digest = hashlib.sha256()
-    for p in sorted(fs.find(root)):
-        if (p.endswith(".parquet") and "/trajectories/" in p) or p.endswith("manifest.json"):
-            digest.update(f"{posixpath.relpath(p, root)}:{fs.size(p)}:{fs.checksum(p)}\n".encode())
-    return digest.hexdigest()
-
-
 def _write_removed(fs, root: str, table: pa.Table) -> None:
     write_table(fs, root, "dedup/removed.parquet", REMOVED_SCHEMA, table)
 
@@ -227,32 +210,6 @@ def _mapped_settings(ctx: RunContext) -> dict[str, Any] | None:
     return settings if "ngram_limit" in settings else None
 
 
-def _source_tasks(ctx: RunContext, settings: dict[str, Any]) -> list[dict[str, Any]]:
-    """One task per trajectories part (task id = the ingest task's) and per reference source."""
-    cfg = ctx.cfg
-    base = {"out": cfg["run"]["out"], "settings": settings}
-    tasks = [{**base, "task_id": r["task_id"], "source": "part", "spec": [settings, r["spec_hash"]]}
-             for r in ctx.results["ingest"]]
-    for uri in reference_units(list(cfg["dedup"]["decontaminate"])):
-        tid = "ref-" + hashlib.sha256(uri.encode()).hexdigest()[:16]
-        tasks.append({**base, "task_id": tid, "source": "reference", "uri": uri,
-                      "spec": [settings, uri, _reference_fingerprint(uri)]})
-    return tasks
-
-
-class EvalKeysRound(Stage):
-    """Before the map, when decontamination is active: the n-gram keys of the evaluation records, one task per
-    part and per reference source (``_work/dedup/evalkeys``), from which each map task builds its filter."""
-
-    name = "dedup-evalkeys"
-    sections = ("dedup",)
-    run_task = staticmethod(run_dedup_evalkeys_task)
-
-    def plan(self, ctx: RunContext) -> list[dict[str, Any]] | None:
-        settings = ctx.shared["dedup"]
-        return _source_tasks(ctx, settings) if settings["decontam"] else None
-
-
 class DedupMapStage(Stage):
     """Map: one task per trajectories part and per reference source; resolves the settings on the driver."""
 
@@ -270,7 +227,7 @@ class DedupMapStage(Stage):
         settings = ctx.shared["dedup"]
         if not (settings["exact"] or settings["near"] or settings["decontam"]):
             return None
-        tasks = _source_tasks(ctx, settings)
+        tasks = source_tasks(ctx, settings)
         keyed = ctx.results.get("dedup-evalkeys") or []
         if settings["decontam"]:
             files = sorted(r["keys"] for r in keyed if r["keys"])
@@ -420,7 +377,6 @@ class DedupClustersStage(Stage):
                  "evaluation records)")
 
 
-EVAL_KEYS = EvalKeysRound()
 DEDUP_MAP = DedupMapStage()
 DEDUP_REDUCE = DedupReduceStage()
 DEDUP_DECONTAM = DedupDecontamStage()
