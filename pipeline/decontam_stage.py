@@ -1,7 +1,7 @@
 """The decontamination rounds of the dedup stage, between the reduce and the verdicts (`pipeline.dedup_stage`).
 
 The reduce writes, per bucket, the specific n-gram groups that hold both kinds of member
-(``_work/dedup/groups/b<NNNNN>.parquet``) and, per evidence partition, one row per (group, evaluation member)
+(``_work/dedup/groups/b<NNNNN>-<task>.parquet``) and, per evidence partition, one row per (group, evaluation member)
 (``_work/dedup/grams/p<QQQQQ>/b<NNNNN>.parquet``). Then, by `stages.decontam_select`'s prefix filter:
 
 1. **select** (``dedup-select``, one task per evidence partition): sums each record's total and chooses the
@@ -62,8 +62,10 @@ def record_parts(records: pa.ChunkedArray | pa.Array, parts: int) -> np.ndarray:
     return part_of[encoded.indices.to_numpy(zero_copy_only=False)] if len(part_of) else np.zeros(0, np.int64)
 
 
-def groups_path(bucket: int) -> str:
-    return f"_work/dedup/groups/b{bucket:05d}.parquet"
+def groups_path(bucket: int, task_id: str) -> str:
+    """The groups of one bucket, as the reduce task `task_id` wrote them (named by both: the buckets a reduce task
+    takes depend on the run's settings, so another run in the same folder may reduce the bucket in another task)."""
+    return f"_work/dedup/groups/b{bucket:05d}-{task_id}.parquet"
 
 
 def _result(task: dict[str, Any], stage: str, rows: int, **fields: Any) -> dict[str, Any]:
@@ -91,7 +93,7 @@ def run_select_task(task: dict[str, Any]) -> dict[str, Any]:
 def run_candidates_task(task: dict[str, Any]) -> dict[str, Any]:
     """Some buckets: the training members of their chosen groups, each with the record that chose the group."""
     fs, root = out_fs(task["out"])
-    pairs = [candidate_pairs(read_tables(fs, root, [groups_path(int(b))], GROUP_SCHEMA),
+    pairs = [candidate_pairs(read_tables(fs, root, [task["groups"][b]], GROUP_SCHEMA),
                              read_tables(fs, root, files, SELECTED_SCHEMA)) for b, files in task["buckets"].items()]
     pairs = distinct_pairs(pa.concat_tables(pairs))
     rel = write_table(fs, root, f"_work/dedup/candidates/{task['task_id']}.parquet", CANDIDATE_SCHEMA, pairs)
@@ -156,12 +158,14 @@ class CandidatesRound(_Round):
         if not files:
             return None
         specs = [r["spec_hash"] for r in ctx.results["dedup-select"]]
+        group_files = {b: rel for r in ctx.results["dedup-reduce"] for b, rel in (r.get("groups") or {}).items()}
         buckets = sorted(files)
         tasks = []
         for i in range(0, len(buckets), BUCKETS_PER_TASK):
             some = {str(b): sorted(files[b]) for b in buckets[i : i + BUCKETS_PER_TASK]}
-            tasks.append({**self._base(ctx), "task_id": f"b{buckets[i]:05d}", "buckets": some,
-                          "spec": [ctx.shared["dedup"], specs, some]})
+            groups = {b: group_files[b] for b in some}
+            tasks.append({**self._base(ctx), "task_id": f"b{buckets[i]:05d}", "buckets": some, "groups": groups,
+                          "spec": [ctx.shared["dedup"], specs, some, groups]})
         return tasks
 
 

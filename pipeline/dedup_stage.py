@@ -74,7 +74,7 @@ from stages.gram_filter import filter_bits
 
 # What a reduce task writes, in its spec: a run resumed from an earlier version's reduce outputs (every pair's
 # shared count, no candidate groups) runs the reduce again instead of mixing the two.
-REDUCE_OUTPUT = "evidence without pairs; candidate groups per bucket; several buckets per task"
+REDUCE_OUTPUT = "evidence without pairs; candidate groups per bucket and task; several buckets per task"
 REASONS = ("exact_duplicate", "near_duplicate", "decontaminated_near", "decontaminated_ngram")
 BYTES_PER_BUCKET = 128 << 20  # what one reduce task reads and sorts, by estimated bytes (not rows)
 _ROW_BYTES = 64  # a bucket row without its signature: keys, kind, band, sizes, a traj_id
@@ -132,7 +132,8 @@ def run_dedup_reduce_task(task: dict[str, Any]) -> dict[str, Any]:
     fs, root = out_fs(task["out"])
     settings, tid = task["settings"], task["task_id"]
     edges, grams, groups_rel, rows = [], [], {}, 0
-    for key, files in task["buckets"].items():
+    # in bucket order, whatever order the task's JSON came in (Ray ships it with sorted keys: "10" before "2")
+    for key, files in sorted(task["buckets"].items(), key=lambda item: int(item[0])):
         bucket = int(key)
         table = read_tables(fs, root, files, BUCKET_SCHEMA, dictionary=("traj_id", "sig"))
         found, groups, found_grams = bucket_evidence(table, settings)
@@ -141,7 +142,7 @@ def run_dedup_reduce_task(task: dict[str, Any]) -> dict[str, Any]:
         edges.append(found)
         grams.append(found_grams.append_column("bucket", pa.array(np.full(found_grams.num_rows, bucket, np.int32))))
         if groups.num_rows:
-            groups_rel[key] = write_table(fs, root, groups_path(bucket), GROUP_SCHEMA, groups)
+            groups_rel[key] = write_table(fs, root, groups_path(bucket, tid), GROUP_SCHEMA, groups)
     edges = pa.concat_tables(edges)
     grams = pa.concat_tables(grams)
     rel = write_table(fs, root, f"_work/dedup/edges/{tid}.parquet", EDGE_SCHEMA, of_kinds(edges, DEDUP_KINDS))

@@ -12,6 +12,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from pipeline.config import load_config_file, resolve
 from pipeline.dedup_stage import EVIDENCE_BUCKETS_PER_PART, evidence_parts
 from schemas.stats import Stats
 from stages.decontam import (
@@ -339,3 +340,62 @@ def test_leaving_out_unshared_training_ngrams_changes_no_evidence(decontaminated
 
     assert evidence(tmp / "unfiltered") == evidence(out) != []
     assert (tmp / "unfiltered" / "dedup" / "removed.parquet").read_bytes() == (out / "dedup" / "removed.parquet").read_bytes()
+
+
+def test_a_folder_rerun_under_other_bucket_settings_and_back_equals_a_fresh_run(decontaminated, tmp_path, monkeypatch):
+    """A reduce task's buckets depend on the settings; a run resumed after a run with other settings in the same
+    folder must read only its own tasks' work files (its skipped tasks' groups were once overwritten)."""
+    from pipeline import dedup_stage
+
+    out, _, _ = decontaminated
+    src = out.parent
+    monkeypatch.setattr(dedup_stage, "BYTES_PER_BUCKET", 210_000)  # several buckets per task, as at scale
+
+    def run(buckets: int, dest: Path) -> None:
+        cfg = tmp_path / f"cfg{buckets}.toml"
+        cfg.write_text((src / "cfg.toml").read_text().replace("[dedup]\n", f"[dedup]\nbuckets = {buckets}\n"))
+        proc = lwm_in_process("run", "--executor", "local", "--config", str(cfg), "-i", str(src / "train.jsonl"),
+                              "-o", str(dest), "--progress", "off")
+        assert proc.returncode == 0, proc.stderr
+
+    run(4, tmp_path / "fresh")
+    for buckets in (4, 6, 4):
+        run(buckets, tmp_path / "again")
+    reduce = json.loads((tmp_path / "again" / "_timings.json").read_text())["dedup-reduce"]
+    assert reduce["tasks"] >= 2 and reduce["skipped"] >= 1  # tasks of the first run were kept
+    fresh, again = (tmp_path / d / "dedup" / "removed.parquet" for d in ("fresh", "again"))
+    assert again.read_bytes() == fresh.read_bytes()
+    assert len(pq.read_table(fresh)) == 6
+
+
+def test_a_reduce_task_takes_its_buckets_in_order_whatever_order_its_json_has(decontaminated, tmp_path):
+    """Ray ships a task as JSON with sorted keys ("10" before "2"): the work files must not depend on it."""
+    from pipeline.dedup_stage import run_dedup_reduce_task
+    from pipeline.executors import LocalExecutor
+    from pipeline.run import run_pipeline
+
+    out, _, _ = decontaminated
+    src = out.parent
+    seen: list[dict] = []
+
+    class Recording(LocalExecutor):
+        def map(self, fn, tasks, progress, threads=1):
+            if fn.args[1] == "dedup-reduce":  # fn: the engine's run_and_mark with the stage's task and name
+                seen.extend(tasks)
+            return super().map(fn, tasks, progress, threads=threads)
+
+    cfg_path = tmp_path / "cfg.toml"
+    cfg_path.write_text((src / "cfg.toml").read_text().replace("[dedup]\n", "[dedup]\nbuckets = 12\n"))
+    cfg = resolve(load_config_file(str(cfg_path)), {"run": {"input": [str(src / "train.jsonl")], "out": str(tmp_path / "o")},
+                                        "executor": {"kind": "local", "progress": "off"}})
+    run_pipeline(cfg, echo=lambda m: None, executor=Recording())
+    (task,) = seen
+    assert list(task["buckets"]) == [str(b) for b in range(12)]
+    shipped = json.loads(json.dumps({**task, "task_id": "b99999"}, sort_keys=True))
+    assert list(shipped["buckets"])[:4] == ["0", "1", "10", "11"]
+    ours, theirs = run_dedup_reduce_task(task), run_dedup_reduce_task(shipped)
+    work = tmp_path / "o"
+    assert (work / ours["edges"]).read_bytes() == (work / theirs["edges"]).read_bytes()
+    assert ours["evidence"].keys() == theirs["evidence"].keys()
+    for q in ours["evidence"]:
+        assert (work / ours["evidence"][q]).read_bytes() == (work / theirs["evidence"][q]).read_bytes()
