@@ -3,8 +3,9 @@ trajectories part or reference source (`source_tasks`) hashes its key rows into 
 ``_work/dedup/b<NNNNN>/<task_id>.parquet``.
 
 When decontamination is active, a round before it (``dedup-evalkeys``, the same tasks) writes the n-gram keys
-of the evaluation records only (``_work/dedup/evalkeys/<task_id>.parquet``); every map task builds a
-`stages.gram_filter.GramFilter` of them and leaves out the training n-gram rows no evaluation record shares."""
+of the evaluation records only (``_work/dedup/evalkeys/<task_id>.parquet``), one task (``dedup-evalfilter``)
+sets their bits in one `stages.gram_filter.GramFilter` bitmap (``_work/dedup/evalfilter.bin``), and every map
+task reads it and leaves out the training n-gram rows no evaluation record shares."""
 
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from pipeline.engine import RunContext, Stage
-from pipeline.outputs import AtomicParquetWriter, out_fs, read_tables, write_table
+from pipeline.outputs import AtomicParquetWriter, out_fs, read_tables, write_bytes_atomic, write_table
 from schemas.stats import Stats
 from stages.decontam import (
     ROLE_REFERENCE,
@@ -32,7 +33,7 @@ from stages.decontam import (
 )
 from stages.dedup import Signer
 from stages.dedup_graph import BUCKET_SCHEMA, BucketRows, add_trajectory_rows, gram_keys
-from stages.gram_filter import GramFilter
+from stages.gram_filter import GramFilter, filter_bits
 
 _FLUSH_ROWS = 65_536
 _MAX_PENDING_ROWS = 16 * _FLUSH_ROWS  # about 50 MB of n-gram rows: a few larger writes per bucket, not many small ones
@@ -144,14 +145,26 @@ def run_dedup_evalkeys_task(task: dict[str, Any]) -> dict[str, Any]:
             "bytes": 0, "stats": {"dedup.eval_gram_keys": len(distinct)}, "spec_hash": task["spec_hash"]}
 
 
-def _gram_filter(fs, root: str, task: dict[str, Any]) -> GramFilter | None:
-    """The filter of the evaluation records' n-gram keys (None: no evalkeys round ran, keep every row)."""
-    if "eval_keys" not in task:
-        return None
+EVAL_FILTER = "_work/dedup/evalfilter.bin"
+
+
+def run_dedup_evalfilter_task(task: dict[str, Any]) -> dict[str, Any]:
+    """Every evaluation key file into one bitmap (`EVAL_FILTER`), which each map task then reads whole."""
+    fs, root = out_fs(task["out"])
     grams = GramFilter(task["gram_bits"])
     for rel in task["eval_keys"]:
         grams.add(read_tables(fs, root, [rel], EVAL_KEYS_SCHEMA).column("key").to_numpy())
-    return grams
+    write_bytes_atomic(fs, f"{root}/{EVAL_FILTER}", grams.bitmap.tobytes())
+    return {"task_id": task["task_id"], "stage": "dedup-evalfilter", "filter": EVAL_FILTER, "gram_bits": grams.bits,
+            "rows": len(task["eval_keys"]), "bytes": grams.bitmap.nbytes, "stats": {}, "spec_hash": task["spec_hash"]}
+
+
+def _gram_filter(fs, root: str, task: dict[str, Any]) -> GramFilter | None:
+    """The filter of the evaluation records' n-gram keys (None: decontamination is off, keep every row)."""
+    if "gram_filter" not in task:
+        return None
+    with fs.open(f"{root}/{task['gram_filter']}", "rb") as f:
+        return GramFilter.of_bitmap(task["gram_bits"], f.read())
 
 
 def run_dedup_map_task(task: dict[str, Any]) -> dict[str, Any]:
@@ -227,4 +240,23 @@ class EvalKeysRound(Stage):
         return source_tasks(ctx, settings) if settings["decontam"] else None
 
 
+class EvalFilterRound(Stage):
+    """After ``dedup-evalkeys``: one task sets the bits of every evaluation key in one bitmap file, so a map task
+    reads one file of at most 64 MiB, not every part's keys."""
+
+    name = "dedup-evalfilter"
+    sections = ("dedup",)
+    run_task = staticmethod(run_dedup_evalfilter_task)
+
+    def plan(self, ctx: RunContext) -> list[dict[str, Any]] | None:
+        if not ctx.shared["dedup"]["decontam"]:
+            return None
+        keyed = ctx.results.get("dedup-evalkeys") or []
+        files = sorted(r["keys"] for r in keyed if r["keys"])
+        bits = filter_bits(sum(int(r["stats"].get("dedup.eval_gram_keys", 0)) for r in keyed))
+        return [{"out": ctx.cfg["run"]["out"], "task_id": "filter", "eval_keys": files, "gram_bits": bits,
+                 "spec": [[r["spec_hash"] for r in keyed], bits]}]
+
+
 EVAL_KEYS = EvalKeysRound()
+EVAL_FILTER_ROUND = EvalFilterRound()

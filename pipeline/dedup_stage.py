@@ -52,7 +52,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from pipeline.decontam_stage import GRAM_FILE_SCHEMA, ROUNDS, evidence_parts, groups_path, record_parts
-from pipeline.dedup_map import EVAL_KEYS, run_dedup_map_task, source_tasks
+from pipeline.dedup_map import EVAL_FILTER_ROUND, EVAL_KEYS, run_dedup_map_task, source_tasks
 from pipeline.engine import RunContext, Stage, marker_path, run_stage
 from pipeline.outputs import out_fs, read_tables, write_parts, write_table
 from schemas.errors import ConfigError
@@ -70,7 +70,6 @@ from stages.dedup_removals import (
     decontam_verdicts,
     of_kinds,
 )
-from stages.gram_filter import filter_bits
 
 # What a reduce task writes, in its spec: a run resumed from an earlier version's reduce outputs (every pair's
 # shared count, no candidate groups) runs the reduce again instead of mixing the two.
@@ -222,6 +221,7 @@ class DedupMapStage(Stage):
         """The settings, the evaluation records' n-gram keys when decontamination is active, then the map."""
         ctx.shared["dedup"] = dedup_settings(ctx.cfg, merge_all([r["stats"] for r in ctx.results["ingest"]]))
         run_stage(ctx, EVAL_KEYS)
+        run_stage(ctx, EVAL_FILTER_ROUND)
         run_stage(ctx, self)
 
     def plan(self, ctx: RunContext) -> list[dict[str, Any]] | None:
@@ -229,12 +229,10 @@ class DedupMapStage(Stage):
         if not (settings["exact"] or settings["near"] or settings["decontam"]):
             return None
         tasks = source_tasks(ctx, settings)
-        keyed = ctx.results.get("dedup-evalkeys") or []
         if settings["decontam"]:
-            files = sorted(r["keys"] for r in keyed if r["keys"])
-            bits = filter_bits(sum(int(r["stats"].get("dedup.eval_gram_keys", 0)) for r in keyed))
-            specs = [r["spec_hash"] for r in keyed]
-            tasks = [{**t, "eval_keys": files, "gram_bits": bits, "spec": [*t["spec"], specs]} for t in tasks]
+            (made,) = ctx.results["dedup-evalfilter"]
+            extra = {"gram_filter": made["filter"], "gram_bits": made["gram_bits"]}
+            tasks = [{**t, **extra, "spec": [*t["spec"], made["spec_hash"]]} for t in tasks]
         return tasks
 
     def finish(self, ctx: RunContext, map_results: list[dict[str, Any]]) -> None:

@@ -42,6 +42,15 @@ class GramFilter:
         for part in keys:
             self.add(part)
 
+    @classmethod
+    def of_bitmap(cls, bits: int, bitmap: bytes) -> GramFilter:
+        """The filter whose bitmap (``bitmap.tobytes()`` of a filter of `bits`) is `bitmap`."""
+        grams = cls(bits)
+        if len(bitmap) != len(grams.bitmap):
+            raise ValueError(f"a bitmap of {bits} bits has {len(grams.bitmap)} bytes, not {len(bitmap)}")
+        grams.bitmap = np.frombuffer(bitmap, dtype=np.uint8)
+        return grams
+
     def _positions(self, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         at = np.asarray(keys, dtype=np.uint64) >> self._shift
         return (at >> np.uint64(3)).astype(np.intp), np.left_shift(np.uint8(1), (at & np.uint64(7)).astype(np.uint8))

@@ -318,6 +318,11 @@ def test_training_ngram_rows_no_evaluation_record_holds_are_left_out(decontamina
     assert all(written.get(t, set()) <= k for t, k in train_keys.items())
     unshared = sum(len(k - eval_keys) for k in train_keys.values())
     assert unshared > 5_000 and extra <= 0.1 * unshared
+    # every map task read one bitmap of the evaluation keys, made once
+    (made,) = [json.loads(p.read_text()) for p in (out / "_tasks" / "dedup-evalfilter").glob("*.json")]
+    bitmap = (out / made["filter"]).read_bytes()
+    assert len(bitmap) == 2 ** made["gram_bits"] // 8
+    assert GramFilter.of_bitmap(made["gram_bits"], bitmap).holds(np.array(sorted(eval_keys), np.uint64)).all()
     manifest = json.loads((out / "manifest.json").read_text())["dedup"]
     assert manifest["bucket_rows"] == rows.num_rows
     assert manifest["eval_ngram_keys"] >= len(eval_keys)  # distinct per source (a part, a reference file), summed

@@ -39,3 +39,13 @@ def test_bitmap_size_follows_the_key_count_within_bounds():
     assert filter_bits(10**12) == MAX_BITS
     with pytest.raises(ValueError):
         GramFilter(MAX_BITS + 1)
+
+
+def test_a_filter_written_as_bytes_reads_back_the_same():
+    keys = np.random.default_rng(2).integers(0, np.iinfo(np.uint64).max, 5_000, dtype=np.uint64, endpoint=True)
+    grams = GramFilter(filter_bits(len(keys)), [keys])
+    again = GramFilter.of_bitmap(grams.bits, grams.bitmap.tobytes())
+    probe = np.concatenate([keys, keys ^ np.uint64(1 << 63)])
+    assert np.array_equal(again.holds(probe), grams.holds(probe)) and again.holds(keys).all()
+    with pytest.raises(ValueError, match="bytes"):
+        GramFilter.of_bitmap(grams.bits + 1, grams.bitmap.tobytes())
