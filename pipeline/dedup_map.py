@@ -220,10 +220,13 @@ def source_tasks(ctx: RunContext, settings: dict[str, Any]) -> list[dict[str, An
     base = {"out": cfg["run"]["out"], "settings": settings}
     tasks = [{**base, "task_id": r["task_id"], "source": "part", "spec": [settings, r["spec_hash"]]}
              for r in ctx.results["ingest"]]
+    fingerprints = ctx.shared.setdefault("reference_fingerprints", {})  # the evalkeys round and the map: hash once
     for uri in reference_units(list(cfg["dedup"]["decontaminate"])):
         tid = "ref-" + hashlib.sha256(uri.encode()).hexdigest()[:16]
+        if uri not in fingerprints:
+            fingerprints[uri] = _reference_fingerprint(uri)
         tasks.append({**base, "task_id": tid, "source": "reference", "uri": uri,
-                      "spec": [settings, uri, _reference_fingerprint(uri)]})
+                      "spec": [settings, uri, fingerprints[uri]]})
     return tasks
 
 
@@ -237,7 +240,12 @@ class EvalKeysRound(Stage):
 
     def plan(self, ctx: RunContext) -> list[dict[str, Any]] | None:
         settings = ctx.shared["dedup"]
-        return source_tasks(ctx, settings) if settings["decontam"] else None
+        if not settings["decontam"]:
+            return None
+        tasks = source_tasks(ctx, settings)
+        if not settings["pools"]["ratios"].get("eval", 0):  # no eval pool: only the references hold evaluation keys
+            tasks = [t for t in tasks if t["source"] == "reference"]
+        return tasks
 
 
 class EvalFilterRound(Stage):

@@ -404,3 +404,17 @@ def test_a_reduce_task_takes_its_buckets_in_order_whatever_order_its_json_has(de
     assert ours["evidence"].keys() == theirs["evidence"].keys()
     for q in ours["evidence"]:
         assert (work / ours["evidence"][q]).read_bytes() == (work / theirs["evidence"][q]).read_bytes()
+
+
+def test_without_an_eval_pool_only_the_references_are_read_for_evaluation_keys(decontaminated, tmp_path):
+    out, planted, _ = decontaminated
+    src = out.parent
+    cfg = tmp_path / "cfg.toml"
+    cfg.write_text(f'[dedup]\ndecontaminate = ["{src / "bench.jsonl"}"]\n[pools.ratios]\ncpt = 0.7\nsft = 0.2\nrl = 0.1\n')
+    proc = lwm_in_process("run", "--executor", "local", "--config", str(cfg), "-i", str(src / "train.jsonl"),
+                          "-o", str(tmp_path / "o"), "--progress", "off")
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads((tmp_path / "o" / "_timings.json").read_text())["dedup-evalkeys"]["tasks"] == 1
+    removed = {r["traj_id"]: r["reason"] for r in pq.read_table(tmp_path / "o" / "dedup" / "removed.parquet").to_pylist()}
+    from_bench = {t: r for t, r in planted.items() if not t.startswith("planted-own")}
+    assert len(from_bench) == 4 and from_bench.items() <= removed.items()
