@@ -68,6 +68,11 @@ def groups_path(bucket: int, task_id: str) -> str:
     return f"_work/dedup/groups/b{bucket:05d}-{task_id}.parquet"
 
 
+def _group_files(ctx: RunContext) -> dict[int, tuple[str, str]]:
+    """Per bucket with groups, the reduce's groups file and the spec hash of the reduce task that wrote it."""
+    return {int(b): (rel, r["spec_hash"]) for r in ctx.results["dedup-reduce"] for b, rel in (r.get("groups") or {}).items()}
+
+
 def _result(task: dict[str, Any], stage: str, rows: int, **fields: Any) -> dict[str, Any]:
     return {"task_id": task["task_id"], "stage": stage, "rows": rows, "bytes": 0, "stats": {},
             "spec_hash": task["spec_hash"], **fields}
@@ -158,12 +163,12 @@ class CandidatesRound(_Round):
         if not files:
             return None
         specs = [r["spec_hash"] for r in ctx.results["dedup-select"]]
-        group_files = {b: rel for r in ctx.results["dedup-reduce"] for b, rel in (r.get("groups") or {}).items()}
+        group_files = _group_files(ctx)
         buckets = sorted(files)
         tasks = []
         for i in range(0, len(buckets), BUCKETS_PER_TASK):
             some = {str(b): sorted(files[b]) for b in buckets[i : i + BUCKETS_PER_TASK]}
-            groups = {b: group_files[b] for b in some}
+            groups = {b: group_files[int(b)][0] for b in some}
             tasks.append({**self._base(ctx), "task_id": f"b{buckets[i]:05d}", "buckets": some, "groups": groups,
                           "spec": [ctx.shared["dedup"], specs, some, groups]})
         return tasks
@@ -191,8 +196,7 @@ class CountRound(_Round):
         gathered = ctx.results.get("dedup-gather") or []
         if not gathered or not gathered[0]["rows"]:
             return None
-        groups = sorted((int(b), rel, r["spec_hash"]) for r in ctx.results["dedup-reduce"]
-                        for b, rel in (r.get("groups") or {}).items())
+        groups = sorted((b, rel, spec) for b, (rel, spec) in _group_files(ctx).items())
         tasks = []
         for i in range(0, len(groups), BUCKETS_PER_TASK):
             some = groups[i : i + BUCKETS_PER_TASK]

@@ -97,9 +97,12 @@ class _BucketOutput:
             w.abort()
 
 
+def _part_path(root: str, task: dict[str, Any]) -> str:
+    return f"{root}/trajectories/part-{task['task_id']}.parquet"
+
+
 def _part_records(fs, root: str, task: dict[str, Any], stats: Stats) -> Iterator[tuple[str, int, dict]]:
-    path = f"{root}/trajectories/part-{task['task_id']}.parquet"
-    with fs.open(path, "rb") as f:
+    with fs.open(_part_path(root, task), "rb") as f:
         for batch in pq.ParquetFile(f).iter_batches(batch_size=256, columns=TRAJECTORY_COLUMNS):
             for row in batch.to_pylist():
                 role = role_of(row["split_key"], task["settings"]["pools"])
@@ -115,7 +118,7 @@ def _records(fs, root: str, task: dict[str, Any], stats: Stats) -> Iterator[tupl
 
 def _eval_rows(fs, root: str, task: dict[str, Any]) -> Iterator[dict]:
     """The rows of one trajectories part that are in the eval pool (only those are made Python objects)."""
-    with fs.open(f"{root}/trajectories/part-{task['task_id']}.parquet", "rb") as f:
+    with fs.open(_part_path(root, task), "rb") as f:
         table = pq.read_table(f, columns=["split_key", "turns"])
     pools = task["settings"]["pools"]
     evaluation = [role_of(k, pools) != ROLE_TRAIN for k in table.column("split_key").to_pylist()]

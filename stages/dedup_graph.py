@@ -106,10 +106,15 @@ class BucketRows:
         return pa.Table.from_arrays(arrays, schema=BUCKET_SCHEMA)
 
 
+def _normalized_turns(row: dict) -> list[str]:
+    """The turn texts the keys of a trajectory row are taken from, normalized."""
+    return [normalize_text(t) for t in turn_texts(row.get("turns") or [])]
+
+
 def gram_keys(rows: list[dict], n: int) -> list[np.ndarray]:
     """Per trajectory row, the first halves of its distinct n-gram keys: those of the n-gram rows that
     `add_trajectory_rows` gives it (what `stages.gram_filter` is built from)."""
-    texts = [[normalize_text(t) for t in turn_texts(row.get("turns") or [])] for row in rows]
+    texts = [_normalized_turns(row) for row in rows]
     return [ngram_keys(h, n)[:, 0] for h in text_word_hashes_many(texts, normalized=True)]
 
 
@@ -125,7 +130,7 @@ def add_trajectory_rows(out: BucketRows, items: list[tuple[str, int, dict]], sig
     prepared = []
     for traj_id, role, row in items:
         turns = row.get("turns") or []
-        norm = [normalize_text(t) for t in turn_texts(turns)]
+        norm = _normalized_turns(row)
         text_len, key = 0, None
         if role != ROLE_REFERENCE:
             content = exact_content(row.get("domain") or "", row.get("system") or {}, turns, norm)
