@@ -19,6 +19,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from pipeline.progress import Progress
+from pipeline.ray_executor import FULL_START_ENV
 from pipeline.run import run_pipeline
 from tests.helpers import (
     DOMAINS,
@@ -238,6 +239,7 @@ def test_explicit_ray_and_auto_above_the_threshold_run_on_ray_workers(ray_sessio
 _BACKGROUND_START = """
 import json, os, sys, time
 from pipeline.progress import Progress
+from pipeline.ray_executor import FULL_START_ENV
 from pipeline.ray_executor import RECYCLE_BYTES, RayExecutor
 
 ex = RayExecutor(num_cpus=2)
@@ -265,6 +267,7 @@ def noting(self, process_type, **kwargs):
     alive_at_stop[process_type] = any(i.process.poll() is None for i in infos)
     return kill(self, process_type, **kwargs)
 ray_node.Node._kill_process_impl = noting
+started = sorted(ex._ray._private.worker._global_node.all_processes)
 ex.close()
 deadline = time.monotonic() + 30
 left = ray_processes
@@ -272,14 +275,18 @@ while left and time.monotonic() < deadline:
     left = [p for p in ray_processes if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
     time.sleep(0.1)
 print(json.dumps({"driver": os.getpid(), "results": results, "driver_rayon": os.environ.get("RAYON_NUM_THREADS"),
-                  "alive_at_stop": alive_at_stop, "left": [p.pid for p in left]}))
+                  "alive_at_stop": alive_at_stop, "left": [p.pid for p in left], "started": started}))
 """
 
 
-def test_a_local_ray_starts_while_the_first_tasks_run_in_the_driver_then_takes_the_rest(tmp_path):
+@pytest.mark.parametrize("full_start", [False, True], ids=["lean", "full"])
+def test_a_local_ray_starts_while_the_first_tasks_run_in_the_driver_then_takes_the_rest(tmp_path, full_start):
     """Ray starts in the background: tasks met before it is up run in the driver, the others on Ray workers
-    (whose environment, unlike the driver's, holds the one-thread setting); results stay in task order."""
-    env = {k: v for k, v in clean_env().items() if k != "RAYON_NUM_THREADS"}
+    (whose environment, unlike the driver's, holds the one-thread setting); results stay in task order.
+    The start leaves out the processes a batch run does not use, unless `LWM_RAY_FULL_START=1`."""
+    env = {k: v for k, v in clean_env().items() if k not in ("RAYON_NUM_THREADS", FULL_START_ENV)}
+    if full_start:
+        env[FULL_START_ENV] = "1"
     proc = subprocess.run([sys.executable, "-c", _BACKGROUND_START],
                           capture_output=True, text=True, env=env, timeout=300, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -291,9 +298,16 @@ def test_a_local_ray_starts_while_the_first_tasks_run_in_the_driver_then_takes_t
     assert results[0]["pid"] == seen["driver"]
     assert all(r["pid"] != seen["driver"] and r["rayon"] == "1" for r in results[1:])
     assert seen["driver_rayon"] is None  # set for the Ray processes only, not left in the driver
-    # The autoscaler monitor is stopped before Ray's shutdown (which would stop the GCS first and leave the
-    # monitor a one-second grace to report to it); the other processes are Ray's to stop, and none is left.
-    assert seen["alive_at_stop"]["monitor"] is False
+    unused = {"monitor", "log_monitor", "dashboard"}
+    assert {"raylet", "gcs_server"} <= set(seen["started"])
+    if full_start:
+        assert unused <= set(seen["started"])
+        # The autoscaler monitor is stopped before Ray's shutdown (which would stop the GCS first and leave
+        # the monitor a one-second grace to report to it).
+        assert seen["alive_at_stop"]["monitor"] is False
+    else:
+        assert not unused & set(seen["started"]), seen["started"]
+    # The other processes are Ray's to stop, and none is left.
     assert seen["alive_at_stop"]["raylet"] is True and seen["alive_at_stop"]["gcs_server"] is True
     assert seen["left"] == []
 
@@ -301,6 +315,7 @@ def test_a_local_ray_starts_while_the_first_tasks_run_in_the_driver_then_takes_t
 _HAND_OFF = """
 import json, os, sys, time
 from pipeline.progress import Progress
+from pipeline.ray_executor import FULL_START_ENV
 from pipeline.ray_executor import RayExecutor
 
 ex = RayExecutor(num_cpus=2)
