@@ -8,6 +8,7 @@ samples on the driver, and the shard a sample lands in depends only on its id.
 
 from __future__ import annotations
 
+import posixpath
 from typing import Any
 
 import numpy as np
@@ -134,6 +135,22 @@ def removed_ids(fs, root: str) -> set[str]:
         return set(pq.read_table(f, columns=["traj_id"]).column("traj_id").to_pylist())
 
 
+def remove_earlier_outputs(fs, root: str, task_id: str) -> int:
+    """Delete the bucket files an earlier run of this task wrote; returns how many.
+
+    A task run again (its spec changed: other pool ratios, bucket counts, masking) writes only the buckets its
+    rows now go to, and a shard reads every file in its bucket's folder: a file of the earlier run in a
+    bucket this run leaves empty (the eval pool turned off, one bucket fewer) would put stale rows in a shard.
+    Until the task ends its marker is absent, so a crash in between runs it again."""
+    base = f"{root}/_work/samples"
+    if not fs.exists(base):
+        return 0
+    mine = [p for p in fs.glob(f"{base}/*/b*/{task_id}.*") if posixpath.basename(p).split(".", 1)[0] == task_id]
+    for p in mine:
+        fs.rm(p)
+    return len(mine)
+
+
 def run_sample_task(task: dict[str, Any]) -> dict[str, Any]:
     """Samples of one trajectories part. `task`: task_id, out, cfg, buckets, spec_hash, removed (the digest of
     ``dedup/removed.parquet``, whose ids the task reads itself), dups (`duplicate_offsets` of this part)."""
@@ -145,6 +162,7 @@ def run_sample_task(task: dict[str, Any]) -> dict[str, Any]:
     stats = Stats()
     drop = removed_ids(fs, root)
     dups = dict(task.get("dups") or {})
+    remove_earlier_outputs(fs, root, task["task_id"])
     writer = SampleWriter(fs, root, task["task_id"], task["buckets"])
     aug = None
     if task.get("llm"):

@@ -12,6 +12,7 @@ import subprocess
 import time
 from pathlib import Path
 
+import pyarrow.parquet as pq
 import pytest
 
 from pipeline.run import run_pipeline
@@ -82,6 +83,22 @@ def test_a_changed_masking_setting_reruns_only_the_later_stages(corpus, tmp_path
     assert _files(out, "shards") != before
     _run(corpus, tmp_path / "turn", masking={"keep_mode": "turn"})
     assert_same_outputs(tmp_path / "turn", out)  # resumed with a new setting == a fresh run with it
+
+
+def test_pools_changed_in_the_same_folder_leave_no_sample_file_of_the_old_split(corpus, tmp_path):
+    """A sample task run again writes only the buckets its rows now go to; what it wrote before into other
+    buckets (the eval pool turned off here, so its bucket gets nothing) must not reach a shard."""
+    out = tmp_path / "out"
+    with_eval = {"cpt": 0.5, "sft": 0.25, "rl": 0.1, "eval": 0.15}
+    without_eval = {"cpt": 0.5, "sft": 0.4, "rl": 0.1, "eval": 0.0}
+    _run(corpus, out, pools={"ratios": with_eval})
+    assert list((out / "shards" / "eval").glob("*.parquet"))
+    _run(corpus, out, pools={"ratios": without_eval})
+    _run(corpus, tmp_path / "fresh", pools={"ratios": without_eval})
+    # Every bucket has a shard file, an empty one where no row went.
+    assert [pq.ParquetFile(p).metadata.num_rows for p in (tmp_path / "fresh" / "shards" / "eval").glob("*.parquet")] == [0]
+    assert_same_outputs(tmp_path / "fresh", out)
+    assert _files(out, "_work/samples").keys() == _files(tmp_path / "fresh", "_work/samples").keys()
 
 
 def test_another_task_layout_in_the_same_folder_leaves_nothing_of_the_old_one(corpus, tmp_path):
