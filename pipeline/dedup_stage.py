@@ -367,6 +367,8 @@ class DedupClustersStage(Stage):
             # rows the map wrote for the reduce; distinct n-grams of the evaluation records, per source summed
             "bucket_rows": int(stats.get("dedup.bucket_rows")),
             "eval_ngram_keys": int(stats.get("dedup.eval_gram_keys")),
+            # the evaluation-key bitmap: log2 of its bits and the share set (what passes it without a match)
+            **_eval_filter(ctx),
             # pairs whose shared n-grams were counted (`pipeline.decontam_stage`): the prefix filter's candidates
             "candidate_pairs": sum(r["rows"] for r in ctx.results.get("dedup-gather") or []),
         }
@@ -374,6 +376,13 @@ class DedupClustersStage(Stage):
                  f"{counts['clusters']} clusters; decontaminated: {counts['decontaminated_near']} near copies and "
                  f"{counts['decontaminated_ngram']} by shared task n-grams (dedup/removed.parquet names the matched "
                  "evaluation records)")
+
+
+def _eval_filter(ctx: RunContext) -> dict[str, Any]:
+    made = ctx.results.get("dedup-evalfilter") or []
+    if not made or made[0].get("fill") is None:
+        return {}
+    return {"eval_filter_bits": made[0]["gram_bits"], "eval_filter_fill": round(made[0]["fill"], 4)}
 
 
 DEDUP_MAP = DedupMapStage()

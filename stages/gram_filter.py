@@ -59,6 +59,10 @@ class GramFilter:
         byte, bit = self._positions(keys)
         np.bitwise_or.at(self.bitmap, byte, bit)
 
+    def fill(self) -> float:
+        """The share of bits set: about the share of keys never added that `holds` answers "maybe" for."""
+        return int(np.bitwise_count(self.bitmap).sum(dtype=np.int64)) / (8 * len(self.bitmap))
+
     def holds(self, keys: np.ndarray) -> np.ndarray:
         """Per key, whether it may have been added (True for every key that was)."""
         byte, bit = self._positions(keys)

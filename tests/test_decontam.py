@@ -12,7 +12,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from pipeline import dedup_map
 from pipeline.config import load_config_file, resolve
+from pipeline.dedup_map import FILL_NOTICE
 from pipeline.dedup_stage import EVIDENCE_BUCKETS_PER_PART, evidence_parts
 from schemas.stats import Stats
 from stages.decontam import (
@@ -326,6 +328,21 @@ def test_training_ngram_rows_no_evaluation_record_holds_are_left_out(decontamina
     manifest = json.loads((out / "manifest.json").read_text())["dedup"]
     assert manifest["bucket_rows"] == rows.num_rows
     assert manifest["eval_ngram_keys"] >= len(eval_keys)  # distinct per source (a part, a reference file), summed
+    # the bitmap's fill, as the manifest gives it, is the share of its bits set (here small: nothing reported)
+    bits = np.unpackbits(np.frombuffer(bitmap, np.uint8))
+    assert manifest["eval_filter_bits"] == made["gram_bits"]
+    assert manifest["eval_filter_fill"] == pytest.approx(bits.mean(), abs=1e-4) and 0 < bits.mean() < FILL_NOTICE
+    assert "n-gram bitmap" not in decontaminated[2]
+
+
+def test_a_bitmap_too_full_to_leave_much_out_is_reported(decontaminated, tmp_path, monkeypatch):
+    out, _, _ = decontaminated
+    monkeypatch.setattr(dedup_map, "FILL_NOTICE", 0.0)  # any bit set counts as too full
+    proc = lwm_in_process("run", "--executor", "local", "--config", str(out.parent / "cfg.toml"),
+                          "-i", str(out.parent / "train.jsonl"), "-o", str(tmp_path / "out"), "--progress", "off")
+    assert proc.returncode == 0, proc.stderr
+    fill = json.loads((tmp_path / "out" / "manifest.json").read_text())["dedup"]["eval_filter_fill"]
+    assert f"the evaluation n-gram bitmap is {fill:.0%} full" in proc.stderr
 
 
 def test_leaving_out_unshared_training_ngrams_changes_no_evidence(decontaminated, monkeypatch):

@@ -49,3 +49,11 @@ def test_a_filter_written_as_bytes_reads_back_the_same():
     assert np.array_equal(again.holds(probe), grams.holds(probe)) and again.holds(keys).all()
     with pytest.raises(ValueError, match="bytes"):
         GramFilter.of_bitmap(grams.bits + 1, grams.bitmap.tobytes())
+
+
+def test_fill_is_the_share_of_bits_set():
+    grams = GramFilter(MIN_BITS)
+    assert grams.fill() == 0.0
+    keys = np.arange(1000, dtype=np.uint64) << np.uint64(64 - MIN_BITS)  # 1,000 distinct top bits
+    grams.add(keys)
+    assert grams.fill() == 1000 / 2**MIN_BITS == np.unpackbits(grams.bitmap).mean()
