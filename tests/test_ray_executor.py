@@ -19,7 +19,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from pipeline.progress import Progress
-from pipeline.ray_executor import FULL_START_ENV
+from pipeline.ray_local import FULL_START_ENV
 from pipeline.run import run_pipeline
 from tests.helpers import (
     DOMAINS,
@@ -239,7 +239,6 @@ def test_explicit_ray_and_auto_above_the_threshold_run_on_ray_workers(ray_sessio
 _BACKGROUND_START = """
 import json, os, sys, time
 from pipeline.progress import Progress
-from pipeline.ray_executor import FULL_START_ENV
 from pipeline.ray_executor import RECYCLE_BYTES, RayExecutor
 
 ex = RayExecutor(num_cpus=2)
@@ -315,7 +314,6 @@ def test_a_local_ray_starts_while_the_first_tasks_run_in_the_driver_then_takes_t
 _HAND_OFF = """
 import json, os, sys, time
 from pipeline.progress import Progress
-from pipeline.ray_executor import FULL_START_ENV
 from pipeline.ray_executor import RayExecutor
 
 ex = RayExecutor(num_cpus=2)
