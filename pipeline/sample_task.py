@@ -15,6 +15,7 @@ import numpy as np
 import pyarrow.parquet as pq
 
 from masking import load_table
+from pipeline.engine import marker_path
 from pipeline.llm_stage import Augment
 from pipeline.outputs import AtomicIpcWriter, out_fs
 from schemas.shard import schema_for
@@ -136,16 +137,19 @@ def removed_ids(fs, root: str) -> set[str]:
 
 
 def remove_earlier_outputs(fs, root: str, task_id: str) -> int:
-    """Delete the bucket files an earlier run of this task wrote; returns how many.
+    """Delete the bucket files an earlier run of this task wrote, its marker first; returns how many files.
 
     A task run again (its spec changed: other pool ratios, bucket counts, masking) writes only the buckets its
     rows now go to, and a shard reads every file in its bucket's folder: a file of the earlier run in a
     bucket this run leaves empty (the eval pool turned off, one bucket fewer) would put stale rows in a shard.
-    Until the task ends its marker is absent, so a crash in between runs it again."""
+    The earlier marker goes first, so a run interrupted after this cannot skip the task as finished."""
     base = f"{root}/_work/samples"
     if not fs.exists(base):
         return 0
-    mine = [p for p in fs.glob(f"{base}/*/b*/{task_id}.*") if posixpath.basename(p).split(".", 1)[0] == task_id]
+    marker = marker_path(root, "samples", task_id)
+    if fs.exists(marker):
+        fs.rm(marker)
+    mine = [p for p in fs.find(base) if posixpath.basename(p).split(".", 1)[0] == task_id]
     for p in mine:
         fs.rm(p)
     return len(mine)

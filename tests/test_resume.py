@@ -101,6 +101,26 @@ def test_pools_changed_in_the_same_folder_leave_no_sample_file_of_the_old_split(
     assert _files(out, "_work/samples").keys() == _files(tmp_path / "fresh", "_work/samples").keys()
 
 
+def test_a_sample_task_interrupted_under_new_settings_is_not_skipped_when_the_old_ones_return(corpus, fresh, tmp_path,
+                                                                                             monkeypatch):
+    """A sample task run again removes its earlier files; interrupted right after, the next run (back under the
+    first settings) must run it again, not skip it on the earlier marker whose files are gone."""
+    out = tmp_path / "out"
+    _run(corpus, out)
+    import pipeline.sample_task as sample_task
+
+    def interrupted(self, pool, row):
+        raise KeyboardInterrupt
+
+    with monkeypatch.context() as m:
+        m.setattr(sample_task.SampleWriter, "write", interrupted)
+        with pytest.raises(KeyboardInterrupt):
+            _run(corpus, out, pools={"ratios": {"cpt": 0.5, "sft": 0.4, "rl": 0.1, "eval": 0.0}})
+    _run(corpus, out)
+    assert _timings(out)["samples"]["ran"] >= 1
+    assert_same_outputs(fresh, out)
+
+
 def test_another_task_layout_in_the_same_folder_leaves_nothing_of_the_old_one(corpus, tmp_path):
     out = tmp_path / "out"
     _run(corpus, out)  # ranges of 64 KiB, small files in pairs
