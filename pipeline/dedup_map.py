@@ -276,8 +276,11 @@ class EvalFilterRound(Stage):
         if not results:  # decontamination is off
             return
         (made,) = results
-        fill = made.get("fill")  # absent from a marker of an older version
-        if fill is not None and fill > FILL_NOTICE:
+        if "fill" not in made:  # a marker of an older version: the same bitmap, measured here
+            with ctx.fs.open(f"{ctx.root}/{made['filter']}", "rb") as f:
+                made["fill"] = GramFilter.of_bitmap(made["gram_bits"], f.read()).fill()
+        fill = made["fill"]
+        if fill > FILL_NOTICE:
             ctx.echo(f"dedup: the evaluation n-gram bitmap is {fill:.0%} full at its largest size "
                      f"({(1 << made['gram_bits']) // 8 // (1 << 20)} MiB), so about that share of the training "
                      "n-gram rows that no evaluation record holds still reaches the dedup reduce (verdicts are "

@@ -380,7 +380,7 @@ class DedupClustersStage(Stage):
 
 def _eval_filter(ctx: RunContext) -> dict[str, Any]:
     made = ctx.results.get("dedup-evalfilter") or []
-    if not made or made[0].get("fill") is None:
+    if not made:
         return {}
     return {"eval_filter_bits": made[0]["gram_bits"], "eval_filter_fill": round(made[0]["fill"], 4)}
 

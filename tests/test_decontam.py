@@ -335,6 +335,22 @@ def test_training_ngram_rows_no_evaluation_record_holds_are_left_out(decontamina
     assert "n-gram bitmap" not in decontaminated[2]
 
 
+def test_a_resume_over_an_older_filter_marker_gives_the_manifest_of_a_fresh_run(decontaminated, tmp_path):
+    """Markers written before the bitmap's fill was reported lack it; the manifest must not depend on that."""
+    out, _, _ = decontaminated
+    args = ["run", "--executor", "local", "--config", str(out.parent / "cfg.toml"), "-i", str(out.parent / "train.jsonl"),
+            "-o", str(tmp_path / "out"), "--progress", "off"]
+    assert lwm_in_process(*args).returncode == 0
+    (marker,) = (tmp_path / "out" / "_tasks" / "dedup-evalfilter").glob("*.json")
+    made = json.loads(marker.read_text())
+    del made["fill"]
+    marker.write_text(json.dumps(made))
+    again = lwm_in_process(*args)
+    assert again.returncode == 0, again.stderr
+    assert json.loads((tmp_path / "out" / "_timings.json").read_text())["dedup-evalfilter"]["ran"] == 0
+    assert (tmp_path / "out" / "manifest.json").read_bytes() == (out / "manifest.json").read_bytes()
+
+
 def test_a_bitmap_too_full_to_leave_much_out_is_reported(decontaminated, tmp_path, monkeypatch):
     out, _, _ = decontaminated
     monkeypatch.setattr(dedup_map, "FILL_NOTICE", 0.0)  # any bit set counts as too full
