@@ -62,41 +62,54 @@ EDGE_SCHEMA = pa.schema(
 class BucketRows:
     """Bucket rows of many trajectories, gathered column by column and built into one table.
 
-    The string and binary columns repeat one value per row of a trajectory (hundreds of n-gram rows): they
-    are gathered as indices into the distinct values and built by Arrow, not as a Python object per row.
+    The key columns are gathered as arrays; the columns that hold one value per `put` (kind, role, turns,
+    length, and the trajectory id and signature, as indices into their distinct values) are gathered as one
+    number per `put` and repeated once, in `table`: a trajectory adds three `put`s, so building small arrays
+    per call cost more than the repeat.
     """
 
+    _PER_PUT = ("kind", "role", "turns", "text_len", "traj_id", "sig")
+
     def __init__(self) -> None:
-        self.cols: dict[str, list] = {name: [] for name in BUCKET_SCHEMA.names}
+        self.cols: dict[str, list] = {name: [] for name in ("band", "key", "key2")}
+        self.scalars: dict[str, list[int]] = {name: [] for name in self._PER_PUT}
+        self.sizes: list[int] = []
         self.values: dict[str, list] = {"traj_id": [], "sig": []}
         self.count = 0
 
     def put(self, kind: int, band: np.ndarray, key: np.ndarray, key2: np.ndarray, traj_id: str, role: int,
             turns: int, text_len: int, sig: bytes | None) -> None:
         n = len(key)
-        cols = self.cols
-        cols["kind"].append(np.full(n, kind, np.int8))
-        cols["band"].append(band.astype(np.int16))
-        cols["key"].append(key.astype(np.uint64))
-        cols["key2"].append(key2.astype(np.uint64))
-        cols["role"].append(np.full(n, role, np.int8))
-        cols["turns"].append(np.full(n, turns, np.int32))
-        cols["text_len"].append(np.full(n, text_len, np.int64))
+        cols, scalars = self.cols, self.scalars
+        cols["band"].append(band)
+        cols["key"].append(key)
+        cols["key2"].append(key2)
+        scalars["kind"].append(kind)
+        scalars["role"].append(role)
+        scalars["turns"].append(turns)
+        scalars["text_len"].append(text_len)
         for name, value in (("traj_id", traj_id), ("sig", sig)):
             values = self.values[name]
             if value is None:
-                cols[name].append(np.full(n, -1, np.int32))
+                scalars[name].append(-1)
                 continue
             if not values or values[-1] != value:
                 values.append(value)
-            cols[name].append(np.full(n, len(values) - 1, np.int32))
+            scalars[name].append(len(values) - 1)
+        self.sizes.append(n)
         self.count += n
 
     def table(self) -> pa.Table:
         arrays = []
+        sizes = np.asarray(self.sizes, dtype=np.int64)
         for field in BUCKET_SCHEMA:
-            parts = self.cols[field.name]
-            values = np.concatenate(parts) if parts else np.zeros(0, np.int32)
+            if field.name in self.scalars:
+                dtype = np.int64 if field.name == "text_len" else np.int32
+                values = np.repeat(np.asarray(self.scalars[field.name], dtype=dtype), sizes)
+            else:
+                parts = self.cols[field.name]
+                dtype = np.int16 if field.name == "band" else np.uint64
+                values = np.concatenate([p.astype(dtype, copy=False) for p in parts]) if parts else np.zeros(0, dtype)
             if field.name in self.values:
                 indices = pa.array(values, mask=values < 0, type=pa.int32())
                 dictionary = pa.array(self.values[field.name], type=field.type)
