@@ -47,7 +47,7 @@ from pipeline.llm_config import (  # noqa: F401  (re-exported: the stage API liv
     register_stage,
     resolve_llm,
 )
-from pipeline.outputs import AtomicParquetWriter, out_fs
+from pipeline.outputs import AtomicParquetWriter, out_fs, remove_stale_task_outputs
 from schemas.stats import merge_all
 from stages.llm.stage import BudgetExhausted, StageClient, StageContext
 
@@ -223,14 +223,7 @@ def run_llm_stages(cfg: dict[str, Any], fs, root: str, executor, ingest_results,
 
 def _remove_stale(fs, root: str, name: str, task_ids: set[str]) -> None:
     """Outputs and markers of parts that no longer exist (another input or task layout in this folder)."""
-    for folder in (f"llm/{name}", f"_tasks/llm_{name}"):
-        base = posixpath.join(root, folder)
-        if not fs.exists(base):
-            continue
-        for p in fs.find(base):
-            stem = posixpath.basename(p).split(".", 1)[0].removeprefix("part-")
-            if ".tmp-" not in p and stem not in task_ids:
-                fs.rm(p)
+    remove_stale_task_outputs(fs, root, task_ids, (f"llm/{name}", f"_tasks/llm_{name}"))
 
 
 def dry_run(cfg: dict[str, Any], fs, root: str, ingest_results, drop: set[str], echo) -> dict[str, Any]:

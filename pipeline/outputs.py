@@ -268,20 +268,25 @@ def remove_stale_temps(fs: fsspec.AbstractFileSystem, root: str) -> int:
 _TASK_NAMED = ("raw", "trajectories", "quarantine", "_tasks/scan", "_tasks/ingest", "_tasks/samples", "_work/samples")
 
 
-def remove_stale_task_outputs(fs: fsspec.AbstractFileSystem, root: str, task_ids: set[str]) -> int:
-    """Delete what ingest tasks outside `task_ids` wrote (an earlier run over other inputs or with
+def task_id_of(path: str) -> str:
+    """The task a task-named file belongs to: ``part-<id>.parquet``, ``<id>.json``, ``<id>.arrow`` (and their
+    ``.tmp-`` temporaries) → ``<id>``."""
+    return posixpath.basename(path).split(".", 1)[0].removeprefix("part-")
+
+
+def remove_stale_task_outputs(fs: fsspec.AbstractFileSystem, root: str, task_ids: set[str],
+                              folders: tuple[str, ...] = _TASK_NAMED) -> int:
+    """Delete what ingest tasks outside `task_ids` wrote in `folders` (an earlier run over other inputs or with
     another split/group layout), so no layer, marker or shard bucket mixes in their rows."""
     stale = []
-    for folder in _TASK_NAMED:
+    for folder in folders:
         base = posixpath.join(root, folder)
         if not fs.exists(base):
             continue
         for p in fs.find(base):
-            name = posixpath.basename(p)
-            if ".tmp-" in name:
+            if ".tmp-" in posixpath.basename(p):
                 continue
-            stem = name.split(".", 1)[0].removeprefix("part-")
-            if stem not in task_ids:
+            if task_id_of(p) not in task_ids:
                 stale.append(p)
     for p in stale:
         fs.rm(p)

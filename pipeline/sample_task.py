@@ -8,7 +8,6 @@ samples on the driver, and the shard a sample lands in depends only on its id.
 
 from __future__ import annotations
 
-import posixpath
 from typing import Any
 
 import numpy as np
@@ -17,7 +16,7 @@ import pyarrow.parquet as pq
 from masking import load_table
 from pipeline.engine import marker_path
 from pipeline.llm_stage import Augment
-from pipeline.outputs import AtomicIpcWriter, out_fs
+from pipeline.outputs import AtomicIpcWriter, out_fs, task_id_of
 from schemas.shard import schema_for
 from schemas.stats import Stats
 from schemas.trajectory import Trajectory
@@ -149,7 +148,7 @@ def remove_earlier_outputs(fs, root: str, task_id: str) -> int:
     marker = marker_path(root, "samples", task_id)
     if fs.exists(marker):
         fs.rm(marker)
-    mine = [p for p in fs.find(base) if posixpath.basename(p).split(".", 1)[0] == task_id]
+    mine = [p for p in fs.find(base) if task_id_of(p) == task_id]
     for p in mine:
         fs.rm(p)
     return len(mine)

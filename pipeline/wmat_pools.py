@@ -31,7 +31,7 @@ import pyarrow as pa
 from pipeline.dedup_stage import removed_ids
 from pipeline.engine import RunContext, Stage
 from pipeline.llm_stage import Augment, get_stage
-from pipeline.outputs import AtomicParquetWriter, out_fs
+from pipeline.outputs import AtomicParquetWriter, out_fs, task_id_of
 from schemas.shard import MESSAGE_TYPE, SHARD_SCHEMA
 from schemas.stats import Stats, merge_all
 from schemas.trajectory import Trajectory
@@ -172,8 +172,7 @@ def _remove_stale(fs, root: str, task_ids: set[str]) -> None:
         if not fs.exists(base):
             continue
         for p in fs.find(base):
-            stem = posixpath.basename(p).split(".", 1)[0].removeprefix("part-")
-            if stem not in task_ids:
+            if task_id_of(p) not in task_ids:
                 fs.rm(p)
 
 
