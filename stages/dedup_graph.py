@@ -103,12 +103,12 @@ class BucketRows:
         arrays = []
         sizes = np.asarray(self.sizes, dtype=np.int64)
         for field in BUCKET_SCHEMA:
+            # the id columns hold indices into their distinct values; the others the schema's own numbers
+            dtype = np.int32 if field.name in self.values else field.type.to_pandas_dtype()
             if field.name in self.scalars:
-                dtype = np.int64 if field.name == "text_len" else np.int32
                 values = np.repeat(np.asarray(self.scalars[field.name], dtype=dtype), sizes)
             else:
                 parts = self.cols[field.name]
-                dtype = np.int16 if field.name == "band" else np.uint64
                 values = np.concatenate([p.astype(dtype, copy=False) for p in parts]) if parts else np.zeros(0, dtype)
             if field.name in self.values:
                 indices = pa.array(values, mask=values < 0, type=pa.int32())
