@@ -284,6 +284,35 @@ def ngram_keys(hashes: np.ndarray, n: int) -> np.ndarray:
     return np.stack([first[index], window_hashes(hashes, n, _M2)[index]], axis=1)
 
 
+def ngram_keys_many(texts: Sequence[np.ndarray], n: int) -> list[np.ndarray]:
+    """`ngram_keys` of many texts (their `word_hashes`), computed together: the same arrays.
+
+    As in `shingles_many`, the windows are hashed once over all texts side by side and those that cross from
+    one text into the next are dropped; the keys are then made distinct within each text by one stable sort
+    on (text, first half), which keeps each key's first window as `np.unique` does.
+    """
+    lengths = np.fromiter(map(len, texts), dtype=np.int64, count=len(texts))
+    counts = np.where(lengths >= n, lengths - n + 1, 0)
+    total = int(counts.sum())
+    if not total:
+        return [np.zeros((0, 2), dtype=np.uint64) for _ in texts]
+    words = np.concatenate(texts)
+    starts = np.zeros(len(texts), dtype=np.int64)
+    np.cumsum(lengths[:-1], out=starts[1:])
+    owner = np.repeat(np.arange(len(texts)), counts)  # the text of each kept window
+    first_window = np.zeros(len(texts), dtype=np.int64)
+    np.cumsum(counts[:-1], out=first_window[1:])
+    at = starts[owner] + (np.arange(total) - first_window[owner])  # each kept window's start word
+    first = window_hashes(words, n, _M1)[at]
+    order = np.lexsort((first, owner))  # stable: equal keys of a text keep their window order
+    sorted_owner, sorted_first = owner[order], first[order]
+    keep = np.r_[True, (sorted_owner[1:] != sorted_owner[:-1]) | (sorted_first[1:] != sorted_first[:-1])]
+    index = order[keep]
+    keys = np.stack([first[index], window_hashes(words, n, _M2)[at[index]]], axis=1)
+    per_text = np.bincount(owner[index], minlength=len(texts))
+    return np.split(keys, np.cumsum(per_text[:-1]))
+
+
 # --- MinHash ---------------------------------------------------------------------------------------------
 
 _MAX32 = np.uint32(0xFFFFFFFF)

@@ -25,7 +25,7 @@ from stages.dedup import (
     band_keys,
     exact_content,
     exact_key,
-    ngram_keys,
+    ngram_keys_many,
     normalize_text,
     text_word_hashes_many,
     turn_texts,
@@ -128,7 +128,7 @@ def gram_keys(rows: list[dict], n: int) -> list[np.ndarray]:
     """Per trajectory row, the first halves of its distinct n-gram keys: those of the n-gram rows that
     `add_trajectory_rows` gives it (what `stages.gram_filter` is built from)."""
     texts = [_normalized_turns(row) for row in rows]
-    return [ngram_keys(h, n)[:, 0] for h in text_word_hashes_many(texts, normalized=True)]
+    return [keys[:, 0] for keys in ngram_keys_many(text_word_hashes_many(texts, normalized=True), n)]
 
 
 def add_trajectory_rows(out: BucketRows, items: list[tuple[str, int, dict]], signer: Signer,
@@ -156,7 +156,8 @@ def add_trajectory_rows(out: BucketRows, items: list[tuple[str, int, dict]], sig
     keys = band_keys(sigs, signer.bands, signer.rows) if signed else None
     row_of = {i: n for n, i in enumerate(signed)}
     bands = np.arange(signer.bands)
-    for i, (traj_id, role, n_turns, text_len, key, hashes) in enumerate(prepared):
+    grams_of = ngram_keys_many(word_hashes_of, settings["ngram"]) if settings["decontam"] else None
+    for i, (traj_id, role, n_turns, text_len, key, _) in enumerate(prepared):
         if key is not None:
             out.put(KIND_EXACT, np.zeros(1), np.array([key[0]], np.uint64), np.array([key[1]], np.uint64), traj_id,
                     role, n_turns, text_len, None)
@@ -165,7 +166,7 @@ def add_trajectory_rows(out: BucketRows, items: list[tuple[str, int, dict]], sig
             out.put(KIND_BAND, bands, keys[n], np.zeros(signer.bands), traj_id, role, n_turns, text_len,
                     sigs[n].tobytes())
         if settings["decontam"]:
-            found = ngram_keys(hashes, settings["ngram"])
+            found = grams_of[i]
             if grams is not None and role == ROLE_TRAIN:
                 found = found[grams.holds(found[:, 0])]
             out.put(KIND_NGRAM, np.zeros(len(found)), found[:, 0], found[:, 1], traj_id, role, 0, 0, None)

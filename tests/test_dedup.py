@@ -96,6 +96,19 @@ def test_shingles_and_ngrams():
     assert len({tuple(k) for k in keys} & {tuple(k) for k in other}) == 1
 
 
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.lists(st.integers(0, 4), max_size=30), max_size=8), st.integers(1, 14), st.booleans())
+def test_ngram_keys_of_many_texts_equal_each_texts_own(word_ids, n, wide):
+    # few distinct words (0-4) make repeated n-grams inside a text and across texts; `wide` spreads the hashes
+    texts = [np.array([(w * 0x9E3779B97F4A7C15 if wide else w) % 2**64 for w in ids], dtype=np.uint64)
+             for ids in word_ids]
+    got = dedup.ngram_keys_many(texts, n)
+    assert len(got) == len(texts)
+    for text, keys in zip(texts, got, strict=True):
+        want = dedup.ngram_keys(text, n)
+        assert keys.dtype == np.uint64 and keys.shape == want.shape and np.array_equal(keys, want)
+
+
 def test_lsh_params():
     assert dedup.lsh_params(0.8, 128, 0) == (9, 13)
     assert dedup.lsh_params(0.5, 128, 0) == (25, 5)
