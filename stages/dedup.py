@@ -310,7 +310,9 @@ def ngram_keys_many(texts: Sequence[np.ndarray], n: int) -> list[np.ndarray]:
     index = order[keep]
     keys = np.stack([first[index], window_hashes(words, n, _M2)[at[index]]], axis=1)
     per_text = np.bincount(owner[index], minlength=len(texts))
-    return np.split(keys, np.cumsum(per_text[:-1]))
+    # each text's own array, as `ngram_keys` gives: a view would keep the whole batch's keys alive as long as
+    # any one text's keys are held (the map's bucket rows hold them until a flush)
+    return [part.copy() for part in np.split(keys, np.cumsum(per_text[:-1]))]
 
 
 # --- MinHash ---------------------------------------------------------------------------------------------

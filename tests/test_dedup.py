@@ -107,6 +107,7 @@ def test_ngram_keys_of_many_texts_equal_each_texts_own(word_ids, n, wide):
     for text, keys in zip(texts, got, strict=True):
         want = dedup.ngram_keys(text, n)
         assert keys.dtype == np.uint64 and keys.shape == want.shape and np.array_equal(keys, want)
+        assert keys.base is None  # its own memory: holding one text's keys must not keep the batch's alive
 
 
 def test_lsh_params():
