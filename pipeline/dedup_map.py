@@ -31,7 +31,7 @@ from stages.decontam import (
     reference_units,
     role_of,
 )
-from stages.dedup import Signer
+from stages.dedup import NormalizeMemo, Signer
 from stages.dedup_graph import BUCKET_SCHEMA, BucketRows, add_trajectory_rows, gram_keys
 from stages.gram_filter import GramFilter, filter_bits
 
@@ -136,8 +136,9 @@ def run_dedup_evalkeys_task(task: dict[str, Any]) -> dict[str, Any]:
     else:
         records = (row for _, row in iter_references(task["uri"], Stats()))
     keys, count = [np.zeros(0, np.uint64)], 0
+    normalize = NormalizeMemo()
     while rows := list(itertools.islice(records, _SIGN_BATCH)):
-        keys.extend(gram_keys(rows, task["settings"]["ngram"]))
+        keys.extend(gram_keys(rows, task["settings"]["ngram"], normalize))
         count += len(rows)
     distinct = np.unique(np.concatenate(keys))
     rel = None
@@ -182,10 +183,11 @@ def run_dedup_map_task(task: dict[str, Any]) -> dict[str, Any]:
     output = _BucketOutput(fs, root, task["task_id"], settings["buckets"])
     records = _records(fs, root, task, stats)
     rows = 0
+    normalize = NormalizeMemo()  # texts repeat within and across trajectories: each normalized once
     try:
         batch = BucketRows()
         while items := list(itertools.islice(records, _SIGN_BATCH)):  # a batch's signatures are computed together
-            add_trajectory_rows(batch, items, signer, settings, grams)
+            add_trajectory_rows(batch, items, signer, settings, grams, normalize)
             rows += len(items)
             if batch.count >= _FLUSH_ROWS:
                 output.add(batch.table())

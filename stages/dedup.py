@@ -37,7 +37,7 @@ import random
 import re
 import time
 import zlib
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -101,6 +101,34 @@ def normalize_text(text: str) -> str:
     return " ".join(text.split())
 
 
+class NormalizeMemo:
+    """`normalize_text` that keeps the results of recent texts, for inputs where texts repeat.
+
+    Agent logs repeat whole texts (a screen that did not change, the same listing or error, a shared system
+    prompt); normalizing one is regular-expression work proportional to its length. Texts of at most
+    `longest` characters are kept until the kept texts and results reach `budget` characters, and then all are
+    dropped at once (repeats are mostly near each other: within a trajectory, or its neighbours in a part).
+    """
+
+    def __init__(self, budget: int = 4 << 20, longest: int = 1 << 16) -> None:
+        self.budget, self.longest = budget, longest
+        self.known: dict[str, str] = {}
+        self.chars = 0
+
+    def __call__(self, text: str) -> str:
+        out = self.known.get(text)
+        if out is not None:
+            return out
+        out = normalize_text(text)
+        if len(text) <= self.longest:
+            if self.chars + len(text) + len(out) > self.budget:
+                self.known.clear()
+                self.chars = 0
+            self.known[text] = out
+            self.chars += len(text) + len(out)
+        return out
+
+
 def turn_texts(turns: Iterable[dict]) -> list[str]:
     """Actions and observations of the turns, in order (the text shingles and n-grams are taken from)."""
     out = []
@@ -120,17 +148,19 @@ def words_of(texts: Iterable[str], normalized: bool = False) -> list[bytes]:
     return words
 
 
-def exact_content(domain: str, system: dict, turns: Sequence[dict], normalized_turns: Sequence[str] | None = None) -> str:
+def exact_content(domain: str, system: dict, turns: Sequence[dict], normalized_turns: Sequence[str] | None = None,
+                  normalize: Callable[[str], str] = normalize_text) -> str:
     """The normalized text the exact key hashes (also measured for the survivor rule).
 
-    `normalized_turns`: `turn_texts(turns)` already normalized, when the caller has them.
+    `normalized_turns`: `turn_texts(turns)` already normalized, when the caller has them; `normalize`:
+    `normalize_text` or a function equal to it (a `NormalizeMemo`).
     """
-    norm = list(normalized_turns) if normalized_turns is not None else [normalize_text(t) for t in turn_texts(turns)]
+    norm = list(normalized_turns) if normalized_turns is not None else [normalize(t) for t in turn_texts(turns)]
     parts = [domain]
     for name in ("task_description", "action_space", "initial_state", "simulation_instruction"):
-        parts.append(normalize_text(system.get(name) or ""))
+        parts.append(normalize(system.get(name) or ""))
     for d in system.get("demonstrations") or []:
-        parts.append(normalize_text(d.get("action") or "") + "\x1e" + normalize_text(d.get("observation") or ""))
+        parts.append(normalize(d.get("action") or "") + "\x1e" + normalize(d.get("observation") or ""))
     parts += [norm[i] + "\x1e" + norm[i + 1] for i in range(0, len(norm), 2)]
     return "\x1f".join(parts)
 

@@ -8,6 +8,7 @@ whole computation it stands for), `removed_rows` in the one clusters task
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -119,34 +120,37 @@ class BucketRows:
         return pa.Table.from_arrays(arrays, schema=BUCKET_SCHEMA)
 
 
-def _normalized_turns(row: dict) -> list[str]:
+def _normalized_turns(row: dict, normalize: Callable[[str], str] = normalize_text) -> list[str]:
     """The turn texts the keys of a trajectory row are taken from, normalized."""
-    return [normalize_text(t) for t in turn_texts(row.get("turns") or [])]
+    return [normalize(t) for t in turn_texts(row.get("turns") or [])]
 
 
-def gram_keys(rows: list[dict], n: int) -> list[np.ndarray]:
+def gram_keys(rows: list[dict], n: int, normalize: Callable[[str], str] = normalize_text) -> list[np.ndarray]:
     """Per trajectory row, the first halves of its distinct n-gram keys: those of the n-gram rows that
-    `add_trajectory_rows` gives it (what `stages.gram_filter` is built from)."""
-    texts = [_normalized_turns(row) for row in rows]
+    `add_trajectory_rows` gives it (what `stages.gram_filter` is built from). `normalize`: as in
+    `add_trajectory_rows`."""
+    texts = [_normalized_turns(row, normalize) for row in rows]
     return [keys[:, 0] for keys in ngram_keys_many(text_word_hashes_many(texts, normalized=True), n)]
 
 
 def add_trajectory_rows(out: BucketRows, items: list[tuple[str, int, dict]], signer: Signer,
-                        settings: dict[str, Any], grams: GramFilter | None = None) -> None:
+                        settings: dict[str, Any], grams: GramFilter | None = None,
+                        normalize: Callable[[str], str] = normalize_text) -> None:
     """The bucket rows of trajectories ``(traj_id, role, row)``, in their order: each one's exact key (run
     trajectories only), band keys and n-gram keys. Signatures and band keys of all of them are computed together.
 
     With `grams` (the keys of every evaluation record), a training trajectory's n-gram rows are only those
     whose key the filter may hold: the others could only form groups without an evaluation member, which no
-    decontamination check reads (`stages.gram_filter`).
+    decontamination check reads (`stages.gram_filter`). `normalize`: `normalize_text` or a function equal to
+    it (the map task's `stages.dedup.NormalizeMemo`).
     """
     prepared = []
     for traj_id, role, row in items:
         turns = row.get("turns") or []
-        norm = _normalized_turns(row)
+        norm = _normalized_turns(row, normalize)
         text_len, key = 0, None
         if role != ROLE_REFERENCE:
-            content = exact_content(row.get("domain") or "", row.get("system") or {}, turns, norm)
+            content = exact_content(row.get("domain") or "", row.get("system") or {}, turns, norm, normalize)
             text_len, key = len(content), exact_key(content)
         prepared.append((traj_id, role, len(turns), text_len, key, norm))
     word_hashes_of = text_word_hashes_many([p[5] for p in prepared], normalized=True)  # all items' words at once

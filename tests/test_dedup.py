@@ -110,6 +110,30 @@ def test_ngram_keys_of_many_texts_equal_each_texts_own(word_ids, n, wide):
         assert keys.base is None  # its own memory: holding one text's keys must not keep the batch's alive
 
 
+MEMO_PIECES = ["a", "É", "12:00", "2024-05-01T10:00:00Z", "pid=42", "May  1", " ", "\n", "x" * 40, "0.5s", "sshd[123]"]
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.lists(st.sampled_from(MEMO_PIECES), max_size=6).map("".join), max_size=40),
+       st.integers(0, 200), st.integers(0, 80))
+def test_the_normalize_memo_equals_normalize_text(texts, budget, longest):
+    memo = dedup.NormalizeMemo(budget=budget, longest=longest)
+    for text in texts + texts[::-1]:
+        assert memo(text) == dedup.normalize_text(text)
+        assert memo.chars <= max(budget, len(text) + len(dedup.normalize_text(text)))
+        assert all(len(k) <= longest for k in memo.known)
+
+
+def test_the_normalize_memo_keeps_a_repeated_text_until_its_budget_is_spent():
+    memo = dedup.NormalizeMemo(budget=100, longest=50)
+    first = memo("at 12:00 pid=7")
+    assert memo("at 12:00 pid=7") is first  # the kept result, not a new normalization
+    memo("y" * 60)  # longer than `longest`: normalized, not kept
+    assert "y" * 60 not in memo.known and memo("at 12:00 pid=7") is first
+    memo("z" * 50)  # the kept texts would pass the budget: all dropped, then this one kept
+    assert list(memo.known) == ["z" * 50] and memo.chars == 100
+
+
 def test_lsh_params():
     assert dedup.lsh_params(0.8, 128, 0) == (9, 13)
     assert dedup.lsh_params(0.5, 128, 0) == (25, 5)
