@@ -12,7 +12,7 @@ runs hash alike. In this order, each replaced by a fixed token:
 - hex addresses of 6+ digits ``0x7f3a2b1c`` → ``0x<ADDR>``; durations ``0.23s``, ``12ms``, ``3µs``,
   ``1m2.5s``, ``1.5 seconds`` → ``<DUR>``; epoch seconds or milliseconds (10 or 13 digits starting with 1,
   as a whole number) → ``<EPOCH>``;
-- process ids ``pid=1234`` / ``PID: 1234`` → ``pid=<PID>`` and ``sshd[1234]`` (2–7 digits in brackets right
+- process ids ``pid=1234`` / ``PID: 1234`` / ``Pid 1234`` → ``pid=<PID>`` and ``sshd[1234]`` (2–7 digits in brackets right
   after a name) → ``sshd[<PID>]``; element indices like ``[12] button`` are kept (they are content);
 - temporary paths ``/tmp/tmpab12cd``, ``/tmp/tmp.XyZ123``, ``/var/folders/xx/…/T/``,
   ``pytest-of-user/pytest-12`` → ``<TMP>``;
@@ -66,7 +66,9 @@ _MONTH_DAY = re.compile(
     r"|(?<=S)ep|(?<=O)ct|(?<=N)ov|(?<=D)ec)\.? {1,2}\d{1,2}(?!\d)(?:,? \d{4}(?!\d))?"
 )
 _WEEKDAY_DATE = re.compile(r"(?:Mon|Tue|Wed|Thu|Fri|Sat|Sun)[a-z]*,? <DATE>")
-_PID = re.compile(r"(?i:pid)(?<![A-Za-z]...)[=: ]+\d+")
+# The three spellings programs print; normalize_text searches only texts that hold one (a case-insensitive
+# pattern behind that check would also rewrite "PId: 7", but only in texts that happen to hold "pid" too).
+_PID = re.compile(r"(?:pid|PID|Pid)(?<![A-Za-z]...)[=: ]+\d+")
 _BRACKET_PID = re.compile(r"\[(?<=[A-Za-z0-9_)]\[)\d{2,7}\]")
 _TMP = re.compile(
     r"/tmp/tmp[._]?[A-Za-z0-9_]{6,}|/var/folders/[A-Za-z0-9_]{2}/[A-Za-z0-9_+\-]+/T(?=/)|pytest-of-[\w.-]+/pytest-\d+"
