@@ -35,6 +35,11 @@ from stages.dedup import NormalizeMemo, Signer
 from stages.dedup_graph import BUCKET_SCHEMA, BucketRows, add_trajectory_rows, gram_keys
 from stages.gram_filter import GramFilter, filter_bits
 
+# What the map reads of a trajectories part: of each turn only the two texts its keys are taken from
+# (`stages.dedup.turn_texts`), not the reasoning and meta that the Python rows would otherwise carry.
+_TURN_TEXTS = ["turns.list.element.action", "turns.list.element.observation"]
+_PART_COLUMNS = [c for c in TRAJECTORY_COLUMNS if c != "turns"] + _TURN_TEXTS
+
 _FLUSH_ROWS = 65_536
 _MAX_PENDING_ROWS = 16 * _FLUSH_ROWS  # about 50 MB of n-gram rows: a few larger writes per bucket, not many small ones
 _MAX_PENDING_BYTES = 64 << 20  # band rows carry signatures: bound what a map task buffers by bytes too
@@ -103,7 +108,7 @@ def _part_path(root: str, task: dict[str, Any]) -> str:
 
 def _part_records(fs, root: str, task: dict[str, Any], stats: Stats) -> Iterator[tuple[str, int, dict]]:
     with fs.open(_part_path(root, task), "rb") as f:
-        for batch in pq.ParquetFile(f).iter_batches(batch_size=256, columns=TRAJECTORY_COLUMNS):
+        for batch in pq.ParquetFile(f).iter_batches(batch_size=256, columns=_PART_COLUMNS):
             for row in batch.to_pylist():
                 role = role_of(row["split_key"], task["settings"]["pools"])
                 stats.add("dedup.trajectories")
@@ -119,7 +124,7 @@ def _records(fs, root: str, task: dict[str, Any], stats: Stats) -> Iterator[tupl
 def _eval_rows(fs, root: str, task: dict[str, Any]) -> Iterator[dict]:
     """The rows of one trajectories part that are in the eval pool (only those are made Python objects)."""
     with fs.open(_part_path(root, task), "rb") as f:
-        table = pq.read_table(f, columns=["split_key", "turns"])
+        table = pq.ParquetFile(f).read(columns=["split_key", *_TURN_TEXTS])  # Parquet column paths
     pools = task["settings"]["pools"]
     evaluation = [role_of(k, pools) != ROLE_TRAIN for k in table.column("split_key").to_pylist()]
     yield from table.filter(pa.array(evaluation, pa.bool_())).to_pylist()

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import itertools
 import random
 import re
 import time
@@ -336,7 +337,10 @@ def ngram_keys_many(texts: Sequence[np.ndarray], n: int) -> list[np.ndarray]:
     np.cumsum(counts[:-1], out=first_window[1:])
     at = starts[owner] + (np.arange(total) - first_window[owner])  # each kept window's start word
     first = window_hashes(words, n, _M1)[at]
-    order = np.lexsort((first, owner))  # stable: equal keys of a text keep their window order
+    # each text's windows sorted apart (they are consecutive: `owner` never decreases); stable, so equal keys
+    # of a text keep their window order
+    bounds = np.flatnonzero(np.r_[True, owner[1:] != owner[:-1], True])
+    order = np.concatenate([s + np.argsort(first[s:e], kind="stable") for s, e in itertools.pairwise(bounds.tolist())])
     sorted_owner, sorted_first = owner[order], first[order]
     keep = np.r_[True, (sorted_owner[1:] != sorted_owner[:-1]) | (sorted_first[1:] != sorted_first[:-1])]
     index = order[keep]
