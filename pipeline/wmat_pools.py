@@ -31,7 +31,7 @@ import pyarrow as pa
 from pipeline.dedup_stage import removed_ids
 from pipeline.engine import RunContext, Stage
 from pipeline.llm_stage import Augment, get_stage
-from pipeline.outputs import AtomicParquetWriter, out_fs, task_id_of
+from pipeline.outputs import AtomicParquetWriter, out_fs, remove_stale_task_outputs
 from schemas.shard import MESSAGE_TYPE, SHARD_SCHEMA
 from schemas.stats import Stats, merge_all
 from schemas.trajectory import Trajectory
@@ -167,13 +167,7 @@ def run_wmat_pool_task(task: dict[str, Any]) -> dict[str, Any]:
 
 def _remove_stale(fs, root: str, task_ids: set[str]) -> None:
     """Files and markers of parts an earlier run over another input or task layout left here."""
-    for folder in ("wmat", "_tasks/wmat_pools"):
-        base = posixpath.join(root, folder)
-        if not fs.exists(base):
-            continue
-        for p in fs.find(base):
-            if task_id_of(p) not in task_ids:
-                fs.rm(p)
+    remove_stale_task_outputs(fs, root, task_ids, ("wmat", "_tasks/wmat_pools"))
 
 
 class WmatPoolsStage(Stage):
