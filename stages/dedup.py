@@ -321,8 +321,8 @@ def ngram_keys_many(texts: Sequence[np.ndarray], n: int) -> list[np.ndarray]:
     """`ngram_keys` of many texts (their `word_hashes`), computed together: the same arrays.
 
     As in `shingles_many`, the windows are hashed once over all texts side by side and those that cross from
-    one text into the next are dropped; the keys are then made distinct within each text by one stable sort
-    on (text, first half), which keeps each key's first window as `np.unique` does.
+    one text into the next are dropped; the keys are then made distinct within each text by a stable sort of
+    its windows' first halves, which keeps each key's first window as `np.unique` does.
     """
     lengths = np.fromiter(map(len, texts), dtype=np.int64, count=len(texts))
     counts = np.where(lengths >= n, lengths - n + 1, 0)
@@ -341,8 +341,8 @@ def ngram_keys_many(texts: Sequence[np.ndarray], n: int) -> list[np.ndarray]:
     # of a text keep their window order
     bounds = np.flatnonzero(np.r_[True, owner[1:] != owner[:-1], True])
     order = np.concatenate([s + np.argsort(first[s:e], kind="stable") for s, e in itertools.pairwise(bounds.tolist())])
-    sorted_owner, sorted_first = owner[order], first[order]
-    keep = np.r_[True, (sorted_owner[1:] != sorted_owner[:-1]) | (sorted_first[1:] != sorted_first[:-1])]
+    sorted_first = first[order]  # `order` moves windows only within their text: `owner` is still in order
+    keep = np.r_[True, (owner[1:] != owner[:-1]) | (sorted_first[1:] != sorted_first[:-1])]
     index = order[keep]
     keys = np.stack([first[index], window_hashes(words, n, _M2)[at[index]]], axis=1)
     per_text = np.bincount(owner[index], minlength=len(texts))
