@@ -8,10 +8,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import NamedTuple
 
 from masking.stats import TurnStats, turn_stats
 from masking.table import CategoryTable, default_table
+from masking.words import word_set
 from schemas.errors import ConfigError
 
 
@@ -42,9 +44,10 @@ def keep_ratio(category: str, table: CategoryTable | None = None) -> float:
         raise ConfigError(f"unknown turn category {category!r} (the table has {', '.join(table.names)})") from None
 
 
-def score_turn(action: str, observation: str, table: CategoryTable | None = None) -> TurnScore:
-    """Statistics, category and keep ratio of one (action, observation) turn."""
+def score_turn(action: str, observation: str, table: CategoryTable | None = None,
+               words: Callable[[str], frozenset[str]] = word_set) -> TurnScore:
+    """Statistics, category and keep ratio of one (action, observation) turn (`words`: see `turn_stats`)."""
     table = default_table() if table is None else table
-    stats = turn_stats(action, observation)
+    stats = turn_stats(action, observation, words)
     category = classify(stats, table)
     return TurnScore(stats, category, table.keep_by_name[category])

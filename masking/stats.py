@@ -28,6 +28,7 @@ All set statistics lie in [0, 1]; ``r`` is ≥ 0 and unbounded.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from masking.words import word_set
@@ -66,6 +67,9 @@ def stats_from_word_sets(
     return TurnStats(ol=ol, nov=nov, jac=jac, r=r, obs_chars=obs_chars)
 
 
-def turn_stats(action: str, observation: str) -> TurnStats:
-    """The statistics of one (action, observation) turn, with the empty-set rules of the module docstring."""
-    return stats_from_word_sets(word_set(action), word_set(observation), len(action), len(observation))
+def turn_stats(action: str, observation: str,
+               words: Callable[[str], frozenset[str]] = word_set) -> TurnStats:
+    """The statistics of one (action, observation) turn, with the empty-set rules of the module docstring.
+
+    `words`: `word_set` or a function equal to it (a task's `stages.memo.TextMemo` of it)."""
+    return stats_from_word_sets(words(action), words(observation), len(action), len(observation))

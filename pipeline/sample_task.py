@@ -20,7 +20,7 @@ from pipeline.outputs import AtomicIpcWriter, out_fs, task_id_of
 from schemas.shard import schema_for
 from schemas.stats import Stats
 from schemas.trajectory import Trajectory
-from stages.sample_rows import bucket_of, build_rows, rows_table, sample_key
+from stages.sample_rows import bucket_of, build_rows, rows_table, sample_key, word_set_memo
 from stages.tokenizer import load_tokenizer
 from stages.tokenizer.segments import segment_tokenizer
 
@@ -163,6 +163,7 @@ def run_sample_task(task: dict[str, Any]) -> dict[str, Any]:
     seg = segment_tokenizer(tok)
     table = load_table(cfg["masking"]["table"])
     stats = Stats()
+    words = word_set_memo()  # texts repeat within and across trajectories: each scanned once while kept
     drop = removed_ids(fs, root)
     dups = dict(task.get("dups") or {})
     remove_earlier_outputs(fs, root, task["task_id"])
@@ -184,7 +185,7 @@ def run_sample_task(task: dict[str, Any]) -> dict[str, Any]:
                 if traj.traj_id in drop:
                     continue
                 shipped = False
-                for pool, row in build_rows(traj, cfg, seg, table, stats, verify, key, aug):
+                for pool, row in build_rows(traj, cfg, seg, table, stats, verify, key, aug, words):
                     writer.write(pool, row)
                     shipped = True
                 if shipped:  # the trajectory reaches the shards (counted for the run summary)

@@ -43,6 +43,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from stages.memo import TextMemo
+
 # --- normalization -----------------------------------------------------------------------------------------
 
 # Every alternative starts after a first digit that is not inside a word or a number: the leading
@@ -104,32 +106,13 @@ def normalize_text(text: str) -> str:
     return " ".join(text.split())
 
 
-class NormalizeMemo:
-    """`normalize_text` that keeps the results of recent texts, for inputs where texts repeat.
-
-    Agent logs repeat whole texts (a screen that did not change, the same listing or error, a shared system
-    prompt); normalizing one is regular-expression work proportional to its length. Texts of at most
-    `longest` characters are kept until the kept texts and results reach `budget` characters, and then all are
-    dropped at once (repeats are mostly near each other: within a trajectory, or its neighbours in a part).
-    """
+class NormalizeMemo(TextMemo[str]):
+    """`normalize_text` that keeps the results of recent texts (`stages.memo.TextMemo`): normalizing a text is
+    regular-expression work in proportion to its length, and agent logs repeat whole texts. The kept texts and
+    results count their characters against `budget`."""
 
     def __init__(self, budget: int = 4 << 20, longest: int = 1 << 16) -> None:
-        self.budget, self.longest = budget, longest
-        self.known: dict[str, str] = {}
-        self.chars = 0
-
-    def __call__(self, text: str) -> str:
-        out = self.known.get(text)
-        if out is not None:
-            return out
-        out = normalize_text(text)
-        if len(text) <= self.longest:
-            if self.chars + len(text) + len(out) > self.budget:
-                self.known.clear()
-                self.chars = 0
-            self.known[text] = out
-            self.chars += len(text) + len(out)
-        return out
+        super().__init__(normalize_text, budget, longest)
 
 
 def turn_texts(turns: Iterable[dict]) -> list[str]:

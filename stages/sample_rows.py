@@ -7,15 +7,17 @@ Pure functions of a trajectory and the resolved config (`build_rows`); the sampl
 from __future__ import annotations
 
 import itertools
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 
-from masking import score_turn
+from masking import score_turn, word_set
 from schemas.stats import Stats
 from schemas.text import escape_surrogates
 from schemas.trajectory import Trajectory
+from stages.memo import TextMemo
 from stages.pools import choose_template, choose_turns, pool_of, sample_id
 from stages.render import chatml, history_reply, target_prompt, user_prompt
 from stages.reward.verifiers import verifier_kind
@@ -80,12 +82,19 @@ def sample_key(traj_id: str, occurrence: int) -> str:
     return traj_id if occurrence <= 1 else f"{traj_id}\x1f#{occurrence}"
 
 
+def word_set_memo(budget: int = 16 << 20, longest: int = 1 << 16) -> TextMemo[frozenset[str]]:
+    """`masking.word_set` for one task's texts, each distinct one scanned once while kept (a kept word set
+    costs its text's characters and about 100 bytes per word: the string and its set slot)."""
+    return TextMemo(word_set, budget, longest, cost=lambda words: 100 * len(words))
+
+
 def build_rows(traj: Trajectory, cfg: dict[str, Any], seg, table, stats: Stats, verify: bool = False,
-               id_key: str | None = None, aug=None):
+               id_key: str | None = None, aug=None, words: Callable[[str], frozenset[str]] = word_set):
     """Yield ``(pool, row)`` for every sample of one trajectory under the resolved config.
 
     `id_key` (default: the traj_id) is what the sample ids hash (`sample_key`); `aug`
-    (`pipeline.llm_stage.Augment`) applies the model-in-the-loop stages' outputs first.
+    (`pipeline.llm_stage.Augment`) applies the model-in-the-loop stages' outputs first; `words`: `word_set`
+    or a function equal to it (`word_set_memo`).
     """
     id_key = id_key or traj.traj_id
     dropped = aug.apply(traj) if aug is not None else {}
@@ -94,7 +103,7 @@ def build_rows(traj: Trajectory, cfg: dict[str, Any], seg, table, stats: Stats, 
     stats.add(f"pools.{pool}.trajectories")
     template = choose_template(traj.traj_id, pool, list(cfg["templates"]["mapping"][pool]), pools_cfg["seed"])
     system_text = render_system(traj, template, tuple(cfg["templates"]["dirs"]))
-    scores = [score_turn(t.action, t.observation, table) for t in traj.turns]
+    scores = [score_turn(t.action, t.observation, table, words) for t in traj.turns]
     ts = TrajectorySamples(traj, system_text, scores, seg, cfg["render"]["chat_format"],
                            cfg["masking"]["keep_mode"], cfg["masking"]["seed"],
                            reasoning_weight=aug.reasoning_weight if aug is not None and pool == "sft" else 1.0)

@@ -123,8 +123,8 @@ def test_the_normalize_memo_equals_normalize_text(texts, budget, longest):
     for text in texts + texts[::-1]:
         assert memo(text) == dedup.normalize_text(text)
         # what it holds is counted, and it holds more than its budget only as a single text larger than that
-        assert memo.chars == sum(len(k) + len(v) for k, v in memo.known.items())
-        assert memo.chars <= budget or len(memo.known) == 1
+        assert memo.held == sum(len(k) + len(v) for k, v in memo.known.items())
+        assert memo.held <= budget or len(memo.known) == 1
         assert all(len(k) <= longest for k in memo.known)
 
 
@@ -135,7 +135,7 @@ def test_the_normalize_memo_keeps_a_repeated_text_until_its_budget_is_spent():
     memo("y" * 60)  # longer than `longest`: normalized, not kept
     assert "y" * 60 not in memo.known and memo("at 12:00 pid=7") is first
     memo("z" * 50)  # the kept texts would pass the budget: all dropped, then this one kept
-    assert list(memo.known) == ["z" * 50] and memo.chars == 100
+    assert list(memo.known) == ["z" * 50] and memo.held == 100
 
 
 def test_lsh_params():

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import unicodedata
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import lru_cache
 
@@ -29,6 +30,7 @@ import numpy as np
 import regex
 
 from schemas.errors import ConfigError
+from stages.memo import TextMemo
 
 _ALNUM_START = regex.compile(r"[\p{L}\p{M}\p{N}]")
 # Searched from the end of the text backwards, so finding the last letter/mark/digit costs the
@@ -37,6 +39,8 @@ _LAST_ALNUM = regex.compile(r"[\p{L}\p{M}\p{N}]", flags=regex.REVERSE)
 _SHORT_CHARS = 48
 _SHORT_ENTRIES = 4096
 _TEXT_ENTRIES = 64
+_KEPT_BUDGET = 32 << 20
+_KEPT_LONGEST = 1 << 16
 _KNOWN_PATTERN_MARKERS = (r"\p{L}", r"\p{N}", r"\s+(?!\S)")
 
 
@@ -67,14 +71,22 @@ class SegmentTokenizer:
     def norm(self, text: str) -> str:
         return unicodedata.normalize(self.normalization, text) if self.normalization else text
 
+    def __post_init__(self) -> None:
+        # Longer texts that recur (a repeated command, an unchanged screen, the same error) are tokenized once
+        # per task while they are kept: a kept text costs its characters and about 40 bytes per id (a list
+        # slot and its int).
+        # The memo's function holds the tokenizer and counter, not `self`: a reference cycle would keep a
+        # finished task's memo alive until the next full garbage collection.
+        self._kept = TextMemo(_tokenize_counted(self.tok, self.counter), _KEPT_BUDGET, _KEPT_LONGEST,
+                              cost=lambda ids: 40 * len(ids))
+
     def encode(self, text: str) -> list[int]:
-        short = len(text) <= _SHORT_CHARS
-        if short and text in self._short:
+        if len(text) > _SHORT_CHARS:
+            return list(self._kept(text))
+        if text in self._short:
             return list(self._short[text])
-        self.counter.chars += len(text)
-        self.counter.calls += 1
-        ids = self.tok.encode(text)
-        if short and len(self._short) < _SHORT_ENTRIES:
+        ids = self._kept.fn(text)
+        if len(self._short) < _SHORT_ENTRIES:
             self._short[text] = list(ids)
         return ids
 
@@ -132,6 +144,15 @@ class SegmentTokenizer:
         # After a run that ends in a newline, a following char that is not whitespace/newline
         # starts a new pre-token (punctuation runs absorb only trailing newlines).
         return text_a.endswith("\n") and not text_b[0].isspace()
+
+
+def _tokenize_counted(tok, counter: TokenCounter) -> Callable[[str], list[int]]:
+    def tokenize(text: str) -> list[int]:
+        counter.chars += len(text)
+        counter.calls += 1
+        return tok.encode(text)
+
+    return tokenize
 
 
 def _ends_alnum(text: str) -> bool:
