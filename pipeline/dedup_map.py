@@ -1,6 +1,6 @@
 """The map step of the dedup stage (``dedup-map``; see `pipeline.dedup_stage`, which plans it): one task per
 trajectories part or reference source (`source_tasks`) hashes its key rows into the bucket files
-``_work/dedup/b<NNNNN>/<task_id>.parquet``.
+``_work/dedup/b<NNNNN>/<task_id>.arrow`` (Arrow IPC streams, lz4: `_BucketOutput`).
 
 When decontamination is active, a round before it (``dedup-evalkeys``, the same tasks) writes the n-gram keys
 of the evaluation records only (``_work/dedup/evalkeys/<task_id>.parquet``), one task (``dedup-evalfilter``)
@@ -20,7 +20,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from pipeline.engine import RunContext, Stage
-from pipeline.outputs import AtomicParquetWriter, out_fs, read_tables, write_bytes_atomic, write_table
+from pipeline.outputs import AtomicIpcWriter, out_fs, read_tables, write_bytes_atomic, write_table
 from schemas.stats import Stats
 from stages.decontam import (
     ROLE_REFERENCE,
@@ -47,18 +47,22 @@ _SIGN_BATCH = 64
 
 
 class _BucketOutput:
-    """Rows of one map task, hashed into bucket files that are opened on first use."""
+    """Rows of one map task, hashed into bucket files that are opened on first use.
+
+    The files are Arrow IPC streams compressed with lz4, which only the reduce reads. Rows of keys and
+    signatures are hashes that hardly compress: Parquet (zstd level 1) took 0.74 s per 2 GB part's 142 files
+    (39 MiB) and lz4 IPC takes 0.17 s (63 MiB; uncompressed 0.04 s, 115 MiB)."""
 
     def __init__(self, fs, root: str, task_id: str, buckets: int) -> None:
         self.fs, self.root, self.task_id, self.buckets = fs, root, task_id, buckets
         self.pending: dict[int, list[pa.Table]] = {}
         self.pending_rows: dict[int, int] = {}
         self.pending_bytes = 0
-        self.writers: dict[int, AtomicParquetWriter] = {}
+        self.writers: dict[int, AtomicIpcWriter] = {}
         self.written_bytes: dict[int, int] = {}  # Arrow bytes of the rows given to each bucket (what a reduce reads)
 
     def path(self, bucket: int) -> str:
-        return f"_work/dedup/b{bucket:05d}/{self.task_id}.parquet"
+        return f"_work/dedup/b{bucket:05d}/{self.task_id}.arrow"
 
     def add(self, table: pa.Table) -> None:
         if not table.num_rows:
@@ -83,8 +87,8 @@ class _BucketOutput:
 
     def _flush(self, b: int) -> None:
         if b not in self.writers:
-            self.writers[b] = AtomicParquetWriter(self.fs, f"{self.root}/{self.path(b)}", BUCKET_SCHEMA,
-                                                  rows_per_group=_FLUSH_ROWS, compression_level=1)
+            self.writers[b] = AtomicIpcWriter(self.fs, f"{self.root}/{self.path(b)}", BUCKET_SCHEMA,
+                                              rows_per_batch=_FLUSH_ROWS, compression="lz4")
         table = pa.concat_tables(self.pending.pop(b))
         self.writers[b].write_table(table)
         self.written_bytes[b] = self.written_bytes.get(b, 0) + table.nbytes

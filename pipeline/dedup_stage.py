@@ -7,7 +7,7 @@ cluster_id, survivor; sorted by traj_id), is what the sample stage drops from ev
    reference source of ``dedup.decontaminate``): per trajectory an exact key row, one row per LSH band
    (carrying the MinHash signature, so the reduce can verify candidates without another lookup) and, when
    decontamination is active, one row per distinct word n-gram. Rows are hashed by key into B bucket files
-   ``_work/dedup/b<NNNNN>/<task_id>.parquet``. B comes from input-derived counts (or ``dedup.buckets``),
+   ``_work/dedup/b<NNNNN>/<task_id>.arrow``. B comes from input-derived counts (or ``dedup.buckets``),
    never from the executor, and the result does not depend on B anyway: equal keys always meet. With
    decontamination active, a round first (``dedup-evalkeys``, the same tasks) writes the n-gram keys of the
    evaluation records, and a training trajectory gets n-gram rows only for keys some evaluation record may
@@ -54,7 +54,7 @@ import pyarrow.parquet as pq
 from pipeline.decontam_stage import GRAM_FILE_SCHEMA, ROUNDS, evidence_parts, groups_path, record_parts
 from pipeline.dedup_map import EVAL_FILTER_ROUND, EVAL_KEYS, run_dedup_map_task, source_tasks
 from pipeline.engine import RunContext, Stage, marker_path, run_stage
-from pipeline.outputs import out_fs, read_tables, write_parts, write_table
+from pipeline.outputs import out_fs, read_ipc_tables, read_tables, write_parts, write_table
 from schemas.errors import ConfigError
 from schemas.stats import Stats, merge_all
 from stages.decontam import common_limit, is_active
@@ -134,7 +134,7 @@ def run_dedup_reduce_task(task: dict[str, Any]) -> dict[str, Any]:
     # in bucket order, whatever order the task's JSON came in (Ray ships it with sorted keys: "10" before "2")
     for key, files in sorted(task["buckets"].items(), key=lambda item: int(item[0])):
         bucket = int(key)
-        table = read_tables(fs, root, files, BUCKET_SCHEMA, dictionary=("traj_id", "sig"))
+        table = read_ipc_tables(fs, root, files, BUCKET_SCHEMA, dictionary=("traj_id", "sig"))
         found, groups, found_grams = bucket_evidence(table, settings)
         rows += table.num_rows
         del table
