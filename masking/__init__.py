@@ -6,7 +6,15 @@ R (`masking.stats`) → the first matching category of a configurable table (`ma
 """
 
 from masking.classify import TurnScore, classify, keep_ratio, score_turn
-from masking.keep import DEFAULT_KEEP_MODE, KEEP_MODES, check_keep_mode, masking_key, token_weights, turn_weight
+from masking.keep import (
+    DEFAULT_KEEP_MODE,
+    KEEP_MODES,
+    check_keep_mode,
+    masking_key,
+    same_weight,
+    token_weights,
+    turn_weight,
+)
 from masking.stats import TurnStats, stats_from_word_sets, turn_stats
 from masking.table import Category, CategoryTable, default_table, load_table, load_table_file
 from masking.words import word_set
@@ -25,6 +33,7 @@ __all__ = [
     "load_table",
     "load_table_file",
     "masking_key",
+    "same_weight",
     "score_turn",
     "stats_from_word_sets",
     "token_weights",

@@ -83,12 +83,19 @@ def turn_weight(keep: float, mode: str, key: str) -> float | None:
     return 1.0 if turn_draw(key) < keep else 0.0
 
 
-def token_weights(keep: float, mode: str, key: str, n_tokens: int) -> list[float]:
-    """The weights of the `n_tokens` observation tokens of one turn, for any keep mode."""
-    _check_count(n_tokens)
+def same_weight(keep: float, mode: str, key: str) -> float | None:
+    """The weight every observation token of the turn gets, when all get the same one (every mode but
+    ``token``, and ``token`` with keep 0 or 1); None when each token is drawn (`token_weights`)."""
     weight = turn_weight(keep, mode, key)
     if weight is None and keep in (0.0, 1.0):  # what drawing gives (u < 1 always, u < 0 never), without hashing
         weight = float(keep)
+    return weight
+
+
+def token_weights(keep: float, mode: str, key: str, n_tokens: int) -> list[float]:
+    """The weights of the `n_tokens` observation tokens of one turn, for any keep mode."""
+    _check_count(n_tokens)
+    weight = same_weight(keep, mode, key)
     if weight is not None:
         return [weight] * n_tokens
     # u < keep  <=>  (word >> 11) < keep * 2**53: both sides exact, so no float rounding decides a token.

@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from masking import TurnScore, masking_key, token_weights
+from masking import TurnScore, masking_key, same_weight, token_weights
 from schemas.trajectory import Trajectory
 from stages.render import (
     CHATML_END,
@@ -112,17 +112,21 @@ class TrajectorySamples:
             self._cache[key] = fn()
         return self._cache[key]
 
-    def _message(self, content_ids, content_w: np.ndarray, end_w: float = 0.0) -> Piece:
-        ids = np.concatenate([self._start, _ids(content_ids), self._end, self._nl])
+    def _message(self, content_ids, content_w: np.ndarray | None = None, end_w: float = 0.0) -> Piece:
+        """The message's ids: start token, content, end token, newline; weights: `content_w` on the content
+        (None: zeros), `end_w` on the end token, 0 elsewhere."""
+        content = _ids(content_ids)
+        ids = np.concatenate([self._start, content, self._end, self._nl])
         weights = _zeros(len(ids))
-        weights[1 : 1 + len(content_w)] = content_w
-        weights[1 + len(content_w)] = end_w
+        if content_w is not None:
+            weights[1 : 1 + len(content_w)] = content_w
+        weights[1 + (len(content) if content_w is None else len(content_w))] = end_w
         return Piece(ids, weights)
 
     def system_piece(self) -> Piece:
         def build():
             ids = self.seg.encode_recurring("system\n" + self.seg.norm(self.system_text))
-            return self._message(ids, _zeros(len(ids)))
+            return self._message(ids)
 
         return self._memo(("system", 0), build)
 
@@ -136,7 +140,7 @@ class TrajectorySamples:
     def user_piece(self, t: int) -> Piece:
         def build():
             _, ids = self._user_content(t)
-            return self._message(ids, _zeros(len(ids)))
+            return self._message(ids)
 
         return self._memo(("user", t), build)
 
@@ -147,7 +151,7 @@ class TrajectorySamples:
         if not self.seg.can_prepend(text + _INSTRUCTION_LEAD, _INSTRUCTION_BODY):
             lead, body = self.seg.encode(text + PREDICT_INSTRUCTION), []
         content = lead + body
-        return self._message(content, _zeros(len(content)))
+        return self._message(content)
 
     def _obs(self, t: int) -> str:
         return self.seg.norm(self.traj.turns[t - 1].observation)
@@ -158,6 +162,9 @@ class TrajectorySamples:
     def _turn_weights(self, t: int, n_obs: int) -> tuple[np.ndarray, float]:
         score = self.scores[t - 1]
         key = masking_key(self.seed, self.traj.traj_id, t)
+        weight = same_weight(score.keep, self.keep_mode, key)
+        if weight is not None:  # `token_weights` would give a list of n_obs + 1 of it
+            return np.full(n_obs, weight, dtype=WEIGHTS), weight
         w = token_weights(score.keep, self.keep_mode, key, n_obs + 1)
         return np.array(w[:n_obs], dtype=WEIGHTS), w[n_obs]
 

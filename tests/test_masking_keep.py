@@ -12,6 +12,7 @@ from masking.keep import (
     KEEP_MODES,
     check_keep_mode,
     masking_key,
+    same_weight,
     token_draws,
     token_weights,
     turn_draw,
@@ -131,3 +132,16 @@ def test_bad_arguments_are_value_errors():
         turn_weight(1.5, "weight", "k")
     with pytest.raises(ValueError, match="n_tokens"):
         token_weights(0.5, "token", "k", -1)
+
+
+@given(st.sampled_from(KEEP_MODES), st.sampled_from([0.0, -0.0, 1.0, 0.05, 0.3, 0.999]), st.sampled_from(KEYS[:50]),
+       st.integers(0, 40))
+def test_same_weight_is_the_one_weight_token_weights_gives_every_token(mode, keep, key, n):
+    """The samples' fast path (one weight for the turn, no list of it) agrees with `token_weights`."""
+    weight = same_weight(keep, mode, key)
+    weights = token_weights(keep, mode, key, n)
+    if weight is None:  # only per-token draws, which differ between tokens
+        assert mode == "token" and 0.0 < keep < 1.0
+    else:
+        assert weights == [weight] * n
+        assert all(math.copysign(1.0, w) == math.copysign(1.0, weight) for w in weights)  # -0.0 kept as it is
