@@ -113,3 +113,27 @@ def test_rows_built_with_the_word_set_memo_equal_rows_without_it(tok):
         assert _rows(memo) == _rows(plain)
     assert words.known and all(words(t) == word_set(t) for t in list(words.known))
     assert seg_memo.counter.chars < seg_plain.counter.chars  # the tokenizer's memo served repeats
+
+
+_PARAGRAPH_PIECES = ["Intro line.", "## Task", "x = 1", " lead", "\tTab", "é", "\u0301", "数据", "😀", "{", "}", "[1]",
+                     "\n", "\n\n", "\n\n\n", " \n\n", ".\n\n", "\r\n\r\n", "end", "'s", "123"]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.sampled_from(_PARAGRAPH_PIECES), max_size=24))
+def test_paragraph_by_paragraph_ids_are_the_whole_texts(tok, pieces):
+    text = "".join(pieces)
+    seg = segment_tokenizer(tok)
+    assert seg.encode_paragraphs(text) == tok.encode(text)
+    assert seg.encode_paragraphs(text) == tok.encode(text)  # again, now from the memo
+
+
+def test_a_recurring_paragraph_of_a_system_prompt_is_tokenized_once(tok):
+    seg = segment_tokenizer(tok)
+    intro = "You simulate the environment an agent acts in; answer each action with what it would print."
+    examples = "Example 1\nAction:\nls\nObservation:\nREADME.md  src  tests\n" * 3
+    first = seg.encode_recurring(f"{intro}\n\nThe agent's task:\nfix the build\n\n{examples}")
+    chars = seg.counter.chars
+    text = f"{intro}\n\nThe agent's task:\nwrite the docs\n\n{examples}"
+    assert seg.encode_recurring(text) == tok.encode(text) and first
+    assert seg.counter.chars - chars == len("The agent's task:\nwrite the docs\n\n")  # only the new paragraph

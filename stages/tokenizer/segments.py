@@ -20,7 +20,9 @@ first sample of each task and the tests run it everywhere.
 
 from __future__ import annotations
 
+import itertools
 import json
+import re
 import unicodedata
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -32,6 +34,7 @@ import regex
 from schemas.errors import ConfigError
 from stages.memo import TextMemo
 
+_PARAGRAPH_START = re.compile(r"(?<=\n\n)(?=\S)")
 _ALNUM_START = regex.compile(r"[\p{L}\p{M}\p{N}]")
 # Searched from the end of the text backwards, so finding the last letter/mark/digit costs the
 # length of the trailing run, not of the whole text (observations run to many kilobytes).
@@ -91,14 +94,29 @@ class SegmentTokenizer:
         return ids
 
     def encode_recurring(self, text: str) -> list[int]:
-        """`encode` for a text likely seen before in this process (same ids, remembered by value)."""
+        """`encode` for a text likely seen before in this process, whole or in paragraphs (same ids, remembered
+        by value): a system prompt, whose template paragraphs recur around the trajectory's own fields."""
         ids = self._texts.get(text)
         if ids is None:
-            ids = self.encode(text)
+            ids = self.encode_paragraphs(text)
             if len(self._texts) >= _TEXT_ENTRIES:
                 del self._texts[next(iter(self._texts))]
             self._texts[text] = ids
         return list(ids)
+
+    def encode_paragraphs(self, text: str) -> list[int]:
+        """`encode` one paragraph at a time, so paragraphs that recur in other texts are tokenized once while
+        the memo keeps them. A paragraph here runs up to and including a blank line (``"\n\n"``) that the next
+        character, not whitespace, follows: then the junction rule (`can_prepend`) holds and the ids are the
+        whole text's; where it does not (a mark after the break, a tokenizer outside the family), the text is
+        tokenized whole."""
+        pieces = _PARAGRAPH_START.split(text)
+        if len(pieces) == 1 or not all(self.can_prepend(a, b) for a, b in itertools.pairwise(pieces)):
+            return self.encode(text)
+        ids: list[int] = []
+        for piece in pieces:
+            ids += self.encode(piece)
+        return ids
 
     def encode_batch(self, texts: list[str]) -> list[list[int]]:
         self.counter.chars += sum(len(t) for t in texts)
