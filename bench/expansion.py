@@ -58,11 +58,12 @@ class _TimedTokenizer:
 def _cost(trajs: list[Trajectory], all_turns: bool, seg, table) -> tuple[float, float, int]:
     """(wall seconds, tokenizer seconds, characters tokenized) of building the samples.
 
-    The garbage collector is paused while building: its passes over the samples already built
-    would otherwise be charged to whichever call allocates, often the tokenizer's.
+    Each measurement gets a fresh segment tokenizer (as each sample task does): its memo of recurring texts
+    would otherwise serve one measurement from what an earlier one tokenized. The garbage collector is
+    paused while building: its passes over the samples already built would otherwise be charged to
+    whichever call allocates, often the tokenizer's.
     """
-    seg.tok.seconds = 0.0
-    seg.tok.chars = 0
+    seg = type(seg)(_TimedTokenizer(seg.tok._tok), seg.lengths, seg.splice_ok, seg.normalization)
     gc.collect()
     gc.disable()
     try:
@@ -90,7 +91,7 @@ def run(lengths: tuple[int, ...], count: int, runs: int) -> list[Figure]:
     figures = []
     for length in lengths:
         trajs = long_trajectories(length, count)
-        _cost(trajs[:2], True, seg, table)  # warm caches of constant strings
+        _cost(trajs[:2], True, seg, table)  # a first pass warms the tokenizer and the code paths
         char_ratios, tok_ratios, wall_ratios = [], [], []
         for _ in range(runs):
             one_wall, one_tok, one_chars = _cost(trajs, False, seg, table)
