@@ -58,12 +58,15 @@ class _TimedTokenizer:
 def _cost(trajs: list[Trajectory], all_turns: bool, seg, table) -> tuple[float, float, int]:
     """(wall seconds, tokenizer seconds, characters tokenized) of building the samples.
 
-    Each measurement gets a fresh segment tokenizer (as each sample task does): its memo of recurring texts
-    would otherwise serve one measurement from what an earlier one tokenized. The garbage collector is
+    Each measurement gets a fresh segment tokenizer over the same timed tokenizer (as each sample task gets
+    its own): its memo of recurring texts would otherwise serve one measurement from what an earlier one
+    tokenized. The garbage collector is
     paused while building: its passes over the samples already built would otherwise be charged to
     whichever call allocates, often the tokenizer's.
     """
-    seg = type(seg)(_TimedTokenizer(seg.tok._tok), seg.lengths, seg.splice_ok, seg.normalization)
+    seg.tok.seconds = 0.0
+    seg.tok.chars = 0
+    seg = type(seg)(seg.tok, seg.lengths, seg.splice_ok, seg.normalization)
     gc.collect()
     gc.disable()
     try:
