@@ -30,6 +30,7 @@ import threading
 import time
 from typing import Any
 
+from pipeline.arrow_pool import POOL_VARIABLE, run_memory_pool
 from pipeline.engine import TaskFn
 from pipeline.progress import Progress
 from pipeline.ray_local import environment, lean_start, quiet_ray_startup, stop_monitor_first
@@ -46,7 +47,9 @@ RECYCLE_TASKS = 16
 # A task holds one CPU, so its Rust thread pool (Hugging Face `tokenizers` encodes batches on it) gets one
 # thread: with one pool per worker sized to the whole machine, N workers would run N × cores threads
 # and a second worker would mostly add contention.
-WORKER_ENV = {"env_vars": {"RAYON_NUM_THREADS": "1"}}
+# The Arrow allocator of the run's processes (`pipeline.arrow_pool`): a local Ray's workers inherit the driver's
+# choice; a given cluster's get it here.
+WORKER_ENV = {"env_vars": {"RAYON_NUM_THREADS": "1", POOL_VARIABLE: run_memory_pool()}}
 
 
 def _unpack_error(data: bytes) -> Exception:

@@ -18,6 +18,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
+from pipeline.arrow_pool import POOL_VARIABLE, RUN_POOL
 from pipeline.progress import Progress
 from pipeline.ray_local import FULL_START_ENV, _dashboard_is_minimal
 from pipeline.run import run_pipeline
@@ -251,7 +252,9 @@ def until_ray_is_up(task):
         deadline = time.monotonic() + 200
         while not __main__.ex.ray_ready and time.monotonic() < deadline:
             time.sleep(0.05)
-    return {"task_id": task["task_id"], "pid": os.getpid(), "rayon": os.environ.get("RAYON_NUM_THREADS"), "rows": 1}
+    import pyarrow as pa
+    return {"task_id": task["task_id"], "pid": os.getpid(), "rayon": os.environ.get("RAYON_NUM_THREADS"),
+            "pool": pa.default_memory_pool().backend_name, "rows": 1}
 
 tasks = [{"task_id": "t0", "wait": True}] + [{"task_id": f"t{n}"} for n in range(1, 5)]
 results = ex.map(until_ray_is_up, tasks, Progress("t", len(tasks), mode="off"))
@@ -283,7 +286,7 @@ def test_a_local_ray_starts_while_the_first_tasks_run_in_the_driver_then_takes_t
     """Ray starts in the background: tasks met before it is up run in the driver, the others on Ray workers
     (whose environment, unlike the driver's, holds the one-thread setting); results stay in task order.
     The start leaves out the processes a batch run does not use, unless `LWM_RAY_FULL_START=1`."""
-    env = {k: v for k, v in clean_env().items() if k not in ("RAYON_NUM_THREADS", FULL_START_ENV)}
+    env = {k: v for k, v in clean_env().items() if k not in ("RAYON_NUM_THREADS", FULL_START_ENV, POOL_VARIABLE)}
     if full_start:
         env[FULL_START_ENV] = "1"
     proc = subprocess.run([sys.executable, "-c", _BACKGROUND_START],
@@ -297,6 +300,7 @@ def test_a_local_ray_starts_while_the_first_tasks_run_in_the_driver_then_takes_t
     assert results[0]["pid"] == seen["driver"]
     assert all(r["pid"] != seen["driver"] and r["rayon"] == "1" for r in results[1:])
     assert seen["driver_rayon"] is None  # set for the Ray processes only, not left in the driver
+    assert all(r["pool"] == RUN_POOL for r in results[1:])  # the workers allocate Arrow memory with the run's pool
     unused = {"monitor", "log_monitor"} | ({"dashboard"} if _dashboard_is_minimal() else set())
     assert {"raylet", "gcs_server", "dashboard"} - unused <= set(seen["started"])
     if full_start:

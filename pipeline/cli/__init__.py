@@ -8,9 +8,13 @@ Errors are one clear line (file, line, what was expected) and exit status 2
 
 from __future__ import annotations
 
-import importlib
+from pipeline.arrow_pool import choose_memory_pool
 
-import click
+choose_memory_pool()  # before anything imports pyarrow: Arrow reads it once, at that import
+
+import importlib  # noqa: E402
+
+import click  # noqa: E402
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
