@@ -11,7 +11,7 @@ machine the benchmarks run on: one 4 MB run's shard task took 1.47, 0.72, 0.32, 
 a row in one process, against 0.43 s and then 0.20-0.24 s with jemalloc (the system's malloc: 0.51 s, then
 0.25-0.33 s). A run writes each shard once, so it paid the first time: 41 MB of all-turn SFT in-process (two
 alternating runs each) took 17.98 and 18.63 s with mimalloc, 16.81 and 16.46 s with jemalloc (the shards
-stage 3.8 s against 2.6-2.7 s), at a lower peak RSS (671-697 MB against 754-774 MB).
+stage 3.8 s against 2.6-2.7 s), at a lower peak RSS (655-681 MiB against 737-756 MiB).
 """
 
 from __future__ import annotations
