@@ -46,6 +46,11 @@ _MAX_PENDING_BYTES = 64 << 20  # band rows carry signatures: bound what a map ta
 _SIGN_BATCH = 64
 
 
+# What a map task writes, in its spec: a run resumed over map outputs of an earlier version (Parquet bucket files)
+# maps again instead of handing the reduce files it does not read.
+BUCKET_FILES = "bucket files: lz4 Arrow IPC streams"
+
+
 class _BucketOutput:
     """Rows of one map task, hashed into bucket files that are opened on first use.
 

@@ -51,6 +51,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from pipeline import dedup_map
 from pipeline.decontam_stage import GRAM_FILE_SCHEMA, ROUNDS, evidence_parts, groups_path, record_parts
 from pipeline.dedup_map import EVAL_FILTER_ROUND, EVAL_KEYS, run_dedup_map_task, source_tasks
 from pipeline.engine import RunContext, Stage, marker_path, run_stage
@@ -228,7 +229,7 @@ class DedupMapStage(Stage):
         settings = ctx.shared["dedup"]
         if not (settings["exact"] or settings["near"] or settings["decontam"]):
             return None
-        tasks = source_tasks(ctx, settings)
+        tasks = [{**t, "spec": [*t["spec"], dedup_map.BUCKET_FILES]} for t in source_tasks(ctx, settings)]
         if settings["decontam"]:
             (made,) = ctx.results["dedup-evalfilter"]
             extra = {"gram_filter": made["filter"], "gram_bits": made["gram_bits"]}

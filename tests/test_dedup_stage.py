@@ -198,6 +198,23 @@ def test_reduce_outputs_of_another_format_are_made_again(corpus, tmp_path, monke
     assert timings["dedup-reduce"]["ran"] == timings["dedup-reduce"]["tasks"] >= 1
 
 
+def test_map_outputs_of_another_format_are_made_again(corpus, tmp_path, monkeypatch):
+    """A run resumed over map outputs an earlier version wrote (Parquet bucket files; its tag in the map spec
+    differs) maps again, so the reduce reads only files of the format it reads; the outputs are the same."""
+    from pipeline import dedup_map
+
+    cfg = _config(corpus, tmp_path / "out", buckets=3)
+    monkeypatch.setattr(dedup_map, "BUCKET_FILES", "an earlier format")
+    run_pipeline(cfg, echo=lambda m: None, executor=LocalExecutor())
+    first = (tmp_path / "out" / "dedup" / "removed.parquet").read_bytes()
+    monkeypatch.undo()
+    run_pipeline(cfg, echo=lambda m: None, executor=LocalExecutor())
+    timings = json.loads((tmp_path / "out" / "_timings.json").read_text())
+    assert timings["dedup-map"]["ran"] == timings["dedup-map"]["tasks"] >= 1
+    assert timings["dedup-reduce"]["ran"] == timings["dedup-reduce"]["tasks"]
+    assert (tmp_path / "out" / "dedup" / "removed.parquet").read_bytes() == first
+
+
 def test_reduce_tasks_take_consecutive_buckets_up_to_the_byte_budget():
     assert reduce_groups({0: 50, 1: 50, 2: 50, 3: 10}, budget=100) == [[0, 1], [2, 3]]
     assert reduce_groups({4: 300, 1: 20, 9: 90}, budget=100) == [[1], [4], [9]]  # a large bucket alone, in order
