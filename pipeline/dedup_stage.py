@@ -60,7 +60,7 @@ from schemas.errors import ConfigError
 from schemas.stats import Stats, merge_all
 from stages.decontam import common_limit, is_active
 from stages.dedup import lsh_params
-from stages.dedup_graph import BUCKET_SCHEMA, EDGE_SCHEMA, GROUP_SCHEMA, bucket_evidence
+from stages.dedup_graph import BUCKET_FILE_SCHEMA, EDGE_SCHEMA, GROUP_SCHEMA, bucket_evidence
 from stages.dedup_removals import (
     DECONTAM_KINDS,
     DEDUP_KINDS,
@@ -135,7 +135,7 @@ def run_dedup_reduce_task(task: dict[str, Any]) -> dict[str, Any]:
     # in bucket order, whatever order the task's JSON came in (Ray ships it with sorted keys: "10" before "2")
     for key, files in sorted(task["buckets"].items(), key=lambda item: int(item[0])):
         bucket = int(key)
-        table = read_ipc_tables(fs, root, files, BUCKET_SCHEMA, dictionary=("traj_id", "sig"))
+        table = read_ipc_tables(fs, root, files, BUCKET_FILE_SCHEMA)  # ids and signatures as dictionaries
         found, groups, found_grams = bucket_evidence(table, settings)
         rows += table.num_rows
         del table

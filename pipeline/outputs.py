@@ -189,9 +189,14 @@ def read_tables(fs, root: str, rels: list[str], schema: pa.Schema, dictionary: t
     return table.unify_dictionaries().combine_chunks() if dictionary else table
 
 
-def read_ipc_tables(fs, root: str, rels: list[str], schema: pa.Schema, dictionary: tuple[str, ...] = ()) -> pa.Table:
-    """`read_tables` for work files an `AtomicIpcWriter` wrote: one table, in the order given, the `dictionary`
-    columns dictionary-encoded (one dictionary, in the order values first occur)."""
+def read_ipc_tables(fs, root: str, rels: list[str], schema: pa.Schema) -> pa.Table:
+    """`read_tables` for work files an `AtomicIpcWriter` wrote: one table, in the order given.
+
+    Each dictionary column of `schema` comes back with one dictionary. When every file holds its dictionaries
+    as `compact_dictionaries` leaves them (only the values its rows use, in the order they first occur), that
+    dictionary is also in the order the values first occur over all the files, as ``dictionary_encode`` of the
+    decoded column would give it: unifying hashes each file's distinct values, not every row.
+    """
     tables = []
     for rel in rels:
         with fs.open(f"{root}/{rel}", "rb") as f:
@@ -200,13 +205,31 @@ def read_ipc_tables(fs, root: str, rels: list[str], schema: pa.Schema, dictionar
             raise ValueError(f"{root}/{rel}: schema {reader.schema} is not the expected {schema}")
         tables.append(reader.read_all())
     table = pa.concat_tables(tables) if tables else schema.empty_table()
-    if not dictionary:
+    if not any(pa.types.is_dictionary(f.type) for f in schema):
         return table
-    table = table.combine_chunks()
-    for name in dictionary:
-        i = table.schema.get_field_index(name)
-        table = table.set_column(i, name, table.column(i).dictionary_encode())
-    return table.combine_chunks()
+    return table.unify_dictionaries().combine_chunks()
+
+
+def compact_dictionaries(table: pa.Table) -> pa.Table:
+    """`table` in one chunk, each dictionary column holding only the values its rows use, each once, in the
+    order the rows first use them: what ``dictionary_encode`` of the decoded column gives, without hashing
+    every row (only the values the rows use, once each). Nulls stay null."""
+    table = table.unify_dictionaries().combine_chunks()
+    for i, field in enumerate(table.schema):
+        if not pa.types.is_dictionary(field.type) or not table.num_rows:
+            continue
+        (arr,) = table.column(i).chunks
+        valid = arr.is_valid().to_numpy(zero_copy_only=False)
+        indices = arr.indices.fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64, copy=False)
+        distinct, first = np.unique(indices[valid], return_index=True)
+        used = distinct[np.argsort(first, kind="stable")]  # dictionary slots in the order the rows first use them
+        values = arr.dictionary.take(pa.array(used)).dictionary_encode()  # the same value in two slots: one
+        code = np.zeros(len(arr.dictionary), dtype=np.int32)
+        code[used] = values.indices.to_numpy(zero_copy_only=False)
+        compact = pa.DictionaryArray.from_arrays(pa.array(code[indices], mask=~valid, type=field.type.index_type),
+                                                 values.dictionary)
+        table = table.set_column(i, field, compact)
+    return table
 
 
 def write_table(fs, root: str, rel: str, schema: pa.Schema, table: pa.Table) -> str:

@@ -53,6 +53,8 @@ BUCKET_SCHEMA = pa.schema(
         ("sig", pa.binary()),
     ]
 )
+BUCKET_FILE_SCHEMA = pa.schema([f.with_type(pa.dictionary(pa.int32(), f.type)) if f.name in ("traj_id", "sig")
+                                else f for f in BUCKET_SCHEMA])  # the bucket files: id and signature encoded
 EDGE_SCHEMA = pa.schema(
     [("kind", pa.string()), ("a", pa.string()), ("b", pa.string()), ("jaccard", pa.float32()),
      ("a_turns", pa.int32()), ("a_len", pa.int64()), ("b_turns", pa.int32()), ("b_len", pa.int64()),
@@ -66,7 +68,7 @@ class BucketRows:
     The key columns are gathered as arrays; the columns that hold one value per `put` (kind, role, turns,
     length, and the trajectory id and signature, as indices into their distinct values) are gathered as one
     number per `put` and repeated once, in `table`: a trajectory adds three `put`s, so building small arrays
-    per call cost more than the repeat.
+    per call cost more than the repeat. The id and signature stay dictionary-encoded (`BUCKET_FILE_SCHEMA`).
     """
 
     _PER_PUT = ("kind", "role", "turns", "text_len", "traj_id", "sig")
@@ -101,9 +103,8 @@ class BucketRows:
         self.count += n
 
     def table(self) -> pa.Table:
-        arrays = []
-        sizes = np.asarray(self.sizes, dtype=np.int64)
-        for field in BUCKET_SCHEMA:
+        arrays, sizes = [], np.asarray(self.sizes, dtype=np.int64)
+        for field in BUCKET_FILE_SCHEMA:
             # the id columns hold indices into their distinct values; the others the schema's own numbers
             dtype = np.int32 if field.name in self.values else field.type.to_pandas_dtype()
             if field.name in self.scalars:
@@ -113,11 +114,11 @@ class BucketRows:
                 values = np.concatenate([p.astype(dtype, copy=False) for p in parts]) if parts else np.zeros(0, dtype)
             if field.name in self.values:
                 indices = pa.array(values, mask=values < 0, type=pa.int32())
-                dictionary = pa.array(self.values[field.name], type=field.type)
-                arrays.append(pa.DictionaryArray.from_arrays(indices, dictionary).cast(field.type))
+                dictionary = pa.array(self.values[field.name], type=field.type.value_type)
+                arrays.append(pa.DictionaryArray.from_arrays(indices, dictionary))
             else:
                 arrays.append(pa.array(values, type=field.type))
-        return pa.Table.from_arrays(arrays, schema=BUCKET_SCHEMA)
+        return pa.Table.from_arrays(arrays, schema=BUCKET_FILE_SCHEMA)
 
 
 def _normalized_turns(row: dict, normalize: Callable[[str], str] = normalize_text) -> list[str]:

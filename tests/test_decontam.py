@@ -30,7 +30,7 @@ from stages.decontam import (
     reference_units,
     role_of,
 )
-from stages.dedup_graph import BUCKET_SCHEMA, KIND_NGRAM, gram_keys
+from stages.dedup_graph import BUCKET_FILE_SCHEMA, KIND_NGRAM, gram_keys
 from stages.dedup_removals import KIND_TOTAL, evidence_key
 from stages.gram_filter import GramFilter
 from stages.pools import pool_of
@@ -298,7 +298,7 @@ def test_the_same_verdicts_whatever_the_buckets_and_evidence_partitions(decontam
 def _bucket_rows(out: Path) -> pa.Table:
     files = [str(p.relative_to(out)) for p in (out / "_work" / "dedup").glob("b*/*.arrow")]
     assert files  # the map's bucket files, as the reduce reads them
-    return read_ipc_tables(out_fs(str(out))[0], str(out), files, BUCKET_SCHEMA)
+    return read_ipc_tables(out_fs(str(out))[0], str(out), files, BUCKET_FILE_SCHEMA)
 
 
 def test_training_ngram_rows_no_evaluation_record_holds_are_left_out(decontaminated):
