@@ -211,25 +211,34 @@ def read_ipc_tables(fs, root: str, rels: list[str], schema: pa.Schema) -> pa.Tab
 
 
 def compact_dictionaries(table: pa.Table) -> pa.Table:
-    """`table` in one chunk, each dictionary column holding only the values its rows use, each once, in the
+    """`table` with each dictionary column in one chunk holding only the values its rows use, each once, in the
     order the rows first use them: what ``dictionary_encode`` of the decoded column gives, without hashing
-    every row (only the values the rows use, once each). Nulls stay null."""
-    table = table.unify_dictionaries().combine_chunks()
-    for i, field in enumerate(table.schema):
-        if not pa.types.is_dictionary(field.type) or not table.num_rows:
-            continue
-        (arr,) = table.column(i).chunks
-        valid = arr.is_valid().to_numpy(zero_copy_only=False)
-        indices = arr.indices.fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64, copy=False)
-        distinct, first = np.unique(indices[valid], return_index=True)
-        used = distinct[np.argsort(first, kind="stable")]  # dictionary slots in the order the rows first use them
-        values = arr.dictionary.take(pa.array(used)).dictionary_encode()  # the same value in two slots: one
-        code = np.zeros(len(arr.dictionary), dtype=np.int32)
-        code[used] = values.indices.to_numpy(zero_copy_only=False)
-        compact = pa.DictionaryArray.from_arrays(pa.array(code[indices], mask=~valid, type=field.type.index_type),
-                                                 values.dictionary)
-        table = table.set_column(i, field, compact)
-    return table
+    every row (only the values the rows use, once each). Nulls stay null; the other columns are left as they are.
+
+    The chunks may each have a dictionary of their own (slices of different tables): their dictionaries are
+    laid back to back and each row's index moved to its place there, which costs less than unifying them
+    (a unification hashes every value of every dictionary, used or not)."""
+    columns = [pa.chunked_array([_compact_dictionary(col.chunks, field.type)], field.type)
+               if pa.types.is_dictionary(field.type) else col for field, col in zip(table.schema, table.columns)]
+    return pa.Table.from_arrays(columns, schema=table.schema)
+
+
+def _compact_dictionary(chunks: list[pa.DictionaryArray], typ: pa.DictionaryType) -> pa.DictionaryArray:
+    if not chunks:
+        return pa.array([], typ)
+    dictionaries = [c.dictionary for c in chunks]
+    dictionary = pa.concat_arrays(dictionaries)  # every chunk's values, back to back
+    starts = np.cumsum([0] + [len(d) for d in dictionaries[:-1]], dtype=np.int64)
+    indices = pa.concat_arrays([c.indices for c in chunks])
+    ok = indices.is_valid().to_numpy(zero_copy_only=False) if indices.null_count else np.ones(len(indices), bool)
+    slot = (indices.fill_null(0) if indices.null_count else indices).to_numpy(zero_copy_only=False).astype(np.int64)
+    slot += np.repeat(starts, [len(c) for c in chunks])  # an index into `dictionary`
+    distinct, first = np.unique(slot[ok], return_index=True)
+    used = distinct[np.argsort(first, kind="stable")]  # slots in the order the rows first use them
+    values = dictionary.take(pa.array(used)).dictionary_encode()  # the same value in two slots: one
+    code = np.zeros(len(dictionary), dtype=np.int32)
+    code[used] = values.indices.to_numpy(zero_copy_only=False)
+    return pa.DictionaryArray.from_arrays(pa.array(code[slot], mask=~ok, type=typ.index_type), values.dictionary)
 
 
 def write_table(fs, root: str, rel: str, schema: pa.Schema, table: pa.Table) -> str:
