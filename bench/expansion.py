@@ -60,13 +60,12 @@ def _cost(trajs: list[Trajectory], all_turns: bool, seg, table) -> tuple[float, 
 
     Each measurement gets a fresh segment tokenizer over the same timed tokenizer (as each sample task gets
     its own): its memo of recurring texts would otherwise serve one measurement from what an earlier one
-    tokenized. The garbage collector is
-    paused while building: its passes over the samples already built would otherwise be charged to
-    whichever call allocates, often the tokenizer's.
+    tokenized. The garbage collector is paused while building: its passes over the samples already built
+    would otherwise be charged to whichever call allocates, often the tokenizer's.
     """
     seg.tok.seconds = 0.0
     seg.tok.chars = 0
-    seg = type(seg)(seg.tok, seg.lengths, seg.splice_ok, seg.normalization)
+    seg = segment_tokenizer(seg.tok)
     gc.collect()
     gc.disable()
     try:
@@ -88,8 +87,7 @@ def _build(trajs: list[Trajectory], all_turns: bool, seg, table) -> tuple[float,
 
 def run(lengths: tuple[int, ...], count: int, runs: int) -> list[Figure]:
     """Per trajectory length: tokenizer seconds and wall seconds, all turns / last turn only."""
-    base = segment_tokenizer(load_tokenizer())
-    seg = type(base)(_TimedTokenizer(base.tok), base.lengths, base.splice_ok, base.normalization)
+    seg = segment_tokenizer(_TimedTokenizer(load_tokenizer()))  # the byte-length tables: the loaded tokenizer's
     table = load_table(None)
     figures = []
     for length in lengths:
