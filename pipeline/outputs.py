@@ -223,6 +223,11 @@ def compact_dictionaries(table: pa.Table) -> pa.Table:
     return pa.Table.from_arrays(columns, schema=table.schema)
 
 
+def zero_filled(numbers: pa.Array) -> np.ndarray:
+    """An integer array as numpy, 0 for a null row (a call to fill nulls only where there are some)."""
+    return (numbers.fill_null(0) if numbers.null_count else numbers).to_numpy(zero_copy_only=False)
+
+
 def _compact_dictionary(chunks: list[pa.DictionaryArray], typ: pa.DictionaryType) -> pa.DictionaryArray:
     if not chunks:
         return pa.array([], typ)
@@ -231,7 +236,7 @@ def _compact_dictionary(chunks: list[pa.DictionaryArray], typ: pa.DictionaryType
     starts = np.cumsum([0] + [len(d) for d in dictionaries[:-1]], dtype=np.int64)
     indices = pa.concat_arrays([c.indices for c in chunks])
     ok = indices.is_valid().to_numpy(zero_copy_only=False) if indices.null_count else np.ones(len(indices), bool)
-    slot = (indices.fill_null(0) if indices.null_count else indices).to_numpy(zero_copy_only=False).astype(np.int64)
+    slot = zero_filled(indices).astype(np.int64)
     slot += np.repeat(starts, [len(c) for c in chunks])  # an index into `dictionary`
     distinct, first = np.unique(slot[ok], return_index=True)
     used = distinct[np.argsort(first, kind="stable")]  # slots in the order the rows first use them

@@ -14,7 +14,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from pipeline.outputs import AtomicParquetWriter, ipc_batches, out_fs
+from pipeline.outputs import AtomicParquetWriter, ipc_batches, out_fs, zero_filled
 from schemas.shard import schema_for
 
 
@@ -101,17 +101,12 @@ def _row_bytes(batch: pa.RecordBatch) -> np.ndarray:
         if pa.types.is_list(t):
             child = col.values
             per = child.nbytes / len(child) if len(child) else 0.0
-            size += _lengths(pc.list_value_length(col)) * per + 4
+            size += zero_filled(pc.list_value_length(col)) * per + 4
         elif pa.types.is_string(t) or pa.types.is_binary(t):
-            size += _lengths(pc.binary_length(col)) + 4
+            size += zero_filled(pc.binary_length(col)) + 4
         else:
             size += col.nbytes / max(len(col), 1)
     return size
-
-
-def _lengths(lengths: pa.Array) -> np.ndarray:
-    """`lengths` as numbers, 0 for a null row (a call to fill nulls only where there are some)."""
-    return (lengths.fill_null(0) if lengths.null_count else lengths).to_numpy(zero_copy_only=False)
 
 
 def _slices(order: np.ndarray, row_bytes: np.ndarray, limit: int, group: int) -> np.ndarray:
