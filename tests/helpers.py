@@ -271,9 +271,17 @@ class JudgeServer:
                     server.headers.append(dict(self.headers))
                     server.in_flight += 1
                     server.max_in_flight = max(server.max_in_flight, server.in_flight)
+                self._counted = True
                 try:
                     self._answer(server.reply(body, n))
                 finally:
+                    self._done()
+
+            def _done(self):
+                """The request stops counting as in flight before its answer is sent: the client may send its
+                next request as soon as it has read the answer, possibly before this thread runs again."""
+                if self._counted:
+                    self._counted = False
                     with server._lock:
                         server.in_flight -= 1
 
@@ -281,6 +289,7 @@ class JudgeServer:
                 while isinstance(action, Slow):
                     time.sleep(action.seconds)
                     action = action.then
+                self._done()
                 if isinstance(action, Status):
                     self.send_response(action.code)
                     if action.retry_after is not None:
