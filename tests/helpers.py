@@ -825,3 +825,41 @@ def lwm_in_process(*args: str) -> subprocess.CompletedProcess:
     if result.exception is not None and not isinstance(result.exception, SystemExit):
         stderr += "".join(traceback.format_exception(result.exception))
     return subprocess.CompletedProcess(["lwm", *args], result.exit_code, result.stdout, stderr)
+
+
+# ------------------------------------------------------------------ process groups of several ranks in one test
+
+RANKS_TIMEOUT_S = 300.0
+
+
+def run_ranks(fn, args: tuple, tmp_path: Path, nprocs: int = 2, timeout: float = RANKS_TIMEOUT_S) -> None:
+    """Run ``fn(rank, rendezvous, *args)`` in `nprocs` fresh processes and wait for all of them, at most `timeout`
+    seconds: past it the ranks are killed and the test fails instead of hanging the suite.
+
+    The processes are spawned, not forked: by the time a test runs, the test process holds threads (Arrow's pools,
+    jemalloc's purger, Ray's clients) whose locks a fork copies in whatever state they are, and a forked rank that
+    needs one of them waits forever. `rendezvous` is a file for ``init_process_group(init_method="file://…")``:
+    a free port picked beforehand can be taken by another process before the ranks bind it. A rank ends with
+    `end_rank`.
+    """
+    import torch.multiprocessing
+
+    rendezvous = tmp_path / "rendezvous"
+    context = torch.multiprocessing.start_processes(fn, args=(str(rendezvous), *args), nprocs=nprocs, join=False,
+                                                    start_method="spawn")
+    deadline = time.monotonic() + timeout
+    while not context.join(timeout=max(0.1, deadline - time.monotonic())):
+        if time.monotonic() >= deadline:
+            for process in context.processes:
+                if process.is_alive():
+                    process.kill()
+            raise AssertionError(f"{nprocs} ranks did not finish within {timeout:.0f} s (killed)")
+
+
+def end_rank() -> None:
+    """Leave a rank's process without the interpreter's shutdown, once its group is destroyed: gloo's worker
+    threads may release a finished collective's tensors during that shutdown and abort the process (see
+    `training.__main__`)."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)

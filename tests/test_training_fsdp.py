@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
+import datetime
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -15,7 +15,7 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from tests.helpers import write_synthetic_shards, write_tiny_qwen  # noqa: E402
+from tests.helpers import end_rank, run_ranks, write_synthetic_shards, write_tiny_qwen  # noqa: E402
 from training.checkpoint import load_checkpoint  # noqa: E402
 from training.collate import pad_samples  # noqa: E402
 from training.models import load_hf_causal_lm  # noqa: E402
@@ -47,9 +47,10 @@ def _full(tensor):
     return tensor.full_tensor() if hasattr(tensor, "full_tensor") else tensor
 
 
-def _rank_worker(rank, port, qwen_dir, result_path):
+def _rank_worker(rank, rendezvous, qwen_dir, result_path):
     torch.set_num_threads(1)
-    torch.distributed.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
+    torch.distributed.init_process_group("gloo", init_method=f"file://{rendezvous}", rank=rank, world_size=2,
+                                         timeout=datetime.timedelta(seconds=120))
     samples = _samples(10, seed=11)
     mine = samples[:4] if rank == 0 else samples[4:]  # unequal shares: the ranks' denominators differ
     results = {}
@@ -64,12 +65,7 @@ def _rank_worker(rank, port, qwen_dir, result_path):
         torch.save(results, result_path)
     torch.distributed.barrier()
     torch.distributed.destroy_process_group()
-
-
-def _free_port():
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
+    end_rank()
 
 
 @pytest.fixture(scope="module")
@@ -79,9 +75,7 @@ def qwen_dir(tmp_path_factory):
 
 def test_two_fsdp_gloo_ranks_equal_one_process(qwen_dir, tmp_path):
     result_path = tmp_path / "rank0.pt"
-    # forked, not spawned: the ranks start with torch and transformers already imported
-    torch.multiprocessing.start_processes(_rank_worker, args=(_free_port(), qwen_dir, str(result_path)), nprocs=2,
-                                          join=True, start_method="fork")
+    run_ranks(_rank_worker, (qwen_dir, str(result_path)), tmp_path)
     sharded = torch.load(result_path, weights_only=True)
     samples = _samples(10, seed=11)
     for name, model in _models(qwen_dir).items():

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import dataclasses
+import datetime
 import math
-import socket
 
 import pytest
 
@@ -12,6 +12,7 @@ torch = pytest.importorskip("torch")
 
 from torch.nn.parallel import DistributedDataParallel  # noqa: E402
 
+from tests.helpers import end_rank, run_ranks  # noqa: E402
 from training.collate import pad_samples  # noqa: E402
 from training.loss import local_denominator, weighted_loss_sum, weighted_loss_sum_from_hidden  # noqa: E402
 from training.step import accumulate_gradients  # noqa: E402
@@ -98,9 +99,10 @@ def test_zero_weight_labels_do_not_change_the_gradient():
     assert any(not torch.equal(b, d) for b, d in zip(base, different))
 
 
-def _rank_worker(rank, port, result_path):
+def _rank_worker(rank, rendezvous, result_path):
     torch.set_num_threads(1)
-    torch.distributed.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
+    torch.distributed.init_process_group("gloo", init_method=f"file://{rendezvous}", rank=rank, world_size=2,
+                                         timeout=datetime.timedelta(seconds=120))
     samples = _samples(8, seed=7)
     # rank 0 gets 3 samples, rank 1 gets 5: the ranks' denominators differ
     mine = samples[:3] if rank == 0 else samples[3:]
@@ -114,19 +116,12 @@ def _rank_worker(rank, port, result_path):
         torch.save(results, result_path)
     torch.distributed.barrier()  # neither rank tears the group down while the other still communicates
     torch.distributed.destroy_process_group()
-
-
-def _free_port():
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
+    end_rank()
 
 
 def test_two_gloo_ranks_equal_one_rank(tmp_path):
     result_path = tmp_path / "rank0.pt"
-    # forked, not spawned: the ranks start with torch already imported
-    torch.multiprocessing.start_processes(_rank_worker, args=(_free_port(), str(result_path)), nprocs=2, join=True,
-                                          start_method="fork")
+    run_ranks(_rank_worker, (str(result_path),), tmp_path)
     distributed = torch.load(result_path, weights_only=True)
     samples = _samples(8, seed=7)
     for loss_norm in ("tokens", "weights"):
