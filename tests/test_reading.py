@@ -123,3 +123,41 @@ def test_truncated_stream(tmp_path, suffix):
     assert isinstance(got[-1], InvalidRecord) and got[-1].reason == "truncated_stream"
     assert got[-1].locator.startswith("line ")
     assert all(not isinstance(g, InvalidRecord) for g in got[:-1])
+
+
+def test_one_file_has_one_uri_however_the_input_is_spelled(tmp_path, monkeypatch):
+    data = tmp_path / "real" / "data"
+    data.mkdir(parents=True)
+    (tmp_path / "real" / "other").mkdir()
+    (data / "a.jsonl").write_bytes(_jsonl(ROWS))
+    (tmp_path / "alias").symlink_to(tmp_path / "real")  # a linked folder above the input
+    (tmp_path / "real" / "datalink").symlink_to(data)  # a link as the input itself
+    monkeypatch.chdir(tmp_path / "real" / "other")
+    expected = [str((data / "a.jsonl").resolve())]
+    spellings = [str(data), str(tmp_path / "real" / "other" / ".." / "data"), "../data", str(tmp_path / "alias" / "data"),
+                 str(tmp_path / "alias" / "data" / "a.jsonl"), "../data/", "../data/*.jsonl"]
+    for spec in spellings:
+        assert [u.uri for u in expand_inputs([spec])] == expected, spec
+    # the last component stays as written: a link given as the input is walked under its own name
+    assert [u.uri for u in expand_inputs(["../datalink"])] == [str(tmp_path.resolve() / "real" / "datalink" / "a.jsonl")]
+
+
+def test_a_run_gives_the_same_shards_however_the_input_is_spelled(shared_data, tmp_path):
+    # ShareGPT records carry no id: trajectory ids, split keys and so pools come from the file's URI
+    from tests.helpers import lwm_in_process
+
+    (tmp_path / "alias").symlink_to(shared_data)
+    (tmp_path / "sub").mkdir()
+    spellings = [str(shared_data / "sharegpt-glaive"), str(tmp_path / "alias" / "sharegpt-glaive"),
+                 str(tmp_path / "sub" / ".." / "alias" / "sharegpt-glaive")]
+    shards = []
+    for n, spec in enumerate(spellings):
+        out = tmp_path / f"out{n}"
+        proc = lwm_in_process("run", "--executor", "local", "--progress", "off", "-i", spec, "-o", str(out))
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        files = sorted(p for p in (out / "shards").rglob("*.parquet"))
+        assert files
+        shards.append({str(p.relative_to(out)): p.read_bytes() for p in files})
+        ids = pq.read_table(out / "shards" / files[0].relative_to(out / "shards"), columns=["traj_id"])
+        assert ids.num_rows > 0
+    assert shards[1] == shards[0] and shards[2] == shards[0]

@@ -300,6 +300,7 @@ def expand_inputs(specs: list[str], claims_dir=None) -> list[InputUnit]:
     units: dict[str, InputUnit] = {}
     for spec in specs:
         fs, path = filesystem(spec)
+        path = _canonical_local(fs, path)
         if fs.isdir(path):
             _walk(fs, path, units, claims_dir, _real(fs, path))
             continue
@@ -313,6 +314,18 @@ def expand_inputs(specs: list[str], claims_dir=None) -> list[InputUnit]:
                 uri = _unstrip(fs, m)
                 units[uri] = InputUnit(uri)
     return sorted(units.values(), key=lambda u: u.uri)
+
+
+def _canonical_local(fs, path: str) -> str:
+    """A local input path with the folders above its last component resolved (``..``, links), so one file has one
+    URI however the input was spelled: ``../shared/data`` from one folder, ``/work/shared/data`` or a linked
+    ``/tmp/shared/data`` name the same records, and ids derived from the URI (trajectories of formats that carry
+    none, split keys, pools) must not change with the spelling. The last component stays as written: a link
+    there is still read, or refused, as a link. Other filesystems' paths are returned unchanged."""
+    if "file" not in _protocols(fs):
+        return path
+    head, tail = os.path.split(path.rstrip(os.sep) or os.sep)
+    return os.path.join(os.path.realpath(head), tail) if head and tail else path
 
 
 def _real(fs, path: str) -> str | None:
