@@ -14,10 +14,11 @@ SHARED_DATA = Path(os.environ.get("LWM_SHARED_DATA", ROOT.parent / "shared" / "d
 
 @pytest.fixture(scope="session")
 def shared_data() -> Path:
-    """Path of ../shared/data; the test is skipped with a clear message when it is absent."""
+    """Path of ../shared/data, links resolved (the URIs `expand_inputs` gives are: a checkout may reach the data
+    through a linked folder); the test is skipped with a clear message when it is absent."""
     if not SHARED_DATA.is_dir():
         pytest.skip(f"real sample data not found at {SHARED_DATA} (set LWM_SHARED_DATA to its path)")
-    return SHARED_DATA
+    return SHARED_DATA.resolve()
 
 
 @pytest.fixture(scope="session")
