@@ -840,7 +840,7 @@ def run_ranks(fn, args: tuple, tmp_path: Path, nprocs: int = 2, timeout: float =
     jemalloc's purger, Ray's clients) whose locks a fork copies in whatever state they are, and a forked rank that
     needs one of them waits forever. `rendezvous` is a file for ``init_process_group(init_method="file://…")``:
     a free port picked beforehand can be taken by another process before the ranks bind it. A rank ends with
-    `end_rank`.
+    `training.__main__.exit_rank`.
     """
     import torch.multiprocessing
 
@@ -854,12 +854,3 @@ def run_ranks(fn, args: tuple, tmp_path: Path, nprocs: int = 2, timeout: float =
                 if process.is_alive():
                     process.kill()
             raise AssertionError(f"{nprocs} ranks did not finish within {timeout:.0f} s (killed)")
-
-
-def end_rank() -> None:
-    """Leave a rank's process without the interpreter's shutdown, once its group is destroyed: gloo's worker
-    threads may release a finished collective's tensors during that shutdown and abort the process (see
-    `training.__main__`)."""
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(0)

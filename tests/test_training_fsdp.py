@@ -15,7 +15,8 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from tests.helpers import end_rank, run_ranks, write_synthetic_shards, write_tiny_qwen  # noqa: E402
+from tests.helpers import run_ranks, write_synthetic_shards, write_tiny_qwen  # noqa: E402
+from training.__main__ import exit_rank  # noqa: E402
 from training.checkpoint import load_checkpoint  # noqa: E402
 from training.collate import pad_samples  # noqa: E402
 from training.models import load_hf_causal_lm  # noqa: E402
@@ -65,7 +66,7 @@ def _rank_worker(rank, rendezvous, qwen_dir, result_path):
         torch.save(results, result_path)
     torch.distributed.barrier()
     torch.distributed.destroy_process_group()
-    end_rank()
+    exit_rank(0)
 
 
 @pytest.fixture(scope="module")

@@ -12,7 +12,8 @@ torch = pytest.importorskip("torch")
 
 from torch.nn.parallel import DistributedDataParallel  # noqa: E402
 
-from tests.helpers import end_rank, run_ranks  # noqa: E402
+from tests.helpers import run_ranks  # noqa: E402
+from training.__main__ import exit_rank  # noqa: E402
 from training.collate import pad_samples  # noqa: E402
 from training.loss import local_denominator, weighted_loss_sum, weighted_loss_sum_from_hidden  # noqa: E402
 from training.step import accumulate_gradients  # noqa: E402
@@ -116,7 +117,7 @@ def _rank_worker(rank, rendezvous, result_path):
         torch.save(results, result_path)
     torch.distributed.barrier()  # neither rank tears the group down while the other still communicates
     torch.distributed.destroy_process_group()
-    end_rank()
+    exit_rank(0)
 
 
 def test_two_gloo_ranks_equal_one_rank(tmp_path):

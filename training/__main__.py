@@ -19,15 +19,21 @@ import sys
 from training.cli import train
 
 
+def exit_rank(code: int) -> None:
+    """End this rank's process with `code` after flushing its output, without the interpreter's shutdown (see
+    the module docstring); for a rank whose process group is destroyed and whose files are closed."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
 def main() -> None:
     try:
         train(prog_name="python -m training")
     except SystemExit as done:
         if int(os.environ.get("WORLD_SIZE", "1")) <= 1 or not isinstance(done.code, (int, type(None))):
             raise
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(done.code or 0)
+        exit_rank(done.code or 0)
 
 
 if __name__ == "__main__":
