@@ -97,7 +97,11 @@ class _BucketOutput:
         if b not in self.writers:
             self.writers[b] = AtomicIpcWriter(self.fs, f"{self.root}/{self.path(b)}", BUCKET_FILE_SCHEMA,
                                               rows_per_batch=_FLUSH_ROWS, compression="lz4")
-        table = compact_dictionaries(pa.concat_tables(self.pending.pop(b)))  # what the reduce's read relies on
+        # compact dictionaries: what the reduce's read relies on; one chunk per column, so one record batch per
+        # write: the columns of the pending slices otherwise split the write into a batch per slice, each of
+        # which the reader hands back with its own reference to the write's dictionaries, and the reduce's
+        # unification hashes every one of those (at 2 GB: 3,276 chunks against 360 in a reduce task, 0.6 s)
+        table = compact_dictionaries(pa.concat_tables(self.pending.pop(b))).combine_chunks()
         self.writers[b].write_table(table)
         self.written_bytes[b] = self.written_bytes.get(b, 0) + table.nbytes
         self.pending_rows[b] = 0

@@ -189,6 +189,9 @@ def read_tables(fs, root: str, rels: list[str], schema: pa.Schema, dictionary: t
     return table.unify_dictionaries().combine_chunks() if dictionary else table
 
 
+_IPC_READ = pa.ipc.IpcReadOptions(use_threads=False)
+
+
 def read_ipc_tables(fs, root: str, rels: list[str], schema: pa.Schema) -> pa.Table:
     """`read_tables` for work files an `AtomicIpcWriter` wrote: one table, in the order given.
 
@@ -200,7 +203,9 @@ def read_ipc_tables(fs, root: str, rels: list[str], schema: pa.Schema) -> pa.Tab
     tables = []
     for rel in rels:
         with fs.open(f"{root}/{rel}", "rb") as f:
-            reader = pa.ipc.open_stream(f.read())  # one read: the stream reader asks for each buffer apart
+            # one read: the stream reader asks for each buffer apart; no decompression threads (a task runs
+            # on one core, and small lz4 buffers decoded on a pool took 2-3 times as long)
+            reader = pa.ipc.open_stream(f.read(), options=_IPC_READ)
         if not reader.schema.equals(schema):
             raise ValueError(f"{root}/{rel}: schema {reader.schema} is not the expected {schema}")
         tables.append(reader.read_all())

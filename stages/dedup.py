@@ -255,6 +255,16 @@ def window_hashes(hashes: np.ndarray, k: int, multiplier: np.uint64 = _M1) -> np
     return _fmix64(h + np.uint64(k))
 
 
+def window_hashes_at(hashes: np.ndarray, k: int, at: np.ndarray, multiplier: np.uint64 = _M1) -> np.ndarray:
+    """``window_hashes(hashes, k, multiplier)[at]`` for windows of k words that `hashes` holds whole: only
+    those windows are hashed (fewer than all, when a filter has dropped most)."""
+    h = np.zeros(len(at), dtype=np.uint64)
+    with np.errstate(over="ignore"):
+        for i in range(k):
+            h = h * multiplier + hashes[at + i]
+    return _fmix64(h + np.uint64(k))
+
+
 def shingle_hashes(hashes: np.ndarray, k: int) -> np.ndarray:
     """32-bit hashes of the k-word shingles, from `word_hashes` (what a MinHash is updated with; repeats are harmless)."""
     return (window_hashes(hashes, k) >> np.uint64(32)).astype(np.uint32)
@@ -300,12 +310,17 @@ def ngram_keys(hashes: np.ndarray, n: int) -> np.ndarray:
     return np.stack([first[index], window_hashes(hashes, n, _M2)[index]], axis=1)
 
 
-def ngram_keys_many(texts: Sequence[np.ndarray], n: int) -> list[np.ndarray]:
+def ngram_keys_many(texts: Sequence[np.ndarray], n: int, keep: Callable[[np.ndarray], np.ndarray] | None = None,
+                    filtered: Sequence[bool] = ()) -> list[np.ndarray]:
     """`ngram_keys` of many texts (their `word_hashes`), computed together: the same arrays.
 
     As in `shingles_many`, the windows are hashed once over all texts side by side and those that cross from
     one text into the next are dropped; the keys are then made distinct within each text by a stable sort of
     its windows' first halves, which keeps each key's first window as `np.unique` does.
+
+    `keep` (first halves → a mask) and `filtered` (per text): the texts marked get only the keys whose first
+    half `keep` accepts, ``keys[keep(keys[:, 0])]``. The windows are filtered before they are made distinct
+    (the same keys: a first half is kept or dropped with all its windows), so the sort sees only those kept.
     """
     lengths = np.fromiter(map(len, texts), dtype=np.int64, count=len(texts))
     counts = np.where(lengths >= n, lengths - n + 1, 0)
@@ -320,14 +335,22 @@ def ngram_keys_many(texts: Sequence[np.ndarray], n: int) -> list[np.ndarray]:
     np.cumsum(counts[:-1], out=first_window[1:])
     at = starts[owner] + (np.arange(total) - first_window[owner])  # each kept window's start word
     first = window_hashes(words, n, _M1)[at]
+    if keep is not None and any(filtered):
+        marked = np.asarray(filtered, dtype=bool)[owner]
+        kept = ~marked
+        kept[marked] = keep(first[marked])
+        owner, at, first = owner[kept], at[kept], first[kept]
+        if not len(owner):
+            return [np.zeros((0, 2), dtype=np.uint64) for _ in texts]
     # each text's windows sorted apart (they are consecutive: `owner` never decreases); stable, so equal keys
     # of a text keep their window order
     bounds = np.flatnonzero(np.r_[True, owner[1:] != owner[:-1], True])
-    order = np.concatenate([s + np.argsort(first[s:e], kind="stable") for s, e in itertools.pairwise(bounds.tolist())])
+    order = np.concatenate([s + np.argsort(first[s:e], kind="stable") if e - s > 1 else np.arange(s, e)
+                            for s, e in itertools.pairwise(bounds.tolist())])
     sorted_first = first[order]  # `order` moves windows only within their text: `owner` is still in order
     keep = np.r_[True, (owner[1:] != owner[:-1]) | (sorted_first[1:] != sorted_first[:-1])]
     index = order[keep]
-    keys = np.stack([first[index], window_hashes(words, n, _M2)[at[index]]], axis=1)
+    keys = np.stack([first[index], window_hashes_at(words, n, at[index], _M2)], axis=1)
     per_text = np.bincount(owner[index], minlength=len(texts))
     # each text's own array, as `ngram_keys` gives: a view would keep the whole batch's keys alive as long as
     # any one text's keys are held (the map's bucket rows hold them until a flush)

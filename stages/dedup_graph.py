@@ -161,7 +161,10 @@ def add_trajectory_rows(out: BucketRows, items: list[tuple[str, int, dict]], sig
     keys = band_keys(sigs, signer.bands, signer.rows) if signed else None
     row_of = {i: n for n, i in enumerate(signed)}
     bands = np.arange(signer.bands)
-    grams_of = ngram_keys_many(word_hashes_of, settings["ngram"]) if settings["decontam"] else None
+    grams_of = None
+    if settings["decontam"]:  # a training trajectory's n-gram rows: only the keys the filter may hold
+        filtered = [grams is not None and p[1] == ROLE_TRAIN for p in prepared]
+        grams_of = ngram_keys_many(word_hashes_of, settings["ngram"], grams.holds if grams else None, filtered)
     for i, (traj_id, role, n_turns, text_len, key, _) in enumerate(prepared):
         if key is not None:
             out.put(KIND_EXACT, np.zeros(1), np.array([key[0]], np.uint64), np.array([key[1]], np.uint64), traj_id,
@@ -172,8 +175,6 @@ def add_trajectory_rows(out: BucketRows, items: list[tuple[str, int, dict]], sig
                     sigs[n].tobytes())
         if settings["decontam"]:
             found = grams_of[i]
-            if grams is not None and role == ROLE_TRAIN:
-                found = found[grams.holds(found[:, 0])]
             out.put(KIND_NGRAM, np.zeros(len(found)), found[:, 0], found[:, 1], traj_id, role, 0, 0, None)
 
 

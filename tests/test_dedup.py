@@ -112,6 +112,25 @@ def test_ngram_keys_of_many_texts_equal_each_texts_own(word_ids, n, wide):
         assert keys.base is None  # its own memory: holding one text's keys must not keep the batch's alive
 
 
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.lists(st.integers(0, 4), max_size=30), st.booleans()), max_size=8),
+       st.integers(1, 14), st.integers(0, 3))
+def test_ngram_keys_of_filtered_texts_are_their_keys_the_filter_keeps(texts, n, modulus):
+    # the filter keeps a first half by its value, as a bitmap does; the marked texts get only those keys
+    hashes = [np.array([w * 0x9E3779B97F4A7C15 % 2**64 for w in ids], dtype=np.uint64) for ids, _ in texts]
+    marked = [m for _, m in texts]
+
+    def keep(first: np.ndarray) -> np.ndarray:
+        return first % np.uint64(4) <= np.uint64(modulus - 1) if modulus else np.zeros(len(first), bool)
+
+    got = dedup.ngram_keys_many(hashes, n, keep, marked)
+    for text, is_marked, keys in zip(hashes, marked, got, strict=True):
+        want = dedup.ngram_keys(text, n)
+        if is_marked:
+            want = want[keep(want[:, 0])]
+        assert keys.shape == want.shape and np.array_equal(keys, want)
+
+
 MEMO_PIECES = ["a", "É", "12:00", "2024-05-01T10:00:00Z", "pid=42", "May  1", " ", "\n", "x" * 40, "0.5s", "sshd[123]"]
 
 
