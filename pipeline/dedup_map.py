@@ -73,7 +73,9 @@ class _BucketOutput:
     def add(self, table: pa.Table) -> None:
         if not table.num_rows:
             return
-        buckets = (table.column("key").to_numpy() % np.uint64(self.buckets)).astype(np.int64)
+        # bucket numbers as 16-bit keys where they fit, which NumPy's stable sort sorts by radix
+        buckets = (table.column("key").to_numpy() % np.uint64(self.buckets)).astype(
+            np.int16 if self.buckets <= 1 << 15 else np.int64)
         order = np.argsort(buckets, kind="stable")
         sorted_buckets = buckets[order]
         table = table.take(pa.array(order))

@@ -219,7 +219,8 @@ def _buffer_word_hashes(buf: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     starts, ends = edges[0::2], edges[1::2]  # word i is buf[starts[i]:ends[i]]
     lengths = ends - starts
     out = np.empty(len(starts), dtype=np.uint64)
-    order = np.argsort(-lengths, kind="stable")
+    # longest first; the long words (hashed apart) in one group: a 16-bit key, which NumPy sorts by radix
+    order = np.argsort(-np.minimum(lengths, _LONG_WORD + 1).astype(np.int16), kind="stable")
     long = order[: int(np.count_nonzero(lengths > _LONG_WORD))]
     raw = buf.tobytes() if len(long) else b""
     for i in long.tolist():
