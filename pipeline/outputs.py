@@ -251,9 +251,16 @@ def _compact_dictionary(chunks: list[pa.DictionaryArray], typ: pa.DictionaryType
     return pa.DictionaryArray.from_arrays(pa.array(code[slot], mask=~ok, type=typ.index_type), values.dictionary)
 
 
-def write_table(fs, root: str, rel: str, schema: pa.Schema, table: pa.Table) -> str:
+# Row groups of work files: each is written and read whole, and per row group Parquet pays a page set per
+# column and its statistics (six group files of a 2 GB reduce task, 573,000 rows: written in 0.17-0.18 s and
+# read in 0.08-0.11 s in groups of 1,024 rows, in 0.14 s and 0.04 s in groups of 65,536).
+WORK_ROWS_PER_GROUP = 1 << 16
+
+
+def write_table(fs, root: str, rel: str, schema: pa.Schema, table: pa.Table,
+                rows_per_group: int = WORK_ROWS_PER_GROUP) -> str:
     """`table` as the work file `rel` (relative to the run root), written atomically; returns `rel`."""
-    with AtomicParquetWriter(fs, f"{root}/{rel}", schema) as w:
+    with AtomicParquetWriter(fs, f"{root}/{rel}", schema, rows_per_group=rows_per_group) as w:
         w.write_table(table)
     return rel
 
