@@ -135,7 +135,7 @@ def run_dedup_reduce_task(task: dict[str, Any]) -> dict[str, Any]:
     # in bucket order, whatever order the task's JSON came in (Ray ships it with sorted keys: "10" before "2")
     for key, files in sorted(task["buckets"].items(), key=lambda item: int(item[0])):
         bucket = int(key)
-        table = read_ipc_tables(fs, root, files, BUCKET_FILE_SCHEMA)  # ids and signatures as dictionaries
+        table = read_ipc_tables(fs, root, files, BUCKET_FILE_SCHEMA)  # ids as one dictionary
         found, groups, found_grams = bucket_evidence(table, settings)
         rows += table.num_rows
         del table

@@ -41,20 +41,13 @@ KIND_TOTAL, KIND_SHARED = "decontam_total", "decontam_shared"
 
 
 BUCKET_SCHEMA = pa.schema(
-    [
-        ("kind", pa.int8()),
-        ("band", pa.int16()),
-        ("key", pa.uint64()),
-        ("key2", pa.uint64()),
-        ("traj_id", pa.string()),
-        ("role", pa.int8()),
-        ("turns", pa.int32()),
-        ("text_len", pa.int64()),
-        ("sig", pa.binary()),
-    ]
+    [("kind", pa.int8()), ("band", pa.int16()), ("key", pa.uint64()), ("key2", pa.uint64()), ("traj_id", pa.string()),
+     ("role", pa.int8()), ("turns", pa.int32()), ("text_len", pa.int64()), ("sig", pa.binary())]
 )
-BUCKET_FILE_SCHEMA = pa.schema([f.with_type(pa.dictionary(pa.int32(), f.type)) if f.name in ("traj_id", "sig")
-                                else f for f in BUCKET_SCHEMA])  # the bucket files: id and signature encoded
+BUCKET_ROWS_SCHEMA = pa.schema([f.with_type(pa.dictionary(pa.int32(), f.type)) if f.name in ("traj_id", "sig")
+                                else f for f in BUCKET_SCHEMA])  # a map's rows (`BucketRows`): id and signature encoded
+# The bucket files: the id encoded (a trajectory's n-gram rows repeat it); a signature is in a bucket about once.
+BUCKET_FILE_SCHEMA = BUCKET_ROWS_SCHEMA.set(BUCKET_SCHEMA.get_field_index("sig"), BUCKET_SCHEMA.field("sig"))
 EDGE_SCHEMA = pa.schema(
     [("kind", pa.string()), ("a", pa.string()), ("b", pa.string()), ("jaccard", pa.float32()),
      ("a_turns", pa.int32()), ("a_len", pa.int64()), ("b_turns", pa.int32()), ("b_len", pa.int64()),
@@ -68,7 +61,7 @@ class BucketRows:
     The key columns are gathered as arrays; the columns that hold one value per `put` (kind, role, turns,
     length, and the trajectory id and signature, as indices into their distinct values) are gathered as one
     number per `put` and repeated once, in `table`: a trajectory adds three `put`s, so building small arrays
-    per call cost more than the repeat. The id and signature stay dictionary-encoded (`BUCKET_FILE_SCHEMA`).
+    per call cost more than the repeat. The id and signature stay dictionary-encoded (`BUCKET_ROWS_SCHEMA`).
     """
 
     _PER_PUT = ("kind", "role", "turns", "text_len", "traj_id", "sig")
@@ -104,7 +97,7 @@ class BucketRows:
 
     def table(self) -> pa.Table:
         arrays, sizes = [], np.asarray(self.sizes, dtype=np.int64)
-        for field in BUCKET_FILE_SCHEMA:
+        for field in BUCKET_ROWS_SCHEMA:
             # the id columns hold indices into their distinct values; the others the schema's own numbers
             dtype = np.int32 if field.name in self.values else field.type.to_pandas_dtype()
             if field.name in self.scalars:
@@ -118,7 +111,7 @@ class BucketRows:
                 arrays.append(pa.DictionaryArray.from_arrays(indices, dictionary))
             else:
                 arrays.append(pa.array(values, type=field.type))
-        return pa.Table.from_arrays(arrays, schema=BUCKET_FILE_SCHEMA)
+        return pa.Table.from_arrays(arrays, schema=BUCKET_ROWS_SCHEMA)
 
 
 def _normalized_turns(row: dict, normalize: Callable[[str], str] = normalize_text) -> list[str]:
