@@ -215,7 +215,7 @@ def _bucket_edges(table: pa.Table, settings: dict[str, Any], groups: list[pa.Tab
         counted = np.repeat(specific, sizes) & (role != ROLE_TRAIN)
         if counted.any():
             ids = pc.value_counts(table.column("traj_id").take(pa.array(order[counted])))
-            edges.update((KIND_TOTAL, v["values"], "", int(v["counts"])) for v in ids.to_pylist())
+            edges.update((KIND_TOTAL, v, "", n) for v, n in zip(ids.field("values").to_pylist(), ids.field("counts").to_pylist()))
         trains = np.add.reduceat((role == ROLE_TRAIN).astype(np.int64), starts)
         pair_groups = specific & (trains > 0) & (trains < sizes)
         if pair_groups.any() and groups is not None:
@@ -372,9 +372,9 @@ def columns_table(columns: dict[str, Any], schema: pa.Schema) -> pa.Table:
 
 def node_sizes(table: pa.Table, ids: set[str]) -> dict[str, tuple[int, int]]:
     """(turns, text length) of the trajectories `ids` from their exact-key and band rows."""
-    mask = pc.and_(pc.not_equal(table.column("kind"), pa.scalar(KIND_NGRAM, pa.int8())),
-                   pc.is_in(table.column("traj_id"), pa.array(sorted(ids), pa.string())))
-    sub = table.filter(mask).select(["traj_id", "turns", "text_len"])
+    sub = table.select(["kind", "traj_id", "turns", "text_len"])  # the few key rows first, then their ids
+    sub = sub.filter(pa.array(sub.column("kind").to_numpy() != KIND_NGRAM))
+    sub = sub.filter(pc.is_in(sub.column("traj_id"), pa.array(sorted(ids), pa.string())))
     return {t: (n, ln) for t, n, ln in zip(*(sub.column(c).to_pylist() for c in ("traj_id", "turns", "text_len")))}
 
 
