@@ -311,7 +311,7 @@ def ngram_keys(hashes: np.ndarray, n: int) -> np.ndarray:
     return np.stack([first[index], window_hashes(hashes, n, _M2)[index]], axis=1)
 
 
-def ngram_keys_many(texts: Sequence[np.ndarray], n: int, keep: Callable[[np.ndarray], np.ndarray] | None = None,
+def ngram_keys_many(texts: Sequence[np.ndarray], n: int, accept: Callable[[np.ndarray], np.ndarray] | None = None,
                     filtered: Sequence[bool] = ()) -> list[np.ndarray]:
     """`ngram_keys` of many texts (their `word_hashes`), computed together: the same arrays.
 
@@ -319,8 +319,8 @@ def ngram_keys_many(texts: Sequence[np.ndarray], n: int, keep: Callable[[np.ndar
     one text into the next are dropped; the keys are then made distinct within each text by a stable sort of
     its windows' first halves, which keeps each key's first window as `np.unique` does.
 
-    `keep` (first halves → a mask) and `filtered` (per text): the texts marked get only the keys whose first
-    half `keep` accepts, ``keys[keep(keys[:, 0])]``. The windows are filtered before they are made distinct
+    `accept` (first halves → a mask) and `filtered` (per text): the texts marked get only the keys whose first
+    half `accept` accepts, ``keys[accept(keys[:, 0])]``. The windows are filtered before they are made distinct
     (the same keys: a first half is kept or dropped with all its windows), so the sort sees only those kept.
     """
     lengths = np.fromiter(map(len, texts), dtype=np.int64, count=len(texts))
@@ -336,10 +336,10 @@ def ngram_keys_many(texts: Sequence[np.ndarray], n: int, keep: Callable[[np.ndar
     np.cumsum(counts[:-1], out=first_window[1:])
     at = starts[owner] + (np.arange(total) - first_window[owner])  # each kept window's start word
     first = window_hashes(words, n, _M1)[at]
-    if keep is not None and any(filtered):
+    if accept is not None and any(filtered):
         marked = np.asarray(filtered, dtype=bool)[owner]
         kept = ~marked
-        kept[marked] = keep(first[marked])
+        kept[marked] = accept(first[marked])
         owner, at, first = owner[kept], at[kept], first[kept]
         if not len(owner):
             return [np.zeros((0, 2), dtype=np.uint64) for _ in texts]
