@@ -236,24 +236,17 @@ def zero_filled(numbers: pa.Array) -> np.ndarray:
 def _compact_dictionary(chunks: list[pa.DictionaryArray], typ: pa.DictionaryType) -> pa.DictionaryArray:
     if not chunks:
         return pa.array([], typ)
-    dictionaries = [c.dictionary for c in chunks]  # slots: every chunk's values, back to back (not copied)
-    sizes = np.array([len(d) for d in dictionaries], dtype=np.int64)
-    starts = np.zeros(len(chunks) + 1, dtype=np.int64)
-    np.cumsum(sizes, out=starts[1:])
+    dictionaries = [c.dictionary for c in chunks]
+    dictionary = pa.concat_arrays(dictionaries)  # every chunk's values, back to back
+    starts = np.cumsum([0] + [len(d) for d in dictionaries[:-1]], dtype=np.int64)
     indices = pa.concat_arrays([c.indices for c in chunks])
     ok = indices.is_valid().to_numpy(zero_copy_only=False) if indices.null_count else np.ones(len(indices), bool)
     slot = zero_filled(indices).astype(np.int64)
-    slot += np.repeat(starts[:-1], [len(c) for c in chunks])  # an index into the slots
+    slot += np.repeat(starts, [len(c) for c in chunks])  # an index into `dictionary`
     distinct, first = np.unique(slot[ok], return_index=True)
     used = distinct[np.argsort(first, kind="stable")]  # slots in the order the rows first use them
-    # Rows of an earlier chunk come first, so `used` holds each chunk's slots together, chunk by chunk: only those
-    # values are taken from each chunk's dictionary (slices of one table each carry that table's whole dictionary).
-    owner = np.searchsorted(starts, used, side="right") - 1  # the chunk of each used slot: never decreasing
-    bounds = np.searchsorted(owner, np.arange(len(chunks) + 1), side="left")
-    taken = [d.take(pa.array(used[lo:hi] - start)) for d, start, lo, hi
-             in zip(dictionaries, starts[:-1].tolist(), bounds[:-1].tolist(), bounds[1:].tolist(), strict=True) if hi > lo]
-    values = (pa.concat_arrays(taken) if taken else dictionaries[0].slice(0, 0)).dictionary_encode()  # a value in two slots: one
-    code = np.zeros(int(starts[-1]), dtype=np.int32)
+    values = dictionary.take(pa.array(used)).dictionary_encode()  # the same value in two slots: one
+    code = np.zeros(len(dictionary), dtype=np.int32)
     code[used] = values.indices.to_numpy(zero_copy_only=False)
     return pa.DictionaryArray.from_arrays(pa.array(code[slot], mask=~ok, type=typ.index_type), values.dictionary)
 
