@@ -66,3 +66,15 @@ def test_matches_the_documented_pattern_on_any_text(text):
 def test_ascii_fast_path_agrees_with_the_unicode_pattern(text):
     assert word_set(text) == frozenset(regex.findall(WORD_PATTERN, text.lower()))
     assert all(word and word in text.lower() for word in word_set(text))
+
+
+@given(st.text(alphabet=st.sampled_from(["a", "Z", "_", "7", " ", "-", "\n", "━", "†", "×", "\u0301", "é", "İ",
+                                        "\u212a", "٣", "²", "\ud800"])))
+def test_mostly_ascii_texts_agree_with_the_unicode_pattern(text):
+    # non-ASCII separators take the ASCII path; a non-ASCII letter, digit or mark (even after a separator) does not
+    assert word_set(text) == frozenset(regex.findall(WORD_PATTERN, text.lower()))
+
+
+def test_non_ascii_separators_split_words():
+    assert word_set("━━ Build━passed † 3×4 ━") == {"build", "passed", "3", "4"}
+    assert word_set("caf\u00e9 ━ x") == {"caf\u00e9", "x"}
