@@ -240,3 +240,21 @@ def test_groups_never_mix_formats_and_large_files_stay_alone(tmp_path):
     plan = plan_ingest(units, SplitSettings(split_bytes=1 << 20, group_bytes=1000, group_files=8))
     assert [[Path(u.uri).name for u in w.units] for w in plan] == [["a.jsonl", "b.jsonl"], ["c.json"], ["d.jsonl"], ["e.jsonl"]]
     assert plan[0].task_id != plan[2].task_id and len({w.task_id for w in plan}) == 4
+
+
+def test_a_range_record_hands_out_the_value_its_payload_parses_to(tmp_path):
+    # the reader's parsed value spares the adapter a second parse; it must be what parsing the payload gives,
+    # also for the values msgspec leaves to json (NaN, lone surrogates) and for huge integers and -0.0
+    lines = ['{"a": [1, 2.5, -0.0, 123456789012345678901234567890], "b": "\\u00e9\\n"}',
+             '{"n": NaN, "s": "\\ud800", "d": {"x": 1, "x": 2}}', '{"t": true, "u": null, "v": 1e-7}']
+    path = tmp_path / "v.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    size = path.stat().st_size
+    r = {"start": 0, "end": size, "compression": None, "length": size, "lines_before": 0, "skip_partial": False}
+    records = list(range_records(str(path), "lwm-jsonl", r, 1 << 20))
+    assert len(records) == 3
+    for rec, line in zip(records, lines, strict=True):
+        assert rec.parsed  # the reader's value is there to hand out
+        value = rec.value()
+        assert repr(value) == repr(json.loads(rec.payload)) == repr(json.loads(line))  # repr: NaN != NaN
+        assert not rec.parsed and repr(rec.value()) == repr(value)  # handed out once; later calls parse the payload

@@ -287,7 +287,8 @@ def range_records(uri: str, fmt: str, r: dict[str, Any], max_bytes: int) -> Iter
         except json.JSONDecodeError as exc:
             yield InvalidRecord("malformed_json", f"{exc.msg} at column {exc.colno}", f"line {lineno}", uri)
             continue
-        yield RawRecord(uri, f"line {lineno}", fmt, json.dumps(value, ensure_ascii=False, default=str))
+        # `value` came from JSON text, so the payload parses back to an equal value: the adapter takes it as is
+        yield RawRecord(uri, f"line {lineno}", fmt, json.dumps(value, ensure_ascii=False, default=str), [value])
 
 
 class RangeAdapter:

@@ -60,8 +60,13 @@ class RawRecord:
     locator: str
     format: str
     payload: str
+    # The value `payload` was dumped from, where a reader parsed JSON text itself and the value is
+    # ``loads(payload)`` (JSON types only): handed out by the first `value` call, which then skips a parse.
+    parsed: list[Any] = field(default_factory=list, compare=False, repr=False)
 
     def value(self) -> Any:
+        if self.parsed:
+            return self.parsed.pop()
         return loads(self.payload)
 
 
