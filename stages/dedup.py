@@ -215,8 +215,13 @@ def text_word_hashes_many(groups: Iterable[Iterable[str]], normalized: bool = Fa
 
 def _buffer_word_hashes(buf: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Where each space-separated word of `buf` starts, and its `word_hashes` value."""
-    edges = np.flatnonzero(np.diff(np.concatenate(([1], buf == 32, [1])).astype(np.int8)))
-    starts, ends = edges[0::2], edges[1::2]  # word i is buf[starts[i]:ends[i]]
+    # the words lie between consecutive spaces (and the buffer's ends); empty runs (two spaces) are no words
+    spaces = np.flatnonzero(buf == 32)
+    bounds = np.empty(len(spaces) + 2, dtype=np.int64)
+    bounds[0], bounds[1:-1], bounds[-1] = -1, spaces, len(buf)
+    starts, ends = bounds[:-1] + 1, bounds[1:]
+    word = ends > starts
+    starts, ends = starts[word], ends[word]  # word i is buf[starts[i]:ends[i]]
     lengths = ends - starts
     out = np.empty(len(starts), dtype=np.uint64)
     # longest first; the long words (hashed apart) in one group: a 16-bit key, which NumPy sorts by radix
