@@ -41,6 +41,7 @@ from schemas.errors import ConfigError
 from schemas.stats import Stats
 from schemas.trajectory import GUI_DOMAINS, Trajectory, Turn
 from stages.literal_gates import Alternation, fold_text
+from stages.memo import TextMemo
 from stages.steps import trajectory_step
 
 DEFAULT_MIN_TURNS = 2
@@ -236,24 +237,41 @@ def env_failure_of(traj: Trajectory) -> str | None:
     "502 Bad Gateway", "503 Service Unavailable", …), Chrome's "This site can’t be reached" and
     its network ``ERR_CONNECTION_…``-style codes, Firefox's "We’re having trouble finding that site".
     """
+    return _env_failure(traj, state_failure)
+
+
+def state_failure(text: str) -> str:
+    """The environment failure one non-blank GUI state shows by itself (see `env_failure_of`), or ``""``."""
+    if MISSING_STATE.fullmatch(text):
+        return "missing_state"
+    folded = fold_text(text)
+    if CAPTCHA.found(text, folded):
+        return "captcha"
+    if HTTP_ERRORS.found(text, folded):
+        return "http_error"
+    return ""
+
+
+def _env_failure(traj: Trajectory, failure: Callable[[str], str]) -> str | None:
     last = len(traj.turns) - 1
     states = [(traj.system.initial_state, False)] + [(t.observation, i == last) for i, t in enumerate(traj.turns)]
     for text, final in states:
         if text is None:
             continue
-        if (not text.strip() and not final) or (text.strip() and MISSING_STATE.fullmatch(text)):
-            return "missing_state"
-        folded = fold_text(text)
-        if CAPTCHA.found(text, folded):
-            return "captcha"
-        if HTTP_ERRORS.found(text, folded):
-            return "http_error"
+        if not text or text.isspace():  # blank (what ``not text.strip()`` tells, without the copy)
+            if not final:
+                return "missing_state"
+            continue
+        why = failure(text)
+        if why:
+            return why
     return None
 
 
-def judge_gui_env_failure(traj: Trajectory) -> bool:
-    """True for a GUI trajectory with an environment failure (see `env_failure_of`)."""
-    return traj.domain in GUI_DOMAINS and env_failure_of(traj) is not None
+def judge_gui_env_failure(traj: Trajectory, failure: Callable[[str], str] = state_failure) -> bool:
+    """True for a GUI trajectory with an environment failure (see `env_failure_of`). `failure`: `state_failure`
+    or a function equal to it (a memo of it: GUI states repeat, an unchanged screen or a shared start page)."""
+    return traj.domain in GUI_DOMAINS and _env_failure(traj, failure) is not None
 
 
 # ---------------------------------------------------------------- turn strippers
@@ -270,7 +288,8 @@ def empty_action_marks(traj: Trajectory) -> list[bool]:
     return [not turn.action.strip() or parse_action(turn.action) in (None, {}, [], "") for turn in traj.turns]
 
 
-def _is_rejection(observation: str) -> bool:
+def is_rejection(observation: str) -> bool:
+    """Whether a tool output rejects the action (see the module docstring, step 2)."""
     if REJECTIONS.found(observation):
         return True
     text = observation.strip()
@@ -290,13 +309,14 @@ def _is_retry(failed: Turn, retry: Turn) -> bool:
     return tool != "shell" or program == next_program or bool(COMMAND_NOT_FOUND.search(failed.observation))
 
 
-def retry_cycle_marks(traj: Trajectory) -> list[bool]:
-    """True for each failed attempt of a retry cycle (see the module docstring, step 2)."""
+def retry_cycle_marks(traj: Trajectory, rejection: Callable[[str], bool] = is_rejection) -> list[bool]:
+    """True for each failed attempt of a retry cycle (see the module docstring, step 2). `rejection`:
+    `is_rejection` or a function equal to it (a memo of it: the same error comes back in many trajectories)."""
     turns = traj.turns
     before = list(_states_before(traj))
     marks = [False] * len(turns)
     for t in range(len(turns) - 1):
-        if not _is_rejection(turns[t].observation):
+        if not rejection(turns[t].observation):
             continue
         # An empty earlier state says nothing about the state coming back, so it never matches.
         earlier = (before[t] or "").strip()
@@ -391,14 +411,21 @@ def build_filters(cfg: dict[str, Any]) -> list[Callable[[Trajectory, Stats], Tra
     return [FILTERS[name](min_turns) for name in FILTER_ORDER if name in enabled]
 
 
+def _text_memo(fn: Callable[[str], Any]) -> TextMemo:
+    """`fn` of a text, each distinct text answered once while kept: the filters are built per ingest task, and
+    a task's observations repeat (about 40% of the characters of a 2 GB demo run's part)."""
+    return TextMemo(fn, 4 << 20, 1 << 16, cost=lambda _: 0)
+
+
 # Every filter in SPEC order: name → its step (a turn stripper, then drop filters). Adding a filter is
 # its judge or marks function and one line here; the default ``filter.enabled`` lists every filter here.
 FILTERS: dict[str, Callable[[int], Callable[[Trajectory, Stats], Trajectory | None]]] = {
     "empty_action": lambda _: TurnStripper("empty_action", empty_action_marks),
-    "retry_cycle": lambda _: TurnStripper("retry_cycle", retry_cycle_marks),
+    "retry_cycle": lambda _: TurnStripper("retry_cycle", partial(retry_cycle_marks, rejection=_text_memo(is_rejection))),
     "gui_no_change": lambda _: TurnStripper("gui_no_change", gui_no_change_marks),
     "undeclared_tools": lambda _: DropFilter("undeclared_tools", judge_undeclared_tools),
-    "gui_env_failure": lambda _: DropFilter("gui_env_failure", judge_gui_env_failure),
+    "gui_env_failure": lambda _: DropFilter("gui_env_failure", partial(judge_gui_env_failure,
+                                                                        failure=_text_memo(state_failure))),
     "min_turns": lambda min_turns: DropFilter("min_turns", partial(has_too_few_turns, min_turns=min_turns)),
 }
 FILTER_ORDER = tuple(FILTERS)

@@ -6,6 +6,8 @@ import json
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from pipeline.config import DEFAULTS
 from schemas.errors import ConfigError, InvalidRecord
@@ -436,3 +438,25 @@ def test_cli_manifest_counts_filter_reasons_and_balances(shared_data, tmp_path):
     assert counts["records"]["read"] == (
         counts["trajectories"]["kept"] + counts["records"]["quarantined"] + sum(counts["filtered"].values())
     )
+
+
+# GUI states and tool outputs that recur across trajectories (the built filters answer each text once)
+_STATES = [WEB_PAGE, RESULTS, "", "   \n", "null", "[screen missing]", "Please verify you are human",
+           "502 Bad Gateway", "bash: foo: command not found", '{"error": "bad input"}', "ok", "Invalid action"]
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["web", "android", "terminal"]),
+                          st.lists(st.tuples(st.sampled_from(["click 1", "ls", "type x"]), st.sampled_from(_STATES)),
+                                   min_size=1, max_size=5),
+                          st.none() | st.sampled_from(_STATES)), min_size=1, max_size=8))
+def test_built_filters_remember_texts_and_give_the_plain_functions_verdicts(specs):
+    steps = build_filters({"filter": {"enabled": ["retry_cycle", "gui_env_failure"]}})
+    retry, gui = steps
+    for _ in range(2):  # the second pass answers every text from the memo
+        for domain, turns, initial in specs:
+            traj = make(domain, turns, initial_state=initial)
+            want_marks = filters.retry_cycle_marks(traj)
+            assert retry.marks(traj) == want_marks
+            want_drop = domain in ("web", "android") and filters.env_failure_of(traj) is not None
+            assert (gui(traj, Stats()) is None) == want_drop

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from stages.filters import CAPTCHA, HTTP_ERRORS, REJECTIONS, _is_rejection, env_failure_of
+from stages.filters import CAPTCHA, HTTP_ERRORS, REJECTIONS, env_failure_of, is_rejection
 from stages.literal_gates import fold_text
 from tests.helpers import make_traj
 
@@ -90,13 +90,13 @@ def test_found_equals_the_single_regex(name):
 
 
 def test_rejections_and_env_failures_of_known_texts():
-    assert _is_rejection("bash: foo: command not found\n")
-    assert _is_rejection("Error: Invalid arguments for tool")
-    assert _is_rejection("  Traceback (most recent call last):\n  File x")
-    assert _is_rejection("unable to PARSE the request")
-    assert _is_rejection("İnvalid action; see parse")  # the regex's own case folding, with the keyword gate open
-    assert not _is_rejection("the parser could not finish")
-    assert not _is_rejection("all fine, 3 files changed")
+    assert is_rejection("bash: foo: command not found\n")
+    assert is_rejection("Error: Invalid arguments for tool")
+    assert is_rejection("  Traceback (most recent call last):\n  File x")
+    assert is_rejection("unable to PARSE the request")
+    assert is_rejection("İnvalid action; see parse")  # the regex's own case folding, with the keyword gate open
+    assert not is_rejection("the parser could not finish")
+    assert not is_rejection("all fine, 3 files changed")
     web = make_traj(3, seed=1)
     web.domain = "web"
     web.turns[1].observation = "page\n503 Service Unavailable\n"
