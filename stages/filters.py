@@ -40,6 +40,7 @@ from typing import Any
 from schemas.errors import ConfigError
 from schemas.stats import Stats
 from schemas.trajectory import GUI_DOMAINS, Trajectory, Turn
+from stages.ingest.reading import loads
 from stages.literal_gates import Alternation, fold_text
 from stages.memo import TextMemo
 from stages.steps import trajectory_step
@@ -111,7 +112,7 @@ HTTP_ERROR_PAGE = HTTP_ERRORS.pattern
 def parse_action(action: str) -> Any:
     """The action as a JSON value, or the text itself when it is not JSON."""
     try:
-        return json.loads(action)
+        return loads(action)  # json.loads's value or exception, through msgspec where it can tell
     except (json.JSONDecodeError, RecursionError):
         return action
 
