@@ -190,7 +190,8 @@ def run_dedup_clusters_task(task: dict[str, Any]) -> dict[str, Any]:
 
 
 def _write_removed(fs, root: str, table: pa.Table) -> None:
-    write_table(fs, root, "dedup/removed.parquet", REMOVED_SCHEMA, table, rows_per_group=1024)  # an output: as before
+    write_table(fs, root, "dedup/removed.parquet", REMOVED_SCHEMA, table, rows_per_group=1024,
+                compression_level=3)  # an output: as before
 
 
 def removed_ids(ctx: RunContext) -> set[str]:

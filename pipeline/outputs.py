@@ -255,12 +255,16 @@ def _compact_dictionary(chunks: list[pa.DictionaryArray], typ: pa.DictionaryType
 # column and its statistics (six group files of a 2 GB reduce task, 573,000 rows: written in 0.17-0.18 s and
 # read in 0.08-0.11 s in groups of 1,024 rows, in 0.14 s and 0.04 s in groups of 65,536).
 WORK_ROWS_PER_GROUP = 1 << 16
+# zstd level of work files, read once by a later round: level 1 wrote the six group files above in 0.085 s
+# against 0.136 s at level 3, and 2% smaller (ids dictionary-encoded, the rest hashes and counts).
+WORK_COMPRESSION_LEVEL = 1
 
 
 def write_table(fs, root: str, rel: str, schema: pa.Schema, table: pa.Table,
-                rows_per_group: int = WORK_ROWS_PER_GROUP) -> str:
+                rows_per_group: int = WORK_ROWS_PER_GROUP, compression_level: int = WORK_COMPRESSION_LEVEL) -> str:
     """`table` as the work file `rel` (relative to the run root), written atomically; returns `rel`."""
-    with AtomicParquetWriter(fs, f"{root}/{rel}", schema, rows_per_group=rows_per_group) as w:
+    with AtomicParquetWriter(fs, f"{root}/{rel}", schema, rows_per_group=rows_per_group,
+                             compression_level=compression_level) as w:
         w.write_table(table)
     return rel
 
