@@ -52,7 +52,7 @@ def _text_chars(traj) -> int:
     return n + sum(len(t.action) + len(t.observation) + len(t.reasoning or "") for t in traj.turns)
 
 
-def _ingest_unit(unit: InputUnit, task: dict[str, Any], stats: Stats, writers) -> None:
+def _ingest_unit(unit: InputUnit, task: dict[str, Any], stats: Stats, writers, transforms) -> None:
     q_writer, r_writer, t_writer = writers
     fmt = task["format"]
     if not fmt:
@@ -66,7 +66,6 @@ def _ingest_unit(unit: InputUnit, task: dict[str, Any], stats: Stats, writers) -
     opts = resolve_opts(adapter, task["opts"])
     if task.get("range"):
         adapter = RangeAdapter(adapter, task["range"])
-    transforms = build_steps(task["cfg"])
     for item in normalize_unit(unit, adapter, opts, stats):
         if item.raw is not None:
             r_writer.write_row({"uri": recorded_uri(item.raw.uri), "locator": item.raw.locator, "format": fmt, "payload": item.raw.payload})
@@ -104,11 +103,12 @@ def run_ingest_task(task: dict[str, Any]) -> dict[str, Any]:
         AtomicParquetWriter(fs, f"{root}/trajectories/part-{tid}.parquet", TRAJECTORY_SCHEMA, rows_per_group=256),
     )
     members = []
+    transforms = build_steps(task["cfg"])  # once per task: a group's members share the steps and their memos
     try:
         _pause_for_tests()
         for unit in units:
             unit_stats = Stats()
-            _ingest_unit(unit, task, unit_stats, writers)
+            _ingest_unit(unit, task, unit_stats, writers, transforms)
             stats.merge(unit_stats)
             members.append({"uri": recorded_uri(unit.uri), "stats": unit_stats.to_dict()})
         for w in writers:
