@@ -126,6 +126,7 @@ def run_count_task(task: dict[str, Any]) -> dict[str, Any]:
 
 class _Round(Stage):
     sections = ("dedup",)
+    small_tasks = True  # candidate pairs and the groups of a few buckets: tenths of a second each
 
     def _base(self, ctx: RunContext) -> dict[str, Any]:
         return {"out": ctx.cfg["run"]["out"], "settings": ctx.shared["dedup"]}

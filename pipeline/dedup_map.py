@@ -275,6 +275,7 @@ class EvalKeysRound(Stage):
 
     name = "dedup-evalkeys"
     sections = ("dedup",)
+    small_tasks = True  # a part's texts are read, but only its evaluation records' keys are made
     run_task = staticmethod(run_dedup_evalkeys_task)
 
     def plan(self, ctx: RunContext) -> list[dict[str, Any]] | None:
@@ -293,6 +294,7 @@ class EvalFilterRound(Stage):
 
     name = "dedup-evalfilter"
     sections = ("dedup",)
+    small_tasks = True
     run_task = staticmethod(run_dedup_evalfilter_task)
 
     def plan(self, ctx: RunContext) -> list[dict[str, Any]] | None:

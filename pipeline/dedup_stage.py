@@ -315,6 +315,7 @@ class DedupDecontamStage(Stage):
 
     name = "dedup-decontam"
     sections = ("dedup",)
+    small_tasks = True  # the evidence of one partition of evaluation records
     run_task = staticmethod(run_dedup_decontam_task)
 
     def run(self, ctx: RunContext) -> None:

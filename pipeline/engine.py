@@ -94,6 +94,9 @@ class Stage:
     # their time in code that releases the GIL (Arrow, Parquet, zstd): Python-bound tasks gain nothing
     # from a second thread. Each task's memory bound then holds per thread.
     local_threads: int = 1
+    # Tasks that hold little memory and take a fraction of a second (the dedup stage's small rounds): under
+    # Ray's `RECYCLE_TASKS` rule they do not count towards a worker's replacement (`RayExecutor`).
+    small_tasks: bool = False
 
     def __init__(self, name: str | None = None, sections: tuple[str, ...] | None = None,
                  run_task: TaskFn | None = None) -> None:
@@ -136,7 +139,7 @@ class Executor(Protocol):
     name: str
 
     def map(self, fn: TaskFn, tasks: list[dict[str, Any]], progress: Progress,
-            threads: int = 1) -> list[dict[str, Any]]: ...
+            threads: int = 1, small: bool = False) -> list[dict[str, Any]]: ...
 
     def close(self) -> None: ...
 
@@ -181,7 +184,7 @@ def run_stage(ctx: RunContext, stage: Stage) -> list[dict[str, Any]]:
         tasks = with_spec_hashes(stage, ctx.cfg, tasks)
         results, ctx.stage_runs[stage.name] = run_tasks(
             ctx.executor, stage.name, stage.run_task, tasks, ctx.fs, ctx.root, ctx.progress,
-            threads=stage.local_threads,
+            threads=stage.local_threads, small=stage.small_tasks,
         )
     ctx.results[stage.name] = results
     stage.finish(ctx, results)
@@ -197,6 +200,7 @@ def run_tasks(
     root: str,
     progress_mode: str,
     threads: int = 1,
+    small: bool = False,
 ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """Run the tasks (spec hashes set) that have no matching marker under ``_tasks/<name>/``; returns all
     results in task-id order and the run stats. `run_stage` uses it; so does a stage that drives
@@ -211,7 +215,7 @@ def run_tasks(
                 continue
         todo.append(task)
     progress = Progress(name, len(todo), mode=progress_mode)
-    fresh = executor.map(partial(run_and_mark, fn, name), todo, progress, threads=threads) if todo else []
+    fresh = executor.map(partial(run_and_mark, fn, name), todo, progress, threads=threads, small=small) if todo else []
     seconds = progress.finish() if todo else 0.0
     if todo:
         remove_stale_temps(fs, root)  # left by attempts that died and were retried; every task is done now

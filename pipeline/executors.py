@@ -35,7 +35,7 @@ class LocalExecutor:
     name = "local"
 
     def map(self, fn: TaskFn, tasks: list[dict[str, Any]], progress: Progress,
-            threads: int = 1) -> list[dict[str, Any]]:
+            threads: int = 1, small: bool = False) -> list[dict[str, Any]]:
         threads = max(1, min(int(threads), len(tasks), _cpus()))
         if threads == 1:
             results = []
@@ -126,11 +126,11 @@ class AutoExecutor:
             self._inner.plan_for_input(total_bytes)
 
     def map(self, fn: TaskFn, tasks: list[dict[str, Any]], progress: Progress,
-            threads: int = 1) -> list[dict[str, Any]]:
+            threads: int = 1, small: bool = False) -> list[dict[str, Any]]:
         if self._inner is None:  # no input size was given: the safe side for small runs
             self._choose("local", "input size unknown")
         assert self._inner is not None
-        return self._inner.map(fn, tasks, progress, threads=threads)
+        return self._inner.map(fn, tasks, progress, threads=threads, small=small)
 
     def close(self) -> None:
         if self._inner is not None:

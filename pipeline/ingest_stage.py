@@ -105,6 +105,7 @@ class ScanStage(Stage):
 
     name = "scan"
     sections = ("ingest",)  # the split and group sizes
+    small_tasks = True  # each streams one byte range, counting its newlines
     run_task = staticmethod(run_scan_task)
 
     def plan(self, ctx: RunContext) -> list[dict[str, Any]] | None:

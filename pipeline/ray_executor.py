@@ -74,8 +74,8 @@ class _HandOff:
     the thread that started Ray calls `hand_over` once it is up (and `take` does, should Ray have come up
     before this stage registered); after that, `take` gives None. `finish` returns what was submitted."""
 
-    def __init__(self, executor: RayExecutor, fn: TaskFn, tasks: list[dict[str, Any]]) -> None:
-        self._executor, self._fn, self._tasks = executor, fn, tasks
+    def __init__(self, executor: RayExecutor, fn: TaskFn, tasks: list[dict[str, Any]], small: bool = False) -> None:
+        self._executor, self._fn, self._tasks, self._small = executor, fn, tasks, small
         self._lock = threading.Lock()
         self._next = 0
         self._over = False  # the driver took its last task, or Ray is up and the rest are Ray's
@@ -101,7 +101,7 @@ class _HandOff:
         self._over = True
         if self._executor.ray_ready and self._next < len(self._tasks):  # else the driver meets the start's error
             try:
-                self.pending = self._executor._submit(self._fn, self._tasks[self._next:])
+                self.pending = self._executor._submit(self._fn, self._tasks[self._next:], self._small)
             except BaseException as exc:
                 self.error = exc
 
@@ -238,17 +238,19 @@ class RayExecutor:
             self.max_tasks_per_worker = RECYCLE_TASKS if large else 0
 
     def map(self, fn: TaskFn, tasks: list[dict[str, Any]], progress: Progress,
-            threads: int = 1) -> list[dict[str, Any]]:
+            threads: int = 1, small: bool = False) -> list[dict[str, Any]]:
         """Results in task order. While a local Ray is still starting, tasks run here one after another;
         the moment it is up, the tasks not yet begun go to Ray, while this process finishes the one it is
-        running. `threads` (the in-process runner's hint) is not used: every task has a process of its own."""
+        running. `threads` (the in-process runner's hint) is not used: every task has a process of its own.
+        `small` (`Stage.small_tasks`): with ``auto`` replacement, these tasks do not count towards
+        `RECYCLE_TASKS`."""
         results: dict[str, dict[str, Any]] = {}
         local = 0
         pending: dict[Any, tuple[str, float]] = {}
         # With a large input (`plan_for_input`) or a process per task, no task runs in the driver, whose
         # memory must stay small; they wait for Ray instead.
         if self._driver_runs_tasks and not self._ready.is_set():
-            hand_off = self._hand_off = _HandOff(self, fn, tasks)
+            hand_off = self._hand_off = _HandOff(self, fn, tasks, small)
             try:
                 while (index := hand_off.take()) is not None:
                     started = time.time()
@@ -275,7 +277,7 @@ class RayExecutor:
             return [results[t["task_id"]] for t in tasks]
         if not pending:
             self.wait_for_ray()
-            pending = self._submit(fn, tasks[local:])
+            pending = self._submit(fn, tasks[local:], small)
         ray = self._ray
         errors: dict[str, bytes] = {}
         waiting = list(pending)
@@ -298,10 +300,11 @@ class RayExecutor:
             raise next(_unpack_error(errors[t["task_id"]]) for t in tasks if t["task_id"] in errors)
         return [results[t["task_id"]] for t in tasks]
 
-    def _submit(self, fn: TaskFn, tasks: list[dict[str, Any]]) -> dict[Any, tuple[str, float]]:
+    def _submit(self, fn: TaskFn, tasks: list[dict[str, Any]], small: bool = False) -> dict[Any, tuple[str, float]]:
         """The tasks submitted to Ray: each one's object ref → (task id, submit time)."""
         ray = self._ray
-        calls = self.max_tasks_per_worker
+        # Ray counts a worker's calls per remote function: small tasks go through one without a limit
+        calls = 0 if small and self._auto else self.max_tasks_per_worker
         if calls not in self._remotes:  # `max_calls` is fixed when the remote function is made
             self._remotes[calls] = ray.remote(num_cpus=1, max_retries=MAX_RETRIES, max_calls=calls,
                                               runtime_env=self._task_env)(run_task)

@@ -420,10 +420,10 @@ def test_a_reduce_task_takes_its_buckets_in_order_whatever_order_its_json_has(de
     seen: list[dict] = []
 
     class Recording(LocalExecutor):
-        def map(self, fn, tasks, progress, threads=1):
+        def map(self, fn, tasks, progress, threads=1, small=False):
             if fn.args[1] == "dedup-reduce":  # fn: the engine's run_and_mark with the stage's task and name
                 seen.extend(tasks)
-            return super().map(fn, tasks, progress, threads=threads)
+            return super().map(fn, tasks, progress, threads=threads, small=small)
 
     cfg_path = tmp_path / "cfg.toml"
     cfg_path.write_text((src / "cfg.toml").read_text().replace("[dedup]\n", "[dedup]\nbuckets = 12\n"))

@@ -244,8 +244,8 @@ class _RecordingExecutor(LocalExecutor):
         super().__init__()
         self.seen: list[str] = []
 
-    def map(self, fn, tasks, progress, threads=1):
-        results = super().map(fn, tasks, progress, threads=threads)
+    def map(self, fn, tasks, progress, threads=1, small=False):
+        results = super().map(fn, tasks, progress, threads=threads, small=small)
         self.seen += [json.dumps(x, default=str) for x in [*tasks, *results]]
         return results
 

@@ -123,9 +123,9 @@ class _Recording(LocalExecutor):
     def __init__(self) -> None:
         self.threads: list[int] = []
 
-    def map(self, fn, tasks, progress, threads=1):
+    def map(self, fn, tasks, progress, threads=1, small=False):
         self.threads.append(threads)
-        return super().map(fn, tasks, progress, threads=threads)
+        return super().map(fn, tasks, progress, threads=threads, small=small)
 
 
 class _Threaded(Stage):

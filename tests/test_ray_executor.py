@@ -219,6 +219,21 @@ def test_a_worker_process_is_replaced_after_max_tasks_per_worker_tasks(ray_sessi
     assert max(per_process.values()) == 2  # ... and a process did run a second task
 
 
+def test_small_tasks_do_not_count_towards_a_workers_replacement(ray_session):
+    # `Stage.small_tasks` (the dedup stage's small rounds): under ``auto`` replacement a worker runs them without
+    # using up its `RECYCLE_TASKS`, which count the other tasks only.
+    from pipeline.ray_executor import RECYCLE_BYTES, RayExecutor
+
+    ex = RayExecutor()
+    ex.plan_for_input(RECYCLE_BYTES)  # a large input: workers are replaced
+    ex.max_tasks_per_worker = 2  # in place of `RECYCLE_TASKS`, so that six tasks cross it
+    small = ex.map(count_calls, [{"task_id": f"s{n}"} for n in range(6)], Progress("s", 6, mode="off"), small=True)
+    assert len({r["pid"] for r in small}) <= 2  # two CPUs, six small tasks: no process was replaced
+    large = ex.map(count_calls, [{"task_id": f"l{n}"} for n in range(6)], Progress("l", 6, mode="off"))
+    per_process = Counter(r["pid"] for r in large)
+    assert max(per_process.values()) <= 2 and len(per_process) >= 3  # the other tasks: two a process
+
+
 def test_explicit_ray_and_auto_above_the_threshold_run_on_ray_workers(ray_session):
     from pipeline.config import resolve
     from pipeline.executors import make_executor
