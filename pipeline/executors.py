@@ -29,7 +29,7 @@ class LocalExecutor:
 
     Either way the results come in task order and the error of the first failing task in that order is the
     one raised, after the tasks already running have ended (no thread still writes when `map` returns);
-    tasks not yet begun do not start.
+    tasks not yet begun do not start. `small` (`Stage.small_tasks`) concerns worker processes only.
     """
 
     name = "local"
