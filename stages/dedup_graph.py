@@ -8,6 +8,7 @@ whole computation it stands for), `removed_rows` in the one clusters task
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Callable
 from typing import Any
 
@@ -209,13 +210,13 @@ def _bucket_edges(table: pa.Table, settings: dict[str, Any], groups: list[pa.Tab
     is_ngram = k[starts] == KIND_NGRAM
     edges: set[tuple] = set()
     parts = []
+    totals = None
     if is_ngram.any():
         specific = is_ngram & (sizes <= int(settings.get("ngram_limit", 0)))
         # Every specific n-gram of an evaluation record counts towards its total, shared or not.
         counted = np.repeat(specific, sizes) & (role != ROLE_TRAIN)
         if counted.any():
-            ids = pc.value_counts(table.column("traj_id").take(pa.array(order[counted])))
-            edges.update((KIND_TOTAL, v, "", n) for v, n in zip(ids.field("values").to_pylist(), ids.field("counts").to_pylist()))
+            totals = pc.value_counts(table.column("traj_id").take(pa.array(order[counted])))
         trains = np.add.reduceat((role == ROLE_TRAIN).astype(np.int64), starts)
         pair_groups = specific & (trains > 0) & (trains < sizes)
         if pair_groups.any() and groups is not None:
@@ -228,7 +229,12 @@ def _bucket_edges(table: pa.Table, settings: dict[str, Any], groups: list[pa.Tab
         _dedup_group_edges(table, order, k, role, dedup_groups, settings, edges)
     rows = sorted(edges)
     ends = {x for e in rows if e[0] in ("exact", "near") for x in e[1:3]}
-    parts.insert(0, edge_table(rows, node_sizes(table, ends) if ends else {}))
+    sizes_of = node_sizes(table, ends) if ends else {}
+    if totals is None:
+        parts.insert(0, edge_table(rows, sizes_of))
+    else:  # the totals (most of a bucket's edges) as columns, in their place in the sorted rows (by kind, then id)
+        cut = bisect.bisect_left(rows, (KIND_TOTAL,))
+        parts[:0] = [edge_table(rows[:cut], sizes_of), total_table(totals, sizes_of), edge_table(rows[cut:], sizes_of)]
     return pa.concat_tables(parts)
 
 
@@ -376,6 +382,26 @@ def node_sizes(table: pa.Table, ids: set[str]) -> dict[str, tuple[int, int]]:
     sub = sub.filter(pa.array(sub.column("kind").to_numpy() != KIND_NGRAM))
     sub = sub.filter(pc.is_in(sub.column("traj_id"), pa.array(sorted(ids), pa.string())))
     return {t: (n, ln) for t, n, ln in zip(*(sub.column(c).to_pylist() for c in ("traj_id", "turns", "text_len")))}
+
+
+def total_table(counts: pa.StructArray, sizes: dict[str, tuple[int, int]]) -> pa.Table:
+    """`edge_table` of the `KIND_TOTAL` edges ``(KIND_TOTAL, id, "", count)`` of ``value_counts`` of evaluation
+    ids (`counts`), built as columns: the same rows, in the same order (ids sorted)."""
+    ids = counts.field("values")
+    if pa.types.is_dictionary(ids.type):
+        ids = ids.dictionary_decode()
+    order = pc.sort_indices(ids)  # by UTF-8 bytes: the order of Python's str comparison
+    ids, n = ids.take(order), counts.field("counts").take(order)
+    a_sizes = [sizes.get(v, (0, 0)) for v in ids.to_pylist()] if sizes else None
+    b_turns, b_len = sizes.get("", (0, 0))
+    rows = len(ids)
+    return pa.Table.from_arrays([
+        pa.array(np.full(rows, KIND_TOTAL, dtype=object), pa.string()), ids.cast(pa.string()),
+        pa.array(np.full(rows, "", dtype=object), pa.string()), pa.array(np.zeros(rows, np.float32)),
+        pa.array([x[0] for x in a_sizes] if a_sizes else np.zeros(rows, np.int32), pa.int32()),
+        pa.array([x[1] for x in a_sizes] if a_sizes else np.zeros(rows, np.int64), pa.int64()),
+        pa.array(np.full(rows, b_turns, np.int32)), pa.array(np.full(rows, b_len, np.int64)), n.cast(pa.int64()),
+    ], schema=EDGE_SCHEMA)
 
 
 def edge_table(edges: list[tuple], sizes: dict[str, tuple[int, int]]) -> pa.Table:

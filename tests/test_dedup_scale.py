@@ -182,3 +182,21 @@ def test_decontam_verdicts_sum_partial_counts_like_the_rules_one_row_at_a_time(s
     want = _reference_verdicts(rows, settings)
     assert Counter(map(tuple, zip(*(got.column(c).to_pylist() for c in VERDICT_SCHEMA.names)))) == want
     assert sum(want.values()) == got.num_rows
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_the_totals_as_columns_equal_their_rows(seed):
+    # A bucket's `KIND_TOTAL` edges are built as columns (`total_table`); they must be the rows `edge_table`
+    # makes of the sorted tuples, sizes included where a record is also the end of a dedup edge.
+    rnd = random.Random(seed)
+    alphabet = ["a", "B", "z", "0", "_", "é", "ß", "中", "🙂"]
+    ids = sorted({"".join(rnd.choices(alphabet, k=rnd.randint(1, 4))) for _ in range(60)})
+    rnd.shuffle(ids)
+    counts = [rnd.randint(1, 9) for _ in ids]
+    values = pa.array(ids).dictionary_encode() if seed % 2 else pa.array(ids)  # the reduce's ids are encoded
+    struct = pa.StructArray.from_arrays([values, pa.array(counts, pa.int64())], names=["values", "counts"])
+    sizes = {i: (rnd.randint(1, 30), rnd.randint(1, 9999)) for i in rnd.sample(ids, 10)} if seed else {}
+    got = dedup_graph.total_table(struct, sizes)
+    want = dedup_graph.edge_table(sorted((KIND_TOTAL, i, "", n) for i, n in zip(ids, counts)), sizes)
+    assert got.equals(want)
+    assert got.column("a").to_pylist() == sorted(ids)  # code point order, as Python sorts the tuples
