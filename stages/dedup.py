@@ -439,7 +439,8 @@ def pairwise_jaccard(sigs: np.ndarray, others: np.ndarray | None = None, rows: i
     out = np.empty((len(sigs), len(others)), dtype=np.float32)
     for start in range(0, len(sigs), rows):
         block = sigs[start : start + rows, None, :] == others[None, :, :]
-        out[start : start + rows] = block.mean(axis=2)
+        # a count over the length: the mean of the matches, exactly (a sum of booleans in integers is faster)
+        out[start : start + rows] = block.sum(axis=2, dtype=np.int32) / sigs.shape[1]
     return out
 
 
@@ -579,6 +580,7 @@ def band_group_edges(ids: list[str], roles: list[int], sigs: np.ndarray, thresho
     roles = [roles[i] for i in order]
     classes, inverse = unique_rows(sigs[order])
     sim = pairwise_jaccard(classes)
+    close = sim >= np.float32(threshold)  # compared as float32, as the estimates are
     members: dict[int, list[int]] = {}
     for i, c in enumerate(inverse.tolist()):
         members.setdefault(c, []).append(i)
@@ -591,17 +593,25 @@ def band_group_edges(ids: list[str], roles: list[int], sigs: np.ndarray, thresho
                 if same:
                     firsts[c] = same[0]
                     edges += [("near", ids[same[0]], ids[i], 1.0) for i in same[1:]]
-            uf = UnionFind()
-            cls = sorted(firsts)
+            # Class pairs in order (x < y, row by row), each joining two trees into one: a spanning forest,
+            # complete once every class is in one tree (a group of near copies: then no pair is left to visit).
+            uf, cls = UnionFind(), sorted(firsts)
+            trees = len(cls)
             for x, c1 in enumerate(cls):
+                if trees == 1:
+                    break
+                row = close[c1].tolist()
                 for c2 in cls[x + 1 :]:
-                    if sim[c1, c2] >= threshold and uf.union(c1, c2):
+                    if row[c2] and uf.union(c1, c2):
+                        trees -= 1
                         a, b = sorted((ids[firsts[c1]], ids[firsts[c2]]))
                         edges.append(("near", a, b, float(sim[c1, c2])))
+                        if trees == 1:
+                            break
     ref_min = {c: min(ids[i] for i in m if roles[i] != 0) for c, m in members.items() if any(roles[i] != 0 for i in m)}
     for c, m in sorted(members.items()):
         trains = [i for i in m if roles[i] == 0]
-        hits = [(ref_min[r], float(sim[c, r])) for r in ref_min if sim[c, r] >= threshold]
+        hits = [(ref_min[r], float(sim[c, r])) for r in ref_min if close[c, r]]
         if trains and hits:
             witness, jac = min(hits, key=lambda h: (-h[1], h[0]))  # the closest record, then the smallest id
             edges += [("decontam_near", ids[i], witness, jac) for i in trains]

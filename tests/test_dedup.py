@@ -258,3 +258,51 @@ def test_lsh_params_equal_datasketch_optimum(num_perm):
         threshold = i / 20
         expected = _optimal_param(threshold, num_perm, 0.5, 0.5)
         assert dedup.lsh_params.__wrapped__(threshold, num_perm) == tuple(expected), threshold
+
+
+def _band_group_edges_by_all_pairs(ids, roles, sigs, threshold, near):
+    """`band_group_edges` as its rule reads: every pair of classes in order, Jaccard as the mean of equal values."""
+    order = sorted(range(len(ids)), key=ids.__getitem__)
+    ids, roles, sigs = [ids[i] for i in order], [roles[i] for i in order], sigs[order]
+    classes = sorted({tuple(r) for r in sigs.tolist()})
+    member_class = [classes.index(tuple(r)) for r in sigs.tolist()]
+    sim = np.array([[np.mean(np.array(a) == np.array(b)) for b in classes] for a in classes], dtype=np.float32)
+    members = {c: [i for i, m in enumerate(member_class) if m == c] for c in range(len(classes))}
+    edges = []
+    if near:
+        for side in (0, 1):
+            firsts = {}
+            for c in sorted(members):
+                same = [i for i in members[c] if roles[i] == side]
+                if same:
+                    firsts[c] = same[0]
+                    edges += [("near", ids[same[0]], ids[i], 1.0) for i in same[1:]]
+            uf, cls = dedup.UnionFind(), sorted(firsts)
+            for x, c1 in enumerate(cls):
+                for c2 in cls[x + 1:]:
+                    if sim[c1, c2] >= np.float32(threshold) and uf.union(c1, c2):
+                        edges.append(("near", *sorted((ids[firsts[c1]], ids[firsts[c2]])), float(sim[c1, c2])))
+    refs = {c: min(ids[i] for i in m if roles[i]) for c, m in members.items() if any(roles[i] for i in m)}
+    for c, m in sorted(members.items()):
+        trains = [i for i in m if roles[i] == 0]
+        hits = [(refs[r], float(sim[c, r])) for r in refs if sim[c, r] >= np.float32(threshold)]
+        if trains and hits:
+            witness, jac = min(hits, key=lambda h: (-h[1], h[0]))
+            edges += [("decontam_near", ids[i], witness, jac) for i in trains]
+    return edges
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.integers(2, 40), st.integers(1, 6), st.integers(0, 10_000), st.sampled_from([0.5, 0.8, 0.9]), st.booleans())
+def test_band_group_edges_equal_the_all_pairs_rule(n, variants, seed, threshold, near):
+    # Members drawn from a few base signatures with a few values changed: identical copies, near copies (some
+    # close to several others, so the forest has choices) and far ones; every role.
+    rng = np.random.default_rng(seed)
+    base = rng.integers(0, 2**32, (variants, 16), dtype=np.uint32)
+    sigs = base[rng.integers(0, variants, n)]
+    changed = rng.random((n, 16)) < rng.choice([0.0, 0.1, 0.3], n)[:, None]
+    sigs = np.where(changed, rng.integers(0, 2**32, (n, 16), dtype=np.uint32), sigs)
+    ids = [f"x{i:03d}" for i in rng.permutation(n)]
+    roles = rng.choice([0, 0, 0, 1, 2], n).tolist()
+    got = dedup.band_group_edges(ids, roles, sigs, threshold, near)
+    assert sorted(got) == sorted(_band_group_edges_by_all_pairs(ids, roles, sigs, threshold, near))
