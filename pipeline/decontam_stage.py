@@ -36,7 +36,8 @@ from stages.decontam_select import (
     distinct_pairs,
     select_groups,
 )
-from stages.dedup_graph import EDGE_SCHEMA, GRAM_SCHEMA, GROUP_SCHEMA
+from stages.dedup_edges import EDGE_SCHEMA
+from stages.dedup_graph import GRAM_SCHEMA, GROUP_SCHEMA
 from stages.dedup_removals import evidence_key
 
 GRAM_FILE_SCHEMA = GRAM_SCHEMA.append(pa.field("bucket", pa.int32()))

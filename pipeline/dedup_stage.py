@@ -60,7 +60,8 @@ from schemas.errors import ConfigError
 from schemas.stats import Stats, merge_all
 from stages.decontam import common_limit, is_active
 from stages.dedup import lsh_params
-from stages.dedup_graph import BUCKET_FILE_SCHEMA, EDGE_SCHEMA, GROUP_SCHEMA, bucket_evidence
+from stages.dedup_edges import EDGE_SCHEMA
+from stages.dedup_graph import BUCKET_FILE_SCHEMA, GROUP_SCHEMA, bucket_evidence
 from stages.dedup_removals import (
     DECONTAM_KINDS,
     DEDUP_KINDS,

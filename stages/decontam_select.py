@@ -24,7 +24,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from stages.dedup_graph import EDGE_SCHEMA, KIND_SHARED, KIND_TOTAL, columns_table, pair_counts
+from stages.dedup_edges import EDGE_SCHEMA, KIND_SHARED, KIND_TOTAL, columns_table
+from stages.dedup_graph import pair_counts
 
 # A chosen group of a bucket (its number in that bucket's `GROUP_SCHEMA` rows) and the record that chose it.
 SELECTED_SCHEMA = pa.schema([("bucket", pa.int32()), ("group", pa.int32()), ("record", pa.string())])

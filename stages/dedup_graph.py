@@ -32,13 +32,11 @@ from stages.dedup import (
     text_word_hashes_many,
     turn_texts,
 )
+from stages.dedup_edges import EDGE_SCHEMA, KIND_SHARED, KIND_TOTAL, columns_table, edge_table, total_table
 from stages.gram_filter import GramFilter
 
 # Row kinds of the bucket files (key rows of the dedup map).
 KIND_EXACT, KIND_BAND, KIND_NGRAM = 0, 1, 2
-# Edge kinds of the n-gram measure: specific n-grams of an evaluation record (a, count) and those of them a
-# training trajectory holds (a = training id, b = evaluation id, count); summed over the buckets.
-KIND_TOTAL, KIND_SHARED = "decontam_total", "decontam_shared"
 
 
 BUCKET_SCHEMA = pa.schema(
@@ -49,11 +47,6 @@ BUCKET_ROWS_SCHEMA = pa.schema([f.with_type(pa.dictionary(pa.int32(), f.type)) i
                                 else f for f in BUCKET_SCHEMA])  # a map's rows (`BucketRows`): id and signature encoded
 # The bucket files: the id encoded (a trajectory's n-gram rows repeat it); a signature is in a bucket about once.
 BUCKET_FILE_SCHEMA = BUCKET_ROWS_SCHEMA.set(BUCKET_SCHEMA.get_field_index("sig"), BUCKET_SCHEMA.field("sig"))
-EDGE_SCHEMA = pa.schema(
-    [("kind", pa.string()), ("a", pa.string()), ("b", pa.string()), ("jaccard", pa.float32()),
-     ("a_turns", pa.int32()), ("a_len", pa.int64()), ("b_turns", pa.int32()), ("b_len", pa.int64()),
-     ("count", pa.int64())]
-)
 
 
 class BucketRows:
@@ -370,50 +363,9 @@ def pair_counts(group: np.ndarray, member: np.ndarray, is_train: np.ndarray, n_c
     return keys, np.bincount(inverse, weights=np.concatenate(counts)).astype(np.int64)
 
 
-def columns_table(columns: dict[str, Any], schema: pa.Schema) -> pa.Table:
-    arrays = [c if isinstance(c, pa.Array) else pa.array(c, type=f.type) for c, f in
-              ((columns[f.name], f) for f in schema)]
-    return pa.Table.from_arrays(arrays, schema=schema)
-
-
 def node_sizes(table: pa.Table, ids: set[str]) -> dict[str, tuple[int, int]]:
     """(turns, text length) of the trajectories `ids` from their exact-key and band rows."""
     sub = table.select(["kind", "traj_id", "turns", "text_len"])  # the few key rows first, then their ids
     sub = sub.filter(pa.array(sub.column("kind").to_numpy() != KIND_NGRAM))
     sub = sub.filter(pc.is_in(sub.column("traj_id"), pa.array(sorted(ids), pa.string())))
     return {t: (n, ln) for t, n, ln in zip(*(sub.column(c).to_pylist() for c in ("traj_id", "turns", "text_len")))}
-
-
-def total_table(counts: pa.StructArray, sizes: dict[str, tuple[int, int]]) -> pa.Table:
-    """`edge_table` of the `KIND_TOTAL` edges ``(KIND_TOTAL, id, "", count)`` of ``value_counts`` of evaluation
-    ids (`counts`), built as columns: the same rows, in the same order (ids sorted)."""
-    ids = counts.field("values")
-    if pa.types.is_dictionary(ids.type):
-        ids = ids.dictionary_decode()
-    order = pc.sort_indices(ids)  # by UTF-8 bytes: the order of Python's str comparison
-    ids, n = ids.take(order), counts.field("counts").take(order)
-    a_sizes = [sizes.get(v, (0, 0)) for v in ids.to_pylist()] if sizes else None
-    b_turns, b_len = sizes.get("", (0, 0))
-    rows = len(ids)
-    return pa.Table.from_arrays([
-        pa.array(np.full(rows, KIND_TOTAL, dtype=object), pa.string()), ids.cast(pa.string()),
-        pa.array(np.full(rows, "", dtype=object), pa.string()), pa.array(np.zeros(rows, np.float32)),
-        pa.array([x[0] for x in a_sizes] if a_sizes else np.zeros(rows, np.int32), pa.int32()),
-        pa.array([x[1] for x in a_sizes] if a_sizes else np.zeros(rows, np.int64), pa.int64()),
-        pa.array(np.full(rows, b_turns, np.int32)), pa.array(np.full(rows, b_len, np.int64)), n.cast(pa.int64()),
-    ], schema=EDGE_SCHEMA)
-
-
-def edge_table(edges: list[tuple], sizes: dict[str, tuple[int, int]]) -> pa.Table:
-    """The edge file rows of `bucket_edges`' edges, with the (turns, text length) of both ends from `sizes`."""
-    counted = [kind in (KIND_TOTAL, KIND_SHARED) for kind, *_ in edges]
-    a_sizes = [sizes.get(e[1], (0, 0)) for e in edges]
-    b_sizes = [sizes.get(e[2], (0, 0)) for e in edges]
-    columns = {
-        "kind": [e[0] for e in edges], "a": [e[1] for e in edges], "b": [e[2] for e in edges],
-        "jaccard": [0.0 if c else e[3] for e, c in zip(edges, counted)],
-        "a_turns": [x[0] for x in a_sizes], "a_len": [x[1] for x in a_sizes],
-        "b_turns": [x[0] for x in b_sizes], "b_len": [x[1] for x in b_sizes],
-        "count": [int(e[3]) if c else 0 for e, c in zip(edges, counted)],
-    }
-    return pa.Table.from_arrays([pa.array(columns[f.name], type=f.type) for f in EDGE_SCHEMA], schema=EDGE_SCHEMA)

@@ -16,7 +16,7 @@ import pyarrow.compute as pc
 
 from stages.decontam import near_is_contamination
 from stages.dedup import cluster_id
-from stages.dedup_graph import KIND_SHARED, KIND_TOTAL, columns_table
+from stages.dedup_edges import KIND_SHARED, KIND_TOTAL, columns_table
 
 # Decontamination evidence of one evaluation record (its total, the shared counts and near copies that name it)
 # lives in one partition: every such row is routed by the record's id.

@@ -16,7 +16,8 @@ from pipeline.decontam_stage import GRAM_FILE_SCHEMA
 from pipeline.dedup_stage import evidence_parts, record_parts
 from stages.decontam import ROLE_EVAL, ROLE_REFERENCE, ROLE_TRAIN
 from stages.decontam_select import CandidateIndex, candidate_pairs, distinct_pairs, least_passing, select_groups
-from stages.dedup_graph import BUCKET_SCHEMA, EDGE_SCHEMA, KIND_NGRAM, KIND_SHARED, bucket_edges, bucket_evidence
+from stages.dedup_edges import EDGE_SCHEMA, KIND_SHARED
+from stages.dedup_graph import BUCKET_SCHEMA, KIND_NGRAM, bucket_edges, bucket_evidence
 from stages.dedup_removals import VERDICT_SCHEMA, decontam_verdicts, of_kinds
 
 LIMIT = 12  # groups of more members are common, not specific

@@ -10,10 +10,11 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from stages import dedup_graph
+from stages import dedup_edges, dedup_graph
 from stages.decontam import ROLE_EVAL, ROLE_REFERENCE, ROLE_TRAIN, near_is_contamination, ngram_group_pairs
 from stages.dedup import UnionFind, cluster_id, survivor_rank
-from stages.dedup_graph import BUCKET_SCHEMA, EDGE_SCHEMA, KIND_NGRAM, KIND_SHARED, KIND_TOTAL, bucket_edges
+from stages.dedup_edges import EDGE_SCHEMA, KIND_SHARED, KIND_TOTAL
+from stages.dedup_graph import BUCKET_SCHEMA, KIND_NGRAM, bucket_edges
 from stages.dedup_removals import VERDICT_SCHEMA, cluster_removals, decontam_verdicts
 
 
@@ -196,7 +197,7 @@ def test_the_totals_as_columns_equal_their_rows(seed):
     values = pa.array(ids).dictionary_encode() if seed % 2 else pa.array(ids)  # the reduce's ids are encoded
     struct = pa.StructArray.from_arrays([values, pa.array(counts, pa.int64())], names=["values", "counts"])
     sizes = {i: (rnd.randint(1, 30), rnd.randint(1, 9999)) for i in rnd.sample(ids, 10)} if seed else {}
-    got = dedup_graph.total_table(struct, sizes)
-    want = dedup_graph.edge_table(sorted((KIND_TOTAL, i, "", n) for i, n in zip(ids, counts)), sizes)
+    got = dedup_edges.total_table(struct, sizes)
+    want = dedup_edges.edge_table(sorted((KIND_TOTAL, i, "", n) for i, n in zip(ids, counts)), sizes)
     assert got.equals(want)
     assert got.column("a").to_pylist() == sorted(ids)  # code point order, as Python sorts the tuples
