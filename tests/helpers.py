@@ -206,6 +206,21 @@ def ingest_unit(adapter, path: Path | str, is_dir: bool = False, **opts):
     return trajs, bad
 
 
+# Shared by the adapters' fuzz tests: damage a parsed document at random (hypothesis's `st.randoms`).
+JUNK = [None, 0, 2.5, True, "x", [], {}, ["a"], {"a": 1}, [[1]]]
+
+
+def mutated(value, rnd):
+    """`value` with random members replaced by values of the wrong type or removed."""
+    if rnd.random() < 0.08:
+        return rnd.choice(JUNK)
+    if isinstance(value, dict):
+        return {k: mutated(v, rnd) for k, v in value.items() if rnd.random() > 0.03}
+    if isinstance(value, list):
+        return [mutated(v, rnd) for v in value if rnd.random() > 0.03]
+    return value
+
+
 # ------------------------------------------------------------------ a loopback OpenAI-compatible server
 
 # A loopback OpenAI-compatible judge for tests: answers /v1/chat/completions from a script.

@@ -17,6 +17,7 @@ from stages.ingest.agentworldbench import (
     reference_observation,
 )
 from stages.ingest.reading import InputUnit
+from tests.helpers import ingest_unit
 
 TERMINAL_SYSTEM = (
     "You simulate a Linux terminal. Given the history and a new action, reply with the exact terminal output.\n"
@@ -25,17 +26,8 @@ TERMINAL_SYSTEM = (
 
 
 def run(path, **opts):
-    opts = registry.resolve_opts(ADAPTER, opts)
-    trajs, errors = [], []
-    for item in ADAPTER.read(InputUnit(str(path)), opts):
-        if isinstance(item, InvalidRecord):
-            errors.append(item)
-            continue
-        try:
-            trajs.extend(ADAPTER.normalize(item, opts))
-        except InvalidRecord as exc:
-            errors.append(exc)
-    return trajs, errors
+    """All trajectories and all quarantined records of one file, as the pipeline would see them."""
+    return ingest_unit(ADAPTER, path, **opts)
 
 
 def render_turn(n, action, state=None, instruction=None, tail=""):

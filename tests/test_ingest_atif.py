@@ -14,20 +14,12 @@ from stages.ingest import registry
 from stages.ingest.atif import ADAPTER, agent_step_turns, calls_action
 from stages.ingest.reading import InputUnit
 from stages.ingest.registry import RawRecord
+from tests.helpers import ingest_unit, mutated
 
 
 def run(path, **opts):
-    opts = registry.resolve_opts(ADAPTER, opts)
-    trajs, errors = [], []
-    for item in ADAPTER.read(InputUnit(str(path)), opts):
-        if isinstance(item, InvalidRecord):
-            errors.append(item)
-            continue
-        try:
-            trajs.extend(ADAPTER.normalize(item, opts))
-        except InvalidRecord as exc:
-            errors.append(exc)
-    return trajs, errors
+    """All trajectories and all quarantined records of one file, as the pipeline would see them."""
+    return ingest_unit(ADAPTER, path, **opts)
 
 
 @pytest.fixture(scope="module")
@@ -225,20 +217,6 @@ def test_a_large_streaming_atif_file_is_never_split_into_line_ranges(shared_data
     assert len(file_ranges(InputUnit(str(streaming)), "atif", size, 1024)) == 1
     per_line = fixtures_dir / "atif" / "runs.jsonl"  # one document per line: may be split
     assert len(file_ranges(InputUnit(str(per_line)), "atif", per_line.stat().st_size, 1024)) > 1
-
-
-JUNK = [None, 0, 2.5, True, "x", [], {}, ["a"], {"a": 1}, [[1]]]
-
-
-def mutated(value, rnd):
-    """`value` with random members replaced by values of the wrong type or removed."""
-    if rnd.random() < 0.08:
-        return rnd.choice(JUNK)
-    if isinstance(value, dict):
-        return {k: mutated(v, rnd) for k, v in value.items() if rnd.random() > 0.03}
-    if isinstance(value, list):
-        return [mutated(v, rnd) for v in value if rnd.random() > 0.03]
-    return value
 
 
 @settings(max_examples=60, deadline=None)

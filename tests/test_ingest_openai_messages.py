@@ -11,23 +11,14 @@ from stages.ingest import registry
 from stages.ingest.openai_messages import ADAPTER, find_chat_path, resolve_path
 from stages.ingest.reading import InputUnit
 from stages.ingest.tool_calls import parse_arguments, tool_action
+from tests.helpers import ingest_unit
 
 ATLAS = "openai-messages/mcp-atlas/sample_tasks.csv"
 
 
 def run(path, **opts):
-    """All trajectories and all InvalidRecords of one file, as the pipeline would see them."""
-    opts = registry.resolve_opts(ADAPTER, opts)
-    trajs, errors = [], []
-    for item in ADAPTER.read(InputUnit(str(path)), opts):
-        if isinstance(item, InvalidRecord):
-            errors.append(item)
-            continue
-        try:
-            trajs.extend(ADAPTER.normalize(item, opts))
-        except InvalidRecord as exc:
-            errors.append(exc)
-    return trajs, errors
+    """All trajectories and all quarantined records of one file, as the pipeline would see them."""
+    return ingest_unit(ADAPTER, path, **opts)
 
 
 def by_task(trajs, task):

@@ -16,7 +16,7 @@ from stages.ingest.openhands import ADAPTER
 from stages.ingest.reading import InputUnit
 from stages.ingest.registry import RawRecord
 from tests.conftest import FIXTURES
-from tests.helpers import ingest_unit
+from tests.helpers import ingest_unit, mutated
 
 
 def ingest(path: Path, **opts):
@@ -186,20 +186,6 @@ def test_registry_sniffs_real_files_and_fixtures(shared_data, fixtures_dir):
 
 
 FUZZ_SOURCE = FIXTURES / "openhands" / "unanswered_action.json"
-JUNK = [None, 0, 2.5, True, "x", [], {}, ["a"], {"a": 1}, [[1]]]
-
-
-def mutated(value, rnd):
-    """`value` with random members replaced by values of the wrong type or removed."""
-    if rnd.random() < 0.08:
-        return rnd.choice(JUNK)
-    if isinstance(value, dict):
-        return {k: mutated(v, rnd) for k, v in value.items() if rnd.random() > 0.03}
-    if isinstance(value, list):
-        return [mutated(v, rnd) for v in value if rnd.random() > 0.03]
-    return value
-
-
 @settings(max_examples=40, deadline=None)
 @given(rnd=st.randoms(use_true_random=False))
 def test_damaged_records_are_quarantined_never_crash(rnd):

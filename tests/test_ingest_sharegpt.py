@@ -10,20 +10,12 @@ from schemas.errors import InvalidRecord
 from stages.ingest import registry
 from stages.ingest.reading import InputUnit
 from stages.ingest.sharegpt import ADAPTER, parse_function_call
+from tests.helpers import ingest_unit
 
 
 def run(path, **opts):
-    opts = registry.resolve_opts(ADAPTER, opts)
-    trajs, errors = [], []
-    for item in ADAPTER.read(InputUnit(str(path)), opts):
-        if isinstance(item, InvalidRecord):
-            errors.append(item)
-            continue
-        try:
-            trajs.extend(ADAPTER.normalize(item, opts))
-        except InvalidRecord as exc:
-            errors.append(exc)
-    return trajs, errors
+    """All trajectories and all quarantined records of one file, as the pipeline would see them."""
+    return ingest_unit(ADAPTER, path, **opts)
 
 
 @pytest.fixture(scope="module")

@@ -17,7 +17,7 @@ from stages.ingest.registry import RawRecord
 from stages.ingest.swe_agent import ADAPTER, parse_command, parse_commands_doc
 from stages.ingest.swe_agent_tools import TOOLS, CommandParseError, parse_tool_command
 from tests.conftest import FIXTURES
-from tests.helpers import ingest_unit
+from tests.helpers import ingest_unit, mutated
 
 REAL_TURNS = {
     "ctf_networking_1.traj": 4,
@@ -233,20 +233,6 @@ def test_registry_sniffs_real_files_and_fixtures_as_swe_agent(shared_data, fixtu
 
 
 FUZZ_SOURCE = FIXTURES / "swe-agent" / "function_calling.traj"
-JUNK = [None, 0, 2.5, True, "x", [], {}, ["a"], {"a": 1}, [[1]]]
-
-
-def mutated(value, rnd):
-    """`value` with random members replaced by values of the wrong type or removed."""
-    if rnd.random() < 0.08:
-        return rnd.choice(JUNK)
-    if isinstance(value, dict):
-        return {k: mutated(v, rnd) for k, v in value.items() if rnd.random() > 0.03}
-    if isinstance(value, list):
-        return [mutated(v, rnd) for v in value if rnd.random() > 0.03]
-    return value
-
-
 @settings(max_examples=40, deadline=None)
 @given(rnd=st.randoms(use_true_random=False))
 def test_damaged_records_are_quarantined_never_crash(rnd):

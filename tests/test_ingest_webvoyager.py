@@ -13,23 +13,15 @@ from stages.ingest.desktop_render import EMPTY_SCREEN, RenderLimits
 from stages.ingest.reading import InputUnit, expand_inputs
 from stages.ingest.registry import RawRecord
 from stages.ingest.webvoyager import ADAPTER, parse_action, parse_reply, read_observation
+from tests.helpers import ingest_unit
 
 REAL = "webvoyager/taskAmazon--0/interact_messages.json"
 FIXTURES = "webvoyager"
 
 
 def run(path, **opts):
-    opts = registry.resolve_opts(ADAPTER, opts)
-    trajs, errors = [], []
-    for item in ADAPTER.read(InputUnit(str(path)), opts):
-        if isinstance(item, InvalidRecord):
-            errors.append(item)
-            continue
-        try:
-            trajs.extend(ADAPTER.normalize(item, opts))
-        except InvalidRecord as exc:
-            errors.append(exc)
-    return trajs, errors
+    """All trajectories and all quarantined records of one file, as the pipeline would see them."""
+    return ingest_unit(ADAPTER, path, **opts)
 
 
 def one(path):
