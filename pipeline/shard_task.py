@@ -31,6 +31,8 @@ def _gather_lists(arr: pa.ListArray, order: np.ndarray) -> pa.ListArray:
     """
     offsets = arr.offsets.to_numpy()  # indexes `arr.values`, which ignores a slice offset
     values = arr.values.to_numpy()
+    if not len(order):
+        return arr.slice(0, 0)
     starts, ends = offsets[order], offsets[order + 1]
     new_offsets = np.zeros(len(order) + 1, dtype=np.int64)
     np.cumsum(ends - starts, out=new_offsets[1:])
@@ -54,21 +56,32 @@ def sort_tables(tables: list[pa.Table], key: str) -> pa.Table:
     tables.clear()
     if not table.num_rows:
         return table
-    order = pc.sort_indices(table, sort_keys=[(key, "ascending")])
-    order_np = order.to_numpy()
-    schema = table.schema
-    unsorted = list(table.columns)
+    order = pc.sort_indices(table, sort_keys=[(key, "ascending")]).to_numpy()
+    schema, columns = table.schema, list(table.columns)
     del table
+    return take_rows(columns, schema, order)
+
+
+def _take_column(arr: pa.Array, rows: np.ndarray) -> pa.Array:
+    if (pa.types.is_list(arr.type) and (pa.types.is_integer(arr.type.value_type) or pa.types.is_floating(arr.type.value_type))
+            and arr.null_count == 0 and arr.values.null_count == 0 and len(arr.values) > 0):
+        return _gather_lists(arr, rows)
+    return arr.take(pa.array(rows))
+
+
+def take_rows(unsorted: list[pa.ChunkedArray], schema: pa.Schema, rows: np.ndarray) -> pa.Table:
+    """The table of these columns taken at `rows` (``Table.take``), with long lists of numbers (token ids,
+    weights) copied row by row (`_gather_lists`).
+
+    Consumes `unsorted` (its entries are let go one by one): a column's old chunks are freed before the next
+    column is taken, so where the caller holds no other reference the peak is one copy of the rows plus one column.
+    """
     columns = []
     for i in range(len(unsorted)):
         col, unsorted[i] = unsorted[i], None
         arr = col.chunk(0) if col.num_chunks == 1 else pa.concat_arrays(col.chunks)
         del col
-        if (pa.types.is_list(arr.type) and (pa.types.is_integer(arr.type.value_type) or pa.types.is_floating(arr.type.value_type))
-                and arr.null_count == 0 and arr.values.null_count == 0 and len(arr.values) > 0):
-            columns.append(_gather_lists(arr, order_np))
-        else:
-            columns.append(arr.take(order))
+        columns.append(_take_column(arr, rows))
         del arr
     return pa.Table.from_arrays(columns, schema=schema)
 
@@ -143,13 +156,19 @@ def _spill_slices(fs, files: list[str], schema: pa.Schema, slice_of_row: np.ndar
     def route() -> None:
         nonlocal start
         rows = sum(b.num_rows for b in pending)
-        table = pa.Table.from_batches(pending, schema=schema).combine_chunks()
+        columns = list(pa.Table.from_batches(pending, schema=schema).columns)
         pending.clear()
         ids = slice_of_row[start:start + rows]
         start += rows
-        for s in np.unique(ids).tolist():
-            for piece in table.filter(pa.array(ids == s)).to_batches():
-                writers[s].write_batch(piece)
+        # the rows grouped by slice, in part order within each (a stable sort), in one gather; then each
+        # slice's run is written as it stands (Arrow's filter per slice copied list values one index at a time)
+        order = np.argsort(ids, kind="stable")
+        grouped = take_rows(columns, schema, order)
+        bounds = np.searchsorted(ids[order], np.arange(n_slices + 1))
+        for s in range(n_slices):
+            if bounds[s + 1] > bounds[s]:
+                for piece in grouped.slice(int(bounds[s]), int(bounds[s + 1] - bounds[s])).to_batches():
+                    writers[s].write_batch(piece)
 
     try:
         for p in files:

@@ -7,12 +7,13 @@ import io
 import itertools
 import random
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
 from pipeline.outputs import AtomicIpcWriter, AtomicParquetWriter, dictionary_columns, out_fs, read_ipc
-from pipeline.shard_task import run_shard_task, sort_table, sort_tables
+from pipeline.shard_task import run_shard_task, sort_table, sort_tables, take_rows
 from schemas.shard import RL_SCHEMA, SHARD_SCHEMA
 from schemas.trajectory import TRAJECTORY_SCHEMA
 
@@ -106,6 +107,19 @@ def test_sort_tables_consumes_its_parts_and_equals_their_sorted_concatenation():
     assert got.equals(want) and all(c.num_chunks == 1 for c in got.columns)
     empty = [SHARD_SCHEMA.empty_table(), SHARD_SCHEMA.empty_table()]
     assert sort_tables(empty, "sample_id").num_rows == 0 and empty == []
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_take_rows_equals_arrows_take_for_any_selection(seed):
+    """The spill step's gather (rows grouped by slice) against Arrow's own take: repeats, any order, none."""
+    rng = random.Random(seed)
+    rows = _shard_rows(rng.randrange(20, 80), seed=seed + 20)
+    rows[3]["input_ids"], rows[3]["loss_weight"] = [], []
+    table = _chunked(rows, SHARD_SCHEMA, [7, 15])
+    for picked in ([rng.randrange(len(rows)) for _ in range(rng.randrange(1, 2 * len(rows)))], []):
+        got = take_rows(list(table.columns), table.schema, np.array(picked, dtype=np.int64))
+        assert got.equals(table.take(pa.array(picked, type=pa.int64()))), picked
+        assert got.num_rows == len(picked)
 
 
 def test_sort_table_with_null_lists_and_the_rl_schema():
