@@ -21,10 +21,11 @@ executors that give each task a process of its own ignore.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import posixpath
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any, NotRequired, Protocol, TypedDict
@@ -32,6 +33,27 @@ from typing import Any, NotRequired, Protocol, TypedDict
 from pipeline.config import output_config
 from pipeline.outputs import out_fs, read_json, remove_stale_temps, write_json_atomic
 from pipeline.progress import Progress
+
+# CPUs the in-process runner leaves idle while it runs a stage's tasks one at a time; a task may give them
+# a helper thread (the sample task's tokenizer thread, `stages.tokenizer.ahead`). A worker process of the Ray
+# executor holds one CPU and never sets this.
+_spare_cpus = 0
+
+
+def spare_cpus() -> int:
+    """CPUs of this process the running task may use besides its own (0 unless the in-process runner says)."""
+    return _spare_cpus
+
+
+@contextlib.contextmanager
+def lending_cpus(n: int) -> Iterator[None]:
+    """While the block runs, `spare_cpus` answers `n` (the in-process runner's one-task-at-a-time loop)."""
+    global _spare_cpus
+    saved, _spare_cpus = _spare_cpus, max(0, n)
+    try:
+        yield
+    finally:
+        _spare_cpus = saved
 
 
 class Task(TypedDict):

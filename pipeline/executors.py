@@ -17,7 +17,7 @@ from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
-from pipeline.engine import Executor, TaskFn
+from pipeline.engine import Executor, TaskFn, lending_cpus
 from pipeline.progress import Progress
 
 __all__ = ["AutoExecutor", "Executor", "LocalExecutor", "TaskFn", "make_executor"]
@@ -39,8 +39,9 @@ class LocalExecutor:
         threads = max(1, min(int(threads), len(tasks), _cpus()))
         if threads == 1:
             results = []
-            for task in tasks:
-                results.append(_counted(fn(task), progress))
+            with lending_cpus(_cpus() - 1):  # one task at a time: it may use the other CPUs (`spare_cpus`)
+                for task in tasks:
+                    results.append(_counted(fn(task), progress))
             return results
         # Leaving the pool's block, on an error too, waits for the tasks already begun.
         with ThreadPoolExecutor(threads, thread_name_prefix="lwm-task") as pool:

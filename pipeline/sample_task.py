@@ -8,13 +8,16 @@ samples on the driver, and the shard a sample lands in depends only on its id.
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 import numpy as np
+import pyarrow as pa
 import pyarrow.parquet as pq
 
 from masking import load_table
-from pipeline.engine import marker_path
+from pipeline.engine import marker_path, spare_cpus
 from pipeline.llm_stage import Augment
 from pipeline.outputs import AtomicIpcWriter, out_fs, task_id_of
 from schemas.shard import schema_for
@@ -22,6 +25,7 @@ from schemas.stats import Stats
 from schemas.trajectory import Trajectory
 from stages.sample_rows import bucket_of, build_rows, rows_table, sample_key, word_set_memo
 from stages.tokenizer import load_tokenizer
+from stages.tokenizer.ahead import EncodeAhead
 from stages.tokenizer.segments import segment_tokenizer
 
 _ROWS_PER_GROUP = 256
@@ -154,6 +158,33 @@ def remove_earlier_outputs(fs, root: str, task_id: str) -> int:
     return len(mine)
 
 
+_ROWS_READ = 64  # trajectories decoded into Python at a time
+
+
+def _rows(batches: Iterable[pa.RecordBatch]) -> Iterator[dict[str, Any]]:
+    for batch in batches:
+        yield from batch.to_pylist()
+
+
+def _part_rows(fs, path: str, seg, tok, stack: contextlib.ExitStack) -> tuple[Iterator[dict[str, Any]], EncodeAhead | None]:
+    """The part's trajectories as dicts, in file order; and, where this process has a CPU to spare and the
+    tokenizer encodes without the GIL, the `EncodeAhead` (entered on `stack`) that tokenizes their
+    observations on a second thread (the part is then read whole, once, for both threads)."""
+    if not (spare_cpus() and getattr(tok, "encodes_without_gil", False)):
+        return _rows(pq.ParquetFile(stack.enter_context(fs.open(path, "rb"))).iter_batches(batch_size=_ROWS_READ)), None
+    with fs.open(path, "rb") as f:
+        part = pq.read_table(f)
+    ahead = stack.enter_context(EncodeAhead(seg, _observations(seg, part.column("turns"))))
+    return _rows(part.to_batches(max_chunksize=_ROWS_READ)), ahead
+
+
+def _observations(seg, turns: pa.ChunkedArray) -> Iterator[list[str]]:
+    """Each row's observations as the samples tokenize them (normalized), for `EncodeAhead`."""
+    for start in range(0, len(turns), _ROWS_READ):
+        for row in turns.slice(start, _ROWS_READ).to_pylist():
+            yield [seg.norm(t.get("observation") or "") for t in row or ()]
+
+
 def run_sample_task(task: dict[str, Any]) -> dict[str, Any]:
     """Samples of one trajectories part. `task`: task_id, out, cfg, buckets, spec_hash, removed (the digest of
     ``dedup/removed.parquet``, whose ids the task reads itself), dups (`duplicate_offsets` of this part)."""
@@ -174,9 +205,11 @@ def run_sample_task(task: dict[str, Any]) -> dict[str, Any]:
     path = f"{root}/trajectories/part-{task['task_id']}.parquet"
     verify = True
     try:
-        pf = pq.ParquetFile(fs.open(path, "rb"))
-        for batch in pf.iter_batches(batch_size=64):
-            for d in batch.to_pylist():
+        with contextlib.ExitStack() as stack:
+            rows, ahead = _part_rows(fs, path, seg, tok, stack)
+            for index, d in enumerate(rows):
+                if ahead is not None:
+                    ahead.at(index)
                 traj = Trajectory.from_dict(d)
                 key = traj.traj_id
                 if key in dups:

@@ -91,6 +91,9 @@ class TiktokenTokenizer:
     encoder with no special token allowed (normalize the whole text, then ordinary BPE)."""
 
     engine = "tiktoken"
+    # tiktoken lets go of the GIL inside an encode, so a second thread can encode while this one runs Python
+    # (`stages.tokenizer.ahead`); Hugging Face `tokenizers` does so only in its batch call.
+    encodes_without_gil = True
 
     def __init__(self, vocab: RankVocabulary, spec: str | None = None) -> None:
         self.name = vocab.name
@@ -154,6 +157,7 @@ class HFTokenizer:
     """
 
     engine = "tokenizers"
+    encodes_without_gil = False
 
     def __init__(
         self,

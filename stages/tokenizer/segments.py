@@ -70,6 +70,8 @@ class SegmentTokenizer:
     # Whole texts that recur across trajectories (a domain's system prompt with its tool list);
     # the most recent few are remembered by `encode_recurring`.
     _texts: dict[str, list[int]] = field(default_factory=dict)
+    # Ids of texts encoded ahead on another thread (`stages.tokenizer.ahead`), taken instead of a tokenizer call.
+    given: dict[str, list[int]] = field(default_factory=dict)
 
     def norm(self, text: str) -> str:
         return unicodedata.normalize(self.normalization, text) if self.normalization else text
@@ -80,8 +82,12 @@ class SegmentTokenizer:
         # slot and its int).
         # The memo's function holds the tokenizer and counter, not `self`: a reference cycle would keep a
         # finished task's memo alive until the next full garbage collection.
-        self._kept = TextMemo(_tokenize_counted(self.tok, self.counter), _KEPT_BUDGET, _KEPT_LONGEST,
+        self._kept = TextMemo(_tokenize_counted(self.tok, self.counter, self.given), _KEPT_BUDGET, _KEPT_LONGEST,
                               cost=lambda ids: 40 * len(ids))
+
+    def kept_texts(self) -> dict[str, list[int]]:
+        """The texts the memo holds now (read-only: for `stages.tokenizer.ahead`, which skips them)."""
+        return self._kept.known
 
     def encode(self, text: str) -> list[int]:
         if len(text) > _SHORT_CHARS:
@@ -164,11 +170,14 @@ class SegmentTokenizer:
         return text_a.endswith("\n") and not text_b[0].isspace()
 
 
-def _tokenize_counted(tok, counter: TokenCounter) -> Callable[[str], list[int]]:
+def _tokenize_counted(tok, counter: TokenCounter, given: dict[str, list[int]]) -> Callable[[str], list[int]]:
+    """The tokenizer call the memo makes, counted; ids offered in `given` are taken (once) instead."""
+
     def tokenize(text: str) -> list[int]:
         counter.chars += len(text)
         counter.calls += 1
-        return tok.encode(text)
+        ids = given.pop(text, None) if given else None
+        return tok.encode(text) if ids is None else ids
 
     return tokenize
 
