@@ -14,12 +14,13 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from masking import load_table
 from pipeline.engine import marker_path, spare_cpus
 from pipeline.llm_stage import Augment
-from pipeline.outputs import AtomicIpcWriter, out_fs, task_id_of
+from pipeline.outputs import AtomicIpcWriter, out_fs, task_id_of, zero_filled
 from schemas.shard import schema_for
 from schemas.stats import Stats
 from schemas.trajectory import Trajectory
@@ -179,10 +180,16 @@ def _part_rows(fs, path: str, seg, tok, stack: contextlib.ExitStack) -> tuple[It
 
 
 def _observations(seg, turns: pa.ChunkedArray) -> Iterator[list[str]]:
-    """Each row's observations as the samples tokenize them (normalized), for `EncodeAhead`."""
+    """Each row's observations as the samples tokenize them (normalized), for `EncodeAhead`. Only the
+    observation strings become Python objects (on the thread, this work holds the GIL)."""
     for start in range(0, len(turns), _ROWS_READ):
-        for row in turns.slice(start, _ROWS_READ).to_pylist():
-            yield [seg.norm(t.get("observation") or "") for t in row or ()]
+        rows = turns.slice(start, _ROWS_READ)
+        counts = zero_filled(pc.list_value_length(rows)).tolist()
+        texts = pc.struct_field(pc.list_flatten(rows), "observation").to_pylist()
+        at = 0
+        for n in counts:
+            yield [seg.norm(t or "") for t in texts[at:at + n]]
+            at += n
 
 
 def run_sample_task(task: dict[str, Any]) -> dict[str, Any]:

@@ -191,3 +191,16 @@ def test_a_run_with_the_thread_writes_the_bytes_of_a_run_without_it(corpus, tmp_
     monkeypatch.setattr(sample_task, "spare_cpus", lambda: 0)
     run_pipeline(corpus_config(corpus, tmp_path / "alone"), echo=lambda m: None)
     assert_same_outputs(tmp_path / "ahead", tmp_path / "alone")
+
+
+def test_the_threads_observations_are_the_rows_observations_normalized():
+    import pyarrow as pa
+
+    turn = pa.struct([("action", pa.string()), ("observation", pa.string())])
+    rows = [[{"action": "a", "observation": "Cafe\u0301"}, {"action": "b", "observation": None}], None, [],
+            *([[{"action": "c", "observation": f"o{i}"}] for i in range(70)])]
+    turns = pa.chunked_array([pa.array(rows[:2], pa.list_(turn)), pa.array(rows[2:], pa.list_(turn))])
+    seg = _seg()
+    seg.normalization = "NFC"
+    got = list(sample_task._observations(seg, turns))
+    assert got[:3] == [["Caf\u00e9", ""], [], []] and got[3:] == [[f"o{i}"] for i in range(70)]
