@@ -36,7 +36,7 @@ DEFAULTS: dict[str, Any] = {
         "kind": "auto",  # auto | ray | local
         # auto: in-process below this many bytes of input, Ray at or above it (or when a cluster is given);
         # how it was chosen: `pipeline.executors.AutoExecutor`.
-        "local_below_bytes": 32 * 1000 * 1000,
+        "local_below_bytes": 50 * 1000 * 1000,
         "ray_address": "",
         "num_cpus": 0,  # 0 = all cores of this machine (local Ray only)
         "progress": "auto",  # auto | bar | lines | off

@@ -82,15 +82,18 @@ class AutoExecutor:
     (`plan_for_input`, called by the ingest step before any task runs) and printed with its reason;
     Ray is not even imported when the run stays in-process.
 
-    The default threshold, 32 MB, comes from measurements on a 2-core machine (all-turn SFT, dedup off,
-    real tool-call trajectories, outputs byte-identical; `python -m bench`, rows 1 and 2b of bench/RESULTS.md):
+    The default threshold, 50 MB, comes from measurements on a 2-core machine (all-turn SFT, dedup off,
+    real tool-call trajectories, outputs byte-identical; `python -m bench`, rows 1 and 2b of bench/RESULTS.md,
+    and `python -m bench.scaling`):
     up to 10 MB in-process is as fast or faster (Ray's own start, 5-7 s for its processes and then the
     workers' imports and tokenizer, costs more than a second worker saves); at 41 MB the median ratio of
     Ray on 2 CPUs to in-process was 0.74 on a slow day (22.8-25.8 s against 31.0-34.3 s), 0.83 on a
     faster one (21.2-23.9 s against 25.4-29.4 s) and 1.09 on the fastest (18.8-21.6 s against
     18.4-19.2 s); 0.97 once the in-process run wrote two shards at once (21.3-22.7 s against
     21.2-26.6 s). The faster the in-process run, the larger the input at which Ray's fixed cost is earned
-    back. Workers are replaced every
+    back: once a sample task in-process tokenized on a second thread (`stages.tokenizer.ahead`), Ray on 2 CPUs
+    over in-process was 0.97 at 41 MB (10.1-11.8 s against 10.0-10.9 s), 1.11 at 82 MB and 1.21 at 164 MB,
+    so 1.00 near 50 MB, where the threshold was moved from 32 MB. Workers are replaced every
     `RECYCLE_TASKS` tasks only from `RECYCLE_BYTES` (256 MB) on.
     Re-measure on another machine with the benchmark and set ``executor.local_below_bytes``.
     """

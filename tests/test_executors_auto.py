@@ -35,7 +35,7 @@ def no_ray(monkeypatch):
 def test_the_default_kind_is_auto_and_its_threshold_a_config_key():
     cfg = resolve()
     assert cfg["executor"]["kind"] == "auto"
-    assert cfg["executor"]["local_below_bytes"] == 32_000_000
+    assert cfg["executor"]["local_below_bytes"] == 50_000_000
     with pytest.raises(Exception, match="local_below_bytes"):
         _cfg(local_below_bytes=-1)
 
@@ -97,7 +97,7 @@ def test_lwm_run_by_default_on_a_small_input_stays_in_process_without_importing_
                           env=clean_env(), timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert (tmp_path / "out" / "_SUCCESS").exists()
-    assert f"executor: local (input {size / 1e6:.1f} MB < 32.0 MB; Ray pays off above that)" in proc.stderr
+    assert f"executor: local (input {size / 1e6:.1f} MB < 50.0 MB; Ray pays off above that)" in proc.stderr
     imported = re.findall(r"^import time:.*\|\s*(ray(?:\.\S+)?)\s*$", proc.stderr, re.M)
     assert imported == []
     assert re.search(r"^import time:.*\|\s*pipeline\.executors\s*$", proc.stderr, re.M)  # the check can see
