@@ -33,12 +33,13 @@ DEFAULTS: dict[str, Any] = {
         "from_layer": "",
     },
     "executor": {
-        "kind": "auto",  # auto | ray | local
-        # auto: in-process below this many bytes of input, Ray at or above it (or when a cluster is given);
-        # how it was chosen: `pipeline.executors.AutoExecutor`.
-        "local_below_bytes": 50 * 1000 * 1000,
+        "kind": "auto",  # auto | processes | local | ray
+        # auto: on this machine (worker processes, or this process alone on one CPU) below this many bytes of
+        # input, Ray at or above it (or when a cluster is given); how it was chosen:
+        # `pipeline.executors.AutoExecutor`.
+        "local_below_bytes": 256 * 1000 * 1000,
         "ray_address": "",
-        "num_cpus": 0,  # 0 = all cores of this machine (local Ray only)
+        "num_cpus": 0,  # 0 = all cores of this machine (a local Ray's CPUs, or the worker processes)
         "progress": "auto",  # auto | bar | lines | off
         # A Ray worker process runs this many tasks, then is replaced (0 = reuse forever): memory a
         # task freed but the process kept cannot ratchet up the worker's size with the input.

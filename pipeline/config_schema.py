@@ -55,7 +55,7 @@ class RunSection(_Section):
 
 
 class ExecutorSection(_Section):
-    kind: Literal["auto", "ray", "local"]
+    kind: Literal["auto", "processes", "local", "ray"]
     local_below_bytes: NonNegative
     ray_address: str
     num_cpus: NonNegative

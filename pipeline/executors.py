@@ -3,8 +3,10 @@
 A task is a plain dict (picklable, deterministic id) and a task function is a top-level function
 ``fn(task) -> result dict`` that writes its own outputs atomically and returns its counters.
 Results come back in task order, so everything merged from them is order-independent of
-scheduling. The in-process runner runs them one after another; the Ray executor (pipeline/ray_executor.py) runs
-the same functions as Ray tasks; ``auto`` (the default) picks one of the two from the input's size.
+scheduling. The in-process runner runs them one after another; the worker-process executor
+(pipeline/process_executor.py) runs them on processes forked from this one; the Ray executor
+(pipeline/ray_executor.py) runs the same functions as Ray tasks; ``auto`` (the default) picks from the input's
+size and the machine.
 """
 
 from __future__ import annotations
@@ -18,9 +20,12 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 from pipeline.engine import Executor, TaskFn, lending_cpus
+from pipeline.process_executor import can_fork
 from pipeline.progress import Progress
 
 __all__ = ["AutoExecutor", "Executor", "LocalExecutor", "TaskFn", "make_executor"]
+
+KINDS = ("auto", "processes", "local", "ray")
 
 
 class LocalExecutor:
@@ -77,24 +82,20 @@ def _stderr(message: str) -> None:
 
 
 class AutoExecutor:
-    """In-process below ``executor.local_below_bytes`` of input, Ray at or above it or when a Ray cluster
-    is given (``ray_address`` or ``RAY_ADDRESS``). The choice is made once the input's size is known
-    (`plan_for_input`, called by the ingest step before any task runs) and printed with its reason;
-    Ray is not even imported when the run stays in-process.
+    """On this machine below ``executor.local_below_bytes`` of input, Ray at or above it or when a Ray cluster
+    is given (``ray_address`` or ``RAY_ADDRESS``). On this machine means worker processes forked from this one
+    (`ProcessExecutor`) when it has two CPUs or more and can fork, else this process alone (`LocalExecutor`).
+    The choice is made once the input's size is known (`plan_for_input`, called by the ingest step before any
+    task runs) and printed with its reason; Ray is not even imported when the run stays on this machine.
 
-    The default threshold, 50 MB, comes from measurements on a 2-core machine (all-turn SFT, dedup off,
-    real tool-call trajectories, outputs byte-identical; `python -m bench`, rows 1 and 2b of bench/RESULTS.md,
-    and `python -m bench.scaling`):
-    up to 10 MB in-process is as fast or faster (Ray's own start, 5-7 s for its processes and then the
-    workers' imports and tokenizer, costs more than a second worker saves); at 41 MB the median ratio of
-    Ray on 2 CPUs to in-process was 0.74 on a slow day (22.8-25.8 s against 31.0-34.3 s), 0.83 on a
-    faster one (21.2-23.9 s against 25.4-29.4 s) and 1.09 on the fastest (18.8-21.6 s against
-    18.4-19.2 s); 0.97 once the in-process run wrote two shards at once (21.3-22.7 s against
-    21.2-26.6 s). The faster the in-process run, the larger the input at which Ray's fixed cost is earned
-    back: once a sample task in-process tokenized on a second thread (`stages.tokenizer.ahead`), Ray on 2 CPUs
-    over in-process was 0.97 at 41 MB (10.1-11.8 s against 10.0-10.9 s), 1.11 at 82 MB and 1.21 at 164 MB,
-    so 1.00 near 50 MB, where the threshold was moved from 32 MB. Workers are replaced every
-    `RECYCLE_TASKS` tasks only from `RECYCLE_BYTES` (256 MB) on.
+    The default threshold, 256 MB, comes from measurements on a 2-core machine (all-turn SFT, dedup off,
+    real tool-call trajectories, outputs byte-identical; `python -m bench` and `python -m bench.scaling`).
+    Ray's start (seconds for its own processes, then the workers' imports and tokenizer) is a cost forked
+    workers do not pay, and once both have two workers nothing else differs: forked workers beat Ray on two
+    CPUs at every size measured up to 164 MB (see bench/RESULTS.md). From `RECYCLE_BYTES` (256 MiB) on, Ray
+    replaces its workers every `RECYCLE_TASKS` tasks so that what a long-lived process keeps cannot grow with
+    the input, and its peak memory per worker is the one measured flat up to 2 GB; that is where the
+    threshold sits. (In-process runs alone, before forked workers, broke even with Ray near 50 MB.)
     Re-measure on another machine with the benchmark and set ``executor.local_below_bytes``.
     """
 
@@ -116,16 +117,22 @@ class AutoExecutor:
         return self._inner
 
     def _choose(self, kind: str, why: str) -> None:
-        self._inner = LocalExecutor() if kind == "local" else _ray_executor(self._cfg)
+        self._inner = _executor(kind, self._cfg, self._echo)
         self._echo(f"executor: {kind} ({why})")
 
     def plan_for_input(self, total_bytes: int) -> None:
         if self._inner is None:
             size, limit = _mb(total_bytes), _mb(self.threshold)
-            if total_bytes < self.threshold:
-                self._choose("local", f"input {size} < {limit}; Ray pays off above that")
+            if total_bytes >= self.threshold:
+                self._choose("ray", f"input {size} ≥ {limit}, where Ray takes over")
             else:
-                self._choose("ray", f"input {size} ≥ {limit}, where Ray pays off")
+                workers = _workers(self._cfg)
+                if workers > 1 and can_fork():
+                    self._choose("processes", f"input {size} < {limit}: {workers} worker processes on this "
+                                              "machine; Ray from that size on")
+                else:
+                    why = "one CPU" if workers <= 1 else "this system cannot fork worker processes"
+                    self._choose("local", f"input {size} < {limit} and {why}: in this process")
         if hasattr(self._inner, "plan_for_input"):
             self._inner.plan_for_input(total_bytes)
 
@@ -146,13 +153,31 @@ def _mb(n: int) -> str:
 
 
 def make_executor(cfg: dict[str, Any], echo: Callable[[str], None] = _stderr) -> Executor:
-    """The executor named by ``executor.kind``: ``local``, ``ray`` or ``auto`` (Ray is imported only when used)."""
+    """The executor named by ``executor.kind``: ``local``, ``processes``, ``ray`` or ``auto`` (Ray is imported
+    only when used)."""
     kind = cfg["executor"]["kind"]
-    if kind == "local":
-        return LocalExecutor()
     if kind == "auto":
         return AutoExecutor(cfg, echo)
+    return _executor(kind, cfg, echo)
+
+
+def _executor(kind: str, cfg: dict[str, Any], echo: Callable[[str], None]) -> Executor:
+    if kind == "local":
+        return LocalExecutor()
+    if kind == "processes":
+        from pipeline.process_executor import ProcessExecutor
+
+        return ProcessExecutor(_workers(cfg), LocalExecutor(), warm=_tokenizer(cfg), echo=echo)
     return _ray_executor(cfg)
+
+
+def _workers(cfg: dict[str, Any]) -> int:
+    """Worker processes on this machine: ``executor.num_cpus``, or every CPU this process may run on."""
+    return int(cfg["executor"]["num_cpus"] or 0) or _cpus()
+
+
+def _tokenizer(cfg: dict[str, Any]) -> tuple[str | None, str | None]:
+    return (cfg["tokenizer"]["spec"], cfg["tokenizer"]["engine"] or None)
 
 
 def _ray_executor(cfg: dict[str, Any]) -> Executor:
@@ -162,5 +187,5 @@ def _ray_executor(cfg: dict[str, Any]) -> Executor:
         address=cfg["executor"]["ray_address"] or None,
         num_cpus=cfg["executor"]["num_cpus"] or None,
         max_tasks_per_worker=cfg["executor"]["max_tasks_per_worker"],
-        warm=(cfg["tokenizer"]["spec"], cfg["tokenizer"]["engine"] or None),
+        warm=_tokenizer(cfg),
     )

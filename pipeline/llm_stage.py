@@ -48,6 +48,7 @@ from pipeline.llm_config import (  # noqa: F401  (re-exported: the stage API liv
     resolve_llm,
 )
 from pipeline.outputs import AtomicParquetWriter, out_fs, remove_stale_task_outputs
+from pipeline.process_executor import in_this_process
 from schemas.stats import merge_all
 from stages.llm.stage import BudgetExhausted, StageClient, StageContext
 
@@ -182,6 +183,9 @@ def run_llm_stages(cfg: dict[str, Any], fs, root: str, executor, ingest_results,
     if llm["dry_run"]:
         raise LLMDryRun(dry_run(cfg, fs, root, ingest_results, drop, echo))
     progress_mode = cfg["executor"]["progress"]
+    # The tasks draw from one budget ledger: on Ray an actor, otherwise an object of this process, which forked
+    # workers would each have a copy of; so they run here (they wait on the endpoint, not on a CPU).
+    executor = in_this_process(executor)
     # what the prompts depend on: pools, templates, rendering, the stage settings, the model
     base = spec_hash(output_config({k: cfg[k] for k in LLM.sections if k != "llm"}), output_llm_config(llm))
     section: dict[str, Any] = {"model": llm["model"], "judge_model": llm["judge_model"] or llm["model"], "stages": {}}

@@ -24,7 +24,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import pickle
 import sys
 import threading
 import time
@@ -35,6 +34,7 @@ from pipeline.engine import TaskFn
 from pipeline.progress import Progress
 from pipeline.ray_local import environment, lean_start, quiet_ray_startup, stop_monitor_first
 from pipeline.ray_worker import TIMELINE_ENV, process_start, run_task, warm_worker
+from pipeline.task_process import unpack_error
 
 MAX_RETRIES = 3
 RECYCLE_BYTES = 256 * 1024 * 1024
@@ -51,10 +51,6 @@ RECYCLE_TASKS = 16
 # The Arrow allocator of the run's processes (`pipeline.arrow_pool`): a local Ray's workers inherit the driver's
 # choice; a given cluster's get it here.
 WORKER_ENV = {"env_vars": {"RAYON_NUM_THREADS": "1", POOL_VARIABLE: run_memory_pool()}}
-
-
-def _unpack_error(data: bytes) -> Exception:
-    return pickle.loads(data)
 
 
 def _load_quietly(spec: str | None, engine: str | None) -> None:
@@ -298,7 +294,7 @@ class RayExecutor:
                 results[task_id] = result
                 progress.update(rows=int(result.get("rows", 0)), nbytes=int(result.get("bytes", 0)))
         if errors:  # the first failed task in task order, as the in-process runner would have met it
-            raise next(_unpack_error(errors[t["task_id"]]) for t in tasks if t["task_id"] in errors)
+            raise next(unpack_error(errors[t["task_id"]]) for t in tasks if t["task_id"] in errors)
         return [results[t["task_id"]] for t in tasks]
 
     def _submit(self, fn: TaskFn, tasks: list[dict[str, Any]], small: bool = False) -> dict[Any, tuple[str, float]]:

@@ -1,17 +1,17 @@
 """What runs inside a Ray worker process for `pipeline.ray_executor`: one task with its error returned as data
 (`run_task`), the warm-up that imports the stages and loads the tokenizer (`warm_worker`), and the memory
-release after each task (`release_memory`)."""
+release after each task (`pipeline.task_process.release_memory`)."""
 
 from __future__ import annotations
 
 import json
 import os
-import pickle
 import time
 from typing import Any
 
 from pipeline.arrow_env import skip_pandas_probe
 from pipeline.engine import TaskFn
+from pipeline.task_process import pack_error, release_memory
 
 # Debug aid: with this variable set to a path, `RayExecutor.close` appends one JSON line per task run (stage, task id,
 # worker pid, wall-clock submit / start / end / receive times, result size) and one per driver step
@@ -45,42 +45,6 @@ def process_start() -> float:
     import psutil
 
     return psutil.Process().create_time()
-
-
-def pack_error(exc: Exception) -> bytes:
-    """The exception as bytes for the driver: itself when it pickles, else a `RuntimeError` with its line."""
-    exc.__traceback__ = None
-    try:
-        data = pickle.dumps(exc)
-        pickle.loads(data)
-        return data
-    except Exception:
-        return pickle.dumps(RuntimeError(f"{type(exc).__name__}: {exc}"))
-
-
-def release_memory() -> None:
-    """Hand memory freed by a finished task back to the OS.
-
-    Ray reuses a worker process for many tasks of many stages; without this, heap freed by one task
-    (Arrow buffers, Python objects) stays mapped and the worker's resident size ratchets up with
-    the number of tasks it ran, so peak memory per worker would grow with the input.
-    """
-    import gc
-
-    import pyarrow as pa
-
-    gc.collect()
-    # What survives a full collection between tasks is the process's own (modules, the tokenizer and its
-    # vocabulary); frozen, later collections skip it: a full collection over a loaded vocabulary took
-    # 0.1-0.3 s, paid after every task. Frozen objects are still freed when their last reference goes.
-    gc.freeze()
-    pa.default_memory_pool().release_unused()
-    try:
-        import ctypes
-
-        ctypes.CDLL("libc.so.6").malloc_trim(0)
-    except (OSError, AttributeError):  # not glibc: nothing to trim
-        pass
 
 
 def warm_worker(spec: str | None, engine: str | None) -> str:

@@ -208,3 +208,15 @@ def test_a_stage_outside_the_package_runs_by_its_path(corpus, tmp_path):
     assert sorted(r["traj_id"] for r in rows) == sorted(f"t-{s}" for s in CLEAN)
     assert {r["answer_chars"] for r in rows} == {len(answer)}
     assert (out / "_tasks" / "llm_turn_count").is_dir()
+
+
+def test_the_request_budget_holds_when_the_run_has_worker_processes(corpus, tmp_path):
+    cfg = llm_config([corpus], tmp_path / "out", "", "sft", stages=["sft_reasoning"], max_requests=5)
+    cfg["executor"].update(kind="processes", num_cpus=2)
+    cfg["ingest"]["split_bytes"] = 600  # a trajectories part per trajectory: several tasks per stage
+    with JudgeServer(Script()) as server:
+        cfg["llm"]["endpoint"] = server.url
+        with pytest.raises(BudgetExhausted, match=r"after 5 requests"):
+            run_pipeline(cfg, echo=lambda m: None)
+        assert len(server.requests) == 5
+    assert len(list((tmp_path / "out" / "_tasks" / "ingest").glob("*.json"))) > 2

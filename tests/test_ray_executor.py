@@ -245,7 +245,7 @@ def test_explicit_ray_and_auto_above_the_threshold_run_on_ray_workers(ray_sessio
     auto = make_executor(resolve(overrides={"executor": {"local_below_bytes": 1000}}), lines.append)
     auto.plan_for_input(1000)
     assert isinstance(auto.chosen, RayExecutor)
-    assert lines == ["executor: ray (input 0.0 MB ≥ 0.0 MB, where Ray pays off)"]
+    assert lines == ["executor: ray (input 0.0 MB ≥ 0.0 MB, where Ray takes over)"]
     for ex in (explicit, auto):
         ex.plan_for_input(10)
         results = ex.map(count_calls, [{"task_id": "d0"}, {"task_id": "d1"}], Progress("d", 2, mode="off"))

@@ -57,10 +57,11 @@ def _run_overrides(**kw: Any) -> dict[str, Any]:
 @click.option("--opt", "opts", multiple=True, metavar="KEY=VALUE", help="Adapter option (repeatable).")
 @click.option("--source-kind", type=click.Choice(["sandbox", "public", "internal"]), help="Provenance kind.")
 @click.option("--config", "config_path", help="TOML config file; flags override its keys.")
-@click.option("--executor", type=click.Choice(["auto", "ray", "local"]),
-              help="auto (default: in-process for small inputs, Ray for large ones), ray, or local (in-process).")
+@click.option("--executor", type=click.Choice(["auto", "processes", "local", "ray"]),
+              help="auto (default: worker processes on this machine for inputs below 256 MB, Ray from there), "
+                   "processes, local (this process alone) or ray.")
 @click.option("--ray-address", help="Ray cluster address (also RAY_ADDRESS); default starts a local Ray.")
-@click.option("--num-cpus", type=int, help="CPUs for a local Ray instance (default: all).")
+@click.option("--num-cpus", type=int, help="CPUs for a local Ray instance or worker processes (default: all).")
 @click.option("--tokenizer", help="tokenizer.json path or model directory; default: built-in Qwen3.6 vocabulary.")
 @click.option("--chat-format", type=click.Choice(["chatml", "plain"]), help="Chat format of rendered samples.")
 @click.option("--keep-mode", type=click.Choice(["weight", "turn", "token"]), help="How keep ratios become weights.")
@@ -81,12 +82,13 @@ def run_cmd(config_path: str | None, dry_run: bool, **kw: Any) -> None:
     """Run the pipeline: ingest → trajectories → samples per pool → weighted shards.
 
     \b
-    Default (--executor auto): small inputs run in-process, large ones on a Ray instance started on
-    this machine (stopped at exit); the choice and its reason are printed.
+    Default (--executor auto): inputs below 256 MB run on worker processes forked from this one, larger
+    ones on a Ray instance started on this machine (stopped at exit); the choice and its reason are printed.
       lwm run --input logs/ --out out/
     Cluster: point at a running Ray cluster (or set RAY_ADDRESS); use shared storage for --out.
       lwm run --input s3://bucket/logs/ --out s3://bucket/lwm-out --ray-address ray://head:10001
-    Always in-process: --executor local; always Ray: --executor ray.
+    Always worker processes: --executor processes; this process alone: --executor local; always Ray:
+    --executor ray.
     """
     file_cfg = load_config_file(config_path) if config_path else {}
     cfg = resolve(file_cfg, _run_overrides(**kw))
