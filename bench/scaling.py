@@ -3,7 +3,8 @@
 Figures 2a and 2b of bench/RESULTS.md are measured on 41 MB, where Ray's fixed cost (its own processes
 starting, the workers' imports and tokenizer) is a large share of the run. This command measures both
 ratios at growing sizes of the same real-trajectory corpus (all-turn SFT, dedup off, as 2a/2b):
-``lwm run --executor local``, then Ray with 1 CPU and with 2 CPUs, back to back, `--runs` times per
+``lwm run --executor local``, then Ray with 1 CPU and with 2 CPUs, then two forked worker processes
+(``--executor processes``, what the default runs below its Ray threshold), back to back, `--runs` times per
 size (medians of the per-run ratios). It also measures what a second process is worth on this machine
 at all: the tokenizer floor of figure 3a (one-thread tiktoken encode of the corpus's ChatML text) in one
 process, then in two processes at once, each encoding all of it; no executor can make two workers worth
@@ -94,11 +95,11 @@ def ceiling(texts_path: str, runs: int) -> dict:
 def measure_size(work: str, path: str, runs: int) -> dict:
     """The three runs of one size, `runs` times; its last in-process run's output stays in ``work/local``."""
     config = write_config(os.path.join(work, "sft_all_nodedup.toml"), SFT_ALL, DEDUP_OFF)
-    t: dict[str, list[float]] = {"local": [], "ray1": [], "ray2": []}
+    t: dict[str, list[float]] = {"local": [], "ray1": [], "ray2": [], "processes": []}
     samples = 0
     label = f"{os.path.getsize(path) / MB:.0f} MB"
     for i in range(runs):
-        _say(f"{label}: run {i + 1}/{runs}: local, Ray 1 CPU, Ray 2 CPUs")
+        _say(f"{label}: run {i + 1}/{runs}: local, Ray 1 CPU, Ray 2 CPUs, 2 worker processes")
         local = lwm_run([path], os.path.join(work, "local"), config, "--executor", "local")
         samples = local.samples
         t["local"].append(local.seconds)
@@ -106,9 +107,13 @@ def measure_size(work: str, path: str, runs: int) -> dict:
                                  "--num-cpus", "1").seconds)
         t["ray2"].append(lwm_run([path], os.path.join(work, "ray"), config, "--executor", "ray",
                                  "--num-cpus", "2").seconds)
+        t["processes"].append(lwm_run([path], os.path.join(work, "processes"), config, "--executor", "processes",
+                                      "--num-cpus", "2").seconds)
     return {"bytes": os.path.getsize(path), "samples": samples, **t,
             "2a": [a / b for a, b in zip(t["ray1"], t["ray2"], strict=True)],
-            "2b": [a / b for a, b in zip(t["local"], t["ray2"], strict=True)]}
+            "2b": [a / b for a, b in zip(t["local"], t["ray2"], strict=True)],
+            "pl": [a / b for a, b in zip(t["local"], t["processes"], strict=True)],
+            "pr": [a / b for a, b in zip(t["ray2"], t["processes"], strict=True)]}
 
 
 def chatml_text_file(work: str) -> tuple[str, float]:
@@ -132,22 +137,30 @@ def _ratio(xs: list[float], target: float) -> str:
     return f"{median:.2f}×{spread} {'met' if median >= target else 'not met'}"
 
 
+def _plain(xs: list[float]) -> str:
+    spread = f" ({min(xs):.2f}–{max(xs):.2f})" if len(xs) > 1 else ""
+    return f"{statistics.median(xs):.2f}×{spread}"
+
+
 def render(sizes: list[dict], top: dict, text_mb: float, runs: int) -> str:
     lines = [
         SCALING_HEADING,
         "",
         f"All-turn SFT, dedup off (as figures 2a/2b), on {corpus.REAL_DESCRIPTION}; each larger input "
         f"replicates the same trajectories further. Per size, {runs} run(s) of `lwm run --executor local`, "
-        "`--executor ray --num-cpus 1` and `--num-cpus 2`, back to back; ratios are medians of per-run ratios "
-        "(spread in brackets).",
+        "`--executor ray --num-cpus 1` and `--num-cpus 2`, and `--executor processes --num-cpus 2`, back to back; "
+        "ratios are medians of per-run ratios (spread in brackets). The last two columns have no target: they "
+        "say what two forked workers give over one process, and over Ray's two workers.",
         "",
-        f"| input | samples | local | Ray 1 CPU | Ray 2 CPUs | 2a. Ray 2 / Ray 1 (≥ {RAY_OVER_ONE:.2f}×) "
-        f"| 2b. Ray 2 / local (≥ {RAY_OVER_LOCAL:.2f}×) |",
-        "|---|---|---|---|---|---|---|",
+        f"| input | samples | local | Ray 1 CPU | Ray 2 CPUs | 2 worker processes | 2a. Ray 2 / Ray 1 "
+        f"(≥ {RAY_OVER_ONE:.2f}×) | 2b. Ray 2 / local (≥ {RAY_OVER_LOCAL:.2f}×) | processes / local "
+        "| processes / Ray 2 |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for m in sizes:
         lines.append(f"| {m['bytes'] / MB:.0f} MB | {m['samples']:,} | {span(m['local'], 1)} | {span(m['ray1'], 1)} "
-                     f"| {span(m['ray2'], 1)} | {_ratio(m['2a'], RAY_OVER_ONE)} | {_ratio(m['2b'], RAY_OVER_LOCAL)} |")
+                     f"| {span(m['ray2'], 1)} | {span(m['processes'], 1)} | {_ratio(m['2a'], RAY_OVER_ONE)} "
+                     f"| {_ratio(m['2b'], RAY_OVER_LOCAL)} | {_plain(m['pl'])} | {_plain(m['pr'])} |")
     ratio = statistics.median(top["ratios"])
     lines += [
         "",

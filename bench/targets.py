@@ -8,7 +8,6 @@ figure is the median over repetitions with min – max as its spread.
 from __future__ import annotations
 
 import os
-import statistics
 import sys
 import time
 from collections.abc import Callable
@@ -77,8 +76,8 @@ def large_input(work: str, path: str, size: int, runs: int, say: Callable[[str],
     off = write_config(os.path.join(work, "sft_all_nodedup.toml"), SFT_ALL, DEDUP_OFF)
     on = write_config(os.path.join(work, "sft_all_dedup.toml"), SFT_ALL)
     label = f"{size / MB:g} MB"
-    t: dict[str, list[float]] = {k: [] for k in ("local", "ray1", "ray2", "default", "dedup", "naive", "floor",
-                                                 "datatrove")}
+    t: dict[str, list[float]] = {k: [] for k in ("local", "ray1", "ray2", "default", "dedup", "default_dedup",
+                                                 "naive", "floor", "datatrove")}
     texts: list[str] = []
     step = None
     notes: dict[str, str] = {}
@@ -100,12 +99,13 @@ def large_input(work: str, path: str, size: int, runs: int, say: Callable[[str],
                                      "--num-cpus", "1").seconds)
             t["ray2"].append(lwm_run([path], os.path.join(work, "large-ray"), off, "--executor", "ray",
                                      "--num-cpus", "2").seconds)
-            say(f"{label}: run {i + 1}/{runs}: default")
-            default = lwm_run([path], os.path.join(work, "large-default"), off)
-            t["default"].append(default.seconds)
-            notes["executor"] = default.executor_line
-        say(f"{label}: run {i + 1}/{runs}: dedup on")
+        say(f"{label}: run {i + 1}/{runs}: default")
+        default = lwm_run([path], os.path.join(work, "large-default"), off)
+        t["default"].append(default.seconds)
+        notes["executor"] = default.executor_line
+        say(f"{label}: run {i + 1}/{runs}: dedup on, local and default")
         t["dedup"].append(lwm_run([path], os.path.join(work, "large-dedup"), on, "--executor", "local").seconds)
+        t["default_dedup"].append(lwm_run([path], os.path.join(work, "large-default-dedup"), on).seconds)
         if not quick:
             say(f"{label}: run {i + 1}/{runs}: naive script")
             seconds, naive_samples = naive_run([path], os.path.join(work, "large-naive"))
@@ -125,16 +125,23 @@ def large_input(work: str, path: str, size: int, runs: int, say: Callable[[str],
              "2b": f"2b. Ray 2 CPUs speed-up over `--executor local`, {label}",
              "7a": f"7a. naive script / default `lwm run`, {label} (time)",
              "7b": f"7b. datatrove tokenizer step / default `lwm run`, {label} (time)"}
-    floor_detail = (f"{base}; floor: one-thread encode of {notes['text']} ({notes['tokens']}) "
-                    f"{span(t['floor'])}; local {span(t['local'])}")
-    if t["default"]:
-        floor_detail += f"; default executor / floor: {_median_ratio(t['default'], t['floor']):.2f}×"
+    floor = f"floor: one-thread encode of {notes['text']} ({notes['tokens']}) {span(t['floor'])}"
+    chosen = f"default printed: {notes['executor']}"
     floors = [
-        Figure(f"3a. pipeline (dedup off, `--executor local`) / bare tiktoken encode, {label} (time)",
-               ratio("local", "floor"), 2.5, False, detail=floor_detail),
-        Figure(f"3b. pipeline (dedup on, `--executor local`) / bare tiktoken encode, {label} (time)",
+        Figure(f"3a. pipeline (dedup off, default `lwm run`) / bare tiktoken encode, {label} (time)",
+               ratio("default", "floor"), 2.5, False,
+               detail=f"{base}; {floor}; default {span(t['default'])}; {chosen}"),
+        Figure(f"3a. pipeline (dedup off, `--executor local`, one process) / bare tiktoken encode, {label} (time)",
+               ratio("local", "floor"), 2.5, False, detail=f"{base}; {floor}; local {span(t['local'])}"),
+        Figure(f"3b. pipeline (dedup on, default `lwm run`) / bare tiktoken encode, {label} (time)",
+               ratio("default_dedup", "floor"), 3.5, False,
+               detail=f"{base}; exact and near dedup on; default with dedup {span(t['default_dedup'])}; {chosen}"),
+        Figure(f"3b. pipeline (dedup on, `--executor local`, one process) / bare tiktoken encode, {label} (time)",
                ratio("dedup", "floor"), 3.5, False,
                detail=f"{base}; exact and near dedup on; local with dedup {span(t['dedup'])}"),
+        Figure(f"default `lwm run` speed-up over `--executor local`, {label} (time)",
+               ratio("local", "default"), None, True,
+               detail=f"{base}, dedup off; local {span(t['local'])}, default {span(t['default'])}; {chosen}"),
     ]
     if quick:
         return [skipped_in_quick(names["2a"], 1.7, True), skipped_in_quick(names["2b"], 1.6, True), *floors,
@@ -158,10 +165,6 @@ def large_input(work: str, path: str, size: int, runs: int, say: Callable[[str],
     else:
         figures.append(not_measured(names["7b"], 3.0, True, "datatrove is not installed (make bench installs it)"))
     return figures
-
-
-def _median_ratio(a: list[float], b: list[float]) -> float:
-    return statistics.median(x / y for x, y in zip(a, b, strict=True))
 
 
 _STARTED = time.perf_counter()

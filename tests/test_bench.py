@@ -222,14 +222,16 @@ def test_naive_script_weights_a_token_by_the_observation_span_it_starts_in():
 
 def test_scaling_section_gives_both_ratios_per_size_and_the_machine_ceiling():
     sizes = [{"bytes": 41_000_000, "samples": 1_200, "local": [30.0], "ray1": [40.0], "ray2": [25.0],
-              "2a": [1.6], "2b": [1.2]},
+              "processes": [20.0], "2a": [1.6], "2b": [1.2], "pl": [1.5], "pr": [1.25]},
              {"bytes": 164_000_000, "samples": 4_800, "local": [120.0, 130.0], "ray1": [140.0, 150.0],
-              "ray2": [70.0, 76.0], "2a": [2.0, 1.9], "2b": [1.71, 1.61]}]
+              "ray2": [70.0, 76.0], "processes": [65.0, 66.0], "2a": [2.0, 1.9], "2b": [1.71, 1.61],
+              "pl": [1.85, 1.97], "pr": [1.08, 1.15]}]
     top = {"ratios": [1.93, 1.81, 1.88], "one": [8.0, 8.2, 8.1], "two": [8.3, 9.0, 8.6]}
     text = scaling.render(sizes, top, 35.1, 1)
     assert text.startswith(SCALING_HEADING)
-    assert "| 41 MB | 1,200 | 30.0 s | 40.0 s | 25.0 s | 1.60× not met | 1.20× not met |" in text
-    assert "| 164 MB | 4,800 | 120.0–130.0 s | 140.0–150.0 s | 70.0–76.0 s | 1.95× (1.90–2.00) met | 1.66× (1.61–1.71) met |" in text
+    assert "| 41 MB | 1,200 | 30.0 s | 40.0 s | 25.0 s | 20.0 s | 1.60× not met | 1.20× not met | 1.50× | 1.25× |" in text
+    assert ("| 164 MB | 4,800 | 120.0–130.0 s | 140.0–150.0 s | 70.0–76.0 s | 65.0–66.0 s | 1.95× (1.90–2.00) met "
+            "| 1.66× (1.61–1.71) met | 1.91× (1.85–1.97) | 1.11× (1.08–1.15) |") in text
     assert "ceiling: 1.88×** (1.81–1.93, 3 runs)" in text
     assert "35.1 MB ChatML text" in text and "8.3–9.0 s, against 8.0–8.2 s" in text
 

@@ -13,11 +13,12 @@ from bench.results import carry_over, figure_row, previous_rows, render_results
 def fake_runs(monkeypatch, tmp_path):
     """Replaces every timed run of `targets.large_input` by a recorder with fixed seconds."""
     calls = []
-    seconds = {"local": 10.0, "ray1": 20.0, "ray2": 16.0, "default": 11.0, "dedup": 12.0}
+    seconds = {"local": 10.0, "ray1": 20.0, "ray2": 16.0, "default": 8.0, "dedup": 12.0, "default_dedup": 10.0}
 
     def lwm_run(inputs, out, config, *flags):
         kind = ("ray1" if "1" in flags else "ray2") if "ray" in flags else \
-            ("dedup" if "large-dedup" in out else "local") if "local" in flags else "default"
+            ("dedup" if "large-dedup" in out else "local") if "local" in flags else \
+            ("default_dedup" if "dedup" in out else "default")
         calls.append(kind)
         return CliRun(seconds[kind], "executor: local (test)\nsamples: cpt 0, sft 7, rl 0, eval 0\n", out)
 
@@ -37,10 +38,13 @@ def fake_runs(monkeypatch, tmp_path):
 def test_quick_run_measures_only_the_floor_figures_at_the_large_size(fake_runs):
     calls, work = fake_runs
     figures = targets.large_input(work, "big.jsonl", 41_000_000, 1, lambda _: None, quick=True)
-    assert sorted(calls) == ["dedup", "floor", "local"]  # no Ray, no default run, no naive script
-    by_name = {f.name.split(".")[0]: f for f in figures}
-    assert list(by_name) == ["2a", "2b", "3a", "3b", "7a", "7b"]
-    assert by_name["3a"].ratios == [2.5] and by_name["3b"].ratios == [3.0]
+    assert sorted(calls) == ["dedup", "default", "default_dedup", "floor", "local"]  # no Ray, no naive script
+    floors = [f for f in figures if f.name[:2] in ("3a", "3b")]
+    assert [(f.name[:2], "default" in f.name, f.ratios) for f in floors] == [
+        ("3a", True, [2.0]), ("3a", False, [2.5]), ("3b", True, [2.5]), ("3b", False, [3.0])]
+    speedup = next(f for f in figures if f.name.startswith("default `lwm run` speed-up"))
+    assert speedup.ratios == [1.25] and speedup.target is None
+    by_name = {f.name.split(".")[0]: f for f in figures if f.name[:2] not in ("3a", "3b")}
     for key in ("2a", "2b", "7a", "7b"):
         assert by_name[key].note == QUICK_SKIPPED and not by_name[key].ratios
 
@@ -48,9 +52,10 @@ def test_quick_run_measures_only_the_floor_figures_at_the_large_size(fake_runs):
 def test_full_run_measures_every_large_figure(fake_runs):
     calls, work = fake_runs
     figures = targets.large_input(work, "big.jsonl", 41_000_000, 2, lambda _: None)
-    assert sorted(calls) == sorted(["local", "floor", "ray1", "ray2", "default", "dedup", "naive"] * 2)
+    assert sorted(calls) == sorted(["local", "floor", "ray1", "ray2", "default", "dedup", "default_dedup",
+                                    "naive"] * 2)
     by_name = {f.name.split(".")[0]: f for f in figures}
-    assert by_name["2a"].ratios == [1.25, 1.25] and by_name["7a"].ratios == [70.0 / 11.0] * 2
+    assert by_name["2a"].ratios == [1.25, 1.25] and by_name["7a"].ratios == [70.0 / 8.0] * 2
     assert by_name["7b"].note.startswith("not measured: datatrove is not installed")
     assert not any(f.note == QUICK_SKIPPED for f in figures)
 
