@@ -25,8 +25,6 @@ from pipeline.progress import Progress
 
 __all__ = ["AutoExecutor", "Executor", "LocalExecutor", "TaskFn", "make_executor"]
 
-KINDS = ("auto", "processes", "local", "ray")
-
 
 class LocalExecutor:
     """Runs tasks in this process: one after another, or up to `threads` at once (at most one per CPU) for a

@@ -14,9 +14,9 @@ The task function is not pickled: the pool is forked after it is set (`_job`), s
 included; tasks and results travel as pickles (they are plain dicts). An exception raised by a task comes back
 as data and is raised here as itself (`pipeline.task_process.pack_error`): the first failing task in task order,
 once the tasks already running have ended, none of those not yet begun being started (a task is handed to the
-pool only when a worker is free for it). A worker process that dies (killed, out of memory) breaks the pool: the tasks without a result run again in a fresh pool, at most
-`MAX_RETRIES` times, as Ray retries a task whose worker died; tasks write their outputs atomically, so a rerun
-gives the same bytes.
+pool only when a worker is free for it). A worker process that dies (killed, out of memory) breaks the pool: the
+tasks without a result run again in a fresh pool, at most `MAX_RETRIES` times, as Ray retries a task whose worker
+died; tasks write their outputs atomically, so a rerun gives the same bytes.
 
 Fork only (Linux): where a process cannot be forked safely, `ProcessExecutor` runs everything in this process.
 """
