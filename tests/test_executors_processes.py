@@ -4,6 +4,7 @@ with the in-process runner's results, order and errors, workers that die retried
 from __future__ import annotations
 
 import io
+import json
 import os
 import signal
 import subprocess
@@ -179,3 +180,41 @@ def test_worker_processes_and_this_process_write_the_same_bytes(tmp_path):
 
 def test_worker_processes_and_this_process_write_the_same_bytes_on_the_real_samples(shared_data, tmp_path):
     _same_bytes(shared_data, tmp_path)
+
+
+def test_an_interrupted_run_leaves_no_worker_behind_and_resumes_to_the_same_bytes(tmp_path):
+    import psutil
+
+    src = write_corpus(tmp_path / "in", files=7, per_file=60, big=1500)
+    config = tmp_path / "small-tasks.toml"  # about 16 sample tasks: the interrupt lands mid-stage
+    config.write_text("[ingest]\nsplit_bytes = 150000\ngroup_bytes = 150000\n")
+    out = tmp_path / "out"
+    flags = ("--config", str(config), "--executor", "processes", "--num-cpus", "2")
+    cmd = [sys.executable, "-m", "pipeline.cli", "run", "-i", str(src), "-o", str(out), "--progress", "off",
+           "--max-quarantine-rate", "1", *flags]
+    # Ctrl-C in a terminal: SIGINT to the run's whole process group (not ignored, whatever started the tests)
+    run = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=clean_env(),
+                           start_new_session=True, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    markers = out / "_tasks" / "samples"
+    deadline = time.monotonic() + 120
+    while not (markers.is_dir() and any(markers.glob("*.json"))):
+        assert run.poll() is None, "the run ended before it could be interrupted"
+        assert time.monotonic() < deadline
+        time.sleep(0.005)
+    workers = psutil.Process(run.pid).children(recursive=True)
+    assert workers  # the sample stage's forked workers
+    os.killpg(run.pid, signal.SIGINT)
+    _, stderr = run.communicate(timeout=60)
+    assert run.returncode != 0 and "Aborted" in stderr, stderr[-2000:]
+    _, alive = psutil.wait_procs(workers, timeout=10)
+    assert alive == []
+    assert not (out / "_SUCCESS").exists()
+
+    again = _run(src, out, *flags)
+    assert again.returncode == 0, again.stderr[-3000:]
+    timings = json.loads((out / "_timings.json").read_text())
+    assert timings["ingest"]["skipped"] == timings["ingest"]["tasks"] and timings["samples"]["skipped"] >= 1
+    local = _run(src, tmp_path / "local", "--config", str(config), "--executor", "local")
+    assert local.returncode == 0, local.stderr[-3000:]
+    a, b = _files(tmp_path / "local"), _files(out)
+    assert [k for k in a if k.startswith(("shards/", "manifest")) and a[k] != b.get(k)] == []
