@@ -44,7 +44,7 @@ class LocalExecutor:
             results = []
             with lending_cpus(_cpus() - 1):  # one task at a time: it may use the other CPUs (`spare_cpus`)
                 for task in tasks:
-                    results.append(_counted(fn(task), progress))
+                    results.append(progress.count(fn(task)))
             return results
         # Leaving the pool's block, on an error too, waits for the tasks already begun.
         with ThreadPoolExecutor(threads, thread_name_prefix="lwm-task") as pool:
@@ -58,7 +58,7 @@ class LocalExecutor:
                 failed = any(f.done() and f.exception() is not None for f in running)  # raised next: begin nothing
                 if not failed and (task := next(queued, None)) is not None:
                     running.append(pool.submit(fn, task))
-                results.append(_counted(result, progress))
+                results.append(progress.count(result))
         return results
 
     def close(self) -> None:
@@ -68,11 +68,6 @@ class LocalExecutor:
 def _cpus() -> int:
     """The CPUs this process may run on."""
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-
-
-def _counted(result: dict[str, Any], progress: Progress) -> dict[str, Any]:
-    progress.update(rows=int(result.get("rows", 0)), nbytes=int(result.get("bytes", 0)))
-    return result
 
 
 def _stderr(message: str) -> None:

@@ -35,7 +35,7 @@ from typing import Any
 
 from pipeline.engine import Executor, TaskFn
 from pipeline.progress import Progress
-from pipeline.task_process import pack_error, release_memory, unpack_error
+from pipeline.task_process import load_tokenizer_quietly, pack_error, release_memory, unpack_error
 
 MAX_RETRIES = 3  # pools broken by a dying worker before the stage fails (Ray's `max_retries` for the same case)
 
@@ -142,7 +142,7 @@ class ProcessExecutor:
                     else:
                         assert result is not None
                         results[i] = result
-                        progress.update(rows=int(result.get("rows", 0)), nbytes=int(result.get("bytes", 0)))
+                        progress.count(result)
                     if not errors and (j := next(queue, None)) is not None:
                         nxt = self._submit(pool, tasks[j])
                         futures[nxt] = j
@@ -172,18 +172,9 @@ class ProcessExecutor:
     def _start_warming(self) -> None:
         if self._warm is None or self._warming is not None:
             return
-        self._warming = threading.Thread(target=_load_quietly, args=self._warm, name="lwm-warm", daemon=True)
+        self._warming = threading.Thread(target=load_tokenizer_quietly, args=self._warm, name="lwm-warm", daemon=True)
         self._warming.start()
 
     def close(self) -> None:
         if self._warming is not None:
             self._warming.join()
-
-
-def _load_quietly(spec: str | None, engine: str | None) -> None:
-    try:
-        from stages.tokenizer import load_tokenizer
-
-        load_tokenizer(spec, engine)
-    except Exception:  # the task that needs it loads it again and reports the error
-        pass

@@ -32,6 +32,11 @@ class Progress:
             self._last = now
             self._emit(final=False)
 
+    def count(self, result: dict) -> dict:
+        """One finished task, by its result's ``rows`` and ``bytes`` (what every executor reports); returns it."""
+        self.update(rows=int(result.get("rows", 0)), nbytes=int(result.get("bytes", 0)))
+        return result
+
     def _line(self) -> str:
         elapsed = max(time.monotonic() - self.start, 1e-9)
         rate = self.rows / elapsed

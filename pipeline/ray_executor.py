@@ -34,7 +34,7 @@ from pipeline.engine import TaskFn
 from pipeline.progress import Progress
 from pipeline.ray_local import environment, lean_start, quiet_ray_startup, stop_monitor_first
 from pipeline.ray_worker import TIMELINE_ENV, process_start, run_task, warm_worker
-from pipeline.task_process import unpack_error
+from pipeline.task_process import load_tokenizer_quietly, unpack_error
 
 MAX_RETRIES = 3
 RECYCLE_BYTES = 256 * 1024 * 1024
@@ -51,15 +51,6 @@ RECYCLE_TASKS = 16
 # The Arrow allocator of the run's processes (`pipeline.arrow_pool`): a local Ray's workers inherit the driver's
 # choice; a given cluster's get it here.
 WORKER_ENV = {"env_vars": {"RAYON_NUM_THREADS": "1", POOL_VARIABLE: run_memory_pool()}}
-
-
-def _load_quietly(spec: str | None, engine: str | None) -> None:
-    try:
-        from stages.tokenizer import load_tokenizer
-
-        load_tokenizer(spec, engine)
-    except Exception:  # the driver's own load, when it comes, reports it
-        pass
 
 
 class _HandOff:
@@ -210,7 +201,7 @@ class RayExecutor:
             return
         remote = self._ray.remote(num_cpus=1, max_retries=0, runtime_env=self._task_env)(warm_worker)
         self._warming = [remote.remote(*tokenizer) for _ in range(self.cpus)]
-        threading.Thread(target=_load_quietly, args=tokenizer, daemon=True).start()
+        threading.Thread(target=load_tokenizer_quietly, args=tokenizer, daemon=True).start()
 
     def wait_for_ray(self) -> None:
         """Block until Ray is up (a local start runs in the background); for driver code that calls Ray's
@@ -256,7 +247,7 @@ class RayExecutor:
                                            "submitted": started, "pid": os.getpid(), "started": started,
                                            "ended": time.time(), "process_started": 0.0, "received": time.time(),
                                            "result_bytes": 0})
-                    progress.update(rows=int(result.get("rows", 0)), nbytes=int(result.get("bytes", 0)))
+                    progress.count(result)
                     local = index + 1
             except BaseException:
                 # An earlier task than any handed to Ray failed: theirs end first (as under Ray, every
@@ -292,7 +283,7 @@ class RayExecutor:
                     continue
                 result = json.loads(out["result"])
                 results[task_id] = result
-                progress.update(rows=int(result.get("rows", 0)), nbytes=int(result.get("bytes", 0)))
+                progress.count(result)
         if errors:  # the first failed task in task order, as the in-process runner would have met it
             raise next(unpack_error(errors[t["task_id"]]) for t in tasks if t["task_id"] in errors)
         return [results[t["task_id"]] for t in tasks]

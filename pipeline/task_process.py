@@ -1,6 +1,6 @@
-"""What a worker process (a Ray worker, `pipeline.ray_worker`; a forked worker, `pipeline.process_executor`) does
-around each task: the task's exception as bytes for the driver (`pack_error`, `unpack_error`) and the memory release after it
-(`release_memory`)."""
+"""What a worker process (a Ray worker, `pipeline.ray_worker`; a forked worker, `pipeline.process_executor`) needs
+around its tasks: the tokenizer loaded ahead of them (`load_tokenizer_quietly`), a task's exception as bytes for
+the driver (`pack_error`, `unpack_error`), and the memory release after each task (`release_memory`)."""
 
 from __future__ import annotations
 
@@ -16,6 +16,17 @@ def pack_error(exc: Exception) -> bytes:
         return data
     except Exception:
         return pickle.dumps(RuntimeError(f"{type(exc).__name__}: {exc}"))
+
+
+def load_tokenizer_quietly(spec: str | None, engine: str | None) -> None:
+    """Load the run's tokenizer into this process's cache ahead of the tasks (a warm-up on a thread); an error
+    is left to the task that needs the tokenizer, which meets and reports it."""
+    try:
+        from stages.tokenizer import load_tokenizer
+
+        load_tokenizer(spec, engine)
+    except Exception:
+        pass
 
 
 def unpack_error(data: bytes) -> Exception:
