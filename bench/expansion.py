@@ -44,10 +44,16 @@ class _TimedTokenizer:
         self.chars = 0
 
     def encode(self, text):
+        return self._timed(self._tok.encode, text)
+
+    def encode_array(self, text):
+        return self._timed(self._tok.encode_array, text)
+
+    def _timed(self, encode, text):
         self.chars += len(text)
         start = time.perf_counter()
         try:
-            return self._tok.encode(text)
+            return encode(text)
         finally:
             self.seconds += time.perf_counter() - start
 

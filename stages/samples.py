@@ -156,8 +156,9 @@ class TrajectorySamples:
     def _obs(self, t: int) -> str:
         return self.seg.norm(self.traj.turns[t - 1].observation)
 
-    def _obs_ids(self, t: int) -> list[int]:
-        return self._memo(("obs", t), lambda: self.seg.encode(self._obs(t)))
+    def _obs_ids(self, t: int) -> np.ndarray:
+        """The observation's ids, read-only (`SegmentTokenizer.encode_array`)."""
+        return self._memo(("obs", t), lambda: self.seg.encode_array(self._obs(t)))
 
     def _turn_weights(self, t: int, n_obs: int) -> tuple[np.ndarray, float]:
         score = self.scores[t - 1]
@@ -176,8 +177,7 @@ class TrajectorySamples:
             obs = self._obs(t)
             if self.seg.can_prepend(head, obs):
                 head_ids = _cached_encode(self.seg, head)
-                obs_ids = self._obs_ids(t)
-                return head_ids + obs_ids, len(head_ids)
+                return np.concatenate([_ids(head_ids), self._obs_ids(t)]), len(head_ids)
             ids, idx = project_weights(self.seg, [(head, 0.0), (obs, 1.0)])
             return ids, next((i for i, w in enumerate(idx) if w), len(ids))
 
@@ -206,7 +206,7 @@ class TrajectorySamples:
             head_ids, head_idx = project_weights(self.seg, [(role, 0.0), (lead, 1.0)])
             if obs and self.seg.can_prepend(role + lead, obs):
                 tail = self.seg.extend(self._obs_ids(t), obs, PRED_CLOSE)
-                ids = head_ids + tail
+                ids = np.concatenate([_ids(head_ids), tail])
             else:
                 ids, head_idx = project_weights(self.seg, [(role, 0.0), (lead + obs + PRED_CLOSE, 1.0)])
             start = next((i for i, w in enumerate(head_idx) if w), len(ids))
@@ -228,7 +228,7 @@ class TrajectorySamples:
 
         reasoning = self.seg.norm(self.traj.turns[t - 1].reasoning or "")
         limit = len(b"assistant\n") + len(reasoning.encode("utf-8"))
-        ends = np.cumsum(self.seg.lengths[ids]) if ids else np.zeros(0, dtype=np.int64)
+        ends = np.cumsum(self.seg.lengths[ids]) if len(ids) else np.zeros(0, dtype=np.int64)
         return int(sum(1 for i in range(start, len(ids)) if ends[i] - 1 < limit))
 
     # -- assembly ------------------------------------------------------------------------------

@@ -34,11 +34,18 @@ class CountingTokenizer:
     def __getattr__(self, name):
         return getattr(self._tok, name)
 
-    def encode(self, text: str) -> list[int]:
+    def _count(self, text: str) -> None:
         if len(text) > 48:
             name = threading.current_thread().name
             self.by_thread[name] = self.by_thread.get(name, 0) + 1
+
+    def encode(self, text: str) -> list[int]:
+        self._count(text)
         return self._tok.encode(text)
+
+    def encode_array(self, text: str):
+        self._count(text)
+        return self._tok.encode_array(text)
 
 
 def _rows(n: int = 12, per: int = 5) -> list[list[str]]:

@@ -157,6 +157,10 @@ def test_extend_is_exact(a, b):
     a, b = seg.norm(a), seg.norm(b)
     ids = seg.extend(seg.tok.encode(a), a, b)
     assert ids == seg.tok.encode(a + b)
+    # from an array (an observation's ids) the same ids come back as a read-only int32 array
+    as_array = seg.extend(seg.encode_array(a), a, b)
+    assert isinstance(as_array, np.ndarray) and as_array.dtype == np.int32 and not as_array.flags.writeable
+    assert as_array.tolist() == ids
     if seg.can_prepend(a, b):
         assert seg.tok.encode(a) + seg.tok.encode(b) == seg.tok.encode(a + b)
 
@@ -193,3 +197,4 @@ def test_turn_samples_share_history_pieces_without_changing_them(seg):
 @pytest.mark.parametrize("b", ["\n</predicted_observation>", "x", "  y", "\n\n", ")", "1"])
 def test_extend_reuses_the_head_at_token_boundaries(seg, a, b):
     assert seg.extend(seg.tok.encode(a), a, b) == seg.tok.encode(a + b)
+    assert seg.extend(seg.encode_array(a), a, b).tolist() == seg.tok.encode(a + b)

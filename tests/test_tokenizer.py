@@ -10,6 +10,7 @@ import shutil
 import unicodedata
 from pathlib import Path
 
+import numpy as np
 import pytest
 import tiktoken
 from hypothesis import given, settings
@@ -223,6 +224,24 @@ def test_engines_agree_with_reference_on_generated_text(engines, reference, text
     assert engines["tiktoken"].encode(text) == expected
     assert engines["tokenizers"].encode(text) == expected
     assert engines["tokenizers"].decode(expected) == unicodedata.normalize("NFC", text)
+
+
+@settings(max_examples=120, deadline=None)
+@given(text=st.one_of(ANY_TEXT, SPECIAL_OR_TEXT, st.text(max_size=60)))
+def test_encode_array_is_encode_as_a_read_only_int32_array(engines, text):
+    # tiktoken's array call runs its special-token search; with none allowed the ids must be encode_ordinary's,
+    # special-token strings and lone surrogates (st.text draws them) included
+    for tok in engines.values():
+        ids = tok.encode_array(text)
+        assert ids.dtype == np.int32 and not ids.flags.writeable
+        assert ids.tolist() == tok.encode(text)
+
+
+@pytest.mark.parametrize("engine", ["tiktoken", "tokenizers"])
+def test_encode_array_matches_encode_on_all_shared_data(engines, shared_texts, engine):
+    tok = engines[engine]
+    for where, text in shared_texts:
+        assert tok.encode_array(text).tolist() == tok.encode(text), where
 
 
 # --- identity: names, hashes, pickling -----------------------------------------------------------

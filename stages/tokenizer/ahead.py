@@ -22,9 +22,10 @@ import sys
 import threading
 from collections.abc import Iterable, Iterator
 
+import numpy as np
+
 SWITCH_INTERVAL = 2e-6
-# How far the thread may run ahead: rows, and characters of texts encoded but not yet taken (their ids
-# cost about 40 bytes per token as Python lists).
+# How far the thread may run ahead: rows, and characters of texts encoded but not yet taken.
 WINDOW_ROWS = 8
 WINDOW_CHARS = 8 << 20
 _MIN_CHARS = 49  # shorter texts go to the segment tokenizer's own table of short strings (`_SHORT_CHARS`)
@@ -43,7 +44,7 @@ class EncodeAhead:
         self.seg = seg
         self._rows: Iterator[list[str]] = iter(rows)
         self.window_rows, self.window_chars, self.switch_interval = window_rows, window_chars, switch_interval
-        self._ready: dict[int, dict[str, list[int]]] = {}  # row → its texts' ids, filled by the thread
+        self._ready: dict[int, dict[str, np.ndarray]] = {}  # row → its texts' ids, filled by the thread
         self._chars: dict[int, int] = {}
         self._held = 0  # characters of the texts in `_ready`
         self._current = -1
@@ -95,12 +96,12 @@ class EncodeAhead:
                         return
                     if row <= self._current:  # the task got there first
                         continue
-                ids: dict[str, list[int]] = {}
+                ids: dict[str, np.ndarray] = {}
                 chars = 0
                 known = seg.kept_texts()
                 for text in texts:
                     if len(text) >= _MIN_CHARS and text not in ids and text not in known:
-                        ids[text] = tok.encode(text)
+                        ids[text] = tok.encode_array(text)
                         chars += len(text)
                 with self._cond:
                     if row > self._current:

@@ -33,6 +33,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
+import numpy as np
 import tiktoken
 import tokenizers
 
@@ -41,6 +42,7 @@ from stages.tokenizer.convert import convert_rank_vocabulary
 from stages.tokenizer.vocab import DEFAULT_NAME, RankVocabulary, default_vocabulary, first_line
 
 ENGINES = ("tiktoken", "tokenizers")
+_NO_SPECIALS: frozenset[str] = frozenset()
 # Qwen3.5 and Qwen3.6 share one vocabulary; "default" (or nothing) is what the config file says.
 DEFAULT_ALIASES = frozenset({"", "default", DEFAULT_NAME, "qwen3.5"})
 HF_FILE_NAME = "tokenizer.json"
@@ -71,6 +73,10 @@ class Tokenizer(Protocol):
 
     def encode_batch(self, texts: Sequence[str]) -> list[list[int]]:
         """`encode` of each text, using the engine's parallel path."""
+        ...
+
+    def encode_array(self, text: str) -> np.ndarray:
+        """`encode` as a read-only int32 array (shared by whoever holds it: never written to)."""
         ...
 
     def decode(self, ids: Sequence[int]) -> str:
@@ -125,6 +131,19 @@ class TiktokenTokenizer:
 
     def encode(self, text: str) -> list[int]:
         return self._encoding.encode_ordinary(self._normalize(text))
+
+    def encode_array(self, text: str) -> np.ndarray:
+        """`encode` as a read-only int32 array, straight from tiktoken's buffer: no Python int per token, and no
+        list to convert. tiktoken's array call is its `encode`, which looks for special tokens; with none
+        allowed it encodes the whole text as ordinary text, as `encode_ordinary` does (tested on texts that
+        hold special-token strings). A text with a lone surrogate is repaired as `encode_ordinary` repairs it."""
+        text = self._normalize(text)
+        try:
+            ids = self._encoding.encode_to_numpy(text, allowed_special=_NO_SPECIALS, disallowed_special=())
+        except UnicodeEncodeError:
+            text = text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+            ids = self._encoding.encode_to_numpy(text, allowed_special=_NO_SPECIALS, disallowed_special=())
+        return ids.view(np.int32)  # ids are below 2**31
 
     def encode_batch(self, texts: Sequence[str]) -> list[list[int]]:
         # One text after another, not tiktoken's threaded encode_batch: tiktoken 0.14 releases the GIL only
@@ -201,6 +220,11 @@ class HFTokenizer:
 
     def encode(self, text: str) -> list[int]:
         return self._backend.encode(text, add_special_tokens=False).ids
+
+    def encode_array(self, text: str) -> np.ndarray:
+        ids = np.array(self.encode(text), dtype=np.int32)
+        ids.flags.writeable = False
+        return ids
 
     def encode_batch(self, texts: Sequence[str]) -> list[list[int]]:
         # Runs on the Rust thread pool (size: RAYON_NUM_THREADS); the fast variant skips the

@@ -44,6 +44,7 @@ _SHORT_ENTRIES = 4096
 _TEXT_ENTRIES = 64
 _KEPT_BUDGET = 32 << 20
 _KEPT_LONGEST = 1 << 16
+_ARRAY_BYTES = 112  # what an empty numpy array object costs
 _KNOWN_PATTERN_MARKERS = (r"\p{L}", r"\p{N}", r"\s+(?!\S)")
 
 
@@ -71,33 +72,40 @@ class SegmentTokenizer:
     # the most recent few are remembered by `encode_recurring`.
     _texts: dict[str, list[int]] = field(default_factory=dict)
     # Ids of texts encoded ahead on another thread (`stages.tokenizer.ahead`), taken instead of a tokenizer call.
-    given: dict[str, list[int]] = field(default_factory=dict)
+    given: dict[str, np.ndarray] = field(default_factory=dict)
 
     def norm(self, text: str) -> str:
         return unicodedata.normalize(self.normalization, text) if self.normalization else text
 
     def __post_init__(self) -> None:
         # Longer texts that recur (a repeated command, an unchanged screen, the same error) are tokenized once
-        # per task while they are kept: a kept text costs its characters and about 40 bytes per id (a list
-        # slot and its int).
+        # per task while they are kept, as read-only int32 arrays: a kept text costs its characters and its
+        # array's bytes.
         # The memo's function holds the tokenizer and counter, not `self`: a reference cycle would keep a
         # finished task's memo alive until the next full garbage collection.
         self._kept = TextMemo(_tokenize_counted(self.tok, self.counter, self.given), _KEPT_BUDGET, _KEPT_LONGEST,
-                              cost=lambda ids: 40 * len(ids))
+                              cost=lambda ids: ids.nbytes + _ARRAY_BYTES)
 
-    def kept_texts(self) -> dict[str, list[int]]:
+    def kept_texts(self) -> dict[str, np.ndarray]:
         """The texts the memo holds now (read-only: for `stages.tokenizer.ahead`, which skips them)."""
         return self._kept.known
 
     def encode(self, text: str) -> list[int]:
         if len(text) > _SHORT_CHARS:
-            return list(self._kept(text))
+            return self._kept(text).tolist()
         if text in self._short:
             return list(self._short[text])
-        ids = self._kept.fn(text)
+        ids = self._kept.fn(text).tolist()
         if len(self._short) < _SHORT_ENTRIES:
             self._short[text] = list(ids)
         return ids
+
+    def encode_array(self, text: str) -> np.ndarray:
+        """`encode` as a read-only int32 array, for the long texts that go straight into a sample's arrays (an
+        observation): no Python int per token on the way. The array may be the memo's own: never write to it."""
+        if len(text) > _SHORT_CHARS:
+            return self._kept(text)
+        return _frozen(np.array(self.encode(text), dtype=np.int32))
 
     def encode_recurring(self, text: str) -> list[int]:
         """`encode` for a text likely seen before in this process, whole or in paragraphs (same ids, remembered
@@ -132,19 +140,25 @@ class SegmentTokenizer:
     def byte_len(self, ids: list[int]) -> int:
         return int(self.lengths[ids].sum()) if ids else 0
 
-    def extend(self, ids_a: list[int], text_a: str, text_b: str) -> list[int]:
-        """Ids of ``text_a + text_b`` given the ids of `text_a`, re-tokenizing only the junction."""
+    def extend(self, ids_a: list[int] | np.ndarray, text_a: str, text_b: str) -> list[int] | np.ndarray:
+        """Ids of ``text_a + text_b`` given the ids of `text_a`, re-tokenizing only the junction; a list, or a
+        read-only int32 array where `ids_a` is an array (`encode_array`)."""
+        if isinstance(ids_a, np.ndarray):
+            return self._extend(ids_a, text_a, text_b, self.encode_array, _concat_arrays)
+        return self._extend(ids_a, text_a, text_b, self.encode, _concat_lists)
+
+    def _extend(self, ids_a, text_a: str, text_b: str, encode, concat):
         if not text_b:
-            return list(ids_a)
+            return concat(ids_a, [])
         if not text_a:
-            return self.encode(text_b)
+            return encode(text_b)
         if not self.splice_ok:
-            return self.encode(text_a + text_b)
+            return encode(text_a + text_b)
         if _ends_alnum(text_a) and not _ALNUM_START.match(text_b):
-            return list(ids_a) + self.encode(text_b)
+            return concat(ids_a, self.encode(text_b))
         s = _trailing_run_start(text_a)
         if s == 0 or s == len(text_a):
-            return self.encode(text_a + text_b)
+            return encode(text_a + text_b)
         # The tokens covering the trailing run, counted from the end (the run is short, the text
         # need not be): a token boundary must fall exactly where the run starts.
         run_bytes = len(text_a[s:].encode("utf-8"))
@@ -154,8 +168,8 @@ class SegmentTokenizer:
             n -= 1
             covered += int(lengths[ids_a[n]])
         if n == 0 or covered != run_bytes:
-            return self.encode(text_a + text_b)
-        return list(ids_a[:n]) + self.encode(text_a[s:] + text_b)
+            return encode(text_a + text_b)
+        return concat(ids_a[:n], self.encode(text_a[s:] + text_b))
 
     def can_prepend(self, text_a: str, text_b: str) -> bool:
         """Whether ``tokens(A + B) == tokens(A) + tokens(B)`` is guaranteed by the junction rule."""
@@ -170,16 +184,32 @@ class SegmentTokenizer:
         return text_a.endswith("\n") and not text_b[0].isspace()
 
 
-def _tokenize_counted(tok, counter: TokenCounter, given: dict[str, list[int]]) -> Callable[[str], list[int]]:
-    """The tokenizer call the memo makes, counted; ids offered in `given` are taken (once) instead."""
+def _tokenize_counted(tok, counter: TokenCounter, given: dict[str, np.ndarray]) -> Callable[[str], np.ndarray]:
+    """The tokenizer call the memo makes (`encode_array`), counted; ids offered in `given` are taken (once)
+    instead."""
 
-    def tokenize(text: str) -> list[int]:
+    def tokenize(text: str) -> np.ndarray:
         counter.chars += len(text)
         counter.calls += 1
         ids = given.pop(text, None) if given else None
-        return tok.encode(text) if ids is None else ids
+        return tok.encode_array(text) if ids is None else ids
 
     return tokenize
+
+
+def _frozen(ids: np.ndarray) -> np.ndarray:
+    ids.flags.writeable = False
+    return ids
+
+
+def _concat_lists(a, b: list[int]) -> list[int]:
+    return list(a) + b
+
+
+def _concat_arrays(a: np.ndarray, b: list[int]) -> np.ndarray:
+    if not b:
+        return a
+    return _frozen(np.concatenate([a, np.array(b, dtype=np.int32)]))
 
 
 def _ends_alnum(text: str) -> bool:
