@@ -27,6 +27,7 @@ import unicodedata
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import lru_cache
+from typing import TypeVar
 
 import numpy as np
 import regex
@@ -45,6 +46,7 @@ _TEXT_ENTRIES = 64
 _KEPT_BUDGET = 32 << 20
 _KEPT_LONGEST = 1 << 16
 _ARRAY_BYTES = 112  # what an empty numpy array object costs
+R = TypeVar("R")
 _KNOWN_PATTERN_MARKERS = (r"\p{L}", r"\p{N}", r"\s+(?!\S)")
 
 
@@ -83,8 +85,10 @@ class SegmentTokenizer:
         # array's bytes.
         # The memo's function holds the tokenizer and counter, not `self`: a reference cycle would keep a
         # finished task's memo alive until the next full garbage collection.
-        self._kept = TextMemo(_tokenize_counted(self.tok, self.counter, self.given), _KEPT_BUDGET, _KEPT_LONGEST,
-                              cost=lambda ids: ids.nbytes + _ARRAY_BYTES)
+        self._kept = TextMemo(_tokenize_counted(self.tok.encode_array, self.counter, self.given), _KEPT_BUDGET,
+                              _KEPT_LONGEST, cost=lambda ids: ids.nbytes + _ARRAY_BYTES)
+        # Short texts are asked for as lists: an array per call would cost more than the few ids it holds.
+        self._tokenize_short = _tokenize_counted(self.tok.encode, self.counter, {})
 
     def kept_texts(self) -> dict[str, np.ndarray]:
         """The texts the memo holds now (read-only: for `stages.tokenizer.ahead`, which skips them)."""
@@ -95,7 +99,7 @@ class SegmentTokenizer:
             return self._kept(text).tolist()
         if text in self._short:
             return list(self._short[text])
-        ids = self._kept.fn(text).tolist()
+        ids = self._tokenize_short(text)
         if len(self._short) < _SHORT_ENTRIES:
             self._short[text] = list(ids)
         return ids
@@ -184,15 +188,14 @@ class SegmentTokenizer:
         return text_a.endswith("\n") and not text_b[0].isspace()
 
 
-def _tokenize_counted(tok, counter: TokenCounter, given: dict[str, np.ndarray]) -> Callable[[str], np.ndarray]:
-    """The tokenizer call the memo makes (`encode_array`), counted; ids offered in `given` are taken (once)
-    instead."""
+def _tokenize_counted(encode: Callable[[str], R], counter: TokenCounter, given: dict[str, R]) -> Callable[[str], R]:
+    """A tokenizer call (`encode` or `encode_array`), counted; ids offered in `given` are taken (once) instead."""
 
-    def tokenize(text: str) -> np.ndarray:
+    def tokenize(text: str) -> R:
         counter.chars += len(text)
         counter.calls += 1
         ids = given.pop(text, None) if given else None
-        return tok.encode_array(text) if ids is None else ids
+        return encode(text) if ids is None else ids
 
     return tokenize
 
