@@ -235,11 +235,11 @@ def run_shard_task(task: dict[str, Any]) -> dict[str, Any]:
                 for spilled in paths:
                     with pa.memory_map(spilled, "rb") as f:
                         pieces = [pa.ipc.open_file(f).read_all()]
-                    os.remove(spilled)
-                    part = sort_tables(pieces, "sample_id")
+                    part = sort_tables(pieces, "sample_id")  # a copy: the mapped rows are let go here
                     num_rows += part.num_rows
                     w.write_table(part)
                     del part
+                    os.remove(spilled)  # once unmapped (a mapped file cannot be removed on Windows)
     digest = hashlib.sha256()
     with fs.open(path, "rb") as f:
         while chunk := f.read(1 << 20):
