@@ -191,7 +191,8 @@ def rows_table(rows: list[dict[str, Any]], schema: pa.Schema) -> pa.Table:
             dtype = _FLAT_TYPES[item]
             with np.errstate(over="ignore"):  # a float beyond float32 becomes inf, as Arrow's own cast does
                 if values and all(isinstance(v, np.ndarray) for v in values):
-                    flat = np.concatenate(values).astype(dtype, copy=False)
+                    # cast while joining (as `astype` casts): no float64 copy of a column's weights before its float32 one
+                    flat = np.concatenate(values, dtype=dtype, casting="unsafe")
                 else:
                     flat = np.fromiter(itertools.chain.from_iterable(values), dtype=dtype, count=int(offsets[-1]))
             columns.append(pa.ListArray.from_arrays(pa.array(offsets), pa.array(flat), type=f.type))
