@@ -118,7 +118,6 @@ def test_any_ids_and_weights_round_like_the_row_conversion(samples, text):
     assert_same(rows, SHARD_SCHEMA)
 
 
-
 @settings(max_examples=60, deadline=None)
 @given(st.lists(st.lists(st.tuples(st.integers(0, 2**31 - 1), st.floats(width=64)), max_size=40),
                 min_size=1, max_size=6),
@@ -135,6 +134,7 @@ def test_array_ids_and_weights_round_like_the_row_conversion(samples, text):
     assert parquet_bytes(built) == parquet_bytes(ref)  # NaN included, which `Table.equals` never finds equal
     if not any(np.isnan(r["loss_weight"]).any() for r in rows):
         assert built.equals(ref)
+
 
 def test_lone_surrogates_are_escaped_like_the_row_writer():
     rows = [shard_row([1, 2], [0.0, 1.0], "id\ud800"), shard_row([], [], "plain")]
