@@ -33,6 +33,7 @@ from stages.decontam import (
 )
 from stages.dedup import NormalizeMemo, Signer
 from stages.dedup_graph import BUCKET_FILE_SCHEMA, BucketRows, add_trajectory_rows, gram_keys
+from stages.distinct import distinct
 from stages.gram_filter import GramFilter, filter_bits
 
 # What the map reads of a trajectories part: of each turn only the two texts its keys are taken from
@@ -172,13 +173,13 @@ def run_dedup_evalkeys_task(task: dict[str, Any]) -> dict[str, Any]:
     while rows := list(itertools.islice(records, _SIGN_BATCH)):
         keys.extend(gram_keys(rows, task["settings"]["ngram"], normalize))
         count += len(rows)
-    distinct = np.unique(np.concatenate(keys))
+    distinct_keys = distinct(np.concatenate(keys))
     rel = None
-    if len(distinct):
+    if len(distinct_keys):
         rel = write_table(fs, root, f"_work/dedup/evalkeys/{task['task_id']}.parquet", EVAL_KEYS_SCHEMA,
-                          pa.table({"key": distinct}))
+                          pa.table({"key": distinct_keys}))
     return {"task_id": task["task_id"], "stage": "dedup-evalkeys", "keys": rel, "rows": count,
-            "bytes": 0, "stats": {"dedup.eval_gram_keys": len(distinct)}, "spec_hash": task["spec_hash"]}
+            "bytes": 0, "stats": {"dedup.eval_gram_keys": len(distinct_keys)}, "spec_hash": task["spec_hash"]}
 
 
 EVAL_FILTER = "_work/dedup/evalfilter.bin"

@@ -21,6 +21,7 @@ import pyarrow.parquet as pq
 
 from schemas.errors import ConfigError
 from schemas.text import escape_surrogates
+from stages.distinct import distinct, distinct_first
 
 PARQUET_OPTIONS = {"compression": "zstd", "compression_level": 3, "write_statistics": True}
 
@@ -243,8 +244,8 @@ def _compact_dictionary(chunks: list[pa.DictionaryArray], typ: pa.DictionaryType
     ok = indices.is_valid().to_numpy(zero_copy_only=False) if indices.null_count else np.ones(len(indices), bool)
     slot = zero_filled(indices).astype(np.int64)
     slot += np.repeat(starts, [len(c) for c in chunks])  # an index into `dictionary`
-    distinct, first = np.unique(slot[ok], return_index=True)
-    used = distinct[np.argsort(first, kind="stable")]  # slots in the order the rows first use them
+    slots, first = distinct_first(slot[ok])
+    used = slots[np.argsort(first, kind="stable")]  # slots in the order the rows first use them
     values = dictionary.take(pa.array(used)).dictionary_encode()  # the same value in two slots: one
     code = np.zeros(len(dictionary), dtype=np.int32)
     code[used] = values.indices.to_numpy(zero_copy_only=False)
@@ -272,7 +273,7 @@ def write_table(fs, root: str, rel: str, schema: pa.Schema, table: pa.Table,
 def write_parts(fs, root: str, rel_of, schema: pa.Schema, table: pa.Table, part: np.ndarray) -> dict[str, str]:
     """`table`'s rows, split by `part` (one value per row), one file per value: ``{value: rel_of(value)}``."""
     return {str(q): write_table(fs, root, rel_of(q), schema, table.filter(pa.array(part == q)))
-            for q in np.unique(part).tolist()}
+            for q in distinct(part).tolist()}
 
 
 def read_json(fs: fsspec.AbstractFileSystem, path: str) -> Any:

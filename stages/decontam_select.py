@@ -26,6 +26,7 @@ import pyarrow.compute as pc
 
 from stages.dedup_edges import EDGE_SCHEMA, KIND_SHARED, KIND_TOTAL, columns_table
 from stages.dedup_graph import pair_counts
+from stages.distinct import distinct
 
 # A chosen group of a bucket (its number in that bucket's `GROUP_SCHEMA` rows) and the record that chose it.
 SELECTED_SCHEMA = pa.schema([("bucket", pa.int32()), ("group", pa.int32()), ("record", pa.string())])
@@ -104,7 +105,7 @@ class CandidateIndex:
         n = self.n_codes = len(self.names)
         t = pc.index_in(train, value_set=self.names).to_numpy(zero_copy_only=False).astype(np.int64)
         e = pc.index_in(record, value_set=self.names).to_numpy(zero_copy_only=False).astype(np.int64)
-        self.wanted = np.unique(t * n + e)
+        self.wanted = distinct(t * n + e)
         self.train_ok, self.record_ok = np.zeros(n, bool), np.zeros(n, bool)
         self.train_ok[t] = True
         self.record_ok[e] = True

@@ -33,6 +33,7 @@ from stages.dedup import (
     turn_texts,
 )
 from stages.dedup_edges import EDGE_SCHEMA, KIND_SHARED, KIND_TOTAL, columns_table, edge_table, total_table
+from stages.distinct import distinct_first
 from stages.gram_filter import GramFilter
 
 # Row kinds of the bucket files (key rows of the dedup map).
@@ -282,7 +283,7 @@ def _group_members(table: pa.Table, order: np.ndarray, role: np.ndarray, starts:
     positions = np.repeat(starts - np.r_[0, np.cumsum(sizes)[:-1]], sizes) + np.arange(int(sizes.sum()))
     group = np.repeat(np.arange(len(starts)), sizes)
     member = codes[order[positions]]
-    _, first = np.unique(group * n_codes + member, return_index=True)
+    _, first = distinct_first(group * n_codes + member)
     first.sort()
     return encoded.dictionary, group[first], member[first], role[positions[first]]
 

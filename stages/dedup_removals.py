@@ -17,6 +17,7 @@ import pyarrow.compute as pc
 from stages.decontam import near_is_contamination
 from stages.dedup import cluster_id
 from stages.dedup_edges import KIND_SHARED, KIND_TOTAL, columns_table
+from stages.distinct import distinct_first
 
 # Decontamination evidence of one evaluation record (its total, the shared counts and near copies that name it)
 # lives in one partition: every such row is routed by the record's id.
@@ -161,9 +162,9 @@ def cluster_removals(edges: pa.Table, contaminated: dict[str, tuple[str, str, fl
     by_rank = np.lexsort((name_rank, -lengths, -turns))  # survivor_rank: most turns, longest text, smallest id
     survivor = np.full(n_nodes, -1)
     firsts = np.full(n_nodes, -1)
-    _, at = np.unique(every[by_rank], return_index=True)
+    _, at = distinct_first(every[by_rank])
     survivor[every[by_rank[at]]] = by_rank[at]
-    _, at = np.unique(exact[by_rank], return_index=True)
+    _, at = distinct_first(exact[by_rank])
     firsts[exact[by_rank[at]]] = by_rank[at]
     # Members of each cluster in id order: the cluster id hashes them.
     by_name = np.lexsort((name_rank, every))
