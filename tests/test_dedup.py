@@ -306,3 +306,22 @@ def test_band_group_edges_equal_the_all_pairs_rule(n, variants, seed, threshold,
     roles = rng.choice([0, 0, 0, 1, 2], n).tolist()
     got = dedup.band_group_edges(ids, roles, sigs, threshold, near)
     assert sorted(got) == sorted(_band_group_edges_by_all_pairs(ids, roles, sigs, threshold, near))
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.lists(st.integers(0, 2**32 - 1) | st.integers(0, 6), max_size=40), max_size=12),
+       st.sampled_from([1, 16, 128]))
+def test_signatures_of_sets_with_repeats_are_those_of_each_set_alone(sets, num_perm):
+    values = np.array([v for s in sets for v in s], dtype=np.uint32)
+    offsets = np.cumsum([0] + [len(s) for s in sets])
+    got = dedup.minhash_many(values, offsets, num_perm, 7)
+    assert got.shape == (len(sets), num_perm)
+    for row, s in zip(got, sets):
+        assert np.array_equal(row, dedup.minhash(np.array(s, dtype=np.uint32), num_perm, 7))
+
+
+def test_repeats_within_a_set_are_dropped_and_other_sets_keep_theirs():
+    values = np.array([9, 3, 9, 9, 3, 4, 9, 3], dtype=np.uint32)
+    distinct, offsets = dedup.distinct_per_set(values, np.array([0, 5, 5, 8]))
+    assert offsets.tolist() == [0, 2, 2, 5]
+    assert distinct.tolist() == [3, 9, 3, 4, 9]
