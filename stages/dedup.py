@@ -254,11 +254,34 @@ def window_hashes(hashes: np.ndarray, k: int, multiplier: np.uint64 = _M1) -> np
     if n == 0:
         return np.zeros(0, dtype=np.uint64)
     k = min(k, n)
-    h = np.zeros(n - k + 1, dtype=np.uint64)
     with np.errstate(over="ignore"):
-        for i in range(k):
-            h = h * multiplier + hashes[i : n - k + 1 + i]
+        h = _polynomial_windows(np.asarray(hashes, dtype=np.uint64), k, multiplier)
     return _fmix64(h + np.uint64(k))
+
+
+def _polynomial_windows(words: np.ndarray, k: int, multiplier: np.uint64) -> np.ndarray:
+    """``sum(words[s + i] * multiplier ** (k - 1 - i) for i < k)`` (mod 2**64) of every window s of k words.
+
+    Built from the windows of 1, 2, 4, ... words: a window of a + b words is the one of its first a words
+    times ``multiplier ** b`` plus the one of its last b, so k words take two passes per bit of k and per
+    doubling (8 for 13 words) instead of two per word (26), with the same values.
+    """
+    n = len(words)
+    out, length = None, 0  # windows of `length` words: the bits of k taken so far
+    part, size, scale = words, 1, multiplier  # windows of `size` words (a power of two); scale = multiplier ** size
+    while True:
+        if k & size:
+            if out is None:
+                out, length = part, size
+            else:
+                count = n - (length + size) + 1
+                out = out[:count] * scale + part[length : length + count]
+                length += size
+        if 2 * size > k:
+            return out
+        count = len(part) - size
+        part = part[:count] * scale + part[size : size + count]
+        scale, size = scale * scale, 2 * size
 
 
 def window_hashes_at(hashes: np.ndarray, k: int, at: np.ndarray, multiplier: np.uint64 = _M1) -> np.ndarray:

@@ -325,3 +325,18 @@ def test_repeats_within_a_set_are_dropped_and_other_sets_keep_theirs():
     distinct, offsets = dedup.distinct_per_set(values, np.array([0, 5, 5, 8]))
     assert offsets.tolist() == [0, 2, 2, 5]
     assert distinct.tolist() == [3, 9, 3, 4, 9]
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.integers(0, 2**64 - 1), min_size=1, max_size=40), st.integers(1, 20),
+       st.sampled_from([dedup._M1, dedup._M2]))
+def test_window_hashes_are_the_mixed_polynomial_of_each_window(words, k, multiplier):
+    hashes = np.array(words, dtype=np.uint64)
+    got = dedup.window_hashes(hashes, k, multiplier)
+    k = min(k, len(words))
+    for s, value in enumerate(got.tolist()):
+        poly = 0
+        for w in words[s : s + k]:
+            poly = (poly * int(multiplier) + w) % 2**64
+        assert value == int(dedup._fmix64(np.array([(poly + k) % 2**64], dtype=np.uint64))[0])
+    assert len(got) == len(words) - k + 1
