@@ -5,7 +5,8 @@ imported the stages (and, from the second stage on, loaded the tokenizer) takes 
 takes seconds before its first worker is ready. Each stage with two tasks or more gets a pool of its own
 (``min(CPUs, tasks)`` processes, forked when the stage begins and gone when it ends), so a worker never carries
 one stage's memory into the next. A stage with one task, of tasks marked `Stage.small_tasks` (tenths of a
-second, where a fork and the result's trip would be most of the cost) or of tasks that release the GIL
+second, where a fork and the result's trip would be most of the cost; below `SMALL_IN_POOL_BYTES` of input) or of
+tasks that release the GIL
 (`Stage.local_threads`: the shard tasks, whose stage took 1.33-1.35 s on two threads against 1.7-1.9 s on two
 forked workers at 41 MB) runs in this process, on the in-process runner (`LocalExecutor`, which lends the idle
 CPUs to a task it runs alone).
@@ -38,6 +39,10 @@ from pipeline.progress import Progress
 from pipeline.task_process import load_tokenizer_quietly, pack_error, release_memory, unpack_error
 
 MAX_RETRIES = 3  # pools broken by a dying worker before the stage fails (Ray's `max_retries` for the same case)
+# From this much input on (`plan_for_input`), the tasks of a `Stage.small_tasks` stage run on the pool too: they
+# are still tenths of a second each, but a round has one per trajectories part or bucket group. At 2 GB (demo
+# corpus, 30 parts) the five such rounds of the dedup stage took 18.8 s one after another in this process.
+SMALL_IN_POOL_BYTES = 256 * 1024 * 1024
 
 # The function of the stage being run; set before its pool is forked, so every worker of that pool has it.
 _job: TaskFn | None = None
@@ -88,13 +93,18 @@ class ProcessExecutor:
         self._warming: threading.Thread | None = None
         self._echo = echo or (lambda line: print(line, file=sys.stderr))
         self.forked = 0  # worker processes started (for tests and the curious)
+        self.small_in_pool = False
+
+    def plan_for_input(self, total_bytes: int) -> None:
+        """Once the input is large (≥ `SMALL_IN_POOL_BYTES`), small tasks run on the pool as well."""
+        self.small_in_pool = total_bytes >= SMALL_IN_POOL_BYTES
 
     def map(self, fn: TaskFn, tasks: list[dict[str, Any]], progress: Progress,
             threads: int = 1, small: bool = False) -> list[dict[str, Any]]:
         """Results in task order; `threads` (the in-process runner's hint) is used only when the stage runs in
         this process: in the pool, every task has a process of its own."""
         workers = min(self.workers, len(tasks))
-        if small or threads > 1 or workers < 2 or not can_fork():
+        if (small and not self.small_in_pool) or threads > 1 or workers < 2 or not can_fork():
             return self.local.map(fn, tasks, progress, threads=threads, small=small)
         results: list[dict[str, Any] | None] = [None] * len(tasks)
         todo = list(range(len(tasks)))

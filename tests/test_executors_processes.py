@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from pipeline.executors import LocalExecutor
-from pipeline.process_executor import MAX_RETRIES, ProcessExecutor, WorkerDied, can_fork
+from pipeline.process_executor import MAX_RETRIES, SMALL_IN_POOL_BYTES, ProcessExecutor, WorkerDied, can_fork
 from pipeline.progress import Progress
 from tests.helpers import ROOT, clean_env, write_corpus
 
@@ -58,6 +58,21 @@ def test_one_task_small_tasks_and_threaded_stages_run_in_this_process():
     one = ProcessExecutor(1, LocalExecutor())
     assert {r["pid"] for r in one.map(fn, _tasks(4), _progress(4))} == {os.getpid()}
     assert ex.forked == 0
+
+
+def test_small_tasks_of_a_large_input_run_on_forked_workers():
+    def fn(task):
+        return {"task_id": task["task_id"], "pid": os.getpid()}
+
+    ex = ProcessExecutor(2, LocalExecutor())
+    ex.plan_for_input(SMALL_IN_POOL_BYTES - 1)
+    assert {r["pid"] for r in ex.map(fn, _tasks(4), _progress(4), small=True)} == {os.getpid()}
+    ex.plan_for_input(SMALL_IN_POOL_BYTES)
+    results = ex.map(fn, _tasks(4), _progress(4), small=True)
+    assert [r["task_id"] for r in results] == [f"t{i}" for i in range(4)]
+    assert os.getpid() not in {r["pid"] for r in results} and ex.forked == 2
+    # a threaded stage (the shard tasks) stays in this process whatever the input
+    assert {r["pid"] for r in ex.map(fn, _tasks(4), _progress(4), threads=2)} == {os.getpid()}
 
 
 def test_the_first_failing_task_in_order_is_raised_as_itself_and_later_tasks_do_not_begin(tmp_path):
