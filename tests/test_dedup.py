@@ -340,3 +340,8 @@ def test_window_hashes_are_the_mixed_polynomial_of_each_window(words, k, multipl
             poly = (poly * int(multiplier) + w) % 2**64
         assert value == int(dedup._fmix64(np.array([(poly + k) % 2**64], dtype=np.uint64))[0])
     assert len(got) == len(words) - k + 1
+
+
+def test_a_window_of_no_words_is_refused():
+    with pytest.raises(ValueError, match="at least one word"):
+        dedup.window_hashes(np.arange(5, dtype=np.uint64), 0)
