@@ -41,7 +41,8 @@ from pipeline.task_process import load_tokenizer_quietly, pack_error, release_me
 MAX_RETRIES = 3  # pools broken by a dying worker before the stage fails (Ray's `max_retries` for the same case)
 # From this much input on (`plan_for_input`), the tasks of a `Stage.small_tasks` stage run on the pool too: they
 # are still tenths of a second each, but a round has one per trajectories part or bucket group. At 2 GB (demo
-# corpus, 30 parts) the five such rounds of the dedup stage took 18.8 s one after another in this process.
+# corpus, 30 parts) the five such rounds of the dedup stage took 18.8 s one after another in this process, and
+# 11.5 s on a pool of two (the same outputs).
 SMALL_IN_POOL_BYTES = 256 * 1024 * 1024
 
 # The function of the stage being run; set before its pool is forked, so every worker of that pool has it.
