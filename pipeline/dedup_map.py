@@ -31,7 +31,7 @@ from stages.decontam import (
     reference_units,
     role_of,
 )
-from stages.dedup import NormalizeMemo, Signer
+from stages.dedup import NormalizeMemo, Signer, expect_text
 from stages.dedup_graph import BUCKET_FILE_SCHEMA, BucketRows, add_trajectory_rows, gram_keys
 from stages.distinct import distinct
 from stages.gram_filter import GramFilter, filter_bits
@@ -134,9 +134,17 @@ def _part_path(root: str, task: dict[str, Any]) -> str:
     return f"{root}/trajectories/part-{task['task_id']}.parquet"
 
 
+def _text_bytes(meta: pq.FileMetaData) -> int:
+    """The uncompressed bytes of a trajectories part's action and observation columns, from its footer."""
+    return sum(rg.column(j).total_uncompressed_size for rg in map(meta.row_group, range(meta.num_row_groups))
+               for j in range(rg.num_columns) if rg.column(j).path_in_schema in _TURN_TEXTS)
+
+
 def _part_records(fs, root: str, task: dict[str, Any], stats: Stats) -> Iterator[tuple[str, int, dict]]:
     with fs.open(_part_path(root, task), "rb") as f:
-        for batch in pq.ParquetFile(f).iter_batches(batch_size=256, columns=_PART_COLUMNS):
+        part = pq.ParquetFile(f)
+        expect_text(_text_bytes(part.metadata))
+        for batch in part.iter_batches(batch_size=256, columns=_PART_COLUMNS):
             for row in batch.to_pylist():
                 role = role_of(row["split_key"], task["settings"]["pools"])
                 stats.add("dedup.trajectories")
@@ -155,7 +163,9 @@ def _eval_rows(fs, root: str, task: dict[str, Any]) -> Iterator[dict]:
         table = pq.ParquetFile(f).read(columns=["split_key", *_TURN_TEXTS])  # Parquet column paths
     pools = task["settings"]["pools"]
     evaluation = [role_of(k, pools) != ROLE_TRAIN for k in table.column("split_key").to_pylist()]
-    yield from table.filter(pa.array(evaluation, pa.bool_())).to_pylist()
+    table = table.filter(pa.array(evaluation, pa.bool_()))
+    expect_text(table.nbytes)
+    yield from table.to_pylist()
 
 
 EVAL_KEYS_SCHEMA = pa.schema([("key", pa.uint64())])

@@ -22,7 +22,8 @@ runs hash alike. In this order, each replaced by a fixed token:
 normalized, with separators (so the turn structure counts). **Near duplicates**: MinHash over word
 shingles (k words, lowercased) of the turns' actions and observations; signatures are datasketch's
 ``affine32`` scheme (same permutations, same values as ``datasketch.MinHash(scheme="affine32")`` fed with
-our shingle hashes), computed for all shingles at once with numpy. LSH: b bands of r rows (b = 0 in the
+our shingle hashes), computed for all shingles at once with numpy, or by the compiled loops of
+`stages.kernels` in a process with much text to hash (the same values). LSH: b bands of r rows (b = 0 in the
 config → datasketch's optimal parameters for the threshold); a candidate pair shares a band key and is
 kept when its estimated Jaccard (share of equal signature values) reaches the threshold.
 
@@ -188,6 +189,35 @@ def _crc_table() -> np.ndarray:
 _CRC = _crc_table()
 _LONG_WORD = 48  # bytes; longer words (rare) are hashed one by one by zlib
 
+# The compiled word hashes and MinHash (`stages.kernels`) from the point where a process has this many bytes of
+# text to hash, counted as it hashes them and as tasks announce them (`expect_text`). Loading numba and the
+# compiled loops costs a process about 0.45 s; they save about 20 ms per MB of text (word hashes and signatures),
+# so they pay off from about 25 MB on. A run of a few MB per process never loads them; each map task of a 2 GB
+# run hashes about 40 MB and loads them before its first batch.
+KERNELS_AFTER_BYTES = 32 << 20
+_hashed_bytes = 0
+_compiled = None
+
+
+def _kernels(work: int):
+    """`stages.kernels` once this process has counted `KERNELS_AFTER_BYTES` of text, `work` bytes included;
+    else None (the NumPy paths, which give the same values)."""
+    global _hashed_bytes, _compiled
+    if _compiled is None:
+        _hashed_bytes += work
+        if _hashed_bytes < KERNELS_AFTER_BYTES:
+            return None
+        from stages import kernels
+
+        _compiled = kernels
+    return _compiled
+
+
+def expect_text(size: int) -> None:
+    """Count `size` bytes of text this process is about to hash: a task that knows its input's size says so
+    before its first batch, so that a large task hashes all of its batches with the compiled loops."""
+    _kernels(size)
+
 
 def text_word_hashes(texts: Iterable[str], normalized: bool = False) -> np.ndarray:
     """``word_hashes(words_of(texts, normalized))`` without a bytes object per word (see `text_word_hashes_many`)."""
@@ -209,7 +239,8 @@ def text_word_hashes_many(groups: Iterable[Iterable[str]], normalized: bool = Fa
     # a normalized text has single spaces and no other whitespace, and lowercasing adds none
     buf = np.frombuffer(b" ".join(parts), dtype=np.uint8)
     part_starts = np.cumsum([len(p) + 1 for p in parts[:-1]], dtype=np.int64)
-    starts, hashes = _buffer_word_hashes(buf)
+    compiled = _kernels(len(buf))
+    starts, hashes = compiled.word_hashes(buf, _CRC) if compiled else _buffer_word_hashes(buf)
     return np.split(hashes, np.searchsorted(starts, part_starts))
 
 
@@ -445,8 +476,14 @@ def minhash_many(values: np.ndarray, offsets: np.ndarray, num_perm: int, seed: i
 
     Equal to `minhash` of each set. Consecutive sets share one permutation table of up to `_CHUNK`
     values and one segmented minimum, so many small sets cost a few numpy calls instead of a few per set.
-    Each set's repeats are dropped first (`distinct_per_set`).
+    Each set's repeats are dropped first (`distinct_per_set`); the compiled loop (`stages.kernels`), where this
+    process has loaded it, takes the sets as they are.
     """
+    compiled = _kernels(0)
+    if compiled is not None:
+        a, b = permutations(num_perm, seed)
+        return compiled.minhash_sets(np.asarray(values).astype(np.uint32, copy=False),
+                                     np.asarray(offsets, dtype=np.int64), a, b)
     values, offsets = distinct_per_set(values, offsets)
     n = len(offsets) - 1
     a, b = permutations(num_perm, seed)

@@ -1,0 +1,153 @@
+"""The compiled dedup hashes (`stages.kernels`) give the bits of zlib's crc32/adler32 and of datasketch's MinHash,
+and a process that switches to them mid-run writes the same dedup outputs as one that never does."""
+
+from __future__ import annotations
+
+import filecmp
+import json
+import zlib
+from pathlib import Path
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+from datasketch import MinHash
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from pipeline.config import resolve
+from pipeline.run import run_pipeline
+from stages import dedup, kernels
+from tests.test_dedup_stage import _corpus
+
+# words of every byte but the space, runs of spaces at either end and between, and words long enough that
+# adler32's sums are reduced inside the word (every 4,096 bytes) and that the NumPy path hashes them apart
+WORD = st.binary(min_size=1, max_size=40).map(lambda b: b.replace(b" ", b"x")) | st.sampled_from(
+    [b"\xff" * 5000, bytes(range(33, 256)) * 40, b"a" * 4096, b"z" * 70_001])
+BUFFER = st.lists(st.tuples(st.integers(0, 3), WORD), max_size=30).map(
+    lambda parts: b"".join(b" " * gap + word for gap, word in parts)) | st.sampled_from([b"", b"   ", b"a", b" a "])
+
+
+@pytest.fixture
+def compiled(monkeypatch):
+    """The compiled paths from the first byte in this process (as in a process past the threshold)."""
+    monkeypatch.setattr(dedup, "KERNELS_AFTER_BYTES", 0)
+    monkeypatch.setattr(dedup, "_compiled", None)
+    monkeypatch.setattr(dedup, "_hashed_bytes", 0)
+
+
+@pytest.fixture
+def numpy_only(monkeypatch):
+    monkeypatch.setattr(dedup, "KERNELS_AFTER_BYTES", 1 << 62)
+    monkeypatch.setattr(dedup, "_compiled", None)
+    monkeypatch.setattr(dedup, "_hashed_bytes", 0)
+
+
+@settings(max_examples=300, deadline=None)
+@given(BUFFER, st.integers(0, 2))
+def test_compiled_word_hashes_are_crc32_and_adler32_of_each_word(raw, lead):
+    raw = b" " * lead + raw
+    buf = np.frombuffer(raw, dtype=np.uint8)
+    starts, hashes = kernels.word_hashes(buf, dedup._CRC)
+    words = [w for w in raw.split(b" ") if w]
+    assert hashes.dtype == np.uint64 and hashes.tolist() == [(zlib.crc32(w) << 32) | zlib.adler32(w) for w in words]
+    assert [raw[s : s + len(w)] for s, w in zip(starts.tolist(), words)] == words
+    want_starts, want_hashes = dedup._buffer_word_hashes(buf)  # the NumPy path: the same starts and values
+    assert np.array_equal(starts, want_starts) and np.array_equal(hashes, want_hashes)
+
+
+SETS = st.lists(st.lists(st.integers(0, 2**32 - 1) | st.integers(0, 6), max_size=60), max_size=12)
+
+
+@settings(max_examples=200, deadline=None)
+@given(SETS, st.sampled_from([1, 16, 128]), st.integers(0, 2**31))
+def test_compiled_minhash_equals_the_numpy_signature_of_each_set(sets, num_perm, seed):
+    values = np.array([v for s in sets for v in s], dtype=np.uint32)
+    offsets = np.cumsum([0] + [len(s) for s in sets])
+    a, b = dedup.permutations(num_perm, seed)
+    got = kernels.minhash_sets(values, offsets.astype(np.int64), a, b)
+    assert got.shape == (len(sets), num_perm) and got.dtype == np.uint32
+    for row, s in zip(got, sets):
+        assert np.array_equal(row, dedup.minhash(np.array(s, dtype=np.uint32), num_perm, seed))
+
+
+def test_compiled_signatures_of_texts_equal_datasketch(compiled):
+    rng = np.random.default_rng(11)
+    vocab = [f"w{i}" for i in range(300)]
+    lengths = [0, 1, 4, 5, 6, 40, 5000, 3, 0] + rng.integers(0, 700, 40).tolist()
+    texts = [" ".join(vocab[i] for i in rng.integers(0, len(vocab), n)) for n in lengths]
+    signer = dedup.Signer(shingle=5, num_perm=128, seed=1)
+    hashes = dedup.text_word_hashes_many([[t] for t in texts])
+    assert dedup._compiled is kernels  # the compiled paths ran
+    for row, text, h in zip(signer.signatures(hashes), texts, hashes):
+        assert np.array_equal(h, dedup.word_hashes(dedup.words_of([text])))
+        expected = MinHash(num_perm=128, seed=1, scheme="affine32", hashfunc=lambda x: x)
+        if len(h):
+            expected.update_batch(dedup.shingle_hashes(h, 5).tolist())
+        assert np.array_equal(row, expected.hashvalues)
+
+
+def test_a_process_loads_the_compiled_loops_once_it_has_hashed_enough_text(monkeypatch, numpy_only):
+    monkeypatch.setattr(dedup, "KERNELS_AFTER_BYTES", 2000)
+    texts = [["Error: file not found 12 times", "ok"] * 40]  # 1,359 bytes a call
+    first = dedup.text_word_hashes_many(texts)
+    assert dedup._compiled is None and dedup._hashed_bytes < 2000
+    second = dedup.text_word_hashes_many(texts)  # past 2,000 bytes: this call is compiled already
+    assert dedup._compiled is kernels
+    assert all(np.array_equal(x, y) for x, y in zip(first, second, strict=True))
+
+
+def test_a_part_announces_the_bytes_of_its_action_and_observation_columns(tmp_path, numpy_only):
+    import pyarrow as pa
+
+    from pipeline.dedup_map import _text_bytes
+
+    def part(size: int) -> pq.FileMetaData:
+        turns = [[{"action": "ls", "observation": c * size, "reasoning": c * 50_000}] for c in "xyz"]
+        pq.write_table(pa.table({"traj_id": ["t" * 20_000] * 3, "turns": turns}), tmp_path / "p.parquet")
+        return pq.ParquetFile(tmp_path / "p.parquet").metadata
+
+    short, long = _text_bytes(part(1)), _text_bytes(part(100_000))
+    assert 0 < short < 1_000 and 299_000 <= long - short < 310_000  # neither the ids nor the reasoning count
+    dedup.expect_text(dedup.KERNELS_AFTER_BYTES - 1)
+    assert dedup._compiled is None
+    dedup.expect_text(1)
+    assert dedup._compiled is kernels
+
+
+def _run(corpus: Path, out: Path) -> None:
+    # an eval pool: the decontamination rounds hash too
+    cfg = resolve({"pools": {"ratios": {"cpt": 0.6, "sft": 0.2, "rl": 0.1, "eval": 0.1}}},
+                  {"run": {"input": [str(corpus)], "out": str(out)}, "executor": {"kind": "local", "progress": "off"}})
+    run_pipeline(cfg)
+
+
+def test_dedup_outputs_are_the_same_whichever_path_hashes(tmp_path, monkeypatch):
+    corpus = tmp_path / "runs.jsonl"
+    corpus.write_text("".join(json.dumps(t) + "\n" for t in _corpus()))
+    numpy_calls = []
+    numpy_path = dedup._buffer_word_hashes
+    monkeypatch.setattr(dedup, "_buffer_word_hashes", lambda buf: numpy_calls.append(1) or numpy_path(buf))
+    outs, counted = {}, 0
+    for name in ("numpy", "compiled", "switching"):
+        # switching: the compiled loops from the middle of what the run counts (numpy: the whole of it)
+        after = {"numpy": 1 << 62, "compiled": 0, "switching": counted // 2}[name]
+        monkeypatch.setattr(dedup, "KERNELS_AFTER_BYTES", after)
+        monkeypatch.setattr(dedup, "_compiled", None)
+        monkeypatch.setattr(dedup, "_hashed_bytes", 0)
+        numpy_calls.clear()
+        outs[name] = tmp_path / name
+        _run(corpus, outs[name])
+        counted = counted or dedup._hashed_bytes
+        assert (dedup._compiled is kernels) == (name != "numpy")
+        assert bool(numpy_calls) == (name != "compiled")  # the switching run hashed on both paths
+    removed = outs["numpy"] / "dedup" / "removed.parquet"
+    assert pq.read_table(removed).num_rows >= 3  # the corpus's planted copies
+    assert list((outs["numpy"] / "shards").rglob("*.parquet"))
+    # the map's bucket files hold every key and signature; then the verdicts and the shards
+    files = [p for p in sorted(outs["numpy"].rglob("*")) if p.is_file() and p.parent.name.startswith("b0")]
+    assert files
+    files += [removed, *sorted((outs["numpy"] / "shards").rglob("*.parquet"))]
+    for name in ("compiled", "switching"):
+        for path in files:
+            assert filecmp.cmp(path, outs[name] / path.relative_to(outs["numpy"]), shallow=False), (name, path)
