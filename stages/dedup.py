@@ -44,6 +44,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from stages.distinct import distinct
+from stages.gram_filter import GramFilter
 from stages.memo import TextMemo
 
 # --- normalization -----------------------------------------------------------------------------------------
@@ -372,18 +373,32 @@ def ngram_keys(hashes: np.ndarray, n: int) -> np.ndarray:
     return np.stack([first[index], window_hashes(hashes, n, _M2)[index]], axis=1)
 
 
-def ngram_keys_many(texts: Sequence[np.ndarray], n: int, accept: Callable[[np.ndarray], np.ndarray] | None = None,
+def ngram_keys_many(texts: Sequence[np.ndarray], n: int, grams: GramFilter | None = None,
                     filtered: Sequence[bool] = ()) -> list[np.ndarray]:
     """`ngram_keys` of many texts (their `word_hashes`), computed together: the same arrays.
 
     As in `shingles_many`, the windows are hashed once over all texts side by side and those that cross from
     one text into the next are dropped; the keys are then made distinct within each text by sorting all windows
-    by text and first half, keeping each key's first window as `np.unique` does.
+    by text and first half, keeping each key's first window as `np.unique` does. Where this process has loaded
+    the compiled loops (`stages.kernels`), one loop does all of it, text by text.
 
-    `accept` (first halves → a mask) and `filtered` (per text): the texts marked get only the keys whose first
-    half `accept` accepts, ``keys[accept(keys[:, 0])]``. The windows are filtered before they are made distinct
-    (the same keys: a first half is kept or dropped with all its windows), so the sort sees only those kept.
+    `grams` and `filtered` (per text): the texts marked get only the keys whose first half the filter holds,
+    ``keys[grams.holds(keys[:, 0])]``. The windows are filtered before they are made distinct (the same keys: a
+    first half is kept or dropped with all its windows), so the sort sees only those kept.
     """
+    if not texts:
+        return []
+    compiled = _kernels(0)
+    if compiled is not None:
+        marked = np.zeros(len(texts), dtype=bool)
+        if grams is not None and len(filtered):
+            marked[:] = filtered
+        bitmap = grams.bitmap if grams is not None else np.zeros(1, dtype=np.uint8)
+        keys, per_text = compiled.ngram_keys(
+            np.concatenate(texts).astype(np.uint64, copy=False), np.fromiter(map(len, texts), np.int64, len(texts)),
+            n, marked, bitmap, 64 - grams.bits if grams is not None else 0, _M1, _M2)
+        return [part.copy() for part in np.split(keys, np.cumsum(per_text[:-1]))]
+    accept = grams.holds if grams is not None else None
     lengths = np.fromiter(map(len, texts), dtype=np.int64, count=len(texts))
     counts = np.where(lengths >= n, lengths - n + 1, 0)
     total = int(counts.sum())

@@ -151,7 +151,7 @@ def add_trajectory_rows(out: BucketRows, items: list[tuple[str, int, dict]], sig
     bands = np.arange(signer.bands)
     # a training trajectory's n-gram rows: only the keys the filter may hold
     filtered = [grams is not None and p[1] == ROLE_TRAIN for p in prepared]
-    grams_of = ngram_keys_many(word_hashes_of, settings["ngram"], grams and grams.holds, filtered) if settings["decontam"] else None
+    grams_of = ngram_keys_many(word_hashes_of, settings["ngram"], grams, filtered) if settings["decontam"] else None
     for i, (traj_id, role, n_turns, text_len, key, _) in enumerate(prepared):
         if key is not None:
             out.put(KIND_EXACT, np.zeros(1), np.array([key[0]], np.uint64), np.array([key[1]], np.uint64), traj_id,

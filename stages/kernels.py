@@ -97,3 +97,80 @@ def minhash_sets(values: np.ndarray, offsets: np.ndarray, a: np.ndarray, b: np.n
         for q in range(perms):
             out[i, q] = np.uint32(row[q])
     return out
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _fmix64(h):  # pragma: no cover
+    h ^= h >> np.uint64(33)
+    h *= np.uint64(0xFF51AFD7ED558CCD)
+    h ^= h >> np.uint64(33)
+    h *= np.uint64(0xC4CEB9FE1A85EC53)
+    return h ^ (h >> np.uint64(33))
+
+
+@numba.njit(cache=True, nogil=True)
+def ngram_keys(words: np.ndarray, lengths: np.ndarray, n: int, marked: np.ndarray, bitmap: np.ndarray, shift: int,
+               m1: np.uint64, m2: np.uint64) -> tuple[np.ndarray, np.ndarray]:  # pragma: no cover
+    """The distinct n-gram keys of texts stored back to back (`words`, word hashes; text i has ``lengths[i]``
+    words), text by text, each text's ascending by first half, as (keys (m, 2), count per text).
+
+    A window's first half is ``fmix64(sum(w[s + j] * m1 ** (n - 1 - j)) + n)`` (mod 2**64, rolled from one
+    window to the next), its second the same with `m2`, taken at the window where the first half first occurs.
+    A marked text keeps only the first halves whose bit (the top bits, ``key >> shift``) is set in `bitmap`.
+    """
+    texts = len(lengths)
+    total = 0
+    for i in range(texts):
+        if lengths[i] >= n:
+            total += lengths[i] - n + 1
+    keys = np.empty((total, 2), np.uint64)
+    counts = np.zeros(texts, np.int64)
+    longest = 0
+    for i in range(texts):
+        longest = max(longest, lengths[i] - n + 1)
+    firsts = np.empty(max(longest, 0), np.uint64)
+    where = np.empty(max(longest, 0), np.int64)
+    top = np.uint64(1)
+    for _ in range(n - 1):
+        top *= m1  # m1 ** (n - 1): the weight of the word that leaves the window
+    size = np.uint64(n)
+    seven = np.uint64(7)
+    one = np.uint8(1)
+    ushift = np.uint64(shift)
+    out = 0
+    start = 0
+    for i in range(texts):
+        length = lengths[i]
+        if length < n:
+            start += length
+            continue
+        h = np.uint64(0)
+        for j in range(n):
+            h = h * m1 + words[start + j]
+        kept = 0
+        for s in range(length - n + 1):
+            if s:
+                h = (h - words[start + s - 1] * top) * m1 + words[start + s + n - 1]
+            first = _fmix64(h + size)
+            if marked[i]:
+                at = first >> ushift
+                if not (bitmap[at >> np.uint64(3)] >> np.uint8(at & seven)) & one:
+                    continue
+            firsts[kept] = first
+            where[kept] = s
+            kept += 1
+        order = np.argsort(firsts[:kept], kind="mergesort")  # stable: a key's first window comes first
+        for r in range(kept):
+            f = firsts[order[r]]
+            if r and f == firsts[order[r - 1]]:
+                continue
+            s = where[order[r]]
+            g = np.uint64(0)
+            for j in range(n):
+                g = g * m2 + words[start + s + j]
+            keys[out, 0] = f
+            keys[out, 1] = _fmix64(g + size)
+            out += 1
+            counts[i] += 1
+        start += length
+    return keys[:out], counts

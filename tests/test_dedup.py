@@ -9,6 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from stages import dedup
+from stages.gram_filter import GramFilter
 
 NORMALIZED = [
     ("started 2024-05-01T12:00:03.123Z done", "started <TS> done"),
@@ -115,19 +116,18 @@ def test_ngram_keys_of_many_texts_equal_each_texts_own(word_ids, n, wide):
 @settings(max_examples=200, deadline=None)
 @given(st.lists(st.tuples(st.lists(st.integers(0, 4), max_size=30), st.booleans()), max_size=8),
        st.integers(1, 14), st.integers(0, 3))
-def test_ngram_keys_of_filtered_texts_are_their_keys_the_filter_keeps(texts, n, modulus):
-    # the filter keeps a first half by its value, as a bitmap does; the marked texts get only those keys
+def test_ngram_keys_of_filtered_texts_are_their_keys_the_filter_keeps(texts, n, share):
+    # a filter that holds every fourth of the texts' first halves from `share` on (and, by its bitmap, maybe
+    # others); the marked texts get only the keys it holds
     hashes = [np.array([w * 0x9E3779B97F4A7C15 % 2**64 for w in ids], dtype=np.uint64) for ids, _ in texts]
     marked = [m for _, m in texts]
-
-    def keep(first: np.ndarray) -> np.ndarray:
-        return first % np.uint64(4) <= np.uint64(modulus - 1) if modulus else np.zeros(len(first), bool)
-
-    got = dedup.ngram_keys_many(hashes, n, keep, marked)
+    firsts = np.array([k for text in hashes for k in dedup.ngram_keys(text, n)[:, 0]], dtype=np.uint64)
+    grams = GramFilter(16, [firsts[share::4]])
+    got = dedup.ngram_keys_many(hashes, n, grams, marked)
     for text, is_marked, keys in zip(hashes, marked, got, strict=True):
         want = dedup.ngram_keys(text, n)
         if is_marked:
-            want = want[keep(want[:, 0])]
+            want = want[grams.holds(want[:, 0])]
         assert keys.shape == want.shape and np.array_equal(keys, want)
 
 

@@ -12,12 +12,13 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 from datasketch import MinHash
-from hypothesis import given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from pipeline.config import resolve
 from pipeline.run import run_pipeline
 from stages import dedup, kernels
+from stages.gram_filter import GramFilter
 from tests.test_dedup_stage import _corpus
 
 # words of every byte but the space, runs of spaces at either end and between, and words long enough that
@@ -34,6 +35,8 @@ def compiled(monkeypatch):
     monkeypatch.setattr(dedup, "KERNELS_AFTER_BYTES", 0)
     monkeypatch.setattr(dedup, "_compiled", None)
     monkeypatch.setattr(dedup, "_hashed_bytes", 0)
+    dedup.expect_text(0)
+    assert dedup._compiled is kernels
 
 
 @pytest.fixture
@@ -71,6 +74,28 @@ def test_compiled_minhash_equals_the_numpy_signature_of_each_set(sets, num_perm,
         assert np.array_equal(row, dedup.minhash(np.array(s, dtype=np.uint32), num_perm, seed))
 
 
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.lists(st.tuples(st.lists(st.integers(0, 4), max_size=30), st.booleans()), max_size=8),
+       st.integers(1, 14), st.integers(0, 4), st.booleans())
+def test_compiled_ngram_keys_are_each_texts_own(compiled, texts, n, share, wide):
+    # few distinct words make repeated n-grams within and across texts; the marked texts keep only the keys a
+    # filter holds (every fourth of all first halves from `share` on; none at 4)
+    hashes = [np.array([(w * 0x9E3779B97F4A7C15 if wide else w) % 2**64 for w in ids], dtype=np.uint64)
+              for ids, _ in texts]
+    marked = [m for _, m in texts]
+    firsts = np.array([k for text in hashes for k in dedup.ngram_keys(text, n)[:, 0]], dtype=np.uint64)
+    grams = GramFilter(16, [firsts[share::4]])
+    for grams_, marked_ in ((None, ()), (grams, marked)):
+        got = dedup.ngram_keys_many(hashes, n, grams_, marked_)
+        assert len(got) == len(texts)
+        for text, is_marked, keys in zip(hashes, marked_ or [False] * len(texts), got, strict=True):
+            want = dedup.ngram_keys(text, n)  # one text, NumPy's sort and windows
+            if is_marked:
+                want = want[grams.holds(want[:, 0])]
+            assert keys.dtype == np.uint64 and keys.shape == want.shape and np.array_equal(keys, want)
+            assert keys.base is None
+
+
 def test_compiled_signatures_of_texts_equal_datasketch(compiled):
     rng = np.random.default_rng(11)
     vocab = [f"w{i}" for i in range(300)]
@@ -78,7 +103,6 @@ def test_compiled_signatures_of_texts_equal_datasketch(compiled):
     texts = [" ".join(vocab[i] for i in rng.integers(0, len(vocab), n)) for n in lengths]
     signer = dedup.Signer(shingle=5, num_perm=128, seed=1)
     hashes = dedup.text_word_hashes_many([[t] for t in texts])
-    assert dedup._compiled is kernels  # the compiled paths ran
     for row, text, h in zip(signer.signatures(hashes), texts, hashes):
         assert np.array_equal(h, dedup.word_hashes(dedup.words_of([text])))
         expected = MinHash(num_perm=128, seed=1, scheme="affine32", hashfunc=lambda x: x)
