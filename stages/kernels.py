@@ -1,15 +1,16 @@
 """Compiled loops for the dedup hashes, where NumPy needs many passes.
 
-`stages.dedup` hashes every word of a trajectory (crc32 and adler32 side by side) and MinHashes its shingles.
-With NumPy, the word hashes step all words through one byte position at a time (a dozen array passes per
-byte of the longest word), and a MinHash builds a table of 128 values per shingle. Compiled by numba, both are
-one pass over their input: over one 2 GB-run part, 0.54 s → 0.10 s for the word hashes and 0.44 s → 0.14 s for
-the signatures. The values are the same bits as the NumPy paths' (`stages.dedup` keeps those for small work;
-the tests hold both to zlib and datasketch).
+`stages.dedup` hashes every word of a trajectory (crc32 and adler32 side by side), MinHashes its shingles and
+keys its n-grams. With NumPy, the word hashes step all words through one byte position at a time (a dozen
+array passes per byte of the longest word), a MinHash builds a table of 128 values per shingle, and the n-gram
+keys take two sorts over all of a batch's windows. Compiled by numba, each is one pass over its input: over
+one 2 GB-run part, 0.54 s → 0.10 s for the word hashes, 0.44 s → 0.14 s for the signatures and 0.27 s → 0.20 s
+for the n-gram keys. The values are the same bits as the NumPy paths' (`stages.dedup` keeps those for small
+work; the tests hold them to zlib, to datasketch and to the NumPy paths).
 
-Loading numba and these loops costs a process about 0.4 s, from numba's cache on disk (``cache=True``: the
-first process on a machine also compiles them, a few seconds), so `stages.dedup` imports this module only once
-a process has hashed enough text to gain that back (`stages.dedup.KERNELS_AFTER_BYTES`).
+Loading numba and these loops costs a process about 0.5 s and 165 MB, from numba's cache on disk
+(``cache=True``: the first process on a machine also compiles them, about 3.5 s), so `stages.dedup` imports
+this module only once a process has enough text to hash to gain that back (`stages.dedup.KERNELS_AFTER_BYTES`).
 """
 
 from __future__ import annotations
