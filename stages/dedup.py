@@ -393,7 +393,9 @@ def ngram_keys_many(texts: Sequence[np.ndarray], n: int, grams: GramFilter | Non
         marked = np.zeros(len(texts), dtype=bool)
         if grams is not None and len(filtered):
             marked[:] = filtered
-        bitmap = grams.bitmap if grams is not None else np.zeros(1, dtype=np.uint8)
+        # read-only either way (as a filter read from its file is), so the loop is compiled for one array type
+        bitmap = (grams.bitmap if grams is not None else np.zeros(1, dtype=np.uint8)).view()
+        bitmap.flags.writeable = False
         keys, per_text = compiled.ngram_keys(
             np.concatenate(texts).astype(np.uint64, copy=False), np.fromiter(map(len, texts), np.int64, len(texts)),
             n, marked, bitmap, 64 - grams.bits if grams is not None else 0, _M1, _M2)

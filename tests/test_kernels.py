@@ -175,3 +175,14 @@ def test_dedup_outputs_are_the_same_whichever_path_hashes(tmp_path, monkeypatch)
     for name in ("compiled", "switching"):
         for path in files:
             assert filecmp.cmp(path, outs[name] / path.relative_to(outs["numpy"]), shallow=False), (name, path)
+
+
+def test_the_filtered_and_unfiltered_calls_share_one_compiled_loop(compiled):
+    # a filter read from its file has a read-only bitmap, a new one a writable one, and no filter neither: one
+    # array type reaches the loop, so a process compiles or loads it once (numba compiles one per type)
+    hashes = dedup.text_word_hashes_many([["a b c d e f g h i j k l m n o p"] * 2] * 3)
+    dedup.ngram_keys_many(hashes, 13)
+    known = set(kernels.ngram_keys.signatures)
+    dedup.ngram_keys_many(hashes, 13, GramFilter.of_bitmap(16, bytes(1 << 13)), [True, False, True])
+    dedup.ngram_keys_many(hashes, 13, GramFilter(16, [np.arange(5, dtype=np.uint64)]), [True, True, True])
+    assert set(kernels.ngram_keys.signatures) == known
