@@ -74,7 +74,7 @@ def main(argv: list[str] | None = None) -> int:
         others = expansion.run((5, 10, 20, 40), 8, runs)
         if sizes[1] in info:
             others.append(loader.run(info[sizes[1]]["local_out"], runs, pool="sft"))
-        others.append(dedup.run(500 if args.quick else 2000, runs))
+        others.extend(dedup.run(500 if args.quick else 2000, runs))
         missed = [f for f in figures if f.name.startswith("3") and f.met is False]
         if missed:
             say(f"profile of an in-process run on {sizes[1] / MB:g} MB (floor target missed)")

@@ -198,13 +198,27 @@ _LONG_WORD = 48  # bytes; longer words (rare) are hashed one by one by zlib
 KERNELS_AFTER_BYTES = 32 << 20
 _hashed_bytes = 0
 _compiled = None
+_forced: bool | None = None  # `use_compiled`
+
+
+def use_compiled(choice: bool | None) -> None:
+    """The compiled loops in this process always (True), never (False), or by the rule above (None, the
+    default). The values are the same either way; the benchmarks time each path."""
+    global _forced
+    _forced = choice
+    if choice:
+        _kernels(0)
 
 
 def _kernels(work: int):
     """`stages.kernels` once this process has counted `KERNELS_AFTER_BYTES` of text, `work` bytes included;
     else None (the NumPy paths, which give the same values)."""
     global _hashed_bytes, _compiled
+    if _forced is False:
+        return None
     if _compiled is None:
+        if _forced:
+            work = KERNELS_AFTER_BYTES
         _hashed_bytes += work
         if _hashed_bytes < KERNELS_AFTER_BYTES:
             return None

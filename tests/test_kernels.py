@@ -186,3 +186,23 @@ def test_the_filtered_and_unfiltered_calls_share_one_compiled_loop(compiled):
     dedup.ngram_keys_many(hashes, 13, GramFilter.of_bitmap(16, bytes(1 << 13)), [True, False, True])
     dedup.ngram_keys_many(hashes, 13, GramFilter(16, [np.arange(5, dtype=np.uint64)]), [True, True, True])
     assert set(kernels.ngram_keys.signatures) == known
+
+
+def test_a_process_can_be_held_to_either_path(numpy_only, monkeypatch):
+    monkeypatch.setattr(dedup, "_forced", None)
+    calls = []
+    numpy_path = dedup._buffer_word_hashes
+    monkeypatch.setattr(dedup, "_buffer_word_hashes", lambda buf: calls.append(1) or numpy_path(buf))
+    texts = [["one two three"]]
+    dedup.use_compiled(True)  # loads them at once, whatever the process has counted
+    assert dedup._compiled is kernels
+    want = dedup.text_word_hashes_many(texts)
+    assert not calls
+    dedup.use_compiled(False)  # loaded, but not used
+    monkeypatch.setattr(dedup, "KERNELS_AFTER_BYTES", 0)
+    assert all(np.array_equal(a, b) for a, b in zip(dedup.text_word_hashes_many(texts), want, strict=True))
+    assert calls
+    dedup.use_compiled(None)  # the rule again: past the (now zero) threshold, compiled
+    calls.clear()
+    dedup.text_word_hashes_many(texts)
+    assert not calls
