@@ -197,6 +197,7 @@ _LONG_WORD = 48  # bytes; longer words (rare) are hashed one by one by zlib
 # run hashes about 40 MB and loads them before its first batch.
 KERNELS_AFTER_BYTES = 32 << 20
 _hashed_bytes = 0
+_announced = 0  # bytes counted by `expect_text` that the hashing has not yet reached (not counted twice)
 _compiled = None
 _forced: bool | None = None  # `use_compiled`
 
@@ -230,8 +231,19 @@ def _kernels(work: int):
 
 def expect_text(size: int) -> None:
     """Count `size` bytes of text this process is about to hash: a task that knows its input's size says so
-    before its first batch, so that a large task hashes all of its batches with the compiled loops."""
+    before its first batch, so that a large task hashes all of its batches with the compiled loops. The hashing
+    of those bytes is then not counted again."""
+    global _announced
     _kernels(size)
+    _announced += size
+
+
+def _count_hashed(size: int):
+    """`_kernels` for `size` bytes being hashed now, less what `expect_text` counted already."""
+    global _announced
+    counted = min(size, _announced)
+    _announced -= counted
+    return _kernels(size - counted)
 
 
 def text_word_hashes(texts: Iterable[str], normalized: bool = False) -> np.ndarray:
@@ -254,7 +266,7 @@ def text_word_hashes_many(groups: Iterable[Iterable[str]], normalized: bool = Fa
     # a normalized text has single spaces and no other whitespace, and lowercasing adds none
     buf = np.frombuffer(b" ".join(parts), dtype=np.uint8)
     part_starts = np.cumsum([len(p) + 1 for p in parts[:-1]], dtype=np.int64)
-    compiled = _kernels(len(buf))
+    compiled = _count_hashed(len(buf))
     starts, hashes = compiled.word_hashes(buf, _CRC) if compiled else _buffer_word_hashes(buf)
     return np.split(hashes, np.searchsorted(starts, part_starts))
 

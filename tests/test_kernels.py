@@ -35,6 +35,7 @@ def compiled(monkeypatch):
     monkeypatch.setattr(dedup, "KERNELS_AFTER_BYTES", 0)
     monkeypatch.setattr(dedup, "_compiled", None)
     monkeypatch.setattr(dedup, "_hashed_bytes", 0)
+    monkeypatch.setattr(dedup, "_announced", 0)
     dedup.expect_text(0)
     assert dedup._compiled is kernels
 
@@ -44,6 +45,7 @@ def numpy_only(monkeypatch):
     monkeypatch.setattr(dedup, "KERNELS_AFTER_BYTES", 1 << 62)
     monkeypatch.setattr(dedup, "_compiled", None)
     monkeypatch.setattr(dedup, "_hashed_bytes", 0)
+    monkeypatch.setattr(dedup, "_announced", 0)
 
 
 @settings(max_examples=300, deadline=None)
@@ -139,6 +141,18 @@ def test_a_part_announces_the_bytes_of_its_action_and_observation_columns(tmp_pa
     assert dedup._compiled is kernels
 
 
+def test_announced_text_is_counted_once_when_it_is_hashed(numpy_only, monkeypatch):
+    monkeypatch.setattr(dedup, "KERNELS_AFTER_BYTES", 3000)
+    texts = [["Error: file not found 12 times", "ok"] * 40]  # 1,359 bytes a call
+    dedup.expect_text(1359)
+    dedup.text_word_hashes_many(texts)  # the announced bytes: 1,359 counted, not 2,718
+    assert dedup._hashed_bytes == 1359 and dedup._compiled is None
+    dedup.text_word_hashes_many(texts)
+    assert dedup._hashed_bytes == 2718 and dedup._compiled is None
+    dedup.text_word_hashes_many(texts)
+    assert dedup._compiled is kernels
+
+
 def _run(corpus: Path, out: Path) -> None:
     # an eval pool: the decontamination rounds hash too
     cfg = resolve({"pools": {"ratios": {"cpt": 0.6, "sft": 0.2, "rl": 0.1, "eval": 0.1}}},
@@ -159,6 +173,7 @@ def test_dedup_outputs_are_the_same_whichever_path_hashes(tmp_path, monkeypatch)
         monkeypatch.setattr(dedup, "KERNELS_AFTER_BYTES", after)
         monkeypatch.setattr(dedup, "_compiled", None)
         monkeypatch.setattr(dedup, "_hashed_bytes", 0)
+        monkeypatch.setattr(dedup, "_announced", 0)
         numpy_calls.clear()
         outs[name] = tmp_path / name
         _run(corpus, outs[name])
