@@ -10,7 +10,7 @@ from pathlib import Path
 
 from bench.common import QUICK_SKIPPED, Figure
 
-PACKAGES = ("lwmkit", "pyarrow", "tiktoken", "tokenizers", "ray", "datasketch", "torch")
+PACKAGES = ("lwmkit", "pyarrow", "tiktoken", "tokenizers", "ray", "datasketch", "numba", "torch")
 
 
 def machine() -> dict[str, str]:
