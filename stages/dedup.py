@@ -190,11 +190,11 @@ def _crc_table() -> np.ndarray:
 _CRC = _crc_table()
 _LONG_WORD = 48  # bytes; longer words (rare) are hashed one by one by zlib
 
-# The compiled word hashes and MinHash (`stages.kernels`) from the point where a process has this many bytes of
-# text to hash, counted as it hashes them and as tasks announce them (`expect_text`). Loading numba and the
-# compiled loops costs a process about 0.5 s (and 165 MB); they save about 25 ms per MB of text (word hashes,
-# signatures, n-gram keys), so they pay off from about 20 MB on. A run of a few MB per process never loads them; each map task of a 2 GB
-# run hashes about 40 MB and loads them before its first batch.
+# The compiled word hashes, MinHash and n-gram keys (`stages.kernels`) from the point where a process has this
+# many bytes of text to hash, counted as it hashes them and as tasks announce them (`expect_text`). Loading numba
+# and the compiled loops costs a process about 0.5 s (and 165 MB); they save about 25 ms per MB of text, so they
+# pay off from about 20 MB on. A run of a few MB per process never loads them; each map task of a 2 GB run
+# hashes about 40 MB and loads them before its first batch.
 KERNELS_AFTER_BYTES = 32 << 20
 _hashed_bytes = 0
 _announced = 0  # bytes counted by `expect_text` that the hashing has not yet reached (not counted twice)

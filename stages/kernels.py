@@ -25,7 +25,7 @@ _ADLER_EVERY = 4096
 
 
 @numba.njit(cache=True, nogil=True)
-def word_hashes(buf: np.ndarray, crc_table: np.ndarray) -> tuple[np.ndarray, np.ndarray]:  # pragma: no cover
+def word_hashes(buf: np.ndarray, crc_table: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Where each space-separated word of `buf` (uint8) starts, and ``crc32(word) << 32 | adler32(word)``."""
     n = len(buf)
     count = 0
@@ -71,7 +71,7 @@ def word_hashes(buf: np.ndarray, crc_table: np.ndarray) -> tuple[np.ndarray, np.
 
 
 @numba.njit(cache=True, nogil=True)
-def minhash_sets(values: np.ndarray, offsets: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:  # pragma: no cover
+def minhash_sets(values: np.ndarray, offsets: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """MinHash signatures (n × len(a), uint32) of the sets ``values[offsets[i]:offsets[i + 1]]`` (32-bit
     values): ``min((a * fmix32(v) + b) mod 2**32)`` per permutation, all-max for an empty set. Repeats are
     harmless (a minimum)."""
@@ -101,7 +101,7 @@ def minhash_sets(values: np.ndarray, offsets: np.ndarray, a: np.ndarray, b: np.n
 
 
 @numba.njit(cache=True, nogil=True, inline="always")
-def _fmix64(h):  # pragma: no cover
+def _fmix64(h):
     h ^= h >> np.uint64(33)
     h *= np.uint64(0xFF51AFD7ED558CCD)
     h ^= h >> np.uint64(33)
@@ -111,7 +111,7 @@ def _fmix64(h):  # pragma: no cover
 
 @numba.njit(cache=True, nogil=True)
 def ngram_keys(words: np.ndarray, lengths: np.ndarray, n: int, marked: np.ndarray, bitmap: np.ndarray, shift: int,
-               m1: np.uint64, m2: np.uint64) -> tuple[np.ndarray, np.ndarray]:  # pragma: no cover
+               m1: np.uint64, m2: np.uint64) -> tuple[np.ndarray, np.ndarray]:
     """The distinct n-gram keys of texts stored back to back (`words`, word hashes; text i has ``lengths[i]``
     words), text by text, each text's ascending by first half, as (keys (m, 2), count per text).
 
