@@ -3,8 +3,10 @@ and a process that switches to them mid-run writes the same dedup outputs as one
 
 from __future__ import annotations
 
+import copy
 import filecmp
 import json
+import random
 import zlib
 from pathlib import Path
 
@@ -19,7 +21,6 @@ from pipeline.config import resolve
 from pipeline.run import run_pipeline
 from stages import dedup, kernels
 from stages.gram_filter import GramFilter
-from tests.test_dedup_stage import _corpus
 
 # words of every byte but the space, runs of spaces at either end and between, and words long enough that
 # adler32's sums are reduced inside the word (every 4,096 bytes) and that the NumPy path hashes them apart
@@ -153,6 +154,34 @@ def test_announced_text_is_counted_once_when_it_is_hashed(numpy_only, monkeypatc
     assert dedup._compiled is kernels
 
 
+def _corpus() -> list[dict]:
+    """Terminal trajectories with exact copies (only their timestamps differ, which normalization removes) and
+    near copies (one word changed per turn)."""
+    rnd = random.Random(3)
+    vocab = [f"{rnd.choice('bdgklmnprst')}{rnd.choice('aeiou')}{rnd.randrange(10**4):04d}" for _ in range(4000)]
+    trajs = []
+    for i in range(48):
+        turns = [{"action": json.dumps([{"keystrokes": f"run {rnd.choice(vocab)}\n"}]),
+                  "observation": f"[2024-05-01T10:0{t}:00Z] " + " ".join(rnd.choice(vocab) for _ in range(80))}
+                 for t in range(3 + i % 3)]
+        trajs.append({"traj_id": f"t{i:03d}", "domain": "terminal", "split_key": f"task-{i:03d}",
+                      "system": {"task_description": "You operate a shell in a sandbox. " * 20,
+                                 "action_space": "keystrokes"}, "turns": turns})
+    for i in range(0, 12, 3):
+        exact, near = copy.deepcopy(trajs[i]), copy.deepcopy(trajs[i + 1])
+        exact.update(traj_id=f"x{i:03d}", split_key=f"task-x{i:03d}")
+        near.update(traj_id=f"n{i:03d}", split_key=f"task-n{i:03d}")
+        for t in exact["turns"]:
+            t["observation"] = t["observation"].replace("2024-05-01T10", "2025-02-11T23")
+        for t in near["turns"]:
+            words = t["observation"].split(" ")
+            words[30] = "x" * len(words[30])
+            t["observation"] = " ".join(words)
+        trajs += [exact, near]
+    rnd.shuffle(trajs)
+    return trajs
+
+
 def _run(corpus: Path, out: Path) -> None:
     # an eval pool: the decontamination rounds hash too
     cfg = resolve({"pools": {"ratios": {"cpt": 0.6, "sft": 0.2, "rl": 0.1, "eval": 0.1}}},
@@ -181,7 +210,7 @@ def test_dedup_outputs_are_the_same_whichever_path_hashes(tmp_path, monkeypatch)
         assert (dedup._compiled is kernels) == (name != "numpy")
         assert bool(numpy_calls) == (name != "compiled")  # the switching run hashed on both paths
     removed = outs["numpy"] / "dedup" / "removed.parquet"
-    assert pq.read_table(removed).num_rows >= 3  # the corpus's planted copies
+    assert pq.read_table(removed).num_rows >= 6  # the planted copies: as exact, near or decontaminated copies
     assert list((outs["numpy"] / "shards").rglob("*.parquet"))
     # the map's bucket files hold every key and signature; then the verdicts and the shards
     files = [p for p in sorted(outs["numpy"].rglob("*")) if p.is_file() and p.parent.name.startswith("b0")]
