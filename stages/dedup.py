@@ -208,25 +208,29 @@ def use_compiled(choice: bool | None) -> None:
     global _forced
     _forced = choice
     if choice:
-        _kernels(0)
+        _load_kernels()
+
+
+def _load_kernels():
+    global _compiled
+    if _compiled is None:
+        from stages import kernels
+
+        _compiled = kernels
+    return _compiled
 
 
 def _kernels(work: int):
     """`stages.kernels` once this process has counted `KERNELS_AFTER_BYTES` of text, `work` bytes included;
     else None (the NumPy paths, which give the same values)."""
-    global _hashed_bytes, _compiled
+    global _hashed_bytes
     if _forced is False:
         return None
     if _compiled is None:
-        if _forced:
-            work = KERNELS_AFTER_BYTES
         _hashed_bytes += work
         if _hashed_bytes < KERNELS_AFTER_BYTES:
             return None
-        from stages import kernels
-
-        _compiled = kernels
-    return _compiled
+    return _load_kernels()
 
 
 def expect_text(size: int) -> None:
