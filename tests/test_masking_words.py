@@ -6,6 +6,7 @@ import regex
 from hypothesis import given
 from hypothesis import strategies as st
 
+from masking import words
 from masking.words import WORD_PATTERN, word_set
 
 
@@ -78,3 +79,25 @@ def test_mostly_ascii_texts_agree_with_the_unicode_pattern(text):
 def test_non_ascii_separators_split_words():
     assert word_set("━━ Build━passed † 3×4 ━") == {"build", "passed", "3", "4"}
     assert word_set("caf\u00e9 ━ x") == {"caf\u00e9", "x"}
+
+
+# ASCII separators and whitespace of every kind next to non-ASCII letters, digits, marks, separators and a lone
+# surrogate: the pieces a text with few non-ASCII characters is cut into before the pattern runs on them
+_MIXED = st.sampled_from(["a", "Q", "_", "9", " ", "-", ".", "\t", "\n", "\x1c", "\x85", "\xa0", "\u3000", "\u2028",
+                          "é", "\u0301", "İ", "\u212a", "٣", "²", "日本", "ж", "━", "†", "\ud800", "\U0001d7d8"])
+
+
+@given(st.lists(_MIXED).map("".join), st.integers(0, 200))
+def test_texts_with_few_non_ascii_characters_agree_with_the_unicode_pattern(text, filler):
+    padded = "ab-c " * filler + text  # enough ASCII that the text is cut at its separators first
+    assert word_set(padded) == frozenset(regex.findall(WORD_PATTERN, padded.lower()))
+
+
+def test_which_texts_are_cut_at_ascii_separators_first(monkeypatch):
+    cut = []
+    original = words._piecewise
+    monkeypatch.setattr(words, "_piecewise", lambda pieces: cut.append(pieces) or original(pieces))
+    assert word_set("the café served 3 crêpes, " * 20) == {"the", "café", "served", "3", "crêpes"}
+    assert len(cut) == 1
+    assert word_set("привет мир, данные") == {"привет", "мир", "данные"}  # mostly non-ASCII: the pattern over all
+    assert len(cut) == 1
