@@ -12,7 +12,14 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from pipeline.outputs import AtomicIpcWriter, AtomicParquetWriter, dictionary_columns, out_fs, read_ipc
+from pipeline.outputs import (
+    AtomicIpcWriter,
+    AtomicParquetWriter,
+    dictionary_columns,
+    out_fs,
+    read_ipc,
+    statistics_columns,
+)
 from pipeline.shard_task import run_shard_task, sort_table, sort_tables, take_rows
 from schemas.shard import RL_SCHEMA, SHARD_SCHEMA
 from schemas.trajectory import TRAJECTORY_SCHEMA
@@ -71,6 +78,26 @@ def test_shard_files_keep_dictionaries_off_numbers_and_read_back_equal(tmp_path)
     default = io.BytesIO()
     pq.write_table(table, default, row_group_size=512, compression="zstd", compression_level=3)
     assert (tmp_path / "s.parquet").stat().st_size < len(default.getvalue())
+
+
+def test_statistics_only_on_top_level_columns_that_are_not_nested(tmp_path):
+    assert statistics_columns(SHARD_SCHEMA) == ["sample_id", "traj_id", "domain", "pool", "template", "turn_idx",
+                                                "total_turns", "num_tokens", "num_loss_tokens"]
+    assert statistics_columns(TRAJECTORY_SCHEMA) == ["traj_id", "domain", "split_key", "meta"]
+    rows = _shard_rows(600, seed=4)
+    fs, root = out_fs(str(tmp_path))
+    with AtomicParquetWriter(fs, f"{root}/s.parquet", SHARD_SCHEMA, rows_per_group=512) as w:
+        w.write_table(pa.Table.from_pylist(rows, schema=SHARD_SCHEMA))
+    meta = pq.ParquetFile(tmp_path / "s.parquet").metadata
+    for g in range(meta.num_row_groups):
+        group = meta.row_group(g)
+        stats = {group.column(i).path_in_schema: group.column(i).statistics for i in range(group.num_columns)}
+        first, last = 512 * g, min(512 * g + 512, len(rows))
+        # the trainer reads the longest sample from these (`training.long_samples`)
+        assert stats["num_tokens"].max == max(r["num_tokens"] for r in rows[first:last])
+        assert stats["sample_id"].min == min(r["sample_id"] for r in rows[first:last])
+        for leaf in ("input_ids.list.element", "loss_weight.list.element", "turn_stats.list.element.ol"):
+            assert stats[leaf] is None or not stats[leaf].has_min_max, leaf
 
 
 def _chunked(rows: list[dict], schema: pa.Schema, cuts: list[int]) -> pa.Table:
