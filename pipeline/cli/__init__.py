@@ -13,8 +13,13 @@ from pipeline.arrow_pool import choose_memory_pool
 choose_memory_pool()  # before anything imports pyarrow: Arrow reads it once, at that import
 
 import importlib  # noqa: E402
+import logging  # noqa: E402
+import os  # noqa: E402
+import sys  # noqa: E402
 
 import click  # noqa: E402
+
+from pipeline.cli.common import finished_cleanly  # noqa: E402
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -47,5 +52,28 @@ def _register() -> None:
 
 _register()
 
+def entry() -> None:
+    """``lwm`` and ``python -m pipeline.cli``: `main`, and after a command that called `common.done_cleanly` (``lwm run``)
+    and exits with status 0, the end of the process without the interpreter's shutdown.
+
+    That shutdown frees every object of every module one by one: with the tokenizer loaded, 0.14 s of a run's
+    process (0.07 s without it), which is an eighth of a 1 MB run (1.19 s → 1.04 s measured). Nothing is left to
+    it once a run has returned: output is flushed here, logging's handlers are flushed and closed, the run closed
+    its files, its worker pools and the Ray instance it started. A Ray connection still open (never the case
+    after `lwm run`) keeps the ordinary shutdown. Commands run in-process (click's test runner, `main`) are
+    not affected.
+    """
+    try:
+        main()
+    except SystemExit as done:
+        ray = sys.modules.get("ray")
+        if not (finished_cleanly() and done.code in (0, None)) or (ray is not None and ray.is_initialized()):
+            raise
+        logging.shutdown()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(0)
+
+
 if __name__ == "__main__":
-    main()
+    entry()

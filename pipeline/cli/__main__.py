@@ -1,5 +1,5 @@
 """``python -m pipeline.cli`` is ``lwm``."""
 
-from pipeline.cli import main
+from pipeline.cli import entry
 
-main()
+entry()

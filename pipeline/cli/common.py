@@ -1,4 +1,5 @@
-"""What several commands share: the ``--json`` flag and reading a JSONL input file line by line."""
+"""What several commands share: the ``--json`` flag, reading a JSONL input file line by line, and telling ``lwm``
+that a command finished cleanly."""
 
 from __future__ import annotations
 
@@ -11,6 +12,21 @@ import click
 from schemas.errors import ConfigError
 
 json_option = click.option("--json", "as_json", is_flag=True, help="Print exactly one JSON object.")
+
+_finished_cleanly = False  # set by `done_cleanly`
+
+
+def done_cleanly() -> None:
+    """Tell ``lwm`` (`pipeline.cli.entry`) that the command has finished and left nothing to the interpreter's
+    shutdown: every file it wrote is closed, its worker processes and any Ray instance it started are stopped,
+    and what it prints is printed."""
+    global _finished_cleanly
+    _finished_cleanly = True
+
+
+def finished_cleanly() -> bool:
+    """Whether the command called `done_cleanly`."""
+    return _finished_cleanly
 
 
 def jsonl_values(path: str, what: str = "JSON") -> Iterator[tuple[int, Any]]:

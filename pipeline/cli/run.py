@@ -7,6 +7,7 @@ from typing import Any
 
 import click
 
+from pipeline.cli.common import done_cleanly
 from pipeline.config import load_config_file, parse_opt, resolve
 from pipeline.errors import handle_errors
 
@@ -104,3 +105,4 @@ def run_cmd(config_path: str | None, dry_run: bool, **kw: Any) -> None:
     except LLMDryRun:
         return  # the plan was printed; nothing was sent
     print_run_summary(manifest, cfg["run"]["out"])
+    done_cleanly()
