@@ -52,6 +52,7 @@ def _register() -> None:
 
 _register()
 
+
 def entry() -> None:
     """``lwm`` and ``python -m pipeline.cli``: `main`, and after a command that called `common.done_cleanly` (``lwm run``)
     and exits with status 0, the end of the process without the interpreter's shutdown.
