@@ -1,10 +1,19 @@
 """What a worker process (a Ray worker, `pipeline.ray_worker`; a forked worker, `pipeline.process_executor`) needs
 around its tasks: the tokenizer loaded ahead of them (`load_tokenizer_quietly`), a task's exception as bytes for
-the driver (`pack_error`, `unpack_error`), and the memory release after each task (`release_memory`)."""
+the driver (`pack_error`, `unpack_error`), and the memory release after each task (`release_memory`); and
+for a task's own loop, Python's cycle collector paused (`collector_paused`)."""
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import pickle
+import threading
+from collections.abc import Iterator
+
+_pause_lock = threading.Lock()
+_pauses = 0  # the `collector_paused` blocks open in this process
+_was_enabled = False  # whether the collector ran before the first of them
 
 
 def pack_error(exc: Exception) -> bytes:
@@ -34,6 +43,31 @@ def unpack_error(data: bytes) -> Exception:
     return pickle.loads(data)
 
 
+@contextlib.contextmanager
+def collector_paused() -> Iterator[None]:
+    """Python's cycle collector off for the block, as it was after it (nested and concurrent blocks: after
+    the last one ends).
+
+    Reference counting still frees every object that is not part of a cycle as soon as it is let go. A
+    collection only finds cycles, and to do so it walks the live container objects made since the one
+    before (every so often, all of them): where a block's objects form no cycles, it frees nothing and
+    its cost grows with what the block keeps (memos, buffered rows).
+    """
+    global _pauses, _was_enabled
+    with _pause_lock:
+        if _pauses == 0:
+            _was_enabled = gc.isenabled()
+            gc.disable()
+        _pauses += 1
+    try:
+        yield
+    finally:
+        with _pause_lock:
+            _pauses -= 1
+            if _pauses == 0 and _was_enabled:
+                gc.enable()
+
+
 def release_memory() -> None:
     """Hand memory freed by a finished task back to the OS.
 
@@ -41,8 +75,6 @@ def release_memory() -> None:
     (Arrow buffers, Python objects) stays mapped and the worker's resident size ratchets up with
     the number of tasks it ran, so peak memory per worker would grow with the input.
     """
-    import gc
-
     import pyarrow as pa
 
     gc.collect()

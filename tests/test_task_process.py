@@ -1,0 +1,93 @@
+"""Python's cycle collector around a task: paused while a sample task runs, as it was afterwards, and the
+sample tasks of a real run leave no cycles for it to find."""
+
+from __future__ import annotations
+
+import gc
+import threading
+
+import pytest
+
+import pipeline.sample_task as sample_task
+from pipeline.run import PLAN, run_pipeline
+from pipeline.task_process import collector_paused
+from tests.helpers import corpus_config, demo_inputs, write_corpus
+
+
+@pytest.fixture
+def collector_on():
+    was = gc.isenabled()
+    gc.enable()
+    yield
+    if not was:
+        gc.disable()
+
+
+def test_the_collector_is_off_inside_and_back_on_after_even_when_the_block_raises(collector_on):
+    with collector_paused():
+        assert not gc.isenabled()
+    assert gc.isenabled()
+    with pytest.raises(RuntimeError), collector_paused():
+        assert not gc.isenabled()
+        raise RuntimeError("the task failed")
+    assert gc.isenabled()
+
+
+def test_a_collector_that_was_off_stays_off(collector_on):
+    gc.disable()
+    with collector_paused():
+        assert not gc.isenabled()
+    assert not gc.isenabled()
+
+
+def test_with_overlapping_blocks_on_two_threads_it_comes_back_after_the_last_one_ends(collector_on):
+    a_in, b_in, a_out = threading.Event(), threading.Event(), threading.Event()
+    seen = {}
+
+    def first():
+        with collector_paused():
+            a_in.set()
+            b_in.wait(10)
+        seen["after first"] = gc.isenabled()
+        a_out.set()
+
+    def second():
+        a_in.wait(10)
+        with collector_paused():
+            b_in.set()
+            a_out.wait(10)
+            seen["inside second, first done"] = gc.isenabled()
+
+    threads = [threading.Thread(target=first), threading.Thread(target=second)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(20)
+    assert seen == {"after first": False, "inside second, first done": False}
+    assert gc.isenabled()
+
+
+def test_a_sample_task_runs_with_the_collector_paused_unless_it_augments_through_a_model(monkeypatch, collector_on):
+    seen = []
+    monkeypatch.setattr(sample_task, "_run_sample_task", lambda task: seen.append(gc.isenabled()) or {})
+    sample_task.run_sample_task({"task_id": "t"})
+    sample_task.run_sample_task({"task_id": "t", "llm": {"stages": ["instructions"]}})
+    assert seen == [False, True]
+    assert gc.isenabled()
+
+
+def test_sample_tasks_of_a_run_leave_no_cycles_behind(tmp_path, monkeypatch, collector_on):
+    """What pausing relies on: run again one by one, the sample tasks of a run over every domain's demo corpus
+    and a generated one leave nothing for a full collection to find."""
+    stage = next(s for s in PLAN if s.name == "samples")
+    tasks = []
+    run_task = stage.run_task
+    monkeypatch.setattr(stage, "run_task", lambda task: tasks.append(task) or run_task(task))
+    inputs = [str(write_corpus(tmp_path / "in", files=3, per_file=12)), *demo_inputs(tmp_path / "demo", n=4)]
+    run_pipeline(corpus_config(inputs, tmp_path / "out"), echo=lambda *a, **k: None)
+    assert len(tasks) >= 2
+    for task in tasks:
+        gc.collect()
+        result = run_task(task)
+        assert result["rows"] > 0
+        assert gc.collect() == 0, task["task_id"]
