@@ -22,22 +22,27 @@ def shard_path(root: str, pool: str, bucket: int) -> str:
     return f"{root}/shards/{pool}/part-{bucket:05d}.parquet"
 
 
-def _gather_lists(arr: pa.ListArray, order: np.ndarray) -> pa.ListArray:
-    """`arr.take(order)` for a list of numbers without nulls, by copying whole rows.
+def _gather_lists(chunks: list[pa.ListArray], order: np.ndarray) -> pa.ListArray:
+    """``concat_arrays(chunks).take(order)`` for lists of numbers without nulls, by copying whole rows out of
+    the chunks.
 
-    Arrow's take on a list column builds one index per element (millions for token ids) and
-    gathers them one by one; the rows here are long, so slicing each row whole is several times
-    faster and gives the same array.
+    Arrow's take on a list column builds one index per element (millions for token ids) and gathers them one
+    by one, after concatenating the chunks (a copy of every value); the rows here are long, so copying each
+    row whole from the chunk that holds it is several times faster and gives the same array.
     """
-    offsets = arr.offsets.to_numpy()  # indexes `arr.values`, which ignores a slice offset
-    values = arr.values.to_numpy()
     if not len(order):
-        return arr.slice(0, 0)
-    starts, ends = offsets[order], offsets[order + 1]
+        return pa.array([], type=chunks[0].type)
+    # each row's chunk and bounds, for the rows of all chunks in order (offsets index a chunk's `values`, which
+    # ignores a slice's offset)
+    offsets = [c.offsets.to_numpy() for c in chunks]
+    starts = np.concatenate([o[:-1] for o in offsets])[order]
+    ends = np.concatenate([o[1:] for o in offsets])[order]
+    chunk_of = np.repeat(np.arange(len(chunks)), [len(c) for c in chunks])[order]
+    values = [c.values.to_numpy() for c in chunks]
     new_offsets = np.zeros(len(order) + 1, dtype=np.int64)
     np.cumsum(ends - starts, out=new_offsets[1:])
-    gathered = np.concatenate([values[s:e] for s, e in zip(starts.tolist(), ends.tolist())])
-    return pa.ListArray.from_arrays(pa.array(new_offsets.astype(np.int32)), pa.array(gathered, type=arr.type.value_type))
+    gathered = np.concatenate([values[k][s:e] for k, s, e in zip(chunk_of.tolist(), starts.tolist(), ends.tolist())])
+    return pa.ListArray.from_arrays(pa.array(new_offsets.astype(np.int32)), pa.array(gathered, type=chunks[0].type.value_type))
 
 
 def sort_table(table: pa.Table, key: str) -> pa.Table:
@@ -62,16 +67,20 @@ def sort_tables(tables: list[pa.Table], key: str) -> pa.Table:
     return take_rows(columns, schema, order)
 
 
-def _take_column(arr: pa.Array, rows: np.ndarray) -> pa.Array:
-    if (pa.types.is_list(arr.type) and (pa.types.is_integer(arr.type.value_type) or pa.types.is_floating(arr.type.value_type))
-            and arr.null_count == 0 and arr.values.null_count == 0 and len(arr.values) > 0):
-        return _gather_lists(arr, rows)
+def _take_column(col: pa.ChunkedArray, rows: np.ndarray) -> pa.Array:
+    """`col` taken at `rows`, as one array."""
+    chunks, typ = col.chunks, col.type
+    if (pa.types.is_list(typ) and (pa.types.is_integer(typ.value_type) or pa.types.is_floating(typ.value_type))
+            and chunks and all(c.null_count == 0 and c.values.null_count == 0 for c in chunks)
+            and any(len(c.values) for c in chunks)):
+        return _gather_lists(chunks, rows)
+    arr = chunks[0] if len(chunks) == 1 else pa.concat_arrays(chunks) if chunks else pa.array([], type=typ)
     return arr.take(pa.array(rows))
 
 
 def take_rows(unsorted: list[pa.ChunkedArray], schema: pa.Schema, rows: np.ndarray) -> pa.Table:
     """The table of these columns taken at `rows` (``Table.take``), with long lists of numbers (token ids,
-    weights) copied row by row (`_gather_lists`).
+    weights) copied row by row out of their chunks (`_gather_lists`).
 
     Consumes `unsorted` (its entries are let go one by one): a column's old chunks are freed before the next
     column is taken, so where the caller holds no other reference the peak is one copy of the rows plus one column.
@@ -79,10 +88,8 @@ def take_rows(unsorted: list[pa.ChunkedArray], schema: pa.Schema, rows: np.ndarr
     columns = []
     for i in range(len(unsorted)):
         col, unsorted[i] = unsorted[i], None
-        arr = col.chunk(0) if col.num_chunks == 1 else pa.concat_arrays(col.chunks)
+        columns.append(_take_column(col, rows))
         del col
-        columns.append(_take_column(arr, rows))
-        del arr
     return pa.Table.from_arrays(columns, schema=schema)
 
 

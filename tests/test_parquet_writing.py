@@ -149,6 +149,26 @@ def test_take_rows_equals_arrows_take_for_any_selection(seed):
         assert got.num_rows == len(picked)
 
 
+def test_take_rows_gathers_out_of_any_chunks_as_arrows_take_of_their_concatenation():
+    """Rows gathered out of the chunks themselves: a chunk cut out of another (offsets that do not start at 0),
+    an empty chunk, a chunk whose lists are all empty, a chunk of one row."""
+    rows = _shard_rows(40, seed=31)
+    for r in rows[20:30]:
+        r["input_ids"], r["loss_weight"] = [], []
+    full = pa.Table.from_pylist(rows, schema=SHARD_SCHEMA)
+    pieces = [full.slice(3, 17), full.slice(0, 0), full.slice(20, 10), full.slice(39, 1), full.slice(30, 9), full.slice(0, 3)]
+    table = pa.concat_tables(pieces)
+    assert table.column("input_ids").num_chunks == len(pieces)
+    rng = random.Random(5)
+    picked = [rng.randrange(table.num_rows) for _ in range(60)]
+    got = take_rows(list(table.columns), table.schema, np.array(picked, dtype=np.int64))
+    assert got.equals(table.take(pa.array(picked, type=pa.int64())))
+    assert all(c.num_chunks == 1 for c in got.columns)
+    only_empty = pa.concat_tables([full.slice(20, 4), full.slice(24, 6)])
+    got = take_rows(list(only_empty.columns), only_empty.schema, np.array([5, 0, 9], dtype=np.int64))
+    assert got.equals(only_empty.take(pa.array([5, 0, 9])))
+
+
 def test_sort_table_with_null_lists_and_the_rl_schema():
     rows = _shard_rows(30, seed=9)
     rows[4]["input_ids"] = None
