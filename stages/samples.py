@@ -203,14 +203,17 @@ class TrajectorySamples:
             reasoning = self.seg.norm(self.traj.turns[t - 1].reasoning or "")
             role, lead = "assistant\n", reasoning + PRED_OPEN
             obs = self._obs(t)
-            head_ids, head_idx = project_weights(self.seg, [(role, 0.0), (lead, 1.0)])
             if obs and self.seg.can_prepend(role + lead, obs):
+                if self.seg.can_prepend(role, lead):  # the lead's tokens begin where the role's end
+                    role_ids = _cached_encode(self.seg, role)
+                    head_ids, start = role_ids + self.seg.encode(lead), len(role_ids)
+                else:
+                    head_ids, head_idx = project_weights(self.seg, [(role, 0.0), (lead, 1.0)])
+                    start = next((i for i, w in enumerate(head_idx) if w), len(head_ids))
                 tail = self.seg.extend(self._obs_ids(t), obs, PRED_CLOSE)
-                ids = np.concatenate([_ids(head_ids), tail])
-            else:
-                ids, head_idx = project_weights(self.seg, [(role, 0.0), (lead + obs + PRED_CLOSE, 1.0)])
-            start = next((i for i, w in enumerate(head_idx) if w), len(ids))
-            return ids, start
+                return np.concatenate([_ids(head_ids), tail]), start
+            ids, head_idx = project_weights(self.seg, [(role, 0.0), (lead + obs + PRED_CLOSE, 1.0)])
+            return ids, next((i for i, w in enumerate(head_idx) if w), len(ids))
 
         ids, start = self._memo(("target", t), build)
         weights = _zeros(len(ids))

@@ -198,3 +198,28 @@ def test_turn_samples_share_history_pieces_without_changing_them(seg):
 def test_extend_reuses_the_head_at_token_boundaries(seg, a, b):
     assert seg.extend(seg.tok.encode(a), a, b) == seg.tok.encode(a + b)
     assert seg.extend(seg.encode_array(a), a, b).tolist() == seg.tok.encode(a + b)
+
+
+_REASONING_STARTS = ["", "I check.", " I check.", "\nI check.", "\n\n- first", "\u0301accent first", "数据 first", "{\"x\": 1}",
+                     "... then", "0x1F", "\t tab", "😀 smile"]
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.sampled_from(_REASONING_STARTS), st.text(max_size=12), st.integers(0, 11))
+def test_a_target_is_weighted_from_its_reasoning_on_whatever_the_reasoning_begins_with(seg, start, more, seed):
+    """The target reply's ids are the whole text's, and a token of it carries the target's weight exactly
+    when its last byte lies past the role header (the projection rule), whether the reasoning can be
+    tokenized apart from the header or not (a reasoning that begins with a newline shares a token with it)."""
+    traj = make_traj(3, seed)
+    traj.turns[1].reasoning = (start + more) or None
+    ts = samples_for(traj, seg)
+    s = ts.turn_sample(2, BIG)
+    check_segmentwise(seg, s.ids, ts.rendered_parts([1], 2))
+    a, b = s.spans[-1]
+    turn = traj.turns[1]
+    assert seg.tok.decode(s.ids[a:b]).endswith(target_reply(turn.observation, turn.reasoning) + "<|im_end|>")
+    m = max(i for i in range(a) if s.ids[i] == seg.tok.token_id("<|im_start|>"))  # the target message's start
+    ends = np.cumsum(seg.lengths[np.asarray(s.ids[m + 1 : b - 1])])  # its content's tokens, to the end token
+    past = [bool(e > len(b"assistant\n")) for e in ends]
+    assert [w == 1.0 for w in s.weights[m + 1 : b - 1]] == past and s.weights[b - 1] == 1.0
+    assert a == m + 1 + past.index(True)
