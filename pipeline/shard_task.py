@@ -74,7 +74,9 @@ def _take_column(col: pa.ChunkedArray, rows: np.ndarray) -> pa.Array:
             and chunks and all(c.null_count == 0 and c.values.null_count == 0 for c in chunks)
             and any(len(c.values) for c in chunks)):
         return _gather_lists(chunks, rows)
-    arr = chunks[0] if len(chunks) == 1 else pa.concat_arrays(chunks) if chunks else pa.array([], type=typ)
+    if not chunks:
+        return pa.array([], type=typ).take(pa.array(rows, type=pa.int64()))
+    arr = chunks[0] if len(chunks) == 1 else pa.concat_arrays(chunks)
     return arr.take(pa.array(rows))
 
 
