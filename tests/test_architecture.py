@@ -331,15 +331,30 @@ def test_a_listed_adapter_module_that_is_missing_is_an_error(monkeypatch):
         registry.adapters()
 
 
-def test_every_listed_command_is_registered_and_a_missing_module_is_an_error(monkeypatch):
+def test_every_listed_command_is_found_by_its_name_and_a_missing_module_is_an_error(monkeypatch):
+    from click.testing import CliRunner
+
     from pipeline import cli
 
-    assert set(cli.main.commands) == {"run", "validate", "formats", "demo", "hist", "show", "export", "reward",
-                                      "check-format", "train"}
-    assert set(cli.main.commands["export"].commands) >= {"verl", "trl"}
-    monkeypatch.setattr(cli, "COMMANDS", (*cli.COMMANDS, ("pipeline.no_such_command", "cmd")))
+    names = {"run", "validate", "formats", "demo", "hist", "show", "export", "reward", "check-format", "train"}
+    assert set(cli.main.list_commands(None)) == names
+    for name in names:
+        assert cli.main.get_command(None, name).name == name  # the listed name is the command's own
+    assert set(cli.main.get_command(None, "export").commands) >= {"agentworldbench", "verl", "trl"}
+    assert cli.main.get_command(None, "no-such-command") is None
+    result = CliRunner().invoke(cli.main, ["--help"])
+    assert result.exit_code == 0 and all(name in result.output for name in names)
+    monkeypatch.setattr(cli, "COMMANDS", {**cli.COMMANDS, "gone": ("pipeline.no_such_command", "cmd")})
     with pytest.raises(ModuleNotFoundError):
-        cli._register()
+        cli.main.get_command(None, "gone")
+
+
+def test_a_command_imports_no_other_commands_module():
+    """`lwm run` starts without importing the other commands' modules (`pipeline.cli.LazyCommands`)."""
+    script = ("import json, sys; from pipeline import cli; cli.main.get_command(None, 'run'); "
+              "print(json.dumps(sorted(m for m in sys.modules if m.startswith(('pipeline.cli.', 'training')))))")
+    out = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, check=True)
+    assert json.loads(out.stdout) == ["pipeline.cli.common", "pipeline.cli.run"], out.stdout
 
 
 def test_test_modules_share_helpers_not_each_other():
