@@ -19,6 +19,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from pipeline.digest import HashingFile
 from schemas.errors import ConfigError
 from schemas.text import escape_surrogates
 from stages.distinct import distinct, distinct_first
@@ -298,6 +299,8 @@ class AtomicParquetWriter(_AtomicFileWriter):
 
     Rows are buffered up to `rows_per_group` so row groups have a useful size and memory stays
     bounded. A writer closed without rows still writes a valid empty file (stable layouts).
+    With `digest`, `sha256()` is the hex digest of the file's bytes, hashed as they were written: no
+    read back (from object storage, a second transfer of the whole file).
     """
 
     def __init__(
@@ -307,8 +310,11 @@ class AtomicParquetWriter(_AtomicFileWriter):
         schema: pa.Schema,
         rows_per_group: int = 1024,
         compression_level: int = 3,
+        digest: bool = False,
     ) -> None:
         super().__init__(fs, path, schema)
+        if digest:
+            self._file = HashingFile(self._file)
         self._writer = pq.ParquetWriter(self._file, schema, **parquet_options(schema, compression_level))
         self._rows: list[dict[str, Any]] = []
         self.rows_per_group = rows_per_group
@@ -339,6 +345,10 @@ class AtomicParquetWriter(_AtomicFileWriter):
     def close(self) -> None:
         self.flush()
         super().close()
+
+    def sha256(self) -> str:
+        """The written file's sha256 (hex); for a writer opened with `digest`, once closed."""
+        return self._file.sha256.hexdigest()
 
 
 def remove_stale_temps(fs: fsspec.AbstractFileSystem, root: str) -> int:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from pipeline.digest import file_sha256
 from pipeline.engine import RunContext, Stage
 from pipeline.sample_task import duplicate_offsets, run_sample_task
 from pipeline.shard_task import run_shard_task
@@ -125,16 +126,8 @@ class ShardsStage(Stage):
 
 def _removed_digest(fs, root: str) -> str:
     """sha256 of ``dedup/removed.parquet`` (read in blocks; "" without one): what the sample tasks' output depends on."""
-    import hashlib
-
     path = f"{root}/dedup/removed.parquet"
-    if not fs.exists(path):
-        return ""
-    digest = hashlib.sha256()
-    with fs.open(path, "rb") as f:
-        while block := f.read(1 << 20):
-            digest.update(block)
-    return digest.hexdigest()
+    return file_sha256(fs, path) if fs.exists(path) else ""
 
 
 def _removed_count(fs, root: str) -> int:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import os
 import posixpath
 import tempfile
@@ -228,7 +227,7 @@ def run_shard_task(task: dict[str, Any]) -> dict[str, Any]:
     path = shard_path(root, pool, bucket)
     num_rows = 0
     with AtomicParquetWriter(fs, path, schema, rows_per_group=ROWS_PER_GROUP,
-                             compression_level=task.get("compression_level", 3)) as w:
+                             compression_level=task.get("compression_level", 3), digest=True) as w:
         if held is not None:
             tables = [pa.Table.from_batches(held, schema=schema)] if held else []
             held = None
@@ -249,15 +248,11 @@ def run_shard_task(task: dict[str, Any]) -> dict[str, Any]:
                     w.write_table(part)
                     del part
                     os.remove(spilled)  # once unmapped (a mapped file cannot be removed on Windows)
-    digest = hashlib.sha256()
-    with fs.open(path, "rb") as f:
-        while chunk := f.read(1 << 20):
-            digest.update(chunk)
     info = {
         "path": posixpath.relpath(path, root),
         "rows": num_rows,
         "bytes": fs.size(path),
-        "sha256": digest.hexdigest(),
+        "sha256": w.sha256(),
     }
     # the longest sample, so a trainer can compare it with its row length before reading a row
     info["max_tokens"] = int(max_tokens)

@@ -29,6 +29,7 @@ from typing import Any
 import pyarrow as pa
 
 from pipeline.dedup_stage import removed_ids
+from pipeline.digest import file_sha256
 from pipeline.engine import RunContext, Stage
 from pipeline.llm_stage import Augment, get_stage
 from pipeline.outputs import AtomicParquetWriter, out_fs, remove_stale_task_outputs
@@ -157,9 +158,10 @@ def run_wmat_pool_task(task: dict[str, Any]) -> dict[str, Any]:
         schema = RL_SCHEMA if pool == "rl" else SHARD_SCHEMA
         table = pa.Table.from_pylist(sorted(out[pool], key=lambda r: r["sample_id"]), schema=schema)
         with AtomicParquetWriter(fs, path, schema, rows_per_group=512,
-                                 compression_level=cfg["shards"]["compression_level"]) as w:
+                                 compression_level=cfg["shards"]["compression_level"], digest=True) as w:
             w.write_table(table)
-        files.append({"path": posixpath.relpath(path, root), "rows": table.num_rows, "bytes": fs.size(path)})
+        files.append({"path": posixpath.relpath(path, root), "rows": table.num_rows, "bytes": fs.size(path),
+                      "sha256": w.sha256()})
     result = {"task_id": task["task_id"], "stage": "wmat_pools", "stats": stats.to_dict(), "files": files,
               "rows": sum(f["rows"] for f in files), "bytes": 0, "spec_hash": task["spec_hash"]}
     return result
@@ -196,8 +198,8 @@ class WmatPoolsStage(Stage):
             stats.setdefault(pool, {}).setdefault("samples", 0)
         files = [f for r in results for f in r["files"]]
         for f in files:
-            with fs.open(posixpath.join(root, f["path"]), "rb") as fh:
-                f["sha256"] = hashlib.sha256(fh.read()).hexdigest()
+            if "sha256" not in f:  # the result of a task finished by an earlier version, which hashed files here
+                f["sha256"] = file_sha256(fs, posixpath.join(root, f["path"]))
         ctx.manifest["wmat"] = {"pools": stats, "shards": files}
 
 

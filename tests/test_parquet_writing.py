@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import errno
+import hashlib
 import io
 import itertools
 import random
@@ -361,3 +362,26 @@ def test_a_sample_task_holds_a_bounded_amount_of_rows_whatever_the_number_of_buc
     for i, r in enumerate(rows):
         got = back[("cpt" if i % 10 == 0 else "sft", r["sample_id"])]
         assert got["input_ids"] == r["input_ids"].tolist() and got["num_tokens"] == r["num_tokens"]
+
+
+def test_a_shards_digest_is_of_its_bytes_hashed_as_they_were_written(tmp_path, monkeypatch):
+    """The manifest's sha256 of a shard is that of the file's bytes, and the shard task does not read the file
+    back to hash it (on object storage, a second transfer of the whole shard)."""
+    from fsspec.implementations.local import LocalFileSystem
+
+    rows = _shard_rows(300, seed=5, history=50)
+    _bucket_of_parts(tmp_path, "sft", SHARD_SCHEMA, rows, [100, 220])
+    opened = []
+    real_open = LocalFileSystem._open
+
+    def recording_open(self, path, mode="rb", **kwargs):
+        opened.append((str(path), mode))
+        return real_open(self, path, mode, **kwargs)
+
+    monkeypatch.setattr(LocalFileSystem, "_open", recording_open)
+    result = run_shard_task({"task_id": "s", "out": str(tmp_path), "pool": "sft", "bucket": 0, "spec_hash": "x"})
+    shard = tmp_path / "shards" / "sft" / "part-00000.parquet"
+    assert result["shard"]["sha256"] == hashlib.sha256(shard.read_bytes()).hexdigest()
+    assert result["shard"]["bytes"] == shard.stat().st_size
+    assert [p for p, mode in opened if "/shards/" in p and "r" in mode] == []
+    assert pq.read_table(shard).column("sample_id").to_pylist() == sorted(r["sample_id"] for r in rows)

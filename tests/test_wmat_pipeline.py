@@ -170,7 +170,7 @@ def test_both_pools_are_written_with_separate_world_model_and_policy_spans(runs)
         assert text.count("<imaginary>") == n_blocks
     manifest = runs["manifests"]["on"]
     assert manifest["wmat"]["pools"]["fesft"]["samples"] == len(fesft)
-    assert {f["path"] for f in manifest["wmat"]["shards"]} == set(_digests(out, "wmat"))
+    assert {f["path"]: f["sha256"] for f in manifest["wmat"]["shards"]} == _digests(out, "wmat")
 
 
 def test_the_trainer_reads_a_wmat_pool_and_reweights_one_kind_of_span(runs):
@@ -283,3 +283,22 @@ def test_rl_prompts_carry_what_the_wmat_reward_needs(runs):
         assert 0.0 <= got["r_ground"] <= 1.0 and got["score"] == pytest.approx(got["r_calib"] + got["r_ground"])
         assert wmat_frameworks.trl_reward([row["messages"]], [replies[key]], [row["future"]], [row["correct"]]) == \
             [pytest.approx(got["score"])]
+
+
+def test_a_task_result_of_an_earlier_version_gets_its_files_hashed_in_the_manifest(tmp_path):
+    """Tasks now hash their files as they write them; a run resumed from a task an earlier version finished (its
+    result has no sha256) still records each file's digest, read from the file."""
+    from types import SimpleNamespace
+
+    from pipeline.wmat_pools import WMAT_POOLS_STAGE
+
+    fs, root = out_fs(str(tmp_path))
+    rel = "wmat/midtrain/part-0000aaaa0000bbbb.parquet"
+    (tmp_path / rel).parent.mkdir(parents=True)
+    (tmp_path / rel).write_bytes(b"PAR1 stands in for a shard")
+    ctx = SimpleNamespace(fs=fs, root=root, manifest={}, stage_runs={"wmat_pools": {}})
+    results = [{"task_id": "0000aaaa0000bbbb", "stats": {},
+                "files": [{"path": rel, "rows": 1, "bytes": 26}]}]
+    WMAT_POOLS_STAGE.finish(ctx, results)
+    (entry,) = ctx.manifest["wmat"]["shards"]
+    assert entry["sha256"] == hashlib.sha256((tmp_path / rel).read_bytes()).hexdigest()
