@@ -8,6 +8,7 @@ command run in this process, with the endpoint in fsspec's config and the same c
 
 from __future__ import annotations
 
+import hashlib
 import json
 import secrets
 import subprocess
@@ -75,10 +76,10 @@ def test_a_run_from_s3_to_s3_writes_a_complete_output(s3, local_run):
     assert not [k for k in objects if ".tmp-" in k]
     manifest = json.loads(objects["manifest.json"])
     assert {i["uri"] for i in manifest["inputs"]} == {f"s3://{BUCKET}/in/{p.name}" for p in s3["corpus"].iterdir()}
-    # every shard the manifest lists is there with its recorded size and rows
+    # every shard the manifest lists is there with its recorded size, digest (hashed as it was uploaded) and rows
     for shard in manifest["shards"]:
         data = objects[shard["path"]]
-        assert len(data) == shard["bytes"]
+        assert len(data) == shard["bytes"] and hashlib.sha256(data).hexdigest() == shard["sha256"]
         assert pq.read_metadata(fs.open(f"{local_run}/{shard['path']}", "rb")).num_rows == shard["rows"]
     # the split file was read in ranges, straight from the object store
     assert json.loads(objects["_timings.json"])["scan"]["tasks"] >= 2
