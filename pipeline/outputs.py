@@ -347,7 +347,9 @@ class AtomicParquetWriter(_AtomicFileWriter):
         super().close()
 
     def sha256(self) -> str:
-        """The written file's sha256 (hex); for a writer opened with `digest`, once closed."""
+        """The written file's sha256 (hex), once closed; only for a writer opened with `digest`."""
+        if not isinstance(self._file, HashingFile):
+            raise ValueError(f"{self.path}: its writer was opened without digest=True")
         return self._file.sha256.hexdigest()
 
 

@@ -385,3 +385,8 @@ def test_a_shards_digest_is_of_its_bytes_hashed_as_they_were_written(tmp_path, m
     assert result["shard"]["bytes"] == shard.stat().st_size
     assert [p for p, mode in opened if "/shards/" in p and "r" in mode] == []
     assert pq.read_table(shard).column("sample_id").to_pylist() == sorted(r["sample_id"] for r in rows)
+    fs, root = out_fs(str(tmp_path))
+    with AtomicParquetWriter(fs, f"{root}/plain.parquet", SHARD_SCHEMA) as plain:
+        plain.write_table(pa.Table.from_pylist(rows[:3], schema=SHARD_SCHEMA))
+    with pytest.raises(ValueError, match="without digest"):
+        plain.sha256()
