@@ -172,10 +172,16 @@ class AtomicIpcWriter(_AtomicFileWriter):
             self.num_rows += table.num_rows
 
 
-def ipc_batches(fs: fsspec.AbstractFileSystem, path: str, schema: pa.Schema) -> Iterator[pa.RecordBatch]:
-    """The record batches an `AtomicIpcWriter` wrote, one at a time; ValueError if its schema is not `schema`."""
+def ipc_batches(fs: fsspec.AbstractFileSystem, path: str, schema: pa.Schema,
+                included: list[int] | None = None) -> Iterator[pa.RecordBatch]:
+    """The record batches an `AtomicIpcWriter` wrote, one at a time; ValueError if its schema is not `schema`.
+    `included`: only these fields (indices into `schema`); the others' buffers are skipped, not decompressed."""
     with fs.open(path, "rb") as f:
-        reader = pa.ipc.open_stream(f)
+        if included is None:
+            reader = pa.ipc.open_stream(f)
+        else:
+            reader = pa.ipc.open_stream(f, options=pa.ipc.IpcReadOptions(included_fields=included))
+            schema = pa.schema([schema.field(i) for i in included])
         if not reader.schema.equals(schema):
             raise ValueError(f"{path}: schema {reader.schema} is not the expected {schema}")
         yield from reader

@@ -105,20 +105,36 @@ ROWS_PER_GROUP = 512
 _ROUTE_BYTES = 8 * 1024 * 1024
 
 
-def _part_batches(fs, path: str, schema: pa.Schema) -> Iterator[pa.RecordBatch]:
-    """The record batches of one sample part, Arrow IPC or (parts of earlier versions) Parquet."""
+# A sample's token lists (ids and weights; an RL prompt's ids): each holds `num_tokens` numbers of 4 bytes, so a
+# row's size is known without decoding them (`_row_bytes`). They are nearly all of a bucket's bytes.
+TOKEN_LISTS = ("input_ids", "loss_weight", "prompt_ids")
+
+
+def token_lists(schema: pa.Schema) -> tuple[str, ...]:
+    return tuple(name for name in TOKEN_LISTS if name in schema.names)
+
+
+def _part_batches(fs, path: str, schema: pa.Schema, skip: tuple[str, ...] = ()) -> Iterator[pa.RecordBatch]:
+    """The record batches of one sample part, Arrow IPC or (parts of earlier versions) Parquet; without the
+    `skip` columns, which are then neither decompressed nor decoded."""
+    keep = [i for i, field in enumerate(schema) if field.name not in skip]
     if path.endswith(".arrow"):
-        yield from ipc_batches(fs, path, schema)
+        yield from ipc_batches(fs, path, schema, included=keep if skip else None)
     else:
         with fs.open(path, "rb") as f:
-            yield from pq.read_table(f, schema=schema).to_batches()
+            yield from pq.read_table(f, schema=schema, columns=[schema[i].name for i in keep]).to_batches()
 
 
-def _row_bytes(batch: pa.RecordBatch) -> np.ndarray:
-    """About how many bytes each row of `batch` takes decoded: fixed widths, plus for every list or
-    string its length times the mean size of its elements."""
+def _row_bytes(batch: pa.RecordBatch, schema: pa.Schema) -> np.ndarray:
+    """About how many bytes each row of a batch of `schema` takes decoded: fixed widths, plus for every list or
+    string its length times the mean size of its elements. A token list (`TOKEN_LISTS`) counts 4 bytes a token
+    from ``num_tokens``, so its values need not be read, and the size is the same however the part was read."""
     size = np.zeros(batch.num_rows, dtype=np.float64)
-    for col in batch.columns:
+    for field in schema:
+        if field.name in TOKEN_LISTS:
+            size += zero_filled(batch.column("num_tokens")) * 4.0 + 4
+            continue
+        col = batch.column(field.name)
         t = col.type
         if pa.types.is_list(t):
             child = col.values
@@ -215,9 +231,11 @@ def run_shard_task(task: dict[str, Any]) -> dict[str, Any]:
     keys: list[str] = []  # copies, so no batch stays alive through a view of its buffers
     sizes, max_tokens = [], 0
     for p in files:
-        for batch in _part_batches(fs, p, schema):
+        # once the bucket is known to be too large to sort whole, the rest of the first read is for the ids and
+        # sizes alone (the spill reads every part again in full)
+        for batch in _part_batches(fs, p, schema, token_lists(schema) if held is None else ()):
             keys += batch.column("sample_id").to_pylist()
-            sizes.append(_row_bytes(batch))
+            sizes.append(_row_bytes(batch, schema))
             max_tokens = max(max_tokens, pc.max(batch.column("num_tokens")).as_py() or 0)
             if held is not None:
                 held.append(batch)

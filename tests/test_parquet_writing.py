@@ -10,6 +10,7 @@ import random
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 
@@ -271,10 +272,11 @@ def test_a_bucket_over_sort_bytes_is_written_in_slices_into_the_same_file(tmp_pa
 
     if pool == "rl":
         rng = random.Random(4)
+        prompts = [[rng.randrange(9000) for _ in range(rng.randrange(400))] for _ in range(1700)]
         rows = [{"sample_id": f"{rng.getrandbits(40):010x}", "traj_id": f"t{i}", "pool": "rl",
-                 "prompt_ids": [rng.randrange(9000) for _ in range(rng.randrange(400))], "reference": "r" * (i % 50),
+                 "prompt_ids": prompt, "reference": "r" * (i % 50),
                  "messages": [{"role": "user", "content": "m" * rng.randrange(300)}], "turn_keep": [0.5],
-                 "num_tokens": i % 400} for i in range(1700)]
+                 "num_tokens": len(prompt)} for i, prompt in enumerate(prompts)]
         schema = RL_SCHEMA
     else:
         rows = _shard_rows(1700, seed=11, history=400)
@@ -390,3 +392,64 @@ def test_a_shards_digest_is_of_its_bytes_hashed_as_they_were_written(tmp_path, m
         plain.write_table(pa.Table.from_pylist(rows[:3], schema=SHARD_SCHEMA))
     with pytest.raises(ValueError, match="without digest"):
         plain.sha256()
+
+
+@pytest.mark.parametrize("pool", ["sft", "rl"])
+def test_a_row_size_is_the_same_without_its_token_lists(tmp_path, pool):
+    """The first read of a bucket too large to sort whole skips the token lists (nearly all of its bytes): the
+    row sizes that cut it into slices come out the same, to the last bit, and for an Arrow part the same as
+    from the lists' own values (4 bytes a token)."""
+    from pipeline.shard_task import _part_batches, _row_bytes, token_lists
+    from schemas.shard import schema_for
+
+    schema = schema_for(pool)
+    rng = random.Random(8)
+    if pool == "rl":
+        rows = [{"sample_id": f"{i:08x}", "prompt_ids": [rng.randrange(9000) for _ in range(n)], "pool": "rl",
+                 "messages": [{"role": "user", "content": "m" * rng.randrange(90)}], "turn_keep": [0.25] * (i % 3),
+                 "num_tokens": n} for i, n in enumerate([0, 1, 7, 300, 0, 52] * 20)]
+    else:
+        rows = _shard_rows(120, seed=13, history=200)
+        rows[3]["input_ids"], rows[3]["loss_weight"], rows[3]["num_tokens"] = [], [], 0
+    assert token_lists(schema) == (("prompt_ids",) if pool == "rl" else ("input_ids", "loss_weight"))
+    _bucket_of_parts(tmp_path, pool, schema, rows, [50])  # a Parquet part, then an Arrow one
+    fs, root = out_fs(str(tmp_path))
+    for path in sorted(fs.find(f"{root}/_work/samples/{pool}/b00000")):
+        full = list(_part_batches(fs, path, schema))
+        lean = list(_part_batches(fs, path, schema, token_lists(schema)))
+        assert [b.num_rows for b in lean] == [b.num_rows for b in full]
+        for a, b in zip(full, lean):
+            assert not set(token_lists(schema)) & set(b.schema.names)
+            assert b.column("sample_id").equals(a.column("sample_id"))
+            assert _row_bytes(b, schema).tolist() == _row_bytes(a, schema).tolist()
+            if path.endswith(".arrow"):
+                tokens = a.column("num_tokens").to_numpy()
+                for name in token_lists(schema):
+                    lengths = pc.list_value_length(a.column(name)).to_numpy()
+                    assert lengths.tolist() == tokens.tolist()
+                    assert a.column(name).values.nbytes == 4 * lengths.sum()
+
+
+def test_the_first_read_decodes_token_lists_only_while_the_bucket_may_be_sorted_whole(tmp_path, monkeypatch):
+    import pipeline.shard_task as shard_task
+
+    rows = _shard_rows(600, seed=14, history=400)
+    _bucket_of_parts(tmp_path, "sft", SHARD_SCHEMA, rows, [100, 200, 300, 400, 500])
+    reads = []
+    real = shard_task._part_batches
+
+    def recording(fs, path, schema, skip=()):
+        reads.append((path.rsplit("/", 1)[1], skip))
+        return real(fs, path, schema, skip)
+
+    monkeypatch.setattr(shard_task, "_part_batches", recording)
+    one = sum(pa.Table.from_pylist(rows[i:i + 100], schema=SHARD_SCHEMA).nbytes for i in (0, 100))
+    result = run_shard_task({"task_id": "s", "out": str(tmp_path), "pool": "sft", "bucket": 0, "spec_hash": "x",
+                             "sort_bytes": one})
+    first = reads[:6]
+    assert [name for name, _ in first] == ["p00.parquet", *[f"p{i:02d}.arrow" for i in range(1, 6)]]
+    lean = [skip for _, skip in first]
+    assert lean[:2] == [(), ()] and lean[3:] == [("input_ids", "loss_weight")] * 3, lean
+    assert all(skip == () for _, skip in reads[6:])  # the spill reads every part whole
+    shard = pq.read_table(tmp_path / "shards" / "sft" / "part-00000.parquet")
+    assert result["rows"] == 600 and shard.column("sample_id").to_pylist() == sorted(r["sample_id"] for r in rows)
