@@ -258,3 +258,25 @@ def test_a_range_record_hands_out_the_value_its_payload_parses_to(tmp_path):
         value = rec.value()
         assert repr(value) == repr(json.loads(rec.payload)) == repr(json.loads(line))  # repr: NaN != NaN
         assert not rec.parsed and repr(rec.value()) == repr(value)  # handed out once; later calls parse the payload
+
+
+def test_a_jsonl_records_payload_is_its_line_as_written_split_or_not(tmp_path):
+    # The raw layer keeps each record as its input wrote it: spacing, escapes, key order and a repeated key
+    # would all change in a dump of the parsed value. A line nested past the parser's depth is refused by
+    # name in a range as it is unsplit (it used to escape the range reader as a RecursionError).
+    lines = ['{"b":"\\u00e9","a":[1,2.50,-0.0]}', '{ "x" : 1 , "x" : 2 }', '{"n":NaN,"s":"\\ud800"}',
+             "[" * 100_000 + "]" * 100_000, '{"t":true}']
+    path = tmp_path / "w.jsonl"
+    path.write_bytes("\r\n".join(lines).encode() + b"\n")  # CRLF: the reader drops the \r before the \n
+    size = path.stat().st_size
+    r = {"start": 0, "end": size, "compression": None, "length": size, "lines_before": 0, "skip_partial": False}
+    unsplit = list(records_from_container(InputUnit(str(path)), "lwm-jsonl", {}))
+    split = list(range_records(str(path), "lwm-jsonl", r, 1 << 20))
+    assert _records(split) == _records(unsplit)
+    assert [x.reason for x in unsplit if isinstance(x, InvalidRecord)] == ["too_deep"]
+    kept = [x for x in unsplit if not isinstance(x, InvalidRecord)]
+    assert [x.payload for x in kept] == [lines[0], lines[1], lines[2], lines[4]]
+    assert [x.locator for x in kept] == ["line 1", "line 2", "line 3", "line 5"]
+    for rec in split + unsplit:
+        if not isinstance(rec, InvalidRecord):
+            assert rec.parsed and repr(rec.value()) == repr(json.loads(rec.payload))

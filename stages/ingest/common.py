@@ -4,19 +4,51 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 from schemas.errors import InvalidRecord
 from schemas.trajectory import Source, SystemPrompt, Trajectory, Turn, make_traj_id, validate
-from stages.ingest.reading import InputUnit, iter_container, loads, max_record_bytes, read_document
+from stages.ingest.reading import (
+    InputUnit,
+    container_of,
+    iter_container,
+    iter_lines,
+    loads,
+    max_record_bytes,
+    read_document,
+)
 from stages.ingest.registry import RawRecord
 
 _ANSI = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)|\x1b[@-Z\\-_]")
 
 
+def line_records(uri: str, fmt: str, lines: Iterable[tuple[int, str] | InvalidRecord]) -> Iterator[RawRecord | InvalidRecord]:
+    """Each JSONL line of `lines` (``(line_number, text)``, or why a line was refused) as a `RawRecord` whose payload
+    is the line as written, handing the adapter the value its reader decoded (bad lines as `InvalidRecord`)."""
+    for item in lines:
+        if isinstance(item, InvalidRecord):
+            yield item
+            continue
+        lineno, text = item
+        try:
+            value = loads(text)
+        except json.JSONDecodeError as exc:
+            yield InvalidRecord("malformed_json", f"{exc.msg} at column {exc.colno}", f"line {lineno}", uri)
+            continue
+        except RecursionError:
+            yield InvalidRecord("too_deep", "JSON nested deeper than the parser allows", f"line {lineno}", uri)
+            continue
+        yield RawRecord(uri, f"line {lineno}", fmt, text, [value])
+
+
 def records_from_container(unit: InputUnit, fmt: str, opts: dict[str, Any]) -> Iterator[RawRecord | InvalidRecord]:
-    """Each record of a JSON/JSONL/CSV/Parquet file as a `RawRecord` (bad ones as `InvalidRecord`)."""
+    """Each record of a JSON/JSONL/CSV/Parquet file as a `RawRecord` (bad ones as `InvalidRecord`).
+
+    A JSONL record's payload is its line as written; a record of the other containers is its value dumped as JSON."""
+    if container_of(unit.uri) == "jsonl":
+        yield from line_records(unit.uri, fmt, iter_lines(unit.uri, max_record_bytes(opts)))
+        return
     for item in iter_container(unit.uri, max_record_bytes(opts)):
         if isinstance(item, InvalidRecord):
             yield item

@@ -23,7 +23,6 @@ the manifest). Byte-offset locators would have saved the pass but made ids depen
 from __future__ import annotations
 
 import hashlib
-import json
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field, replace
 from itertools import pairwise
@@ -33,6 +32,7 @@ import zstandard
 
 from schemas.errors import InvalidRecord
 from stages.ingest.atif import is_streaming_atif
+from stages.ingest.common import line_records
 from stages.ingest.frames import inflate, raw_chunks, zstd_frames
 from stages.ingest.reading import (
     BOM,
@@ -40,7 +40,6 @@ from stages.ingest.reading import (
     _finish_line,
     container_of,
     filesystem,
-    loads,
     max_record_bytes,
     split_compression,
 )
@@ -277,18 +276,7 @@ def iter_range_lines(uri: str, r: dict[str, Any], max_bytes: int) -> Iterator[tu
 
 def range_records(uri: str, fmt: str, r: dict[str, Any], max_bytes: int) -> Iterator[RawRecord | InvalidRecord]:
     """The JSONL records of one range, exactly as `records_from_container` yields them unsplit."""
-    for item in iter_range_lines(uri, r, max_bytes):
-        if isinstance(item, InvalidRecord):
-            yield item
-            continue
-        lineno, text = item
-        try:
-            value = loads(text)
-        except json.JSONDecodeError as exc:
-            yield InvalidRecord("malformed_json", f"{exc.msg} at column {exc.colno}", f"line {lineno}", uri)
-            continue
-        # `value` came from JSON text, so the payload parses back to an equal value: the adapter takes it as is
-        yield RawRecord(uri, f"line {lineno}", fmt, json.dumps(value, ensure_ascii=False, default=str), [value])
+    return line_records(uri, fmt, iter_range_lines(uri, r, max_bytes))
 
 
 class RangeAdapter:
