@@ -191,6 +191,7 @@ def test_pipeline_on_a_split_file_matches_the_unsplit_run(tmp_path):
     path.parent.mkdir()
     lines = [_line(i, 300 + (i * 37) % 500, with_id=i % 3 != 0) for i in range(120)]
     lines[50] = b'{"broken": \n'
+    lines[80] = b"[" * 100_000 + b"]" * 100_000 + b"\n"  # past the parser's depth, and across many ranges
     path.write_bytes(b"".join(lines))
     run_pipeline(_cfg([str(path)], tmp_path / "whole"), echo=lambda m: None)
     manifest = run_pipeline(_cfg([str(path)], tmp_path / "split", split_bytes=8192), echo=lambda m: None)
@@ -198,12 +199,14 @@ def test_pipeline_on_a_split_file_matches_the_unsplit_run(tmp_path):
     n_ranges = -(-path.stat().st_size // 8192)
     assert n_ranges >= 3
     assert timings["scan"]["tasks"] == timings["ingest"]["tasks"] == n_ranges
-    for layer, key in (("trajectories", "traj_id"), ("quarantine", "locator")):
+    for layer, key in (("trajectories", "traj_id"), ("quarantine", "locator"), ("raw", "locator")):
         assert _layer(tmp_path / "split", layer, key) == _layer(tmp_path / "whole", layer, key)
-    assert len(_layer(tmp_path / "split", "trajectories", "traj_id")) == 119
+    assert len(_layer(tmp_path / "split", "trajectories", "traj_id")) == 118
     assert [(q["locator"], q["reason"]) for q in _layer(tmp_path / "split", "quarantine", "locator")] == [
-        ("line 51", "malformed_json")
+        ("line 51", "malformed_json"), ("line 81", "too_deep")
     ]
+    raw = {r["locator"]: r["payload"] for r in _layer(tmp_path / "split", "raw", "locator")}
+    assert raw == {f"line {i + 1}": line.decode().rstrip("\n") for i, line in enumerate(lines) if i not in (50, 80)}
     for shard in sorted((tmp_path / "whole" / "shards").rglob("*.parquet")):
         twin = tmp_path / "split" / shard.relative_to(tmp_path / "whole")
         assert twin.read_bytes() == shard.read_bytes(), shard.name
