@@ -15,9 +15,8 @@ task's ``spec_hash``, skips a task whose marker (``_tasks/<stage>/<task_id>.json
 hash, runs the rest on the executor, writes each task's marker after its outputs (`run_and_mark`,
 on the worker that ran it), then calls ``finish``. Executors (`pipeline.executors`,
 `pipeline.ray_executor`) only map a function over tasks; they never know which stage they run. A stage
-may say how many of its tasks the in-process runner can overlap (``local_threads``), a hint Ray
-ignores (each task has a process of its own) and the worker-process executor follows by running that
-stage in this process, on threads.
+may say how many of its tasks the in-process runner can overlap (``local_threads``), a hint Ray and the
+worker-process executor ignore (each task has a process of its own).
 """
 
 from __future__ import annotations

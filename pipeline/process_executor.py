@@ -4,12 +4,13 @@ On one machine this is what Ray's workers give without Ray's start: forking a pr
 imported the stages (and, from the second stage on, loaded the tokenizer) takes milliseconds, where a local Ray
 takes seconds before its first worker is ready. Each stage with two tasks or more gets a pool of its own
 (``min(CPUs, tasks)`` processes, forked when the stage begins and gone when it ends), so a worker never carries
-one stage's memory into the next. A stage with one task, of tasks marked `Stage.small_tasks` (tenths of a
-second, where a fork and the result's trip would be most of the cost; below `SMALL_IN_POOL_BYTES` of input) or of
-tasks that release the GIL
-(`Stage.local_threads`: the shard tasks, whose stage took 1.33-1.35 s on two threads against 1.7-1.9 s on two
-forked workers at 41 MB) runs in this process, on the in-process runner (`LocalExecutor`, which lends the idle
-CPUs to a task it runs alone).
+one stage's memory into the next. A stage with one task, or of tasks marked `Stage.small_tasks` (tenths of a
+second, where a fork and the result's trip would be most of the cost; below `SMALL_IN_POOL_BYTES` of input), runs
+in this process, on the in-process runner (`LocalExecutor`, which lends the idle CPUs to a task it runs alone).
+A stage whose tasks release the GIL (`Stage.local_threads`: the shard tasks) runs on the pool too: its hint is
+for the in-process runner. The 41 MB run's two SFT shard tasks took 1.07-1.17 s each on two workers, each on its
+worker's task thread (`_run`), against 1.29-1.42 s on two threads of this process (the shards stage 1.19-1.21 s
+against 1.36-1.43 s); on the workers' main threads they took 1.40-1.49 s.
 
 The task function is not pickled: the pool is forked after it is set (`_job`), so the children have it, closures
 included; tasks and results travel as pickles (they are plain dicts). An exception raised by a task comes back
@@ -27,6 +28,7 @@ from __future__ import annotations
 import gc
 import itertools
 import multiprocessing
+import queue
 import sys
 import threading
 from collections.abc import Callable
@@ -55,7 +57,42 @@ def can_fork() -> bool:
 
 
 def _run(task: dict[str, Any]) -> tuple[dict[str, Any] | None, bytes]:
-    """One task in a worker: (result, b"") or (None, its exception pickled); memory released after."""
+    """One task in a worker, on the worker's task thread (`_task_thread`): (result, b"") or (None, its exception
+    pickled); memory released after."""
+    global _task_thread
+    if _task_thread is None:
+        _task_thread = (queue.SimpleQueue(), queue.SimpleQueue())
+        threading.Thread(target=_serve, args=_task_thread, name="lwm-task", daemon=True).start()
+    todo, done = _task_thread
+    todo.put(task)
+    try:
+        out = done.get()  # a signal (Ctrl-C) interrupts this wait, as it would the task on this thread
+    except BaseException:
+        _task_thread = None  # busy with the interrupted task until the process ends: a later task gets a new one
+        raise
+    if isinstance(out, BaseException):  # SystemExit and the like leave this thread, as they left the task's
+        raise out
+    return out
+
+
+# A worker runs its tasks on one thread of its own, not on its main thread: measured with Arrow's jemalloc (the
+# run's allocator, `pipeline.arrow_pool`), a 41 MB run's SFT shard task in a forked worker faulted in 229-266
+# thousand fresh pages on the main thread (mostly the Parquet writer's buffers) and took 1.40-1.53 s, against 54-59
+# thousand and 1.12-1.18 s on a second thread; two at once on two threads of one process took 1.24-1.42 s together.
+_task_thread: tuple[queue.SimpleQueue, queue.SimpleQueue] | None = None
+
+
+def _serve(todo: queue.SimpleQueue, done: queue.SimpleQueue) -> None:
+    while True:
+        task = todo.get()
+        try:
+            out: tuple[dict[str, Any] | None, bytes] | BaseException = _run_here(task)
+        except BaseException as exc:  # not an Exception (those come back as data): raised by `_run`
+            out = exc
+        done.put(out)
+
+
+def _run_here(task: dict[str, Any]) -> tuple[dict[str, Any] | None, bytes]:
     assert _job is not None
     try:
         out: tuple[dict[str, Any] | None, bytes] = (_job(task), b"")
@@ -105,7 +142,7 @@ class ProcessExecutor:
         """Results in task order; `threads` (the in-process runner's hint) is used only when the stage runs in
         this process: in the pool, every task has a process of its own."""
         workers = min(self.workers, len(tasks))
-        if (small and not self.small_in_pool) or threads > 1 or workers < 2 or not can_fork():
+        if (small and not self.small_in_pool) or workers < 2 or not can_fork():
             return self.local.map(fn, tasks, progress, threads=threads, small=small)
         results: list[dict[str, Any] | None] = [None] * len(tasks)
         todo = list(range(len(tasks)))

@@ -47,17 +47,38 @@ def test_tasks_run_on_forked_workers_and_results_come_in_task_order():
     assert (progress.done, progress.rows, progress.bytes) == (6, 6, 12)
 
 
-def test_one_task_small_tasks_and_threaded_stages_run_in_this_process():
+def test_one_task_and_small_tasks_run_in_this_process():
     def fn(task):
         return {"task_id": task["task_id"], "pid": os.getpid()}
 
     ex = ProcessExecutor(2, LocalExecutor())
     assert [r["pid"] for r in ex.map(fn, _tasks(1), _progress(1))] == [os.getpid()]
     assert {r["pid"] for r in ex.map(fn, _tasks(4), _progress(4), small=True)} == {os.getpid()}
-    assert {r["pid"] for r in ex.map(fn, _tasks(4), _progress(4), threads=2)} == {os.getpid()}
     one = ProcessExecutor(1, LocalExecutor())
-    assert {r["pid"] for r in one.map(fn, _tasks(4), _progress(4))} == {os.getpid()}
+    assert {r["pid"] for r in one.map(fn, _tasks(4), _progress(4), threads=2)} == {os.getpid()}
     assert ex.forked == 0
+
+
+def test_a_threaded_stage_runs_on_the_workers_and_each_worker_runs_its_tasks_on_one_thread_not_its_main_one():
+    # `threads` is the in-process runner's hint (the shard tasks release the GIL); the pool gives each task a
+    # process. In a worker, every task runs on the same thread, which is not the worker's main thread.
+    import threading
+
+    def fn(task):
+        time.sleep(0.01)
+        return {"task_id": task["task_id"], "pid": os.getpid(), "thread": threading.get_ident(),
+                "main": threading.current_thread() is threading.main_thread(),
+                "name": threading.current_thread().name}
+
+    ex = ProcessExecutor(2, LocalExecutor())
+    results = ex.map(fn, _tasks(8), _progress(8), threads=2)
+    assert [r["task_id"] for r in results] == [f"t{i}" for i in range(8)]
+    assert os.getpid() not in {r["pid"] for r in results} and ex.forked == 2
+    assert not any(r["main"] for r in results) and {r["name"] for r in results} == {"lwm-task"}
+    threads_of = {}
+    for r in results:
+        threads_of.setdefault(r["pid"], set()).add(r["thread"])
+    assert len(threads_of) == 2 and all(len(t) == 1 for t in threads_of.values())
 
 
 def test_small_tasks_of_a_large_input_run_on_forked_workers():
@@ -71,8 +92,6 @@ def test_small_tasks_of_a_large_input_run_on_forked_workers():
     results = ex.map(fn, _tasks(4), _progress(4), small=True)
     assert [r["task_id"] for r in results] == [f"t{i}" for i in range(4)]
     assert os.getpid() not in {r["pid"] for r in results} and ex.forked == 2
-    # a threaded stage (the shard tasks) stays in this process whatever the input
-    assert {r["pid"] for r in ex.map(fn, _tasks(4), _progress(4), threads=2)} == {os.getpid()}
 
 
 def test_the_first_failing_task_in_order_is_raised_as_itself_and_later_tasks_do_not_begin(tmp_path):
@@ -89,6 +108,19 @@ def test_the_first_failing_task_in_order_is_raised_as_itself_and_later_tasks_do_
         ProcessExecutor(2, LocalExecutor()).map(fn, _tasks(20), _progress(20))
     started = sorted(p.name for p in tmp_path.iterdir())
     assert started == ["t0", "t1"]
+
+
+def test_a_task_that_exits_ends_the_stage_with_its_exit_and_no_worker_hangs():
+    # SystemExit is no Exception: it leaves the worker's task thread and is raised here, as a task on the
+    # worker's main thread raised it
+    def fn(task):
+        if task["i"] == 1:
+            sys.exit(3)
+        return {"task_id": task["task_id"]}
+
+    with pytest.raises(SystemExit) as exited:
+        ProcessExecutor(2, LocalExecutor()).map(fn, _tasks(3), _progress(3))
+    assert exited.value.code == 3
 
 
 def test_an_exception_that_does_not_pickle_comes_back_as_its_line():
