@@ -12,6 +12,7 @@ from schemas.trajectory import Source, SystemPrompt, Trajectory, Turn, make_traj
 from stages.ingest.reading import (
     InputUnit,
     container_of,
+    decode_line,
     iter_container,
     iter_lines,
     loads,
@@ -27,19 +28,8 @@ def line_records(uri: str, fmt: str, lines: Iterable[tuple[int, str] | InvalidRe
     """Each JSONL line of `lines` (``(line_number, text)``, or why a line was refused) as a `RawRecord` whose payload
     is the line as written, handing the adapter the value its reader decoded (bad lines as `InvalidRecord`)."""
     for item in lines:
-        if isinstance(item, InvalidRecord):
-            yield item
-            continue
-        lineno, text = item
-        try:
-            value = loads(text)
-        except json.JSONDecodeError as exc:
-            yield InvalidRecord("malformed_json", f"{exc.msg} at column {exc.colno}", f"line {lineno}", uri)
-            continue
-        except RecursionError:
-            yield InvalidRecord("too_deep", "JSON nested deeper than the parser allows", f"line {lineno}", uri)
-            continue
-        yield RawRecord(uri, f"line {lineno}", fmt, text, [value])
+        value = item if isinstance(item, InvalidRecord) else decode_line(uri, *item)
+        yield value if isinstance(value, InvalidRecord) else RawRecord(uri, f"line {item[0]}", fmt, item[1], [value])
 
 
 def records_from_container(unit: InputUnit, fmt: str, opts: dict[str, Any]) -> Iterator[RawRecord | InvalidRecord]:

@@ -426,22 +426,21 @@ def loads(text: str | bytes) -> Any:
         return json.loads(text)
 
 
+def decode_line(uri: str, lineno: int, text: str) -> Any:
+    """The JSON value of one JSONL line, or the `InvalidRecord` saying why it has none."""
+    try:
+        return loads(text)
+    except json.JSONDecodeError as exc:
+        return InvalidRecord("malformed_json", f"{exc.msg} at column {exc.colno}", f"line {lineno}", uri)
+    except RecursionError:
+        return InvalidRecord("too_deep", "JSON nested deeper than the parser allows", f"line {lineno}", uri)
+
+
 def iter_jsonl(uri: str, max_bytes: int = DEFAULT_MAX_RECORD_BYTES) -> Iterator[tuple[str, Any] | InvalidRecord]:
     """Parsed JSON values of a JSONL file, ``("line N", value)``."""
     for item in iter_lines(uri, max_bytes):
-        if isinstance(item, InvalidRecord):
-            yield item
-            continue
-        lineno, text = item
-        try:
-            value = loads(text)
-        except json.JSONDecodeError as exc:
-            yield InvalidRecord("malformed_json", f"{exc.msg} at column {exc.colno}", f"line {lineno}", uri)
-            continue
-        except RecursionError:
-            yield InvalidRecord("too_deep", "JSON nested deeper than the parser allows", f"line {lineno}", uri)
-            continue
-        yield f"line {lineno}", value
+        value = item if isinstance(item, InvalidRecord) else decode_line(uri, *item)
+        yield value if isinstance(value, InvalidRecord) else (f"line {item[0]}", value)
 
 
 def max_record_bytes(opts: dict[str, Any]) -> int:
