@@ -8,8 +8,8 @@ one stage's memory into the next. A stage with one task, or of tasks marked `Sta
 second, where a fork and the result's trip would be most of the cost; below `SMALL_IN_POOL_BYTES` of input), runs
 in this process, on the in-process runner (`LocalExecutor`, which lends the idle CPUs to a task it runs alone).
 A stage whose tasks release the GIL (`Stage.local_threads`: the shard tasks) runs on the pool too: its hint is
-for the in-process runner. The 41 MB run's two SFT shard tasks took 1.07-1.17 s each on two workers, each on its
-worker's task thread (`_run`), against 1.29-1.42 s on two threads of this process (the shards stage 1.19-1.21 s
+for the in-process runner. The 41 MB run's two SFT shard tasks took 1.07-1.25 s each on two workers, each on its
+worker's task thread (`_run`), against 1.29-1.42 s on two threads of this process (the shards stage 1.19-1.28 s
 against 1.36-1.43 s); on the workers' main threads they took 1.40-1.49 s.
 
 The task function is not pickled: the pool is forked after it is set (`_job`), so the children have it, closures
