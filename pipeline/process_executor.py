@@ -9,8 +9,8 @@ second, where a fork and the result's trip would be most of the cost; below `SMA
 in this process, on the in-process runner (`LocalExecutor`, which lends the idle CPUs to a task it runs alone).
 A stage whose tasks release the GIL (`Stage.local_threads`: the shard tasks) runs on the pool too: its hint is
 for the in-process runner. The 41 MB run's two SFT shard tasks took 1.07-1.25 s each on two workers, each on its
-worker's task thread (`_run`), against 1.29-1.42 s on two threads of this process (the shards stage 1.19-1.28 s
-against 1.36-1.43 s); on the workers' main threads they took 1.40-1.49 s.
+worker's task thread (`pipeline.task_process.on_task_thread`), against 1.29-1.42 s on two threads of this process
+(the shards stage 1.19-1.28 s against 1.36-1.43 s); on the workers' main threads they took 1.40-1.49 s.
 
 The task function is not pickled: the pool is forked after it is set (`_job`), so the children have it, closures
 included; tasks and results travel as pickles (they are plain dicts). An exception raised by a task comes back
@@ -28,7 +28,6 @@ from __future__ import annotations
 import gc
 import itertools
 import multiprocessing
-import queue
 import sys
 import threading
 from collections.abc import Callable
@@ -38,7 +37,7 @@ from typing import Any
 
 from pipeline.engine import Executor, TaskFn
 from pipeline.progress import Progress
-from pipeline.task_process import load_tokenizer_quietly, pack_error, release_memory, unpack_error
+from pipeline.task_process import load_tokenizer_quietly, on_task_thread, pack_error, release_memory, unpack_error
 
 MAX_RETRIES = 3  # pools broken by a dying worker before the stage fails (Ray's `max_retries` for the same case)
 # From this much input on (`plan_for_input`), the tasks of a `Stage.small_tasks` stage run on the pool too: they
@@ -57,39 +56,9 @@ def can_fork() -> bool:
 
 
 def _run(task: dict[str, Any]) -> tuple[dict[str, Any] | None, bytes]:
-    """One task in a worker, on the worker's task thread (`_task_thread`): (result, b"") or (None, its exception
+    """One task in a worker, on the worker's task thread (`on_task_thread`): (result, b"") or (None, its exception
     pickled); memory released after."""
-    global _task_thread
-    if _task_thread is None:
-        _task_thread = (queue.SimpleQueue(), queue.SimpleQueue())
-        threading.Thread(target=_serve, args=_task_thread, name="lwm-task", daemon=True).start()
-    todo, done = _task_thread
-    todo.put(task)
-    try:
-        out = done.get()  # a signal (Ctrl-C) interrupts this wait, as it would the task on this thread
-    except BaseException:
-        _task_thread = None  # busy with the interrupted task until the process ends: a later task gets a new one
-        raise
-    if isinstance(out, BaseException):  # SystemExit and the like leave this thread, as they left the task's
-        raise out
-    return out
-
-
-# A worker runs its tasks on one thread of its own, not on its main thread: measured with Arrow's jemalloc (the
-# run's allocator, `pipeline.arrow_pool`), a 41 MB run's SFT shard task in a forked worker faulted in 229-266
-# thousand fresh pages on the main thread (mostly the Parquet writer's buffers) and took 1.40-1.53 s, against 54-59
-# thousand and 1.12-1.18 s on a second thread; two at once on two threads of one process took 1.24-1.42 s together.
-_task_thread: tuple[queue.SimpleQueue, queue.SimpleQueue] | None = None
-
-
-def _serve(todo: queue.SimpleQueue, done: queue.SimpleQueue) -> None:
-    while True:
-        task = todo.get()
-        try:
-            out: tuple[dict[str, Any] | None, bytes] | BaseException = _run_here(task)
-        except BaseException as exc:  # not an Exception (those come back as data): raised by `_run`
-            out = exc
-        done.put(out)
+    return on_task_thread(lambda: _run_here(task))
 
 
 def _run_here(task: dict[str, Any]) -> tuple[dict[str, Any] | None, bytes]:

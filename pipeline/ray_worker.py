@@ -11,7 +11,7 @@ from typing import Any
 
 from pipeline.arrow_env import skip_pandas_probe
 from pipeline.engine import TaskFn
-from pipeline.task_process import pack_error, release_memory
+from pipeline.task_process import on_task_thread, pack_error, release_memory
 
 # Debug aid: with this variable set to a path, `RayExecutor.close` appends one JSON line per task run (stage, task id,
 # worker pid, wall-clock submit / start / end / receive times, result size) and one per driver step
@@ -24,13 +24,15 @@ def run_task(fn: TaskFn, task_json: str) -> dict[str, Any]:
 
     Runs as a plain Ray task (``ray.remote``): the worker process is reused across tasks and stages
     (unless `max_tasks_per_worker` says otherwise), so imports and the module-level tokenizer caches
-    are paid once per worker, not once per task or per stage.
+    are paid once per worker, not once per task or per stage. The task itself runs on the worker's task thread
+    (`pipeline.task_process.on_task_thread`), not on the main thread Ray calls this on: the 41 MB run's shards
+    stage on two CPUs took 1.44-1.49 s against 1.68-1.83 s (three alternating runs).
     """
     started = time.time()
     skip_pandas_probe()
     task = json.loads(task_json)
     try:
-        out = {"result": json.dumps(fn(task)), "error": b""}
+        out = {"result": json.dumps(on_task_thread(lambda: fn(task))), "error": b""}
     except Exception as exc:
         out = {"result": "", "error": pack_error(exc)}
     release_memory()

@@ -1,5 +1,5 @@
-"""Python's cycle collector around a task: paused while a sample task runs, as it was afterwards, and the
-sample tasks of a real run leave no cycles for it to find."""
+"""Around a task in a worker: the task thread it runs on, and Python's cycle collector, paused while a sample
+task runs, as it was afterwards (the sample tasks of a real run leave no cycles for it to find)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 import pipeline.sample_task as sample_task
-from pipeline.task_process import collector_paused
+from pipeline.task_process import collector_paused, on_task_thread
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -110,3 +110,28 @@ def test_sample_tasks_of_a_run_leave_no_cycles_behind(tmp_path):
                           timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     assert int(done.stdout.split()[-1]) >= 2
+
+
+def _where() -> tuple[str, int, bool]:
+    me = threading.current_thread()
+    return me.name, threading.get_ident(), me is threading.main_thread()
+
+
+def test_a_task_runs_on_one_thread_of_the_process_that_is_not_the_main_one_and_its_errors_come_back():
+    first, second = on_task_thread(_where), on_task_thread(_where)
+    assert first == second and first[0] == "lwm-task" and not first[2]
+    with pytest.raises(ValueError, match="bad task"):
+        on_task_thread(lambda: (_ for _ in ()).throw(ValueError("bad task")))
+    with pytest.raises(SystemExit):  # not an Exception: raised here all the same, the thread serves on
+        on_task_thread(lambda: sys.exit(2))
+    assert on_task_thread(_where) == first
+
+
+def test_a_ray_workers_task_runs_on_its_task_thread():
+    import json
+
+    from pipeline.ray_worker import run_task
+
+    out = run_task(lambda task: {"task_id": task["task_id"], "where": list(_where())}, json.dumps({"task_id": "t"}))
+    name, _, main = json.loads(out["result"])["where"]
+    assert out["error"] == b"" and name == "lwm-task" and not main
