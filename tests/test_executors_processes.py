@@ -162,7 +162,8 @@ def test_workers_that_keep_dying_end_the_stage_with_a_clear_error():
             os.kill(os.getpid(), signal.SIGKILL)
         return {"task_id": task["task_id"]}
 
-    with pytest.raises(WorkerDied, match=r"died 4 times .* t1 unfinished.*run the same command again"):
+    # t2 may still be running on the other worker when t1's kills the pool: then it is unfinished too
+    with pytest.raises(WorkerDied, match=r"died 4 times .* t1(, t2)? unfinished.*run the same command again"):
         ProcessExecutor(2, LocalExecutor(), echo=lines.append).map(fn, _tasks(3), _progress(3))
     assert len(lines) == MAX_RETRIES
 
