@@ -95,7 +95,47 @@ def normalize_text(text: str) -> str:
     if not text:
         return ""
     ascii_only = text.isascii()
-    text = (_DIGIT_VOLATILE_ASCII if ascii_only else _DIGIT_VOLATILE).sub(_digit_token, text)
+    return _normalize_rest((_DIGIT_VOLATILE_ASCII if ascii_only else _DIGIT_VOLATILE).sub(_digit_token, text),
+                           ascii_only)
+
+
+def normalize_many(texts: Sequence[str]) -> list[str]:
+    """``[normalize_text(t) for t in texts]``. Where this process has loaded the compiled loops (`_kernels`), two
+    scans do most of the work, one over the ASCII texts joined by NULs and one over the others
+    (`stages.kernels.normalize_texts`): the digit fields (most of the regular-expression work) of every text,
+    and the whitespace of every text that can hold no other field. The few others (a log date, a weekday, a
+    process id, a temporary path) get the other regular expressions. A text that holds a NUL is normalized
+    alone."""
+    compiled = _kernels(0)
+    if compiled is None:
+        return [normalize_text(t) for t in texts]
+    out: list[str | None] = [None] * len(texts)
+    ascii_only = [t.isascii() for t in texts]
+    for ascii_group in (True, False):
+        index = [i for i, t in enumerate(texts) if ascii_only[i] == ascii_group and t and "\x00" not in t]
+        if not index:
+            continue
+        joined = "\x00".join(texts[i] for i in index)
+        if ascii_group:
+            codes = np.frombuffer(joined.encode("ascii"), dtype=np.uint8)
+            high, classes = _NO_CODES, _NO_CLASSES
+        else:
+            codes = np.frombuffer(joined.encode("utf-32-le", "surrogatepass"), dtype=np.uint32)
+            high, classes = compiled.classes_of(codes)
+        made, pending = compiled.normalize_texts(codes, high, classes)
+        made = (made.tobytes().decode("ascii") if ascii_group else
+                made.tobytes().decode("utf-32-le", "surrogatepass")).split("\x00")
+        for i, text, rest in zip(index, made, pending.tolist(), strict=True):
+            out[i] = _normalize_rest(text, ascii_group) if rest else text
+    return [normalize_text(t) if done is None else done for t, done in zip(texts, out, strict=True)]
+
+
+_NO_CODES = np.zeros(0, dtype=np.uint32)
+_NO_CLASSES = np.zeros(0, dtype=np.uint8)
+
+
+def _normalize_rest(text: str, ascii_only: bool) -> str:
+    """`normalize_text` after the digit fields."""
     text = _MONTH_DAY.sub("<DATE>", text)
     if "<DATE>" in text:
         text = _WEEKDAY_DATE.sub("<DATE>", text)
@@ -114,7 +154,7 @@ class NormalizeMemo(TextMemo[str]):
     results count their characters against `budget`."""
 
     def __init__(self, budget: int = 4 << 20, longest: int = 1 << 16) -> None:
-        super().__init__(normalize_text, budget, longest)
+        super().__init__(normalize_text, budget, longest, many=normalize_many)
 
 
 def turn_texts(turns: Iterable[dict]) -> list[str]:
@@ -144,13 +184,23 @@ def exact_content(domain: str, system: dict, turns: Sequence[dict], normalized_t
     `normalize_text` or a function equal to it (a `NormalizeMemo`).
     """
     norm = list(normalized_turns) if normalized_turns is not None else [normalize(t) for t in turn_texts(turns)]
-    parts = [domain]
-    for name in ("task_description", "action_space", "initial_state", "simulation_instruction"):
-        parts.append(normalize(system.get(name) or ""))
-    for d in system.get("demonstrations") or []:
-        parts.append(normalize(d.get("action") or "") + "\x1e" + normalize(d.get("observation") or ""))
+    fixed = [normalize(t) for t in system_texts(system)]
+    parts = [domain, *fixed[: len(_SYSTEM_FIELDS)]]
+    parts += [fixed[i] + "\x1e" + fixed[i + 1] for i in range(len(_SYSTEM_FIELDS), len(fixed), 2)]
     parts += [norm[i] + "\x1e" + norm[i + 1] for i in range(0, len(norm), 2)]
     return "\x1f".join(parts)
+
+
+_SYSTEM_FIELDS = ("task_description", "action_space", "initial_state", "simulation_instruction")
+
+
+def system_texts(system: dict) -> list[str]:
+    """The system texts `exact_content` normalizes, in its order: four fields, then each demonstration's action
+    and observation."""
+    texts = [system.get(name) or "" for name in _SYSTEM_FIELDS]
+    for d in system.get("demonstrations") or []:
+        texts += (d.get("action") or "", d.get("observation") or "")
+    return texts
 
 
 def exact_key(content: str) -> tuple[int, int]:

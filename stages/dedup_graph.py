@@ -29,6 +29,7 @@ from stages.dedup import (
     exact_key,
     ngram_keys_many,
     normalize_text,
+    system_texts,
     text_word_hashes_many,
     turn_texts,
 )
@@ -109,6 +110,13 @@ class BucketRows:
         return pa.Table.from_arrays(arrays, schema=BUCKET_ROWS_SCHEMA)
 
 
+def _normalized_together(normalize: Callable[[str], str], texts: list[str]) -> Callable[[str], str]:
+    """`normalize` of the `texts`, computed together where `normalize` can (a `stages.dedup.NormalizeMemo`'s
+    ``many``), as a lookup; `normalize` itself otherwise."""
+    many = getattr(normalize, "many", None)
+    return dict(zip(texts, many(texts), strict=True)).__getitem__ if many is not None else normalize
+
+
 def _normalized_turns(row: dict, normalize: Callable[[str], str] = normalize_text) -> list[str]:
     """The turn texts the keys of a trajectory row are taken from, normalized."""
     return [normalize(t) for t in turn_texts(row.get("turns") or [])]
@@ -118,6 +126,7 @@ def gram_keys(rows: list[dict], n: int, normalize: Callable[[str], str] = normal
     """Per trajectory row, the first halves of its distinct n-gram keys: those of the n-gram rows that
     `add_trajectory_rows` gives it (what `stages.gram_filter` is built from). `normalize`: as in
     `add_trajectory_rows`."""
+    normalize = _normalized_together(normalize, [t for row in rows for t in turn_texts(row.get("turns") or [])])
     texts = [_normalized_turns(row, normalize) for row in rows]
     return [keys[:, 0] for keys in ngram_keys_many(text_word_hashes_many(texts, normalized=True), n)]
 
@@ -133,6 +142,9 @@ def add_trajectory_rows(out: BucketRows, items: list[tuple[str, int, dict]], sig
     decontamination check reads (`stages.gram_filter`). `normalize`: `normalize_text` or a function equal to
     it (the map task's `stages.dedup.NormalizeMemo`).
     """
+    normalize = _normalized_together(normalize, [
+        t for _, role, row in items
+        for t in (*turn_texts(row.get("turns") or []), *(system_texts(row.get("system") or {}) if role != ROLE_REFERENCE else ()))])
     prepared = []
     for traj_id, role, row in items:
         turns = row.get("turns") or []

@@ -147,6 +147,22 @@ def test_the_normalize_memo_equals_normalize_text(texts, budget, longest):
         assert all(len(k) <= longest for k in memo.known)
 
 
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.lists(st.lists(st.sampled_from(MEMO_PIECES), max_size=6).map("".join), max_size=12), max_size=8),
+       st.integers(0, 200), st.integers(0, 80), st.booleans())
+def test_the_normalize_memos_batches_equal_normalize_text(batches, budget, longest, compiled):
+    dedup.use_compiled(compiled)
+    try:
+        memo = dedup.NormalizeMemo(budget=budget, longest=longest)
+        for texts in batches + batches[::-1]:
+            assert memo.many(texts) == [dedup.normalize_text(t) for t in texts]
+            assert memo.held == sum(len(k) + len(v) for k, v in memo.known.items())
+            assert memo.held <= budget or len(memo.known) == 1
+            assert all(len(k) <= longest for k in memo.known)
+    finally:
+        dedup.use_compiled(None)
+
+
 def test_the_normalize_memo_keeps_a_repeated_text_until_its_budget_is_spent():
     memo = dedup.NormalizeMemo(budget=100, longest=50)
     first = memo("at 12:00 pid=7")

@@ -3,6 +3,7 @@ and a process that switches to them mid-run writes the same dedup outputs as one
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import filecmp
 import json
@@ -250,3 +251,63 @@ def test_a_process_can_be_held_to_either_path(numpy_only, monkeypatch):
     calls.clear()
     dedup.text_word_hashes_many(texts)
     assert not calls
+
+
+# Pieces of every field the normalization replaces, of what sits at their edges (digits, dots, colons, letters,
+# "=", the unit letters, Unicode digits, words and spaces) and of what the later patterns look for (a month's or
+# weekday's name, a process id, a temporary path), plus NULs (the separator of the compiled scan's texts).
+FIELD_PIECES = [
+    "2024-05-01T12:00:03.123Z", "2024-05-01 12:00:03+02:00", "1999-12-31T23:59:59-0530", "2024/05/01", "5/1/24",
+    "12/31/2024", "12:00", "7:05:09.5", "12:00:03,25", "0x7f3a2b1c", "0x7F3A2B1C9D0E1F2A3B", "0.23s", "12ms",
+    "3µs", "1m2.5s", "1.5 seconds", "2.5 secs", "4.0 sec", "17 ns", "5us", "1700000000", "1700000000123",
+    "1700000000.25", "May  1", "Jan 5, 2024", "Dec. 25", "Mon, ", "Sunday ", "pid=1234", "PID: 7", "Pid 99",
+    "sshd[4242]", "[12]", "/tmp/tmpab12cd", "/tmp/tmp.XyZ123", "/var/folders/ab/x_y-z/T/", "pytest-of-me/pytest-3",
+    "0", "1", "12", "123", "1234", "12345", "123456789", ".", ":", "-", "/", ",", "x", "m", "s", "u", "n", "=", "_",
+    "a", "Z", "T", "é", "٣", "٠١٢", "µ", " ", "  ", "\n", "\t", "\xa0", "\u3000", "\x1c", "\x00", "\u2028", "[", "]",
+]
+TEXTS = st.lists(st.lists(st.sampled_from(FIELD_PIECES), max_size=12).map("".join), max_size=30)
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(TEXTS)
+def test_compiled_normalization_equals_the_regular_expressions(compiled, texts):
+    want = [dedup.normalize_text(t) for t in texts]
+    assert dedup.normalize_many(texts) == want
+    assert [dedup.normalize_many([t])[0] for t in texts] == want
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.text(max_size=40), max_size=20))
+def test_compiled_normalization_of_any_text_equals_the_regular_expressions(texts):
+    dedup.use_compiled(True)
+    try:
+        assert dedup.normalize_many(texts) == [dedup.normalize_text(t) for t in texts]
+    finally:
+        dedup.use_compiled(None)
+
+
+def _strings(value, out: list[str]) -> None:
+    if isinstance(value, str):
+        out.append(value)
+    elif isinstance(value, dict):
+        for v in value.values():
+            _strings(v, out)
+    elif isinstance(value, list):
+        for v in value:
+            _strings(v, out)
+
+
+def test_compiled_normalization_of_real_logs_equals_the_regular_expressions(compiled, shared_data):
+    """Every string of every JSON, JSONL and trajectory file in ../shared/data, and every text file whole."""
+    texts: list[str] = []
+    for path in sorted(p for p in shared_data.rglob("*") if p.is_file()):
+        raw = path.read_text("utf-8", errors="surrogateescape")
+        texts.append(raw)
+        for line in raw.splitlines() if path.suffix == ".jsonl" else [raw]:
+            with contextlib.suppress(ValueError):  # not JSON: the text whole is enough
+                _strings(json.loads(line), texts)
+    assert len(texts) > 1000 and sum(map(len, texts)) > 4_000_000
+    want = [dedup.normalize_text(t) for t in texts]
+    assert dedup.normalize_many(texts) == want
+    assert sum(a != b for a, b in zip(texts, want, strict=True)) > 100  # the texts hold fields to replace
+
