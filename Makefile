@@ -24,8 +24,14 @@ $(VENV)/.installed: pyproject.toml
 # The project's bytecode, as pip writes it for a wheel install: an editable install leaves it to the first
 # import, which writes nothing where PYTHONDONTWRITEBYTECODE is set, and then every process (the CLI and each
 # Ray worker) compiles all its modules again. compileall writes only what is missing or out of date.
-bytecode: $(VENV)/.installed
+bytecode: $(VENV)/.installed $(VENV)/.kernels
 	$(PY) -m compileall -q $(PACKAGES)
+
+# The dedup stage's compiled loops, into numba's cache once per change of their source (about 12 s), not in
+# every worker of the first run that needs them.
+$(VENV)/.kernels: $(VENV)/.installed stages/kernels.py
+	$(PY) -c "from stages.kernels import compile_all; compile_all()"
+	touch $@
 
 data: bytecode
 	@set -e; if [ -z "$(INPUT)" ]; then \

@@ -16,7 +16,8 @@ of a 0.2 GB run: 7.0 s → 5.65 s. The tests hold the results to the regular exp
 every field and on every text of the real logs.
 
 Loading numba and these loops costs a process about 0.5 s and 165 MB, from numba's cache on disk
-(``cache=True``: the first process on a machine also compiles them, about 3.5 s), so `stages.dedup` imports
+(``cache=True``; compiling them takes about 12 s, which ``make`` does once per change of this file:
+`compile_all`), so `stages.dedup` imports
 this module only once a process has enough text to hash to gain that back (`stages.dedup.KERNELS_AFTER_BYTES`).
 """
 
@@ -500,3 +501,20 @@ def normalize_texts(codes: np.ndarray, high: np.ndarray, hc: np.ndarray) -> tupl
             o += 1
         lo = hi + 1
     return out[:o], pending
+
+
+def compile_all() -> None:
+    """Compile every loop here for the argument types the dedup stage gives them, into numba's cache on disk
+    (``make`` does this once per change of this file): the first run on a machine then loads them (about
+    0.3 s a process) instead of compiling them in each worker that needs them (about 10 s)."""
+    from stages import dedup
+
+    dedup.use_compiled(True)
+    try:
+        texts = ["at 12:00 took 5ms", "é 2024-05-01 ٣ words", "May  1 pid=3"]
+        hashes = dedup.text_word_hashes_many([dedup.normalize_many(texts)], normalized=True)
+        dedup.Signer(2, 8, 1, 4, 2).signatures(hashes)
+        dedup.ngram_keys_many(hashes, 2)
+        dedup.ngram_keys_many(hashes, 2, dedup.GramFilter(16), [True])
+    finally:
+        dedup.use_compiled(None)

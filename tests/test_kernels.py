@@ -7,7 +7,10 @@ import contextlib
 import copy
 import filecmp
 import json
+import os
 import random
+import subprocess
+import sys
 import zlib
 from pathlib import Path
 
@@ -311,3 +314,29 @@ def test_compiled_normalization_of_real_logs_equals_the_regular_expressions(comp
     assert dedup.normalize_many(texts) == want
     assert sum(a != b for a, b in zip(texts, want, strict=True)) > 100  # the texts hold fields to replace
 
+
+
+def test_compile_all_leaves_every_loop_in_numbas_cache_for_the_next_process(tmp_path):
+    """``make`` compiles the loops once (`kernels.compile_all`); a later process that normalizes, hashes, signs
+    and keys texts of both kinds loads every loop from the cache and compiles none."""
+    env = {**os.environ, "NUMBA_CACHE_DIR": str(tmp_path)}
+    run = [sys.executable, "-c"]
+    subprocess.run([*run, "from stages.kernels import compile_all; compile_all()"], env=env, check=True,
+                   cwd=Path(__file__).resolve().parent.parent)
+    probe = """
+import json, numba
+from stages import dedup, kernels
+dedup.use_compiled(True)
+texts = ["ran 3 tests in 0.25s at 12:00:01", "Über 2024-05-01 ━━ ٣ pid=4 May  1", ""]
+hashes = dedup.text_word_hashes_many([dedup.normalize_many(texts), texts[:1]], normalized=True)
+dedup.Signer(5, 128, 1, 16, 8).signatures(hashes)
+dedup.ngram_keys_many(hashes, 3)
+dedup.ngram_keys_many(hashes, 3, dedup.GramFilter(16), [True, False])
+loops = [v for v in vars(kernels).values() if isinstance(v, numba.core.registry.CPUDispatcher)]
+print(json.dumps({"misses": sum(sum(l.stats.cache_misses.values()) for l in loops),
+                  "hits": sum(sum(l.stats.cache_hits.values()) for l in loops)}))
+"""
+    out = subprocess.run([*run, probe], env=env, check=True, capture_output=True, text=True,
+                         cwd=Path(__file__).resolve().parent.parent)
+    counts = json.loads(out.stdout.strip().splitlines()[-1])
+    assert counts["misses"] == 0 and counts["hits"] >= 5, counts
