@@ -29,8 +29,8 @@ bytecode: $(VENV)/.installed $(VENV)/.kernels
 
 # The dedup stage's compiled loops, into numba's cache once per change of their source (about 12 s), not in
 # every worker of the first run that needs them.
-$(VENV)/.kernels: $(VENV)/.installed stages/kernels.py
-	$(PY) -c "from stages.kernels import compile_all; compile_all()"
+$(VENV)/.kernels: $(VENV)/.installed stages/kernels.py stages/normalize_loops.py
+	$(PY) -c "from stages.dedup import compile_kernels; compile_kernels()"
 	touch $@
 
 data: bytecode

@@ -102,13 +102,14 @@ def normalize_text(text: str) -> str:
 def normalize_many(texts: Sequence[str]) -> list[str]:
     """``[normalize_text(t) for t in texts]``. Where this process has loaded the compiled loops (`_kernels`), two
     scans do most of the work, one over the ASCII texts joined by NULs and one over the others
-    (`stages.kernels.normalize_texts`): the digit fields (most of the regular-expression work) of every text,
+    (`stages.normalize_loops.normalize_texts`): the digit fields (most of the regular-expression work) of every text,
     and the whitespace of every text that can hold no other field. The few others (a log date, a weekday, a
     process id, a temporary path) get the other regular expressions. A text that holds a NUL is normalized
     alone."""
-    compiled = _kernels(0)
-    if compiled is None:
+    if _kernels(0) is None:
         return [normalize_text(t) for t in texts]
+    from stages import normalize_loops
+
     out: list[str | None] = [None] * len(texts)
     ascii_only = [t.isascii() for t in texts]
     for ascii_group in (True, False):
@@ -121,8 +122,8 @@ def normalize_many(texts: Sequence[str]) -> list[str]:
             high, classes = _NO_CODES, _NO_CLASSES
         else:
             codes = np.frombuffer(joined.encode("utf-32-le", "surrogatepass"), dtype=np.uint32)
-            high, classes = compiled.classes_of(codes)
-        made, pending = compiled.normalize_texts(codes, high, classes)
+            high, classes = normalize_loops.classes_of(codes)
+        made, pending = normalize_loops.normalize_texts(codes, high, classes)
         made = (made.tobytes().decode("ascii") if ascii_group else
                 made.tobytes().decode("utf-32-le", "surrogatepass")).split("\x00")
         for i, text, rest in zip(index, made, pending.tolist(), strict=True):
@@ -831,3 +832,19 @@ def bench_signatures(n: int = 2000, turns: int = 8, words: int = 120) -> float:
     rate = n / (time.perf_counter() - start)
     print(f"near-dup signatures: {rate:.0f} trajectories/s per core")
     return rate
+
+
+def compile_kernels() -> None:
+    """Compile every loop of `stages.kernels` and `stages.normalize_loops` for the argument types this module gives
+    them, into numba's cache on disk (``make`` does this once per change of their source): the first run on a
+    machine then loads them (about 0.3 s a process) instead of compiling them in each worker that needs them
+    (about 12 s)."""
+    use_compiled(True)
+    try:
+        texts = ["at 12:00 took 5ms", "é 2024-05-01 ٣ words", "May  1 pid=3"]
+        hashes = text_word_hashes_many([normalize_many(texts)], normalized=True)
+        Signer(2, 8, 1, 4, 2).signatures(hashes)
+        ngram_keys_many(hashes, 2)
+        ngram_keys_many(hashes, 2, GramFilter(16), [True])
+    finally:
+        use_compiled(None)

@@ -316,23 +316,24 @@ def test_compiled_normalization_of_real_logs_equals_the_regular_expressions(comp
 
 
 
-def test_compile_all_leaves_every_loop_in_numbas_cache_for_the_next_process(tmp_path):
-    """``make`` compiles the loops once (`kernels.compile_all`); a later process that normalizes, hashes, signs
+def test_compile_kernels_leaves_every_loop_in_numbas_cache_for_the_next_process(tmp_path):
+    """``make`` compiles the loops once (`dedup.compile_kernels`); a later process that normalizes, hashes, signs
     and keys texts of both kinds loads every loop from the cache and compiles none."""
     env = {**os.environ, "NUMBA_CACHE_DIR": str(tmp_path)}
     run = [sys.executable, "-c"]
-    subprocess.run([*run, "from stages.kernels import compile_all; compile_all()"], env=env, check=True,
+    subprocess.run([*run, "from stages.dedup import compile_kernels; compile_kernels()"], env=env, check=True,
                    cwd=Path(__file__).resolve().parent.parent)
     probe = """
 import json, numba
-from stages import dedup, kernels
+from stages import dedup, kernels, normalize_loops
 dedup.use_compiled(True)
 texts = ["ran 3 tests in 0.25s at 12:00:01", "Über 2024-05-01 ━━ ٣ pid=4 May  1", ""]
 hashes = dedup.text_word_hashes_many([dedup.normalize_many(texts), texts[:1]], normalized=True)
 dedup.Signer(5, 128, 1, 16, 8).signatures(hashes)
 dedup.ngram_keys_many(hashes, 3)
 dedup.ngram_keys_many(hashes, 3, dedup.GramFilter(16), [True, False])
-loops = [v for v in vars(kernels).values() if isinstance(v, numba.core.registry.CPUDispatcher)]
+loops = [v for m in (kernels, normalize_loops) for v in vars(m).values()
+         if isinstance(v, numba.core.registry.CPUDispatcher)]
 print(json.dumps({"misses": sum(sum(l.stats.cache_misses.values()) for l in loops),
                   "hits": sum(sum(l.stats.cache_hits.values()) for l in loops)}))
 """
