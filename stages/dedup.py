@@ -102,13 +102,12 @@ def normalize_text(text: str) -> str:
 def normalize_many(texts: Sequence[str]) -> list[str]:
     """``[normalize_text(t) for t in texts]``. Where this process has loaded the compiled loops (`_kernels`), two
     scans do most of the work, one over the ASCII texts joined by NULs and one over the others
-    (`stages.normalize_loops.normalize_texts`): the digit fields (most of the regular-expression work) of every text,
-    and the whitespace of every text that can hold no other field. The few others (a log date, a weekday, a
-    process id, a temporary path) get the other regular expressions. A text that holds a NUL is normalized
-    alone."""
+    (`stages.normalize_loops.normalize_texts`): the digit fields and log dates of every text, and the whitespace
+    of every text that can hold no other field. The few others (that may hold a process id or a temporary path)
+    get the other regular expressions. A text that holds a NUL is normalized alone."""
     if _kernels(0) is None:
         return [normalize_text(t) for t in texts]
-    from stages import normalize_loops
+    from stages import digit_fields, normalize_loops
 
     out: list[str | None] = [None] * len(texts)
     ascii_only = [t.isascii() for t in texts]
@@ -119,20 +118,16 @@ def normalize_many(texts: Sequence[str]) -> list[str]:
         joined = "\x00".join(texts[i] for i in index)
         if ascii_group:
             codes = np.frombuffer(joined.encode("ascii"), dtype=np.uint8)
-            high, classes = _NO_CODES, _NO_CLASSES
+            table = digit_fields.ASCII_TABLE
         else:
             codes = np.frombuffer(joined.encode("utf-32-le", "surrogatepass"), dtype=np.uint32)
-            high, classes = normalize_loops.classes_of(codes)
-        made, pending = normalize_loops.normalize_texts(codes, high, classes)
+            table = digit_fields.classes_of(codes)
+        made, pending = normalize_loops.normalize_texts(codes, table)
         made = (made.tobytes().decode("ascii") if ascii_group else
                 made.tobytes().decode("utf-32-le", "surrogatepass")).split("\x00")
         for i, text, rest in zip(index, made, pending.tolist(), strict=True):
-            out[i] = _normalize_rest(text, ascii_group) if rest else text
+            out[i] = _normalize_tail(text, ascii_group) if rest else text
     return [normalize_text(t) if done is None else done for t, done in zip(texts, out, strict=True)]
-
-
-_NO_CODES = np.zeros(0, dtype=np.uint32)
-_NO_CLASSES = np.zeros(0, dtype=np.uint8)
 
 
 def _normalize_rest(text: str, ascii_only: bool) -> str:
@@ -140,6 +135,11 @@ def _normalize_rest(text: str, ascii_only: bool) -> str:
     text = _MONTH_DAY.sub("<DATE>", text)
     if "<DATE>" in text:
         text = _WEEKDAY_DATE.sub("<DATE>", text)
+    return _normalize_tail(text, ascii_only)
+
+
+def _normalize_tail(text: str, ascii_only: bool) -> str:
+    """`normalize_text` after the digit fields and the log dates."""
     if "pid" in text or "PID" in text or "Pid" in text:
         text = _PID.sub("pid=<PID>", text)
     if "[" in text:
@@ -835,10 +835,10 @@ def bench_signatures(n: int = 2000, turns: int = 8, words: int = 120) -> float:
 
 
 def compile_kernels() -> None:
-    """Compile every loop of `stages.kernels` and `stages.normalize_loops` for the argument types this module gives
-    them, into numba's cache on disk (``make`` does this once per change of their source): the first run on a
-    machine then loads them (about 0.3 s a process) instead of compiling them in each worker that needs them
-    (about 12 s)."""
+    """Compile every loop of `stages.kernels`, `stages.digit_fields` and `stages.normalize_loops` for the
+    argument types this module gives them, into numba's cache on disk (``make`` does this once per change of
+    their source): the first run on a machine then loads them (about 0.3 s a process) instead of compiling them
+    in each worker that needs them (about 15 s)."""
     use_compiled(True)
     try:
         texts = ["at 12:00 took 5ms", "é 2024-05-01 ٣ words", "May  1 pid=3"]

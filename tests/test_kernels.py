@@ -263,7 +263,8 @@ FIELD_PIECES = [
     "2024-05-01T12:00:03.123Z", "2024-05-01 12:00:03+02:00", "1999-12-31T23:59:59-0530", "2024/05/01", "5/1/24",
     "12/31/2024", "12:00", "7:05:09.5", "12:00:03,25", "0x7f3a2b1c", "0x7F3A2B1C9D0E1F2A3B", "0.23s", "12ms",
     "3µs", "1m2.5s", "1.5 seconds", "2.5 secs", "4.0 sec", "17 ns", "5us", "1700000000", "1700000000123",
-    "1700000000.25", "May  1", "Jan 5, 2024", "Dec. 25", "Mon, ", "Sunday ", "pid=1234", "PID: 7", "Pid 99",
+    "1700000000.25", "May  1", "Jan 5, 2024", "Dec. 25", "Feb.  3 1999", "Jul 4,", "Aug", "Jun", "may 5", "Mon, ",
+    "Sunday ", "Tue ", "Wednesday, ", "Sat", "Thu", "Fri,", "<DATE>", "pid=1234", "PID: 7", "Pid 99",
     "sshd[4242]", "[12]", "/tmp/tmpab12cd", "/tmp/tmp.XyZ123", "/var/folders/ab/x_y-z/T/", "pytest-of-me/pytest-3",
     "0", "1", "12", "123", "1234", "12345", "123456789", ".", ":", "-", "/", ",", "x", "m", "s", "u", "n", "=", "_",
     "a", "Z", "T", "é", "٣", "٠١٢", "µ", " ", "  ", "\n", "\t", "\xa0", "\u3000", "\x1c", "\x00", "\u2028", "[", "]",
@@ -325,14 +326,14 @@ def test_compile_kernels_leaves_every_loop_in_numbas_cache_for_the_next_process(
                    cwd=Path(__file__).resolve().parent.parent)
     probe = """
 import json, numba
-from stages import dedup, kernels, normalize_loops
+from stages import dedup, digit_fields, kernels, normalize_loops
 dedup.use_compiled(True)
 texts = ["ran 3 tests in 0.25s at 12:00:01", "Über 2024-05-01 ━━ ٣ pid=4 May  1", ""]
 hashes = dedup.text_word_hashes_many([dedup.normalize_many(texts), texts[:1]], normalized=True)
 dedup.Signer(5, 128, 1, 16, 8).signatures(hashes)
 dedup.ngram_keys_many(hashes, 3)
 dedup.ngram_keys_many(hashes, 3, dedup.GramFilter(16), [True, False])
-loops = [v for m in (kernels, normalize_loops) for v in vars(m).values()
+loops = [v for m in (kernels, digit_fields, normalize_loops) for v in vars(m).values()
          if isinstance(v, numba.core.registry.CPUDispatcher)]
 print(json.dumps({"misses": sum(sum(l.stats.cache_misses.values()) for l in loops),
                   "hits": sum(sum(l.stats.cache_hits.values()) for l in loops)}))
