@@ -27,7 +27,7 @@ $(VENV)/.installed: pyproject.toml
 bytecode: $(VENV)/.installed $(VENV)/.kernels
 	$(PY) -m compileall -q $(PACKAGES)
 
-# The dedup stage's compiled loops, into numba's cache once per change of their source (about 12 s), not in
+# The dedup stage's compiled loops, into numba's cache once per change of their source (about 16 s), not in
 # every worker of the first run that needs them.
 $(VENV)/.kernels: $(VENV)/.installed stages/kernels.py stages/digit_fields.py stages/normalize_loops.py
 	$(PY) -c "from stages.dedup import compile_kernels; compile_kernels()"

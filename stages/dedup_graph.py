@@ -143,8 +143,9 @@ def add_trajectory_rows(out: BucketRows, items: list[tuple[str, int, dict]], sig
     it (the map task's `stages.dedup.NormalizeMemo`).
     """
     normalize = _normalized_together(normalize, [
-        t for _, role, row in items
-        for t in (*turn_texts(row.get("turns") or []), *(system_texts(row.get("system") or {}) if role != ROLE_REFERENCE else ()))])
+        t for _, role, row in items for t in (
+            *turn_texts(row.get("turns") or []),
+            *(system_texts(row.get("system") or {}) if role != ROLE_REFERENCE else ()))])
     prepared = []
     for traj_id, role, row in items:
         turns = row.get("turns") or []

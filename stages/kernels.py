@@ -9,9 +9,9 @@ for the n-gram keys. The values are the same bits as the NumPy paths' (`stages.d
 work; the tests hold them to zlib, to datasketch and to the NumPy paths).
 
 Loading numba and these loops costs a process about 0.5 s and 165 MB, from numba's cache on disk
-(``cache=True``; compiling them takes about 12 s, which ``make`` does once per change of this file:
-`stages.dedup.compile_kernels`), so `stages.dedup` imports
-this module only once a process has enough text to hash to gain that back (`stages.dedup.KERNELS_AFTER_BYTES`).
+(``cache=True``; compiling them with the normalization's loops, `stages.normalize_loops`, takes about 16 s, which
+``make`` does once per change of their source: `stages.dedup.compile_kernels`), so `stages.dedup` imports this
+module only once a process has enough text to hash to gain that back (`stages.dedup.KERNELS_AFTER_BYTES`).
 """
 
 from __future__ import annotations

@@ -128,8 +128,11 @@ def _digit_fields_into(codes, n, lo, hi, table, out) -> int:
 
 @numba.njit(cache=True, nogil=True)
 def _month_at(src, m, k, table) -> int:
-    """The end of the log date (`stages.dedup._MONTH_DAY`) at k, whose lookbehind holds, or -1."""
+    """The end of the log date (`stages.dedup._MONTH_DAY`) at k, or -1."""
     c = src[k]
+    if not ((c == 74 or c == 70 or c == 77 or c == 65 or c == 83 or c == 79 or c == 78 or c == 68)
+            and (k == 0 or not (65 <= src[k - 1] <= 90 or 97 <= src[k - 1] <= 122))):
+        return -1
     c1 = code_at(src, m, k + 1)
     c2 = code_at(src, m, k + 2)
     if not ((c == 74 and ((c1 == 97 and c2 == 110) or (c1 == 117 and (c2 == 110 or c2 == 108))))  # Jan Jun Jul
@@ -158,51 +161,42 @@ def _month_at(src, m, k, table) -> int:
 
 
 @numba.njit(cache=True, nogil=True)
-def _months_into(src, m, out, table) -> int:
-    """``src[:m]`` with its log dates replaced (`stages.dedup._MONTH_DAY`), into `out`; its length."""
-    o = 0
-    k = 0
-    while k < m:
-        c = src[k]
-        e = -1
-        if ((c == 74 or c == 70 or c == 77 or c == 65 or c == 83 or c == 79 or c == 78 or c == 68)
-                and (k == 0 or not (65 <= src[k - 1] <= 90 or 97 <= src[k - 1] <= 122))):
-            e = _month_at(src, m, k, table)
-        if e < 0:
-            out[o] = c
-            o += 1
-            k += 1
-            continue
-        for j in range(len(_DATE_TOKEN)):
-            out[o] = _DATE_TOKEN[j]
-            o += 1
-        k = e
-    return o
+def _weekday_at(src, m, k) -> int:
+    """The end of the weekday and the date after it (`stages.dedup._WEEKDAY_DATE`) at k, or -1."""
+    c = src[k]
+    if k + 2 >= m or not (c == 77 or c == 84 or c == 87 or c == 70 or c == 83):
+        return -1
+    c1 = src[k + 1]
+    c2 = src[k + 2]
+    if not ((c == 77 and c1 == 111 and c2 == 110) or (c == 84 and c1 == 117 and c2 == 101)  # Mon Tue
+            or (c == 87 and c1 == 101 and c2 == 100) or (c == 84 and c1 == 104 and c2 == 117)  # Wed Thu
+            or (c == 70 and c1 == 114 and c2 == 105) or (c == 83 and c1 == 97 and c2 == 116)  # Fri Sat
+            or (c == 83 and c1 == 117 and c2 == 110)):  # Sun
+        return -1
+    j = k + 3
+    while j < m and 97 <= src[j] <= 122:  # [a-z]*
+        j += 1
+    if code_at(src, m, j) == 44:  # ,?
+        j += 1
+    if code_at(src, m, j) == 32 and _holds(src, m, j + 1, _DATE_TOKEN):
+        return j + 1 + len(_DATE_TOKEN)
+    return -1
 
 
 @numba.njit(cache=True, nogil=True)
-def _weekdays_into(src, m, out) -> int:
-    """``src[:m]`` with each weekday before a date made part of the date (`stages.dedup._WEEKDAY_DATE`), into
-    `out`; its length."""
+def _dates_into(src, m, out, table, weekdays) -> int:
+    """``src[:m]`` with its log dates (`stages.dedup._MONTH_DAY`) replaced, or with `weekdays` each weekday before
+    a date made part of it (`stages.dedup._WEEKDAY_DATE`), into `out`; its length."""
     o = 0
     k = 0
     while k < m:
         c = src[k]
         e = -1
-        if k + 2 < m and (c == 77 or c == 84 or c == 87 or c == 70 or c == 83):
-            c1 = src[k + 1]
-            c2 = src[k + 2]
-            if ((c == 77 and c1 == 111 and c2 == 110) or (c == 84 and c1 == 117 and c2 == 101)  # Mon Tue
-                    or (c == 87 and c1 == 101 and c2 == 100) or (c == 84 and c1 == 104 and c2 == 117)  # Wed Thu
-                    or (c == 70 and c1 == 114 and c2 == 105) or (c == 83 and c1 == 97 and c2 == 116)  # Fri Sat
-                    or (c == 83 and c1 == 117 and c2 == 110)):  # Sun
-                j = k + 3
-                while j < m and 97 <= src[j] <= 122:  # [a-z]*
-                    j += 1
-                if code_at(src, m, j) == 44:  # ,?
-                    j += 1
-                if code_at(src, m, j) == 32 and _holds(src, m, j + 1, _DATE_TOKEN):
-                    e = j + 1 + len(_DATE_TOKEN)
+        if weekdays:  # a weekday's or a month's first letter, tested here: most characters are neither
+            if c == 77 or c == 84 or c == 87 or c == 70 or c == 83:
+                e = _weekday_at(src, m, k)
+        elif c == 74 or c == 70 or c == 77 or c == 65 or c == 83 or c == 79 or c == 78 or c == 68:
+            e = _month_at(src, m, k, table)
         if e < 0:
             out[o] = c
             o += 1
@@ -218,9 +212,8 @@ def _weekdays_into(src, m, out) -> int:
 @numba.njit(cache=True, nogil=True)
 def normalize_texts(codes: np.ndarray, table: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Texts joined by NULs (`codes`: uint8 for ASCII text, else uint32 code points; `table`: `ASCII_TABLE` or
-    `classes_of(codes)`) with their digit fields and
-    log dates replaced, and, in those that can hold no process id or temporary path (`_looks_for`), whitespace
-    collapsed: such a text is then `stages.dedup.normalize_text`'s result. Returns the output (joined by NULs, the
+    `classes_of(codes)`) with their digit fields and log dates replaced, and, in those that can hold no process id
+    or temporary path (`_looks_for`), whitespace collapsed: such a text is then `stages.dedup.normalize_text`'s result. Returns the output (joined by NULs, the
     dtype of `codes`) and per text whether the rest of the patterns are still to be applied to it (before the
     whitespace: `stages.dedup._normalize_tail`)."""
     n = len(codes)
@@ -245,7 +238,7 @@ def normalize_texts(codes: np.ndarray, table: np.ndarray) -> tuple[np.ndarray, n
         found = _looks_for(codes, lo, hi, table)
         m = _digit_fields_into(codes, n, lo, hi, table, a)
         if found & _DATES:
-            m = _weekdays_into(b, _months_into(a, m, b, table), a)
+            m = _dates_into(b, _dates_into(a, m, b, table, False), a, table, True)
         if found & _RARE:
             pending[t] = True
             out[o : o + m] = a[:m]
