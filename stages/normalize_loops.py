@@ -55,6 +55,18 @@ def _holds(codes, n, k, word) -> bool:
 
 
 @numba.njit(cache=True, nogil=True)
+def _name_at(codes, n, k) -> int:
+    """The index in `_NAMES` of the name at k, or -1."""
+    if k + 2 >= n or codes[k] >= 128 or codes[k + 1] >= 128 or not _NAME_STARTS[(codes[k] << 7) | codes[k + 1]]:
+        return -1
+    name = (np.int64(codes[k]) << 16) | (np.int64(codes[k + 1]) << 8) | np.int64(codes[k + 2])
+    for j in range(len(_NAMES)):
+        if _NAMES[j] == name:
+            return j
+    return -1
+
+
+@numba.njit(cache=True, nogil=True)
 def _looks_for(codes, lo, hi, table) -> int:
     """What ``codes[lo:hi]`` may hold (`_DATES`, `_RARE`, both or neither); a superset of what it holds."""
     found = 0
@@ -68,28 +80,24 @@ def _looks_for(codes, lo, hi, table) -> int:
         elif c == 47:  # /
             if _holds(codes, hi, k, _TMP_TMP) or _holds(codes, hi, k, _TMP_VAR):
                 found |= _RARE
-        elif (65 <= c <= 90 or c == 112) and k + 2 < hi and codes[k + 1] < 128:
+        else:  # p or a capital
             if c == 112 and _holds(codes, hi, k, _TMP_PYTEST):
                 found |= _RARE
-            if not _NAME_STARTS[(c << 7) | codes[k + 1]]:
-                continue
-            name = (np.int64(c) << 16) | (np.int64(codes[k + 1]) << 8) | np.int64(codes[k + 2])
-            for j in range(len(_NAMES)):
-                if _NAMES[j] == name:
-                    if j >= _WEEKDAYS:
-                        found |= _RARE
-                    elif j >= _MONTHS:
+            j = _name_at(codes, hi, k)
+            if j >= _WEEKDAYS:
+                found |= _RARE
+            elif j >= _MONTHS:
+                found |= _DATES
+            elif j >= 0:
+                e = k + 3
+                if e < hi and codes[e] == 46:
+                    e += 1
+                if e < hi and codes[e] == 32:
+                    e += 1
+                    if e < hi and codes[e] == 32:
+                        e += 1
+                    if is_digit(codes, hi, e, table):
                         found |= _DATES
-                    else:
-                        e = k + 3
-                        if e < hi and codes[e] == 46:
-                            e += 1
-                        if e < hi and codes[e] == 32:
-                            e += 1
-                            if e < hi and codes[e] == 32:
-                                e += 1
-                            if is_digit(codes, hi, e, table):
-                                found |= _DATES
         if found == _DATES | _RARE:
             break
     return found
@@ -129,20 +137,8 @@ def _digit_fields_into(codes, n, lo, hi, table, out) -> int:
 @numba.njit(cache=True, nogil=True)
 def _month_at(src, m, k, table) -> int:
     """The end of the log date (`stages.dedup._MONTH_DAY`) at k, or -1."""
-    c = src[k]
-    if not ((c == 74 or c == 70 or c == 77 or c == 65 or c == 83 or c == 79 or c == 78 or c == 68)
-            and (k == 0 or not (65 <= src[k - 1] <= 90 or 97 <= src[k - 1] <= 122))):
-        return -1
-    c1 = code_at(src, m, k + 1)
-    c2 = code_at(src, m, k + 2)
-    if not ((c == 74 and ((c1 == 97 and c2 == 110) or (c1 == 117 and (c2 == 110 or c2 == 108))))  # Jan Jun Jul
-            or (c == 70 and c1 == 101 and c2 == 98)  # Feb
-            or (c == 77 and c1 == 97 and (c2 == 114 or c2 == 121))  # Mar May
-            or (c == 65 and ((c1 == 112 and c2 == 114) or (c1 == 117 and c2 == 103)))  # Apr Aug
-            or (c == 83 and c1 == 101 and c2 == 112)  # Sep
-            or (c == 79 and c1 == 99 and c2 == 116)  # Oct
-            or (c == 78 and c1 == 111 and c2 == 118)  # Nov
-            or (c == 68 and c1 == 101 and c2 == 99)):  # Dec
+    after_letter = k > 0 and (65 <= src[k - 1] <= 90 or 97 <= src[k - 1] <= 122)  # the lookbehind
+    if after_letter or not 0 <= _name_at(src, m, k) < _MONTHS:
         return -1
     j = k + 3
     if code_at(src, m, j) == 46:  # \.?
@@ -163,15 +159,7 @@ def _month_at(src, m, k, table) -> int:
 @numba.njit(cache=True, nogil=True)
 def _weekday_at(src, m, k) -> int:
     """The end of the weekday and the date after it (`stages.dedup._WEEKDAY_DATE`) at k, or -1."""
-    c = src[k]
-    if k + 2 >= m or not (c == 77 or c == 84 or c == 87 or c == 70 or c == 83):
-        return -1
-    c1 = src[k + 1]
-    c2 = src[k + 2]
-    if not ((c == 77 and c1 == 111 and c2 == 110) or (c == 84 and c1 == 117 and c2 == 101)  # Mon Tue
-            or (c == 87 and c1 == 101 and c2 == 100) or (c == 84 and c1 == 104 and c2 == 117)  # Wed Thu
-            or (c == 70 and c1 == 114 and c2 == 105) or (c == 83 and c1 == 97 and c2 == 116)  # Fri Sat
-            or (c == 83 and c1 == 117 and c2 == 110)):  # Sun
+    if not _MONTHS <= _name_at(src, m, k) < _WEEKDAYS:
         return -1
     j = k + 3
     while j < m and 97 <= src[j] <= 122:  # [a-z]*
@@ -192,11 +180,8 @@ def _dates_into(src, m, out, table, weekdays) -> int:
     while k < m:
         c = src[k]
         e = -1
-        if weekdays:  # a weekday's or a month's first letter, tested here: most characters are neither
-            if c == 77 or c == 84 or c == 87 or c == 70 or c == 83:
-                e = _weekday_at(src, m, k)
-        elif c == 74 or c == 70 or c == 77 or c == 65 or c == 83 or c == 79 or c == 78 or c == 68:
-            e = _month_at(src, m, k, table)
+        if 65 <= c <= 90:  # a name's capital, tested here: most characters are none
+            e = _weekday_at(src, m, k) if weekdays else _month_at(src, m, k, table)
         if e < 0:
             out[o] = c
             o += 1
