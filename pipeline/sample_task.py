@@ -1,9 +1,15 @@
 """The sample task: one trajectories part → samples of every pool, hashed into shard buckets.
 
 Together with the shard task this is the final deterministic repartition as a shuffle: each
-sample task writes ``_work/samples/<pool>/b<bucket>/<task>.arrow`` (bucket = stable hash of the
-sample id), and one shard task per bucket gathers, sorts and writes a shard. No step collects
-samples on the driver, and the shard a sample lands in depends only on its id.
+sample task writes ``_work/samples/<pool>/b<bucket>/<task>.arrow``, and one shard task per bucket
+gathers, sorts and writes a shard. No step collects samples on the driver, and the shard a sample
+lands in depends only on its trajectory (weighted pools) or its id (rl).
+
+A weighted pool's samples are not written token by token: the samples of one trajectory share
+most of their tokens (an all-turn sample repeats the history of the one before it). The task
+writes each trajectory's pieces once (``<task>.pieces.arrow``: the system prompt, every target
+turn, every history turn) and each sample as ranges of them; the shard task joins the ranges.
+All of a trajectory's samples go to one bucket (`trajectory_bucket`).
 """
 
 from __future__ import annotations
@@ -25,7 +31,7 @@ from pipeline.task_process import collector_paused
 from schemas.shard import schema_for
 from schemas.stats import Stats
 from schemas.trajectory import Trajectory
-from stages.sample_rows import bucket_of, build_rows, rows_table, sample_key, word_set_memo
+from stages.sample_rows import bucket_of, build_rows, rows_table, sample_key, trajectory_bucket, word_set_memo
 from stages.tokenizer import load_tokenizer
 from stages.tokenizer.ahead import EncodeAhead
 from stages.tokenizer.segments import segment_tokenizer
@@ -49,50 +55,119 @@ def _row_bytes(row: dict[str, Any]) -> int:
     return size
 
 
+# The layout of the files a sample task writes, in its spec: a run resumed over the parts of an earlier layout
+# (whole rows bucketed by sample id) runs its sample tasks again, which first remove those parts.
+PART_LAYOUT = "pieces-1"
+
+# A trajectory's pieces as the sample tasks write them (``<task>.pieces.arrow``): its key (`sample_key`), the ids
+# and the weights (rounded to float32, as the shards store them) of every piece its samples join, laid out once.
+PIECES_SCHEMA = pa.schema([("key", pa.string()), ("input_ids", pa.list_(pa.int32())),
+                          ("loss_weight", pa.list_(pa.float32()))])
+
+
+def part_schema(pool: str) -> pa.Schema:
+    """The rows of a sample part of `pool`: the rl pool's are its shard rows; a weighted pool's are shard rows
+    without the token lists, with the key of the trajectory's pieces and the ``[start, end)`` pairs of them that
+    the sample joins, in order (``ranges``)."""
+    schema = schema_for(pool)
+    if pool == "rl":
+        return schema
+    kept = [f for f in schema if f.name not in ("input_ids", "loss_weight")]
+    return pa.schema([*kept, pa.field("pieces_key", pa.string()), pa.field("ranges", pa.list_(pa.int32()))])
+
+
+def lay_out(key: str, rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """The pieces row of one trajectory's weighted samples (their ``pieces``, each distinct piece once), and each
+    row's ``pieces`` replaced by its ``ranges`` of it (adjacent ranges merged) and ``pieces_key``.
+
+    History pieces come after the others, each kind in the order the samples first use them: samples built in
+    turn order meet history turns in order, so a turn sample (system prompt, turns 1..t-1, target t) is three
+    ranges, however many turns its history holds.
+    """
+    first: dict[int, Any] = {}
+    history: dict[int, Any] = {}
+    for row in rows:
+        for p in row["pieces"]:
+            if id(p) not in first and id(p) not in history:
+                (history if p.history else first)[id(p)] = p
+    first.update(history)
+    pieces = list(first.values())
+    at, start = 0, {}
+    for i, p in first.items():
+        start[i] = at
+        at += len(p.ids)
+    for row in rows:
+        ranges: list[int] = []
+        for p in row.pop("pieces"):
+            a = start[id(p)]
+            if ranges and ranges[-1] == a:
+                ranges[-1] = a + len(p.ids)
+            else:
+                ranges += [a, a + len(p.ids)]
+        row["pieces_key"] = key
+        row["ranges"] = np.array(ranges, dtype=np.int32)
+    return {"key": key, "input_ids": np.concatenate([p.ids for p in pieces]) if pieces else np.zeros(0, np.int32),
+            "loss_weight": np.concatenate([p.weights for p in pieces]) if pieces else np.zeros(0)}
+
+
 class SampleWriter:
     """Lazily opened bucket files of one task; rows are buffered and written as tables (`rows_table`).
 
-    A bucket is written out at `_ROWS_PER_GROUP` rows, and the fullest one (by bytes) whenever all of them
+    A file is written out at `_ROWS_PER_GROUP` rows, and the fullest one (by bytes) whenever all of them
     together hold more than `_PENDING_BYTES`.
     """
 
     def __init__(self, fs, root: str, task_id: str, buckets: dict[str, int]) -> None:
         self.fs, self.root, self.task_id, self.buckets = fs, root, task_id, buckets
-        self.writers: dict[tuple[str, int], AtomicIpcWriter] = {}
-        self.pending: dict[tuple[str, int], list[dict[str, Any]]] = {}
-        self.pending_bytes: dict[tuple[str, int], int] = {}
+        self.writers: dict[tuple[str, int, str], AtomicIpcWriter] = {}  # by (pool, bucket, "" or "pieces")
+        self.pending: dict[tuple[str, int, str], list[dict[str, Any]]] = {}
+        self.pending_bytes: dict[tuple[str, int, str], int] = {}
         self.held = 0  # the sum of `pending_bytes`
 
-    def write(self, pool: str, row: dict[str, Any]) -> None:
-        b = bucket_of(row["sample_id"], self.buckets[pool])
-        key = (pool, b)
-        if key not in self.writers:
-            path = f"{self.root}/_work/samples/{pool}/b{b:05d}/{self.task_id}.arrow"
-            self.writers[key] = AtomicIpcWriter(self.fs, path, schema_for(pool), rows_per_batch=_ROWS_PER_GROUP)
-            self.pending[key] = []
-            self.pending_bytes[key] = 0
-        rows = self.pending[key]
+    def write(self, key: str, rows: list[tuple[str, dict[str, Any]]]) -> None:
+        """The ``(pool, row)`` of one trajectory (`build_rows` with ``joined=False``); `key`: its `sample_key`."""
+        weighted = [row for pool, row in rows if pool != "rl"]
+        for pool, row in rows:
+            if pool == "rl":
+                self._put((pool, bucket_of(row["sample_id"], self.buckets[pool]), ""), row)
+        if weighted:
+            pool = rows[0][0]  # a trajectory's samples are all of one pool
+            b = trajectory_bucket(key, self.buckets[pool])
+            self._put((pool, b, "pieces"), lay_out(key, weighted))
+            for row in weighted:
+                self._put((pool, b, ""), row)
+
+    def _put(self, file: tuple[str, int, str], row: dict[str, Any]) -> None:
+        if file not in self.writers:
+            pool, b, kind = file
+            name = f"{self.task_id}.pieces.arrow" if kind else f"{self.task_id}.arrow"
+            path = f"{self.root}/_work/samples/{pool}/b{b:05d}/{name}"
+            schema = PIECES_SCHEMA if kind else part_schema(pool)
+            self.writers[file] = AtomicIpcWriter(self.fs, path, schema, rows_per_batch=_ROWS_PER_GROUP)
+            self.pending[file] = []
+            self.pending_bytes[file] = 0
+        rows = self.pending[file]
         rows.append(row)
         size = _row_bytes(row)
-        self.pending_bytes[key] += size
+        self.pending_bytes[file] += size
         self.held += size
         if len(rows) >= _ROWS_PER_GROUP:
-            self._flush(key)
+            self._flush(file)
         while self.held > _PENDING_BYTES:
             self._flush(max(self.pending_bytes, key=self.pending_bytes.__getitem__))
 
-    def _flush(self, key: tuple[str, int]) -> None:
-        rows = self.pending[key]
+    def _flush(self, file: tuple[str, int, str]) -> None:
+        rows = self.pending[file]
         if rows:
-            w = self.writers[key]
+            w = self.writers[file]
             w.write_table(rows_table(rows, w.schema))
-            self.pending[key] = []
-            self.held -= self.pending_bytes[key]
-            self.pending_bytes[key] = 0
+            self.pending[file] = []
+            self.held -= self.pending_bytes[file]
+            self.pending_bytes[file] = 0
 
     def close(self) -> None:
-        for key, w in self.writers.items():
-            self._flush(key)
+        for file, w in self.writers.items():
+            self._flush(file)
             w.close()
 
     def abort(self) -> None:
@@ -236,11 +311,9 @@ def _run_sample_task(task: dict[str, Any]) -> dict[str, Any]:
                     key = sample_key(key, dups[key])
                 if traj.traj_id in drop:
                     continue
-                shipped = False
-                for pool, row in build_rows(traj, cfg, seg, table, stats, verify, key, aug, words):
-                    writer.write(pool, row)
-                    shipped = True
-                if shipped:  # the trajectory reaches the shards (counted for the run summary)
+                rows = list(build_rows(traj, cfg, seg, table, stats, verify, key, aug, words, joined=False))
+                writer.write(key, rows)
+                if rows:  # the trajectory reaches the shards (counted for the run summary)
                     stats.add("pools.trajectories_in_shards")
                 verify = False
         writer.close()

@@ -11,7 +11,7 @@ from typing import Any
 
 from pipeline.digest import file_sha256
 from pipeline.engine import RunContext, Stage
-from pipeline.sample_task import duplicate_offsets, run_sample_task
+from pipeline.sample_task import PART_LAYOUT, duplicate_offsets, run_sample_task
 from pipeline.shard_task import run_shard_task
 from schemas.stats import merge_all
 from stages.histogram import histogram_from_stats
@@ -71,7 +71,7 @@ class SamplesStage(Stage):
         tasks = []
         for r in ingest_results:
             shared = dups.get(r["task_id"], {})
-            spec = [buckets, r["spec_hash"], removed] + ([shared] if shared else [])
+            spec = [buckets, r["spec_hash"], removed, PART_LAYOUT] + ([shared] if shared else [])
             spec += [llm["specs"][r["task_id"]]] if llm else []
             tasks.append({"task_id": r["task_id"], "out": cfg["run"]["out"], "cfg": cfg, "buckets": buckets,
                           "removed": removed, "dups": shared, "spec": spec,
@@ -106,7 +106,8 @@ class ShardsStage(Stage):
     run_task = staticmethod(run_shard_task)
     # A shard task spends its time reading, sorting, compressing and writing Arrow data, which releases
     # the GIL: in-process, two at once (41 MB all-turn SFT, 2 cores, three runs each) took the stage from
-    # 4.6-5.2 s to 2.8-3.0 s for 160-185 MB more peak memory (each task holds up to `SORT_BYTES` of rows).
+    # 4.6-5.2 s to 2.8-3.0 s for 160-185 MB more peak memory (each task then held up to `SORT_BYTES` of rows;
+    # a weighted pool's now holds its bucket's pieces, up to `PIECES_BYTES`).
     local_threads = 2
 
     def plan(self, ctx: RunContext) -> list[dict[str, Any]] | None:

@@ -1,4 +1,8 @@
-"""The shard task: gather one bucket of one pool, sort by sample id, write ``part-NNNNN.parquet``."""
+"""The shard task: gather one bucket of one pool, sort by sample id, write ``part-NNNNN.parquet``.
+
+A weighted pool's bucket holds sample rows and trajectory pieces, joined as the shard is written
+(`pipeline.shard_pieces`); the rl pool's holds whole rows, sorted here in slices of at most `SORT_BYTES`.
+"""
 
 from __future__ import annotations
 
@@ -14,6 +18,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from pipeline.outputs import AtomicParquetWriter, ipc_batches, out_fs, zero_filled
+from pipeline.shard_pieces import PIECES_BYTES, write_joined
 from schemas.shard import schema_for
 
 
@@ -94,11 +99,11 @@ def take_rows(unsorted: list[pa.ChunkedArray], schema: pa.Schema, rows: np.ndarr
     return pa.Table.from_arrays(columns, schema=schema)
 
 
-# What a shard task holds of its rows at once, as decoded Arrow data. A bucket larger than this is written in
+# What an rl shard task holds of its rows at once, as decoded Arrow data. A bucket larger than this is written in
 # slices of its sorted order, each first routed to a local file of its own (one bucket's rows, uncompressed, in
 # the system's temporary folder, removed slice by slice), so a worker's peak does not grow with how full the
 # buckets of a run happen to be. The files are memory-mapped when read back: no copy, and no lz4 (which took
-# 0.28 of a 41 MB SFT shard task's 1.08 s against 0.17 of 0.93 s uncompressed).
+# 0.28 of a 41 MB SFT shard task's 1.08 s against 0.17 of 0.93 s uncompressed, when SFT rows were sorted here).
 SORT_BYTES = 64 * 1024 * 1024
 ROWS_PER_GROUP = 512
 # Small batches are routed to the slice files together, up to this many bytes (one filter per slice for all).
@@ -210,10 +215,35 @@ def _spill_slices(fs, files: list[str], schema: pa.Schema, slice_of_row: np.ndar
     return paths
 
 
-def run_shard_task(task: dict[str, Any]) -> dict[str, Any]:
-    """`task`: task_id, out, pool, bucket, spec_hash, compression_level; optional sort_bytes (`SORT_BYTES`).
+def _result(task: dict[str, Any], fs, root: str, path: str, num_rows: int, max_tokens: int, digest: str) -> dict[str, Any]:
+    info = {
+        "path": posixpath.relpath(path, root),
+        "rows": num_rows,
+        "bytes": fs.size(path),
+        "sha256": digest,
+    }
+    # the longest sample, so a trainer can compare it with its row length before reading a row
+    info["max_tokens"] = int(max_tokens)
+    return {"task_id": task["task_id"], "stage": "shards", "shard": info, "rows": num_rows,
+            "bytes": info["bytes"], "spec_hash": task["spec_hash"], "stats": {}}
 
-    The rows of the bucket's parts, sorted by ``sample_id``, in row groups of `ROWS_PER_GROUP`. A bucket
+
+def _weighted_shard(task: dict[str, Any], fs, root: str, src: str) -> dict[str, Any]:
+    files = sorted(p for p in fs.find(src) if p.endswith(".arrow")) if fs.exists(src) else []
+    path = shard_path(root, task["pool"], task["bucket"])
+    with AtomicParquetWriter(fs, path, schema_for(task["pool"]), rows_per_group=ROWS_PER_GROUP,
+                             compression_level=task.get("compression_level", 3), digest=True) as w:
+        num_rows, max_tokens = write_joined(fs, task["pool"], files, w, ROWS_PER_GROUP, sort_tables,
+                                            int(task.get("pieces_bytes", PIECES_BYTES)))
+    return _result(task, fs, root, path, num_rows, max_tokens, w.sha256())
+
+
+def run_shard_task(task: dict[str, Any]) -> dict[str, Any]:
+    """`task`: task_id, out, pool, bucket, spec_hash, compression_level; optional sort_bytes (`SORT_BYTES`) and
+    pieces_bytes (`PIECES_BYTES`).
+
+    The rows of the bucket's parts, sorted by ``sample_id``, in row groups of `ROWS_PER_GROUP`. A weighted
+    pool's rows are joined from its trajectories' pieces (`write_joined`). An rl bucket
     that fits in ``sort_bytes`` is sorted whole. A larger one is read once for its sample ids and row sizes,
     cut into slices of its sorted order, read again to route each row to a local file of its slice
     (`_spill_slices`), and each slice is sorted and appended on its own: the same file, holding about
@@ -224,6 +254,8 @@ def run_shard_task(task: dict[str, Any]) -> dict[str, Any]:
     limit = int(task.get("sort_bytes", SORT_BYTES))
     schema = schema_for(pool)
     src = f"{root}/_work/samples/{pool}/b{bucket:05d}"
+    if pool != "rl":
+        return _weighted_shard(task, fs, root, src)
     # .parquet: parts written by earlier versions of lwmkit, still read so a run resumed across the upgrade loses nothing
     files = sorted(p for p in fs.find(src) if p.endswith((".arrow", ".parquet"))) if fs.exists(src) else []
     held: list[pa.RecordBatch] | None = []  # the bucket's batches while they fit in `limit`
@@ -266,14 +298,4 @@ def run_shard_task(task: dict[str, Any]) -> dict[str, Any]:
                     w.write_table(part)
                     del part
                     os.remove(spilled)  # once unmapped (a mapped file cannot be removed on Windows)
-    info = {
-        "path": posixpath.relpath(path, root),
-        "rows": num_rows,
-        "bytes": fs.size(path),
-        "sha256": w.sha256(),
-    }
-    # the longest sample, so a trainer can compare it with its row length before reading a row
-    info["max_tokens"] = int(max_tokens)
-    result = {"task_id": task["task_id"], "stage": "shards", "shard": info, "rows": num_rows,
-              "bytes": info["bytes"], "spec_hash": task["spec_hash"], "stats": {}}
-    return result
+    return _result(task, fs, root, path, num_rows, max_tokens, w.sha256())

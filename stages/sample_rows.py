@@ -6,6 +6,7 @@ Pure functions of a trajectory and the resolved config (`build_rows`); the sampl
 
 from __future__ import annotations
 
+import hashlib
 import itertools
 from collections.abc import Callable
 from typing import Any
@@ -28,6 +29,12 @@ from stages.tokenizer.segments import check_segmentwise
 
 def bucket_of(sid: str, buckets: int) -> int:
     return int(sid[:12], 16) % buckets
+
+
+def trajectory_bucket(key: str, buckets: int) -> int:
+    """The shard bucket of every weighted sample of one trajectory: a stable hash of what its sample ids hash
+    (`sample_key`), so all of them, and the trajectory's pieces, go to one shard task."""
+    return bucket_of(hashlib.sha256(f"{key}\x1fpieces".encode()).hexdigest(), buckets)
 
 
 def stats_struct(score) -> dict[str, float]:
@@ -54,10 +61,9 @@ def account(stats: Stats, traj: Trajectory, pool: str, template: str, parts: Sam
 
     `loss_weights`: the sample's nonzero weights in order (their sum is the sample's weighted tokens).
     """
-    weights = parts.weight_array
     stats.add(f"samples.{pool}")
     stats.add(f"templates.{pool}.{template}")
-    stats.add(f"tokens.{pool}.total", len(parts.id_array))
+    stats.add(f"tokens.{pool}.total", row["num_tokens"])
     stats.add(f"tokens.{pool}.loss", row["num_loss_tokens"])
     stats.add(f"tokens.{pool}.weighted", sequential_sum(loss_weights))
     spans = list(range(len(parts.spans))) if pool == "cpt" else [len(parts.spans) - 1]
@@ -67,7 +73,7 @@ def account(stats: Stats, traj: Trajectory, pool: str, template: str, parts: Sam
         base = f"hist.{traj.domain}.{pool}.{template}.{cat}"
         stats.add(f"{base}.turns")
         stats.add(f"{base}.tokens", end - start)
-        stats.add(f"{base}.weighted", sequential_sum(weights[start:end]))
+        stats.add(f"{base}.weighted", sequential_sum(parts.span_weights(k)))
     if parts.dropped_turns:
         stats.add("samples.history_truncated")
         stats.add("turns.dropped_for_context", parts.dropped_turns)
@@ -89,12 +95,15 @@ def word_set_memo(budget: int = 16 << 20, longest: int = 1 << 16) -> TextMemo[fr
 
 
 def build_rows(traj: Trajectory, cfg: dict[str, Any], seg, table, stats: Stats, verify: bool = False,
-               id_key: str | None = None, aug=None, words: Callable[[str], frozenset[str]] = word_set):
+               id_key: str | None = None, aug=None, words: Callable[[str], frozenset[str]] = word_set,
+               joined: bool = True):
     """Yield ``(pool, row)`` for every sample of one trajectory under the resolved config.
 
     `id_key` (default: the traj_id) is what the sample ids hash (`sample_key`); `aug`
     (`pipeline.llm_stage.Augment`) applies the model-in-the-loop stages' outputs first; `words`: `word_set`
-    or a function equal to it (`word_set_memo`).
+    or a function equal to it (`word_set_memo`). A weighted sample's row holds its ``input_ids`` and
+    ``loss_weight`` as numpy arrays; with `joined` False, instead the ``pieces`` (`stages.samples.Piece`)
+    they join, which the samples of a trajectory share.
     """
     id_key = id_key or traj.traj_id
     dropped = aug.apply(traj) if aug is not None else {}
@@ -151,18 +160,19 @@ def build_rows(traj: Trajectory, cfg: dict[str, Any], seg, table, stats: Stats, 
             check_segmentwise(seg, parts.ids, ts.rendered_parts(kept, t or None))
             verify = False
         sid = sample_id(id_key, pool, t, template)
-        loss_weights = parts.weight_array[parts.weight_array != 0]  # NaN counts as nonzero, as before
+        loss_weights = parts.loss_weights()  # NaN counts as nonzero, as before
+        tokens = ({"input_ids": parts.id_array, "loss_weight": parts.weight_array} if joined  # numpy arrays:
+                  else {"pieces": parts.pieces})  # `rows_table` joins them without Python loops
         row = {
             **base,
             "sample_id": sid,
             "turn_idx": t,
-            "input_ids": parts.id_array,  # numpy arrays: `rows_table` joins them without Python loops
-            "loss_weight": parts.weight_array,
+            **tokens,
             "turn_spans": [{"start": a, "end": b} for a, b in parts.spans],
             "turn_category": [scores[k - 1].category for k in parts.span_turns],
             "turn_keep": [scores[k - 1].keep for k in parts.span_turns],
             "turn_stats": [stats_struct(scores[k - 1]) for k in parts.span_turns],
-            "num_tokens": len(parts.id_array),
+            "num_tokens": parts.num_tokens,
             "num_loss_tokens": len(loss_weights),
         }
         account(stats, traj, pool, template, parts, row, loss_weights)

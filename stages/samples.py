@@ -10,13 +10,13 @@ weight (cpt) or 0 (turn samples); a target reply gets 1 throughout.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from masking import TurnScore, masking_key, same_weight, token_weights
 from schemas.trajectory import Trajectory
+from stages.pieces import WEIGHTS, Piece, SampleParts, as_ids, zero_weights
 from stages.render import (
     CHATML_END,
     CHATML_START,
@@ -35,51 +35,6 @@ from stages.tokenizer.segments import SegmentTokenizer, project_weights
 _INSTRUCTION_LEAD = "\n\n"
 assert PREDICT_INSTRUCTION.startswith(_INSTRUCTION_LEAD)
 _INSTRUCTION_BODY = PREDICT_INSTRUCTION[len(_INSTRUCTION_LEAD) :]
-
-
-IDS = np.int32  # token ids as the shards store them
-WEIGHTS = np.float64  # weights as Python floats; the shards round them to float32 when written
-
-
-@dataclass
-class Piece:
-    """Token ids of one rendered message (or part), their weights, and the observation span in it.
-
-    Both are numpy arrays (`IDS`, `WEIGHTS`) that samples share: pieces are never changed once built.
-    """
-
-    ids: np.ndarray
-    weights: np.ndarray
-    span: tuple[int, int] | None = None  # [start, end) of the observation (+ end-of-turn) tokens
-
-
-@dataclass
-class SampleParts:
-    """An assembled sample before it becomes a row: ids and weights as flat numpy arrays."""
-
-    id_array: np.ndarray
-    weight_array: np.ndarray
-    spans: list[tuple[int, int]]
-    span_turns: list[int]  # the turn (1-based) of each span
-    dropped_turns: int = 0
-
-    @property
-    def ids(self) -> list[int]:
-        return self.id_array.tolist()
-
-    @property
-    def weights(self) -> list[float]:
-        return self.weight_array.tolist()
-
-
-def _ids(ids) -> np.ndarray:
-    if isinstance(ids, np.ndarray):
-        return ids.astype(IDS, copy=False)
-    return np.fromiter(ids, dtype=IDS, count=len(ids))  # faster than np.asarray for a list of ints
-
-
-def _zeros(n: int) -> np.ndarray:
-    return np.zeros(n, dtype=WEIGHTS)
 
 
 class TrajectorySamples:
@@ -101,9 +56,9 @@ class TrajectorySamples:
         self.chat_format, self.keep_mode, self.seed = chat_format, keep_mode, seed
         self._cache: dict[tuple[str, int], Any] = {}
         if chat_format == "chatml":
-            self._start = _ids([seg.tok.token_id(CHATML_START)])
-            self._end = _ids([seg.tok.token_id(CHATML_END)])
-            self._nl = _ids(_cached_encode(seg, "\n"))
+            self._start = as_ids([seg.tok.token_id(CHATML_START)])
+            self._end = as_ids([seg.tok.token_id(CHATML_END)])
+            self._nl = as_ids(_cached_encode(seg, "\n"))
 
     # -- per-message pieces (ChatML), each computed once --------------------------------------
 
@@ -112,16 +67,17 @@ class TrajectorySamples:
             self._cache[key] = fn()
         return self._cache[key]
 
-    def _message(self, content_ids, content_w: np.ndarray | None = None, end_w: float = 0.0) -> Piece:
+    def _message(self, content_ids, content_w: np.ndarray | None = None, end_w: float = 0.0,
+                 history: bool = False) -> Piece:
         """The message's ids: start token, content, end token, newline; weights: `content_w` on the content
         (None: zeros), `end_w` on the end token, 0 elsewhere."""
-        content = _ids(content_ids)
+        content = as_ids(content_ids)
         ids = np.concatenate([self._start, content, self._end, self._nl])
-        weights = _zeros(len(ids))
+        weights = zero_weights(len(ids))
         if content_w is not None:
             weights[1 : 1 + len(content_w)] = content_w
         weights[1 + (len(content) if content_w is None else len(content_w))] = end_w
-        return Piece(ids, weights)
+        return Piece(ids, weights, history=history)
 
     def system_piece(self) -> Piece:
         def build():
@@ -140,7 +96,7 @@ class TrajectorySamples:
     def user_piece(self, t: int) -> Piece:
         def build():
             _, ids = self._user_content(t)
-            return self._message(ids)
+            return self._message(ids, history=True)
 
         return self._memo(("user", t), build)
 
@@ -177,18 +133,18 @@ class TrajectorySamples:
             obs = self._obs(t)
             if self.seg.can_prepend(head, obs):
                 head_ids = _cached_encode(self.seg, head)
-                return np.concatenate([_ids(head_ids), self._obs_ids(t)]), len(head_ids)
+                return np.concatenate([as_ids(head_ids), self._obs_ids(t)]), len(head_ids)
             ids, idx = project_weights(self.seg, [(head, 0.0), (obs, 1.0)])
             return ids, next((i for i, w in enumerate(idx) if w), len(ids))
 
         def message():
             ids, obs_start = self._memo(("history", t), build)
             n_obs = len(ids) - obs_start
-            weights = _zeros(len(ids))
+            weights = zero_weights(len(ids))
             w_end = 0.0
             if weighted:
                 weights[obs_start:], w_end = self._turn_weights(t, n_obs)
-            piece = self._message(ids, weights, w_end)
+            piece = self._message(ids, weights, w_end, history=True)
             piece.span = (1 + obs_start, 1 + len(ids) + 1)  # observation tokens and the end token
             return piece
 
@@ -211,12 +167,12 @@ class TrajectorySamples:
                     head_ids, head_idx = project_weights(self.seg, [(role, 0.0), (lead, 1.0)])
                     start = next((i for i, w in enumerate(head_idx) if w), len(head_ids))
                 tail = self.seg.extend(self._obs_ids(t), obs, PRED_CLOSE)
-                return np.concatenate([_ids(head_ids), tail]), start
+                return np.concatenate([as_ids(head_ids), tail]), start
             ids, head_idx = project_weights(self.seg, [(role, 0.0), (lead + obs + PRED_CLOSE, 1.0)])
             return ids, next((i for i, w in enumerate(head_idx) if w), len(ids))
 
         ids, start = self._memo(("target", t), build)
-        weights = _zeros(len(ids))
+        weights = zero_weights(len(ids))
         weights[start:] = 1.0
         if self.reasoning_weight != 1.0:
             n = self._reasoning_tokens(t, ids, start)
@@ -239,15 +195,15 @@ class TrajectorySamples:
     def _assemble(self, pieces: list[tuple[Piece, int]]) -> SampleParts:
         spans: list[tuple[int, int]] = []
         span_turns: list[int] = []
+        span_pieces: list[tuple[int, int, int]] = []
         at = 0
-        for piece, turn in pieces:
+        for i, (piece, turn) in enumerate(pieces):
             if piece.span is not None:
                 spans.append((at + piece.span[0], at + piece.span[1]))
                 span_turns.append(turn)
+                span_pieces.append((i, piece.span[0], piece.span[1]))
             at += len(piece.ids)
-        ids = np.concatenate([p.ids for p, _ in pieces]) if pieces else _ids([])
-        weights = np.concatenate([p.weights for p, _ in pieces]) if pieces else _zeros(0)
-        return SampleParts(ids, weights, spans, span_turns)
+        return SampleParts([p for p, _ in pieces], spans, span_turns, span_pieces=span_pieces)
 
     def _fit(self, head: list[Piece], history: list[list[tuple[Piece, int]]], tail: list[tuple[Piece, int]],
              limit: int) -> tuple[list[tuple[Piece, int]], int] | None:
@@ -341,7 +297,8 @@ class TrajectorySamples:
                 out_spans[-1] = (out_spans[-1][0], i + 1)
         if len(ids) > limit:
             return None
-        return SampleParts(_ids(ids), np.array(weights, dtype=WEIGHTS), out_spans, span_turns)
+        return SampleParts([Piece(as_ids(ids), np.array(weights, dtype=WEIGHTS))], out_spans, span_turns,
+                           span_pieces=[(0, a, b) for a, b in out_spans])
 
     def rendered_parts(self, parts_turns: list[int], target: int | None) -> list[tuple[str, bool]]:
         """The rendered ChatML sample as ``(text, is_special)`` parts (for the segment-wise check).

@@ -47,6 +47,16 @@ def _shard_rows(n: int, seed: int, history: int = 3000) -> list[dict]:
     return rows
 
 
+def _rl_rows(n: int, seed: int, longest: int = 400) -> list[dict]:
+    """Rows shaped like rl samples: a prompt of up to `longest` ids, a reference and its messages."""
+    rng = random.Random(seed)
+    prompts = [[rng.randrange(9000) for _ in range(rng.randrange(longest))] for _ in range(n)]
+    return [{"sample_id": f"{rng.getrandbits(40):010x}", "traj_id": f"t{i}", "pool": "rl",
+             "prompt_ids": prompt, "reference": "r" * (i % 50),
+             "messages": [{"role": "user", "content": "m" * rng.randrange(300)}], "turn_keep": [0.5],
+             "num_tokens": len(prompt)} for i, prompt in enumerate(prompts)]
+
+
 def _encodings(path) -> dict[str, tuple]:
     meta = pq.ParquetFile(path).metadata.row_group(0)
     return {meta.column(i).path_in_schema: meta.column(i).encodings for i in range(meta.num_columns)}
@@ -207,19 +217,19 @@ def test_ipc_parts_read_back_equal_and_an_aborted_one_leaves_nothing(tmp_path):
 
 
 def test_shard_task_gathers_arrow_parts_and_parquet_parts_of_earlier_versions(tmp_path):
-    """A run resumed across the upgrade finds Parquet sample parts next to Arrow ones: both count."""
-    rows = _shard_rows(90, seed=9)
+    """An rl bucket resumed across the upgrade finds Parquet sample parts next to Arrow ones: both count."""
+    rows = _rl_rows(90, seed=9)
     fs, root = out_fs(str(tmp_path))
-    bucket = f"{root}/_work/samples/sft/b00000"
-    with AtomicParquetWriter(fs, f"{bucket}/old.parquet", SHARD_SCHEMA) as w:
-        w.write_table(pa.Table.from_pylist(rows[:40], schema=SHARD_SCHEMA))
-    new = AtomicIpcWriter(fs, f"{bucket}/new.arrow", SHARD_SCHEMA)
-    new.write_table(pa.Table.from_pylist(rows[40:], schema=SHARD_SCHEMA))
+    bucket = f"{root}/_work/samples/rl/b00000"
+    with AtomicParquetWriter(fs, f"{bucket}/old.parquet", RL_SCHEMA) as w:
+        w.write_table(pa.Table.from_pylist(rows[:40], schema=RL_SCHEMA))
+    new = AtomicIpcWriter(fs, f"{bucket}/new.arrow", RL_SCHEMA)
+    new.write_table(pa.Table.from_pylist(rows[40:], schema=RL_SCHEMA))
     new.close()
-    result = run_shard_task({"task_id": "sft-0", "out": str(tmp_path), "pool": "sft", "bucket": 0, "spec_hash": "x"})
+    result = run_shard_task({"task_id": "rl-0", "out": str(tmp_path), "pool": "rl", "bucket": 0, "spec_hash": "x"})
     assert result["rows"] == 90
-    shard = pq.read_table(tmp_path / "shards" / "sft" / "part-00000.parquet")
-    expected = pa.Table.from_pylist(sorted(rows, key=lambda r: r["sample_id"]), schema=SHARD_SCHEMA)
+    shard = pq.read_table(tmp_path / "shards" / "rl" / "part-00000.parquet")
+    expected = pa.Table.from_pylist(sorted(rows, key=lambda r: r["sample_id"]), schema=RL_SCHEMA)
     assert shard.equals(expected)
 
 
@@ -263,24 +273,14 @@ def _bucket_of_parts(tmp_path, pool: str, schema: pa.Schema, rows: list[dict], c
                 w.write_table(table)
 
 
-@pytest.mark.parametrize("pool", ["sft", "rl"])
-def test_a_bucket_over_sort_bytes_is_written_in_slices_into_the_same_file(tmp_path, monkeypatch, pool):
-    """A shard task sorts at most `sort_bytes` of rows at a time (plus one row group): a full bucket does not
+def test_a_bucket_over_sort_bytes_is_written_in_slices_into_the_same_file(tmp_path, monkeypatch):
+    """An rl shard task sorts at most `sort_bytes` of rows at a time (plus one row group): a full bucket does not
     set a worker's peak memory. The file is byte for byte the one a whole-bucket sort writes, with ties,
-    a row count that is not a multiple of the row group size and a Parquet part among the parts."""
+    a row count that is not a multiple of the row group size and a Parquet part among the parts. (A weighted
+    pool's bucket holds no tokens in its rows: `tests/test_shard_pieces.py`.)"""
     import pipeline.shard_task as shard_task
 
-    if pool == "rl":
-        rng = random.Random(4)
-        prompts = [[rng.randrange(9000) for _ in range(rng.randrange(400))] for _ in range(1700)]
-        rows = [{"sample_id": f"{rng.getrandbits(40):010x}", "traj_id": f"t{i}", "pool": "rl",
-                 "prompt_ids": prompt, "reference": "r" * (i % 50),
-                 "messages": [{"role": "user", "content": "m" * rng.randrange(300)}], "turn_keep": [0.5],
-                 "num_tokens": len(prompt)} for i, prompt in enumerate(prompts)]
-        schema = RL_SCHEMA
-    else:
-        rows = _shard_rows(1700, seed=11, history=400)
-        schema = SHARD_SCHEMA
+    pool, rows, schema = "rl", _rl_rows(1700, seed=4), RL_SCHEMA
     rows[900]["sample_id"] = rows[5]["sample_id"]  # a tie, in two parts: part order decides, as in one sort
     _bucket_of_parts(tmp_path / "whole", pool, schema, rows, [300, 301, 1000])
     _bucket_of_parts(tmp_path / "sliced", pool, schema, rows, [300, 301, 1000])
@@ -319,9 +319,9 @@ def test_an_empty_bucket_and_one_under_sort_bytes_are_sorted_whole(tmp_path, mon
     calls = []
     real_sort = shard_task.sort_tables
     monkeypatch.setattr(shard_task, "sort_tables", lambda tables, key: calls.append(len(tables)) or real_sort(tables, key))
-    rows = _shard_rows(200, seed=12, history=50)
-    _bucket_of_parts(tmp_path, "sft", SHARD_SCHEMA, rows, [70, 150])
-    result = run_shard_task({"task_id": "s", "out": str(tmp_path), "pool": "sft", "bucket": 0, "spec_hash": "x"})
+    rows = _rl_rows(200, seed=12, longest=50)
+    _bucket_of_parts(tmp_path, "rl", RL_SCHEMA, rows, [70, 150])
+    result = run_shard_task({"task_id": "s", "out": str(tmp_path), "pool": "rl", "bucket": 0, "spec_hash": "x"})
     assert calls == [1] and result["rows"] == 200
     assert result["shard"]["max_tokens"] == max(r["num_tokens"] for r in rows)
     empty = run_shard_task({"task_id": "e", "out": str(tmp_path), "pool": "eval", "bucket": 3, "spec_hash": "x"})
@@ -329,50 +329,13 @@ def test_an_empty_bucket_and_one_under_sort_bytes_are_sorted_whole(tmp_path, mon
     assert pq.read_table(tmp_path / "shards" / "eval" / "part-00003.parquet").num_rows == 0
 
 
-def test_a_sample_task_holds_a_bounded_amount_of_rows_whatever_the_number_of_buckets(tmp_path, monkeypatch):
-    """Rows wait per bucket for a batch of 256, but never more than `_PENDING_BYTES` for all buckets together
-    (a larger run has more buckets): the fullest bucket is written out first. Every row reaches its bucket."""
-    import numpy as np
-
-    import pipeline.sample_task as sample_task
-    from stages.sample_rows import bucket_of
-
-    monkeypatch.setattr(sample_task, "_PENDING_BYTES", 200_000)
-    fs, root = out_fs(str(tmp_path))
-    writer = sample_task.SampleWriter(fs, root, "task0", {"sft": 9, "cpt": 1})
-    rows = _shard_rows(600, seed=21, history=600)
-    for r in rows:
-        r["input_ids"] = np.asarray(r["input_ids"], dtype=np.int32)
-        r["loss_weight"] = np.asarray(r["loss_weight"], dtype=np.float32)
-    held = []
-    for i, r in enumerate(rows):
-        writer.write("cpt" if i % 10 == 0 else "sft", r)
-        held.append(writer.held)
-        assert writer.held == sum(writer.pending_bytes.values())
-    biggest = max(sample_task._row_bytes(r) for r in rows)
-    assert max(held) <= 200_000 and max(held) > 200_000 - biggest  # bounded, and the bound was reached
-    writer.close()
-    back = {}
-    for pool, n in (("sft", 9), ("cpt", 1)):
-        for b in range(n):
-            path = f"{root}/_work/samples/{pool}/b{b:05d}/task0.arrow"
-            if fs.exists(path):
-                table = read_ipc(fs, path, SHARD_SCHEMA)
-                assert all(bucket_of(s, n) == b for s in table.column("sample_id").to_pylist())
-                back.update({(pool, r["sample_id"]): r for r in table.to_pylist()})
-    assert len(back) == len(rows)
-    for i, r in enumerate(rows):
-        got = back[("cpt" if i % 10 == 0 else "sft", r["sample_id"])]
-        assert got["input_ids"] == r["input_ids"].tolist() and got["num_tokens"] == r["num_tokens"]
-
-
 def test_a_shards_digest_is_of_its_bytes_hashed_as_they_were_written(tmp_path, monkeypatch):
     """The manifest's sha256 of a shard is that of the file's bytes, and the shard task does not read the file
     back to hash it (on object storage, a second transfer of the whole shard)."""
     from fsspec.implementations.local import LocalFileSystem
 
-    rows = _shard_rows(300, seed=5, history=50)
-    _bucket_of_parts(tmp_path, "sft", SHARD_SCHEMA, rows, [100, 220])
+    rows = _rl_rows(300, seed=5, longest=50)
+    _bucket_of_parts(tmp_path, "rl", RL_SCHEMA, rows, [100, 220])
     opened = []
     real_open = LocalFileSystem._open
 
@@ -381,8 +344,8 @@ def test_a_shards_digest_is_of_its_bytes_hashed_as_they_were_written(tmp_path, m
         return real_open(self, path, mode, **kwargs)
 
     monkeypatch.setattr(LocalFileSystem, "_open", recording_open)
-    result = run_shard_task({"task_id": "s", "out": str(tmp_path), "pool": "sft", "bucket": 0, "spec_hash": "x"})
-    shard = tmp_path / "shards" / "sft" / "part-00000.parquet"
+    result = run_shard_task({"task_id": "s", "out": str(tmp_path), "pool": "rl", "bucket": 0, "spec_hash": "x"})
+    shard = tmp_path / "shards" / "rl" / "part-00000.parquet"
     assert result["shard"]["sha256"] == hashlib.sha256(shard.read_bytes()).hexdigest()
     assert result["shard"]["bytes"] == shard.stat().st_size
     assert [p for p, mode in opened if "/shards/" in p and "r" in mode] == []
@@ -433,8 +396,8 @@ def test_a_row_size_is_the_same_without_its_token_lists(tmp_path, pool):
 def test_the_first_read_decodes_token_lists_only_while_the_bucket_may_be_sorted_whole(tmp_path, monkeypatch):
     import pipeline.shard_task as shard_task
 
-    rows = _shard_rows(600, seed=14, history=400)
-    _bucket_of_parts(tmp_path, "sft", SHARD_SCHEMA, rows, [100, 200, 300, 400, 500])
+    rows = _rl_rows(600, seed=14)
+    _bucket_of_parts(tmp_path, "rl", RL_SCHEMA, rows, [100, 200, 300, 400, 500])
     reads = []
     real = shard_task._part_batches
 
@@ -443,13 +406,13 @@ def test_the_first_read_decodes_token_lists_only_while_the_bucket_may_be_sorted_
         return real(fs, path, schema, skip)
 
     monkeypatch.setattr(shard_task, "_part_batches", recording)
-    one = sum(pa.Table.from_pylist(rows[i:i + 100], schema=SHARD_SCHEMA).nbytes for i in (0, 100))
-    result = run_shard_task({"task_id": "s", "out": str(tmp_path), "pool": "sft", "bucket": 0, "spec_hash": "x",
+    one = sum(pa.Table.from_pylist(rows[i:i + 100], schema=RL_SCHEMA).nbytes for i in (0, 100))
+    result = run_shard_task({"task_id": "s", "out": str(tmp_path), "pool": "rl", "bucket": 0, "spec_hash": "x",
                              "sort_bytes": one})
     first = reads[:6]
     assert [name for name, _ in first] == ["p00.parquet", *[f"p{i:02d}.arrow" for i in range(1, 6)]]
     lean = [skip for _, skip in first]
-    assert lean[:2] == [(), ()] and lean[3:] == [("input_ids", "loss_weight")] * 3, lean
+    assert lean[:2] == [(), ()] and lean[3:] == [("prompt_ids",)] * 3, lean
     assert all(skip == () for _, skip in reads[6:])  # the spill reads every part whole
-    shard = pq.read_table(tmp_path / "shards" / "sft" / "part-00000.parquet")
+    shard = pq.read_table(tmp_path / "shards" / "rl" / "part-00000.parquet")
     assert result["rows"] == 600 and shard.column("sample_id").to_pylist() == sorted(r["sample_id"] for r in rows)
