@@ -84,6 +84,12 @@ def lay_out(key: str, rows: list[dict[str, Any]]) -> dict[str, Any]:
     turn order meet history turns in order, so a turn sample (system prompt, turns 1..t-1, target t) is three
     ranges, however many turns its history holds.
     """
+    if len(rows) == 1:  # one sample (cpt, one SFT turn): its pieces in its order, joined by one range
+        row = rows[0]
+        pieces = row.pop("pieces")
+        n = sum(len(p.ids) for p in pieces)
+        row["pieces_key"], row["ranges"] = key, np.array([0, n] if n else [], dtype=np.int32)
+        return _pieces_row(key, pieces)
     first: dict[int, Any] = {}
     history: dict[int, Any] = {}
     for row in rows:
@@ -106,6 +112,10 @@ def lay_out(key: str, rows: list[dict[str, Any]]) -> dict[str, Any]:
                 ranges += [a, a + len(p.ids)]
         row["pieces_key"] = key
         row["ranges"] = np.array(ranges, dtype=np.int32)
+    return _pieces_row(key, pieces)
+
+
+def _pieces_row(key: str, pieces: list[Any]) -> dict[str, Any]:
     return {"key": key, "input_ids": np.concatenate([p.ids for p in pieces]) if pieces else np.zeros(0, np.int32),
             "loss_weight": np.concatenate([p.weights for p in pieces]) if pieces else np.zeros(0)}
 

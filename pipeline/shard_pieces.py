@@ -18,64 +18,91 @@ import pyarrow.compute as pc
 from pipeline.outputs import AtomicParquetWriter, ipc_batches
 
 # What a shard task holds of its bucket's pieces in memory, as decoded Arrow data. Beyond this the pieces go to
-# one local file (uncompressed Arrow, in the system's temporary folder) that is memory-mapped: the joins read
-# it in place, and the system can drop its pages under memory pressure, which it cannot do with the task's own
-# memory. A 41 MB all-turn SFT run holds about 90 MB of pieces in each of its two buckets.
-PIECES_BYTES = 256 * 1024 * 1024
+# one local file (their raw ids and weights, in the system's temporary folder), and each row group reads the ranges
+# it joins straight into its own arrays, so a worker's peak does not grow with how full the buckets of a run happen
+# to be. (Not a memory map: a mapped file's pages count in the worker's memory once touched, and the page cache
+# maps them in large runs: one row group of 512 cpt samples, 13 MiB of tokens, mapped 160 MB of a 200 MB file.)
+# A 41 MB all-turn SFT run holds about 90 MB of pieces in each of its two buckets; a cpt bucket of the 0.2 GB demo
+# corpus about 200 MB.
+PIECES_BYTES = 128 * 1024 * 1024
+
+_IDS, _WEIGHTS = np.dtype(np.int32), np.dtype(np.float32)
 
 
 class Pieces:
-    """The pieces of one bucket: each trajectory's ids and weights as a range of one batch's flat values.
-
-    Use as a context manager: a bucket whose pieces outgrow `limit` keeps them in a local file until exit.
-    """
+    """The pieces of one bucket: each trajectory's ids and weights as a range of one batch's flat values, held in
+    memory or (beyond `limit` bytes) in a local file. Use as a context manager: the file is removed on exit."""
 
     def __init__(self, fs, files: list[str], limit: int = PIECES_BYTES) -> None:
         from pipeline.sample_task import PIECES_SCHEMA
 
         self._stack = contextlib.ExitStack()
-        self.spilled = False
-        batches: list[pa.RecordBatch] = []
+        self._file = None  # the local file's descriptor, once spilled
+        self.where: dict[str, tuple[int, int]] = {}  # key -> (batch, start in its flat values)
+        self.ids: list[np.ndarray] = []  # per batch, while held in memory
+        self.weights: list[np.ndarray] = []
+        self.at: list[tuple[int, int]] = []  # per batch, once spilled: where its ids and its weights begin
+        self._end = 0  # bytes written to the local file
+        self.lengths: list[int] = []  # per batch: its values
         held = 0
-        writer = None
         for path in files:
             for batch in ipc_batches(fs, path, PIECES_SCHEMA):
-                if writer is None:
-                    batches.append(batch)
-                    held += batch.nbytes
-                    if held > limit:
-                        writer, sink, local = self._spill_file()
-                        for b in batches:
-                            writer.write_batch(b)
-                        batches.clear()
-                else:
-                    writer.write_batch(batch)
-        if writer is not None:
-            writer.close()
-            sink.close()
-            reader = pa.ipc.open_file(self._stack.enter_context(pa.memory_map(local, "rb")))
-            batches = [reader.get_batch(i) for i in range(reader.num_record_batches)]
-            self.spilled = True
-        self.where: dict[str, tuple[int, int]] = {}  # key -> (batch, start in its flat values)
-        self.ids: list[np.ndarray] = []
-        self.weights: list[np.ndarray] = []
-        for k, batch in enumerate(batches):
-            ids, weights = batch.column("input_ids"), batch.column("loss_weight")
-            offsets = ids.offsets.to_numpy()
-            if not np.array_equal(offsets, weights.offsets.to_numpy()):
-                raise ValueError(f"pieces of bucket files {files}: ids and weights differ in length")
-            for key, at in zip(batch.column("key").to_pylist(), offsets[:-1].tolist()):
-                self.where[key] = (k, at)
-            self.ids.append(ids.values.to_numpy())
-            self.weights.append(weights.values.to_numpy())
+                self._add(batch, files)
+                held += batch.nbytes
+                if self._file is None and held > limit:
+                    self._spill()
 
-    def _spill_file(self):
+    def _add(self, batch: pa.RecordBatch, files: list[str]) -> None:
+        ids, weights = batch.column("input_ids"), batch.column("loss_weight")
+        offsets = ids.offsets.to_numpy()
+        if not np.array_equal(offsets, weights.offsets.to_numpy()):
+            raise ValueError(f"pieces in {files}: ids and weights differ in length")
+        k = len(self.lengths)
+        for key, at in zip(batch.column("key").to_pylist(), offsets[:-1].tolist()):
+            self.where[key] = (k, at)
+        self.lengths.append(len(ids.values))
+        self.ids.append(ids.values.to_numpy())
+        self.weights.append(weights.values.to_numpy())
+        if self._file is not None:
+            self._write(k)
+
+    def _spill(self) -> None:
         folder = self._stack.enter_context(tempfile.TemporaryDirectory(prefix="lwm-pieces-"))
-        local = os.path.join(folder, "pieces.arrow")
-        from pipeline.sample_task import PIECES_SCHEMA
+        self._file = os.open(os.path.join(folder, "pieces.bin"), os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o600)
+        self._stack.callback(os.close, self._file)
+        for k in range(len(self.lengths)):
+            self._write(k)
+        pa.default_memory_pool().release_unused()  # the decoded batches just written out
 
-        sink = self._stack.enter_context(pa.OSFile(local, "wb"))
-        return pa.ipc.new_file(sink, PIECES_SCHEMA, options=pa.ipc.IpcWriteOptions(compression=None)), sink, local
+    def _write(self, k: int) -> None:
+        start = self._end
+        for values in (self.ids[k], self.weights[k]):
+            data = memoryview(np.ascontiguousarray(values)).cast("B")
+            while data:
+                n = os.pwrite(self._file, data, self._end)
+                data = data[n:]
+                self._end += n
+        self.at.append((start, start + self.lengths[k] * _IDS.itemsize))
+        self.ids[k] = self.weights[k] = None  # let go of the batch's values
+
+    @property
+    def spilled(self) -> bool:
+        return self._file is not None
+
+    def copy(self, k: int, a: int, b: int, ids: np.ndarray, weights: np.ndarray, pos: int) -> None:
+        """Values ``[a, b)`` of batch `k` into `ids` and `weights` (flat arrays of a row group) from `pos` on."""
+        if not 0 <= a <= b <= self.lengths[k]:
+            raise ValueError(f"a range [{a}, {b}) beyond the {self.lengths[k]} values of its pieces")
+        n = b - a
+        if self._file is None:
+            ids[pos:pos + n] = self.ids[k][a:b]
+            weights[pos:pos + n] = self.weights[k][a:b]
+            return
+        for out, start, size in ((ids, self.at[k][0], _IDS.itemsize), (weights, self.at[k][1], _WEIGHTS.itemsize)):
+            view = memoryview(out[pos:pos + n]).cast("B")
+            got = os.preadv(self._file, [view], start + a * size)
+            if got != len(view):
+                raise OSError(f"pieces file: read {got} of {len(view)} bytes")
 
     def __enter__(self) -> Pieces:
         return self
@@ -83,6 +110,7 @@ class Pieces:
     def __exit__(self, *exc) -> None:
         self.ids.clear()
         self.weights.clear()
+        self.where.clear()
         self._stack.close()
 
 
@@ -92,32 +120,27 @@ def join_tokens(rows: pa.Table, pieces: Pieces, schema: pa.Schema) -> pa.Table:
     keys = rows.column("pieces_key").to_pylist()
     ranges = rows.column("ranges").combine_chunks()
     bounds = ranges.offsets.to_numpy().tolist()
-    flat = ranges.values.to_numpy().tolist()
-    ids, weights = [], []
-    lengths = np.zeros(rows.num_rows, dtype=np.int64)
+    flat = ranges.values.to_numpy()
+    starts, ends = flat[0::2].astype(np.int64), flat[1::2].astype(np.int64)
+    joined_before = np.concatenate([[0], np.cumsum(ends - starts)])  # values of the ranges before each range
+    offsets = joined_before[np.asarray(bounds, dtype=np.int64) // 2]
+    ids = np.empty(int(offsets[-1]), dtype=_IDS)
+    weights = np.empty(int(offsets[-1]), dtype=_WEIGHTS)
+    pos = 0
+    starts_l, ends_l = starts.tolist(), ends.tolist()
     for r, key in enumerate(keys):
         if key not in pieces.where:
             raise ValueError(f"sample {rows.column('sample_id')[r]}: no pieces of trajectory {key!r} in its bucket")
         k, base = pieces.where[key]
-        n = 0
-        for j in range(bounds[r], bounds[r + 1], 2):
-            a, b = base + flat[j], base + flat[j + 1]
-            ids.append(pieces.ids[k][a:b])
-            weights.append(pieces.weights[k][a:b])
-            n += b - a
-        lengths[r] = n
-    offsets = np.zeros(rows.num_rows + 1, dtype=np.int32)
-    np.cumsum(lengths, out=offsets[1:])
-    joined = {
-        "input_ids": (ids, np.int32),
-        "loss_weight": (weights, np.float32),
-    }
+        for j in range(bounds[r] // 2, bounds[r + 1] // 2):
+            pieces.copy(k, base + starts_l[j], base + ends_l[j], ids, weights, pos)
+            pos += ends_l[j] - starts_l[j]
+    offsets32 = pa.array(offsets.astype(np.int32))
+    joined = {"input_ids": ids, "loss_weight": weights}
     columns = []
     for field in schema:
         if field.name in joined:
-            parts, dtype = joined[field.name]
-            values = np.concatenate(parts) if parts else np.zeros(0, dtype=dtype)
-            columns.append(pa.ListArray.from_arrays(pa.array(offsets), pa.array(values), type=field.type))
+            columns.append(pa.ListArray.from_arrays(offsets32, pa.array(joined[field.name]), type=field.type))
         else:
             columns.append(rows.column(field.name))
     return pa.Table.from_arrays(columns, schema=schema)

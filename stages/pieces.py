@@ -29,11 +29,7 @@ class Piece:
     # out once, these after the others (`pipeline.sample_task.SampleWriter`): a turn sample's history is then one
     # run of that layout.
     history: bool = False
-
-    @cached_property
-    def nonzero(self) -> np.ndarray:
-        """The piece's nonzero weights in order (NaN counts as nonzero); a shared piece computes them once."""
-        return self.weights[self.weights != 0]
+    zero: bool = False  # every weight is 0 (known when built; False says nothing)
 
 
 @dataclass
@@ -64,9 +60,12 @@ class SampleParts:
         return sum(len(p.ids) for p in self.pieces)
 
     def loss_weights(self) -> np.ndarray:
-        """``weight_array[weight_array != 0]``, without joining the zeros."""
-        nz = [p.nonzero for p in self.pieces]
-        return np.concatenate(nz) if nz else zero_weights(0)
+        """``weight_array[weight_array != 0]`` (NaN counts as nonzero), without joining the pieces known to be 0."""
+        live = [p.weights for p in self.pieces if not p.zero]
+        if not live:
+            return zero_weights(0)
+        weights = live[0] if len(live) == 1 else np.concatenate(live)
+        return weights[weights != 0]
 
     def span_weights(self, k: int) -> np.ndarray:
         """The weights of span `k` (``weight_array[start:end]`` of ``spans[k]``)."""

@@ -77,7 +77,7 @@ class TrajectorySamples:
         if content_w is not None:
             weights[1 : 1 + len(content_w)] = content_w
         weights[1 + (len(content) if content_w is None else len(content_w))] = end_w
-        return Piece(ids, weights, history=history)
+        return Piece(ids, weights, history=history, zero=content_w is None and end_w == 0.0)
 
     def system_piece(self) -> Piece:
         def build():
@@ -139,11 +139,10 @@ class TrajectorySamples:
 
         def message():
             ids, obs_start = self._memo(("history", t), build)
-            n_obs = len(ids) - obs_start
-            weights = zero_weights(len(ids))
-            w_end = 0.0
+            weights, w_end = None, 0.0
             if weighted:
-                weights[obs_start:], w_end = self._turn_weights(t, n_obs)
+                weights = zero_weights(len(ids))
+                weights[obs_start:], w_end = self._turn_weights(t, len(ids) - obs_start)
             piece = self._message(ids, weights, w_end, history=True)
             piece.span = (1 + obs_start, 1 + len(ids) + 1)  # observation tokens and the end token
             return piece

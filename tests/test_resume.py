@@ -179,3 +179,20 @@ def test_a_killed_run_leaves_no_success_and_the_next_run_cleans_up(corpus, tmp_p
     redo = lwm_in_process(*[str(fresh) if c == str(out) else c for c in args])
     assert redo.returncode == 0, redo.stderr[-2000:]
     assert_same_outputs(fresh, out)
+
+
+def test_sample_parts_of_another_layout_are_written_again_not_reused(corpus, fresh, tmp_path, monkeypatch):
+    """The sample tasks' spec names the layout of their parts (`PART_LAYOUT`): over an output whose parts have
+    another one (an earlier version's whole rows bucketed by sample id), every sample and shard task runs again."""
+    import pipeline.samples_stage as samples_stage
+
+    out = tmp_path / "out"
+    with monkeypatch.context() as m:
+        m.setattr(samples_stage, "PART_LAYOUT", "an earlier layout")
+        _run(corpus, out)
+    _run(corpus, out)
+    timings = _timings(out)
+    for stage in ("samples", "shards"):
+        assert timings[stage]["ran"] == timings[stage]["tasks"] > 0, stage
+    assert timings["ingest"]["ran"] == 0
+    assert_same_outputs(fresh, out)

@@ -110,13 +110,13 @@ def test_pieces_beyond_their_bound_are_read_from_a_local_file_into_the_same_shar
     shutil.copytree(tmp_path / "held", tmp_path / "mapped")
     held = _shards(tmp_path / "held")
     spilled = []
-    real = shard_pieces.Pieces._spill_file
+    real = shard_pieces.Pieces._spill
 
     def recording(self):
         spilled.append(True)
         return real(self)
 
-    monkeypatch.setattr(shard_pieces.Pieces, "_spill_file", recording)
+    monkeypatch.setattr(shard_pieces.Pieces, "_spill", recording)
     local = tmp_path / "tmp"
     local.mkdir()
     monkeypatch.setattr(shard_pieces.tempfile, "tempdir", str(local))
