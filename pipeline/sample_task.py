@@ -84,12 +84,15 @@ def lay_out(key: str, rows: list[dict[str, Any]]) -> dict[str, Any]:
     turn order meet history turns in order, so a turn sample (system prompt, turns 1..t-1, target t) is three
     ranges, however many turns its history holds.
     """
-    if len(rows) == 1:  # one sample (cpt, one SFT turn): its pieces in its order, joined by one range
+    if len(rows) == 1:  # one sample (cpt, one SFT turn): its tokens in its order, joined by one range
         row = rows[0]
-        pieces = row.pop("pieces")
-        n = sum(len(p.ids) for p in pieces)
+        if "pieces" in row:
+            out = _pieces_row(key, row.pop("pieces"))
+        else:  # `build_rows` joined them already
+            out = {"key": key, "input_ids": row.pop("input_ids"), "loss_weight": row.pop("loss_weight")}
+        n = len(out["input_ids"])
         row["pieces_key"], row["ranges"] = key, np.array([0, n] if n else [], dtype=np.int32)
-        return _pieces_row(key, pieces)
+        return out
     first: dict[int, Any] = {}
     history: dict[int, Any] = {}
     for row in rows:
@@ -135,16 +138,20 @@ class SampleWriter:
         self.held = 0  # the sum of `pending_bytes`
 
     def write(self, key: str, rows: list[tuple[str, dict[str, Any]]]) -> None:
-        """The ``(pool, row)`` of one trajectory (`build_rows` with ``joined=False``); `key`: its `sample_key`."""
-        weighted = [row for pool, row in rows if pool != "rl"]
+        """The ``(pool, row)`` of one trajectory (`build_rows` with ``joined=False``); `key`: its `sample_key`.
+        A trajectory with one weighted sample gives its tokens joined, the others give their pieces."""
+        weighted = [(pool, row) for pool, row in rows if pool != "rl"]
         for pool, row in rows:
             if pool == "rl":
                 self._put((pool, bucket_of(row["sample_id"], self.buckets[pool]), ""), row)
         if weighted:
-            pool = rows[0][0]  # a trajectory's samples are all of one pool
+            pool = weighted[0][0]  # a trajectory's samples are all of one pool
+            if any(p != pool for p, _ in weighted):
+                raise ValueError(f"trajectory {key!r}: samples of more than one pool")
+            weighted_rows = [row for _, row in weighted]
             b = trajectory_bucket(key, self.buckets[pool])
-            self._put((pool, b, "pieces"), lay_out(key, weighted))
-            for row in weighted:
+            self._put((pool, b, "pieces"), lay_out(key, weighted_rows))
+            for row in weighted_rows:
                 self._put((pool, b, ""), row)
 
     def _put(self, file: tuple[str, int, str], row: dict[str, Any]) -> None:

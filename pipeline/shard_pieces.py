@@ -45,12 +45,16 @@ class Pieces:
         self._end = 0  # bytes written to the local file
         self.lengths: list[int] = []  # per batch: its values
         held = 0
-        for path in files:
-            for batch in ipc_batches(fs, path, PIECES_SCHEMA):
-                self._add(batch, files)
-                held += batch.nbytes
-                if self._file is None and held > limit:
-                    self._spill()
+        try:
+            for path in files:
+                for batch in ipc_batches(fs, path, PIECES_SCHEMA):
+                    self._add(batch, files)
+                    held += batch.nbytes
+                    if self._file is None and held > limit:
+                        self._spill()
+        except BaseException:
+            self._stack.close()
+            raise
 
     def _add(self, batch: pa.RecordBatch, files: list[str]) -> None:
         ids, weights = batch.column("input_ids"), batch.column("loss_weight")

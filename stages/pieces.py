@@ -60,7 +60,10 @@ class SampleParts:
         return sum(len(p.ids) for p in self.pieces)
 
     def loss_weights(self) -> np.ndarray:
-        """``weight_array[weight_array != 0]`` (NaN counts as nonzero), without joining the pieces known to be 0."""
+        """``weight_array[weight_array != 0]`` (NaN counts as nonzero), without joining the pieces known to be 0
+        unless `weight_array` was joined already."""
+        if "weight_array" in self.__dict__:
+            return self.weight_array[self.weight_array != 0]
         live = [p.weights for p in self.pieces if not p.zero]
         if not live:
             return zero_weights(0)

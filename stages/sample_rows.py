@@ -102,8 +102,8 @@ def build_rows(traj: Trajectory, cfg: dict[str, Any], seg, table, stats: Stats, 
     `id_key` (default: the traj_id) is what the sample ids hash (`sample_key`); `aug`
     (`pipeline.llm_stage.Augment`) applies the model-in-the-loop stages' outputs first; `words`: `word_set`
     or a function equal to it (`word_set_memo`). A weighted sample's row holds its ``input_ids`` and
-    ``loss_weight`` as numpy arrays; with `joined` False, instead the ``pieces`` (`stages.samples.Piece`)
-    they join, which the samples of a trajectory share.
+    ``loss_weight`` as numpy arrays; with `joined` False, where the trajectory has more than one target turn,
+    instead the ``pieces`` (`stages.samples.Piece`) they join, which its samples share.
     """
     id_key = id_key or traj.traj_id
     dropped = aug.apply(traj) if aug is not None else {}
@@ -147,6 +147,7 @@ def build_rows(traj: Trajectory, cfg: dict[str, Any], seg, table, stats: Stats, 
     targets = [0] if pool == "cpt" else choose_turns(
         traj.traj_id, pool, total, pools_cfg["sft_turns"], pools_cfg["eval_subsample"], pools_cfg["seed"]
     )
+    whole = joined or len(targets) == 1  # a sample that shares no piece with another is joined at once
     for t in targets:
         if t in dropped:
             stats.add(f"filtered.llm_{dropped[t]}")
@@ -160,9 +161,11 @@ def build_rows(traj: Trajectory, cfg: dict[str, Any], seg, table, stats: Stats, 
             check_segmentwise(seg, parts.ids, ts.rendered_parts(kept, t or None))
             verify = False
         sid = sample_id(id_key, pool, t, template)
+        if whole:  # numpy arrays: `rows_table` joins them without Python loops
+            tokens = {"input_ids": parts.id_array, "loss_weight": parts.weight_array}
+        else:
+            tokens = {"pieces": parts.pieces}
         loss_weights = parts.loss_weights()  # NaN counts as nonzero, as before
-        tokens = ({"input_ids": parts.id_array, "loss_weight": parts.weight_array} if joined  # numpy arrays:
-                  else {"pieces": parts.pieces})  # `rows_table` joins them without Python loops
         row = {
             **base,
             "sample_id": sid,

@@ -188,3 +188,30 @@ def test_a_part_of_sample_rows_is_a_shard_row_without_its_tokens():
     assert part_schema("rl").equals(schema_for("rl"))
     assert rows_table([], part).num_rows == 0
     assert shard_task.PIECES_BYTES == shard_pieces.PIECES_BYTES
+
+
+def test_pieces_that_do_not_line_up_fail_and_leave_no_local_file(tmp_path, monkeypatch):
+    from pipeline.outputs import AtomicIpcWriter
+
+    fs, root = out_fs(str(tmp_path))
+    good = {"key": "a", "input_ids": list(range(5000)), "loss_weight": [0.5] * 5000}
+    bad = {"key": "b", "input_ids": [1, 2, 3], "loss_weight": [1.0]}
+    for name, row in (("p0", good), ("p1", bad)):
+        with AtomicIpcWriter(fs, f"{root}/{name}.pieces.arrow", PIECES_SCHEMA) as w:
+            w.write_table(pa.Table.from_pylist([row], schema=PIECES_SCHEMA))
+    local = tmp_path / "tmp"
+    local.mkdir()
+    monkeypatch.setattr(shard_pieces.tempfile, "tempdir", str(local))
+    paths = [f"{root}/p0.pieces.arrow", f"{root}/p1.pieces.arrow"]
+    with pytest.raises(ValueError, match="ids and weights differ in length"):
+        shard_pieces.Pieces(fs, paths, limit=1000)
+    assert list(local.iterdir()) == []
+    with shard_pieces.Pieces(fs, paths[:1], limit=1000) as pieces:  # spilled: ranges read back from the file
+        assert pieces.spilled and list(local.iterdir())
+        ids, weights = np.zeros(10, np.int32), np.zeros(10, np.float32)
+        assert pieces.where == {"a": (0, 0)}
+        pieces.copy(0, 4990, 5000, ids, weights, 0)
+        assert ids.tolist() == list(range(4990, 5000)) and weights.tolist() == [0.5] * 10
+        with pytest.raises(ValueError, match="beyond the 5000 values"):
+            pieces.copy(0, 4995, 5005, ids, weights, 0)
+    assert list(local.iterdir()) == []
