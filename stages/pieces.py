@@ -26,7 +26,7 @@ class Piece:
     weights: np.ndarray
     span: tuple[int, int] | None = None  # [start, end) of the observation (+ end-of-turn) tokens
     # A history turn's message (its user prompt or its observation). The sample task lays a trajectory's pieces
-    # out once, these after the others (`pipeline.sample_task.SampleWriter`): a turn sample's history is then one
+    # out once, these after the others (`pipeline.sample_task.lay_out`): a turn sample's history is then one
     # run of that layout.
     history: bool = False
     zero: bool = False  # every weight is 0 (known when built; False says nothing)
