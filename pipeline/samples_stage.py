@@ -24,9 +24,12 @@ _BYTES_PER_TOKEN = 5  # id + weight after zstd, measured on the demo corpus to w
 
 
 def bucket_counts(cfg: dict[str, Any], stats) -> dict[str, int]:
-    """Shards per pool from exact input-derived counts: bounded rows and bytes per file.
+    """Shards per pool from exact input-derived counts: bounded rows and bytes per file, and an even number
+    where more than one.
 
-    A function of the input and the config only, so the layout never depends on the executor.
+    The shards stage runs one task per file, so an odd count leaves a worker of two idle for its last file:
+    at 164 MB (all-turn SFT, Ray on 2 CPUs) five files took the stage 4.5-5.0 s and six 3.5-3.9 s. A function
+    of the input and the config only, so the layout never depends on the executor.
     """
     n_traj = stats.get("trajectories.kept")
     n_turns = stats.get("turns.kept")
@@ -50,7 +53,8 @@ def bucket_counts(cfg: dict[str, Any], stats) -> dict[str, int]:
         est_bytes = chars * share * prefix / _CHARS_PER_TOKEN * _BYTES_PER_TOKEN
         by_rows = math.ceil(rows / cfg["shards"]["max_rows"])
         by_bytes = math.ceil(est_bytes / cfg["shards"]["target_bytes"])
-        out[pool] = max(1, by_rows, by_bytes)
+        count = max(1, by_rows, by_bytes)
+        out[pool] = count + count % 2 if count > 1 else 1
     return out
 
 
