@@ -16,6 +16,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from pipeline.outputs import AtomicParquetWriter, ipc_batches
+from pipeline.sample_task import PIECES_SCHEMA, part_schema
 
 # What a shard task holds of its bucket's pieces in memory, as decoded Arrow data. Beyond this the pieces go to
 # one local file (their raw ids and weights, in the system's temporary folder), and each row group reads the ranges
@@ -34,8 +35,6 @@ class Pieces:
     memory or (beyond `limit` bytes) in a local file. Use as a context manager: the file is removed on exit."""
 
     def __init__(self, fs, files: list[str], limit: int = PIECES_BYTES) -> None:
-        from pipeline.sample_task import PIECES_SCHEMA
-
         self._stack = contextlib.ExitStack()
         self._file = None  # the local file's descriptor, once spilled
         self.where: dict[str, tuple[int, int]] = {}  # key -> (batch, start in its flat values)
@@ -155,8 +154,6 @@ def write_joined(fs, pool: str, files: list[str], writer: AtomicParquetWriter, r
     """Write a weighted bucket's shard rows into `writer`, sorted by sample id, a row group at a time; returns
     its rows and its longest sample. `files`: the bucket's sample parts (``<task>.arrow``) and pieces
     (``<task>.pieces.arrow``); `sort`: `pipeline.shard_task.sort_tables`."""
-    from pipeline.sample_task import part_schema
-
     part = part_schema(pool)
     rows = [pa.Table.from_batches(list(ipc_batches(fs, p, part)), schema=part)
             for p in files if not p.endswith(".pieces.arrow")]

@@ -216,14 +216,9 @@ def _spill_slices(fs, files: list[str], schema: pa.Schema, slice_of_row: np.ndar
 
 
 def _result(task: dict[str, Any], fs, root: str, path: str, num_rows: int, max_tokens: int, digest: str) -> dict[str, Any]:
-    info = {
-        "path": posixpath.relpath(path, root),
-        "rows": num_rows,
-        "bytes": fs.size(path),
-        "sha256": digest,
-    }
-    # the longest sample, so a trainer can compare it with its row length before reading a row
-    info["max_tokens"] = int(max_tokens)
+    # max_tokens: the longest sample, so a trainer can compare it with its row length before reading a row
+    info = {"path": posixpath.relpath(path, root), "rows": num_rows, "bytes": fs.size(path), "sha256": digest,
+            "max_tokens": int(max_tokens)}
     return {"task_id": task["task_id"], "stage": "shards", "shard": info, "rows": num_rows,
             "bytes": info["bytes"], "spec_hash": task["spec_hash"], "stats": {}}
 
