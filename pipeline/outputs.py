@@ -76,8 +76,14 @@ def parquet_options(schema: pa.Schema, compression_level: int = 3) -> dict[str, 
 
 
 def out_fs(root: str) -> tuple[fsspec.AbstractFileSystem, str]:
-    """Filesystem and root path of an output location (local path or fsspec URL)."""
-    fs, path = fsspec.core.url_to_fs(root)
+    """Filesystem and root path of an output location (local path or fsspec URL).
+
+    Without fsspec's listings cache: the output is written by every worker of a run at once, and a listing
+    a process holds goes stale as soon as another one commits a file. An object store's filesystem (s3fs)
+    then answers from its stale listing that a file another worker wrote is missing, and a later `find`
+    does not replace a listing already held (a shard task failed so on a file in its bucket, after its
+    process had listed the samples folder for an earlier task's clean-up)."""
+    fs, path = fsspec.core.url_to_fs(root, use_listings_cache=False)
     return fs, path.rstrip("/")
 
 

@@ -122,3 +122,31 @@ def test_ray_on_s3_gives_the_same_objects_and_no_credential_reaches_an_output(s3
                 assert KEY_ID.encode() not in text and SECRET.encode() not in text, key
     for stream in (proc.stdout, proc.stderr):
         assert KEY_ID not in stream and SECRET not in stream
+
+
+def test_a_file_another_process_wrote_after_a_listing_here_is_read(s3, monkeypatch):
+    """A worker that listed a folder (a sample task's clean-up lists all of ``_work/samples``) and later reads a
+    file another worker wrote there since (a shard task reading its bucket) must find it. s3fs keeps listings,
+    and a later `find` does not replace one it holds, so a cached output filesystem read the stale listing and
+    failed with FileNotFoundError on a file that was there."""
+    import fsspec
+
+    from pipeline.outputs import out_fs
+
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", KEY_ID)
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", SECRET)
+    monkeypatch.setitem(fsspec.config.conf, "s3", {"endpoint_url": s3["endpoint"]})
+    folder = f"{BUCKET}/out-listing/_work/samples/sft/b00000"
+    other = s3["fs"]  # another process's filesystem: its own listings
+    other.pipe_file(f"{folder}/aaaa.arrow", b"first")
+    fs, root = out_fs(f"s3://{BUCKET}/out-listing")
+    assert fs.find(f"{root}/_work/samples") == [f"{folder}/aaaa.arrow"]
+    other.pipe_file(f"{folder}/bbbb.arrow", b"second")
+    fs, root = out_fs(f"s3://{BUCKET}/out-listing")
+    files = sorted(fs.find(folder))  # as a shard task lists its bucket, then opens each file
+    assert files == [f"{folder}/aaaa.arrow", f"{folder}/bbbb.arrow"]
+    opened = []
+    for p in files:
+        with fs.open(p, "rb") as f:
+            opened.append(f.read())
+    assert opened == [b"first", b"second"]
