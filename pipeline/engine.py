@@ -31,7 +31,8 @@ from functools import partial
 from typing import Any, NotRequired, Protocol, TypedDict
 
 from pipeline.config import output_config
-from pipeline.outputs import out_fs, read_json, remove_stale_temps, write_json_atomic
+from pipeline.leftovers import remove_stale_temps
+from pipeline.outputs import out_fs, read_json, write_json_atomic
 from pipeline.progress import Progress
 
 # CPUs the in-process runner leaves idle while it runs a stage's tasks one at a time; a task may give them

@@ -17,7 +17,8 @@ from typing import Any
 from pipeline.config import config_hash, output_config
 from pipeline.engine import RunContext, Stage
 from pipeline.ingest_task import run_ingest_task
-from pipeline.outputs import read_json, remove_stale_task_outputs
+from pipeline.leftovers import remove_stale_task_outputs
+from pipeline.outputs import read_json
 from pipeline.split_input import input_entries, run_scan_task, scan_tasks
 from schemas.errors import ConfigError
 from schemas.stats import merge_all

@@ -37,6 +37,7 @@ from typing import Any
 from pipeline.config import output_config
 from pipeline.dedup_stage import removed_ids
 from pipeline.engine import RunContext, Stage, run_tasks, spec_hash
+from pipeline.leftovers import remove_stale_task_outputs
 from pipeline.llm_budget import LedgerOwner, Ticker, ledger_for
 from pipeline.llm_config import (  # noqa: F401  (re-exported: the stage API lives here for callers)
     LLM_DEFAULTS,
@@ -47,7 +48,7 @@ from pipeline.llm_config import (  # noqa: F401  (re-exported: the stage API liv
     register_stage,
     resolve_llm,
 )
-from pipeline.outputs import AtomicParquetWriter, out_fs, remove_stale_task_outputs
+from pipeline.outputs import AtomicParquetWriter, out_fs
 from pipeline.process_executor import in_this_process
 from schemas.stats import merge_all
 from stages.llm.stage import BudgetExhausted, StageClient, StageContext

@@ -18,6 +18,7 @@ import fsspec
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
+from fsspec.dircache import DirCache
 
 from pipeline.digest import HashingFile
 from schemas.errors import ConfigError
@@ -82,8 +83,11 @@ def out_fs(root: str) -> tuple[fsspec.AbstractFileSystem, str]:
     a process holds goes stale as soon as another one commits a file. An object store's filesystem (s3fs)
     then answers from its stale listing that a file another worker wrote is missing, and a later `find`
     does not replace a listing already held (a shard task failed so on a file in its bucket, after its
-    process had listed the samples folder for an earlier task's clean-up)."""
-    fs, path = fsspec.core.url_to_fs(root, use_listings_cache=False)
+    process had listed the samples folder for an earlier task's clean-up). The cache is replaced on the instance
+    rather than turned off by a storage option, which some filesystems pass on to their connection (SFTP)."""
+    fs, path = fsspec.core.url_to_fs(root)
+    if isinstance(getattr(fs, "dircache", None), DirCache) and fs.dircache.use_listings_cache:
+        fs.dircache = DirCache(use_listings_cache=False)
     return fs, path.rstrip("/")
 
 
@@ -363,42 +367,3 @@ class AtomicParquetWriter(_AtomicFileWriter):
         if not isinstance(self._file, HashingFile):
             raise ValueError(f"{self.path}: its writer was opened without digest=True")
         return self._file.sha256.hexdigest()
-
-
-def remove_stale_temps(fs: fsspec.AbstractFileSystem, root: str) -> int:
-    """Delete ``*.tmp-*`` leftovers of a crashed run under `root`; returns how many."""
-    if not fs.exists(root):
-        return 0
-    stale = [p for p in fs.find(root) if ".tmp-" in posixpath.basename(p)]
-    for p in stale:
-        fs.rm(p)
-    return len(stale)
-
-
-# Files named after an ingest task id (``part-<id>.parquet``, ``<id>.json``, ``<id>.parquet``), per folder.
-_TASK_NAMED = ("raw", "trajectories", "quarantine", "_tasks/scan", "_tasks/ingest", "_tasks/samples", "_work/samples")
-
-
-def task_id_of(path: str) -> str:
-    """The task a task-named file belongs to: ``part-<id>.parquet``, ``<id>.json``, ``<id>.arrow`` (and their
-    ``.tmp-`` temporaries) → ``<id>``."""
-    return posixpath.basename(path).split(".", 1)[0].removeprefix("part-")
-
-
-def remove_stale_task_outputs(fs: fsspec.AbstractFileSystem, root: str, task_ids: set[str],
-                              folders: tuple[str, ...] = _TASK_NAMED) -> int:
-    """Delete what ingest tasks outside `task_ids` wrote in `folders` (an earlier run over other inputs or with
-    another split/group layout), so no layer, marker or shard bucket mixes in their rows."""
-    stale = []
-    for folder in folders:
-        base = posixpath.join(root, folder)
-        if not fs.exists(base):
-            continue
-        for p in fs.find(base):
-            if ".tmp-" in posixpath.basename(p):
-                continue
-            if task_id_of(p) not in task_ids:
-                stale.append(p)
-    for p in stale:
-        fs.rm(p)
-    return len(stale)

@@ -19,8 +19,9 @@ from pipeline.dedup_stage import DEDUP_CLUSTERS, DEDUP_DECONTAM, DEDUP_MAP, DEDU
 from pipeline.engine import Executor, RunContext, Stage
 from pipeline.executors import make_executor
 from pipeline.ingest_stage import INGEST, SCAN
+from pipeline.leftovers import remove_stale_temps
 from pipeline.llm_stage import LLM
-from pipeline.outputs import ensure_dir, out_fs, remove_stale_temps, write_bytes_atomic, write_json_atomic
+from pipeline.outputs import ensure_dir, out_fs, write_bytes_atomic, write_json_atomic
 from pipeline.samples_stage import SAMPLES, SHARDS
 from pipeline.wmat_pools import WMAT_POOLS_STAGE
 from schemas.errors import ConfigError

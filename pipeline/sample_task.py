@@ -25,8 +25,9 @@ import pyarrow.parquet as pq
 
 from masking import load_table
 from pipeline.engine import marker_path, spare_cpus
+from pipeline.leftovers import task_id_of
 from pipeline.llm_stage import Augment
-from pipeline.outputs import AtomicIpcWriter, out_fs, task_id_of, zero_filled
+from pipeline.outputs import AtomicIpcWriter, out_fs, zero_filled
 from pipeline.task_process import collector_paused
 from schemas.shard import schema_for
 from schemas.stats import Stats

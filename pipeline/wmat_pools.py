@@ -31,8 +31,9 @@ import pyarrow as pa
 from pipeline.dedup_stage import removed_ids
 from pipeline.digest import file_sha256
 from pipeline.engine import RunContext, Stage
+from pipeline.leftovers import remove_stale_task_outputs
 from pipeline.llm_stage import Augment, get_stage
-from pipeline.outputs import AtomicParquetWriter, out_fs, remove_stale_task_outputs
+from pipeline.outputs import AtomicParquetWriter, out_fs
 from schemas.shard import MESSAGE_TYPE, SHARD_SCHEMA
 from schemas.stats import Stats, merge_all
 from schemas.trajectory import Trajectory
