@@ -150,3 +150,13 @@ def test_a_file_another_process_wrote_after_a_listing_here_is_read(s3, monkeypat
         with fs.open(p, "rb") as f:
             opened.append(f.read())
     assert opened == [b"first", b"second"]
+
+
+def test_a_missing_object_ends_a_command_with_a_line_that_says_so(s3):
+    """s3fs raises FileNotFoundError with the key alone; the command's one error line names what failed."""
+    from pipeline.errors import error_line
+
+    missing = f"{BUCKET}/out-missing/_work/samples/sft/b00000/x.arrow"
+    with pytest.raises(FileNotFoundError) as raised:
+        s3["fs"].open(missing, "rb")
+    assert error_line(raised.value) == (f"No such file or directory: {missing}", 2)
