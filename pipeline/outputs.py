@@ -76,18 +76,31 @@ def parquet_options(schema: pa.Schema, compression_level: int = 3) -> dict[str, 
             "use_dictionary": dictionary_columns(schema), "data_page_size": DATA_PAGE_SIZE}
 
 
+# The output filesystems of this process, by the token of the shared instance they stand in for (`out_fs`).
+_OUTPUT_FS: dict[str, fsspec.AbstractFileSystem] = {}
+
+
 def out_fs(root: str) -> tuple[fsspec.AbstractFileSystem, str]:
     """Filesystem and root path of an output location (local path or fsspec URL).
 
-    Without fsspec's listings cache: the output is written by every worker of a run at once, and a listing
-    a process holds goes stale as soon as another one commits a file. An object store's filesystem (s3fs)
-    then answers from its stale listing that a file another worker wrote is missing, and a later `find`
-    does not replace a listing already held (a shard task failed so on a file in its bucket, after its
-    process had listed the samples folder for an earlier task's clean-up). The cache is replaced on the instance
-    rather than turned off by a storage option, which some filesystems pass on to their connection (SFTP)."""
+    An instance of its own that keeps no directory listings: every worker of a run writes there at once, and a
+    listing held by one process goes stale as soon as another commits a file. s3fs then answered from a stale
+    listing that a file another worker had written was missing (a later `find` does not replace a listing it
+    holds): a shard task failed so, its process having listed the samples folder for an earlier task's clean-up.
+    The shared instance, which reads the inputs, keeps its listings (sizing 10,000 listed input files would
+    otherwise cost 10,000 requests). The cache is replaced, not turned off by a storage option, which some
+    filesystems pass on to their connection (SFTP). The shared instance's token names this process (and for
+    a synchronous filesystem, the thread), so a forked worker makes its own."""
     fs, path = fsspec.core.url_to_fs(root)
     if isinstance(getattr(fs, "dircache", None), DirCache) and fs.dircache.use_listings_cache:
-        fs.dircache = DirCache(use_listings_cache=False)
+        token = getattr(fs, "_fs_token", None)
+        own = _OUTPUT_FS.get(token) if token else None
+        if own is None:
+            own = fsspec.core.url_to_fs(root, skip_instance_cache=True)[0]
+            own.dircache = DirCache(use_listings_cache=False)
+            if token:
+                _OUTPUT_FS[token] = own
+        fs = own
     return fs, path.rstrip("/")
 
 

@@ -160,3 +160,30 @@ def test_a_missing_object_ends_a_command_with_a_line_that_says_so(s3):
     with pytest.raises(FileNotFoundError) as raised:
         s3["fs"].open(missing, "rb")
     assert error_line(raised.value) == (f"No such file or directory: {missing}", 2)
+
+
+def test_the_inputs_keep_their_listings_while_the_output_keeps_none(s3, monkeypatch, caplog):
+    """The output's filesystem is an instance of its own: the one that reads the inputs (the same bucket and
+    options) still sizes the files it listed without a request per file."""
+    import logging
+
+    import fsspec
+
+    from pipeline.outputs import out_fs
+    from stages.ingest.reading import filesystem
+
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", KEY_ID)
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", SECRET)
+    monkeypatch.setitem(fsspec.config.conf, "s3", {"endpoint_url": s3["endpoint"]})
+    fs_in, path = filesystem(f"s3://{BUCKET}/in")
+    listed = fs_in.ls(path, detail=True)
+    out, root = out_fs(f"s3://{BUCKET}/out-inputs")
+    assert len(listed) == 3
+    caplog.set_level(logging.INFO, logger="werkzeug")
+    caplog.clear()
+    assert [fs_in.size(e["name"]) for e in listed] == [e["size"] for e in listed]
+    assert not [m for m in caplog.messages if f"/{BUCKET}/in/" in m]
+    out.pipe_file(f"{root}/x.json", b"{}")
+    caplog.clear()
+    assert out.size(f"{root}/x.json") == 2
+    assert [m for m in caplog.messages if f"HEAD /{BUCKET}/out-inputs/x.json" in m]  # asked, not remembered
