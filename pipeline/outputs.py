@@ -11,7 +11,7 @@ import json
 import os
 import posixpath
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import fsspec
@@ -98,10 +98,23 @@ def out_fs(root: str) -> tuple[fsspec.AbstractFileSystem, str]:
         if own is None:
             own = fsspec.core.url_to_fs(root, skip_instance_cache=True)[0]
             own.dircache = DirCache(use_listings_cache=False)
+            own.invalidate_cache = _invalidating_both(own.invalidate_cache, fs)
             if token:
                 _OUTPUT_FS[token] = own
         fs = own
     return fs, path.rstrip("/")
+
+
+def _invalidating_both(own: Callable[..., None], shared: fsspec.AbstractFileSystem) -> Callable[..., None]:
+    """What the output's filesystem calls on every write, removal and rename: here it also drops what the
+    shared instance of this process had listed of that path (a caller that lists the output with it, as
+    the training reader does, then sees what the run wrote, as it did when both were one instance)."""
+
+    def invalidate_cache(path: str | None = None) -> None:
+        own(path)
+        shared.invalidate_cache(path)
+
+    return invalidate_cache
 
 
 def _tmp_name(path: str) -> str:

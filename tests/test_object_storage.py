@@ -187,3 +187,23 @@ def test_the_inputs_keep_their_listings_while_the_output_keeps_none(s3, monkeypa
     caplog.clear()
     assert out.size(f"{root}/x.json") == 2
     assert [m for m in caplog.messages if f"HEAD /{BUCKET}/out-inputs/x.json" in m]  # asked, not remembered
+
+
+def test_what_the_output_writes_is_seen_by_the_shared_instance_that_listed_it_before(s3, monkeypatch):
+    """In one process (a notebook: a run, a read of its shards, a second run): the shared instance, which had
+    listed the output folder, sees the files the output's own instance wrote there since."""
+    import fsspec
+
+    from pipeline.outputs import out_fs, write_bytes_atomic
+
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", KEY_ID)
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", SECRET)
+    monkeypatch.setitem(fsspec.config.conf, "s3", {"endpoint_url": s3["endpoint"]})
+    shared, folder = fsspec.core.url_to_fs(f"s3://{BUCKET}/out-shared/shards")
+    out, root = out_fs(f"s3://{BUCKET}/out-shared")
+    write_bytes_atomic(out, f"{root}/shards/a.parquet", b"first")
+    assert shared.ls(folder, detail=False) == [f"{folder}/a.parquet"]
+    write_bytes_atomic(out, f"{root}/shards/a.parquet", b"second!")
+    write_bytes_atomic(out, f"{root}/shards/b.parquet", b"new")
+    assert shared.ls(folder, detail=False) == [f"{folder}/a.parquet", f"{folder}/b.parquet"]
+    assert shared.size(f"{folder}/a.parquet") == 7
