@@ -90,9 +90,10 @@ def out_fs(root: str) -> tuple[fsspec.AbstractFileSystem, str]:
     The shared instance, which reads the inputs, keeps its listings (sizing 10,000 listed input files would
     otherwise cost 10,000 requests). The cache is replaced, not turned off by a storage option, which some
     filesystems pass on to their connection (SFTP). The shared instance's token names this process (and for
-    a synchronous filesystem, the thread), so a forked worker makes its own."""
+    a synchronous filesystem, the thread), so a forked worker makes its own. A local path keeps the shared
+    instance: a local filesystem caches no listings."""
     fs, path = fsspec.core.url_to_fs(root)
-    if isinstance(getattr(fs, "dircache", None), DirCache) and fs.dircache.use_listings_cache:
+    if not _is_local(fs) and isinstance(getattr(fs, "dircache", None), DirCache) and fs.dircache.use_listings_cache:
         token = getattr(fs, "_fs_token", None)
         own = _OUTPUT_FS.get(token) if token else None
         if own is None:
@@ -121,8 +122,12 @@ def _tmp_name(path: str) -> str:
     return f"{path}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}"
 
 
+def _is_local(fs: fsspec.AbstractFileSystem) -> bool:
+    return "file" in (fs.protocol if isinstance(fs.protocol, tuple) else (fs.protocol,))
+
+
 def _commit(fs: fsspec.AbstractFileSystem, tmp: str, path: str) -> None:
-    if "file" in (fs.protocol if isinstance(fs.protocol, tuple) else (fs.protocol,)):
+    if _is_local(fs):
         os.replace(tmp, path)
     else:
         fs.mv(tmp, path)
