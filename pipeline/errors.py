@@ -7,23 +7,24 @@ from __future__ import annotations
 
 import errno
 import functools
+import os
 import sys
 
 import click
 
 from schemas.errors import ConfigError
 
-# What an OSError without an errno says, by its type: an fsspec backend's own (s3fs raises
+# The errno an OSError without one stands for, by its type: an fsspec backend's own (s3fs raises
 # ``FileNotFoundError(path)``) carries the path alone, which on its own line says nothing of what failed.
-_WHAT = {FileNotFoundError: "No such file or directory", PermissionError: "Permission denied",
-         FileExistsError: "File exists", IsADirectoryError: "Is a directory", NotADirectoryError: "Not a directory"}
+_ERRNO = {FileNotFoundError: errno.ENOENT, PermissionError: errno.EACCES, FileExistsError: errno.EEXIST,
+          IsADirectoryError: errno.EISDIR, NotADirectoryError: errno.ENOTDIR}
 
 
 def os_error_line(exc: OSError) -> str:
     """One line for an operating-system error: what failed, on which path, and what to do for a full disk."""
     what = exc.strerror or str(exc) or type(exc).__name__
-    if exc.strerror is None and exc.filename is None and type(exc) in _WHAT:
-        what = f"{_WHAT[type(exc)]}: {exc}" if str(exc) else _WHAT[type(exc)]
+    if exc.strerror is None and exc.filename is None and type(exc) in _ERRNO:
+        what = os.strerror(_ERRNO[type(exc)]) + (f": {exc}" if str(exc) else "")
     paths = [str(p) for p in (exc.filename, getattr(exc, "filename2", None)) if p is not None]
     line = f"{what}: {' → '.join(paths)}" if paths else what
     if exc.errno == errno.ENOSPC:

@@ -94,14 +94,12 @@ def out_fs(root: str) -> tuple[fsspec.AbstractFileSystem, str]:
     instance: a local filesystem caches no listings."""
     fs, path = fsspec.core.url_to_fs(root)
     if not _is_local(fs) and isinstance(getattr(fs, "dircache", None), DirCache) and fs.dircache.use_listings_cache:
-        token = getattr(fs, "_fs_token", None)
-        own = _OUTPUT_FS.get(token) if token else None
+        own = _OUTPUT_FS.get(fs._fs_token)  # fsspec's token of every instance it makes
         if own is None:
             own = fsspec.core.url_to_fs(root, skip_instance_cache=True)[0]
             own.dircache = DirCache(use_listings_cache=False)
             own.invalidate_cache = _invalidating_both(own.invalidate_cache, fs)
-            if token:
-                _OUTPUT_FS[token] = own
+            _OUTPUT_FS[fs._fs_token] = own  # once set up: another thread may look it up at once
         fs = own
     return fs, path.rstrip("/")
 

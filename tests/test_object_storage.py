@@ -69,6 +69,18 @@ def _objects(fs, root: str) -> dict[str, bytes]:
     return {p[len(root) + 1:]: fs.cat_file(p) for p in sorted(fs.find(root))}
 
 
+@pytest.fixture
+def s3_here(s3, monkeypatch):
+    """This process reaches the server as `lwm` does: credentials in the AWS variables, the endpoint in fsspec's
+    config."""
+    import fsspec
+
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", KEY_ID)
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", SECRET)
+    monkeypatch.setitem(fsspec.config.conf, "s3", {"endpoint_url": s3["endpoint"]})
+    return s3
+
+
 def test_a_run_from_s3_to_s3_writes_a_complete_output(s3, local_run):
     fs = s3["fs"]
     objects = _objects(fs, local_run)
@@ -85,13 +97,9 @@ def test_a_run_from_s3_to_s3_writes_a_complete_output(s3, local_run):
     assert json.loads(objects["_timings.json"])["scan"]["tasks"] >= 2
 
 
-def test_the_training_reader_reads_the_shards_back_from_s3(s3, local_run, monkeypatch):
+def test_the_training_reader_reads_the_shards_back_from_s3(s3_here, local_run):
     training = pytest.importorskip("training")
-    import fsspec
-
-    monkeypatch.setenv("AWS_ACCESS_KEY_ID", KEY_ID)
-    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", SECRET)
-    monkeypatch.setitem(fsspec.config.conf, "s3", {"endpoint_url": s3["endpoint"]})
+    s3 = s3_here
     manifest = json.loads(s3["fs"].cat_file(f"{local_run}/manifest.json"))
     for pool in ("cpt", "sft", "eval"):
         expected = sorted(r for s in manifest["shards"] if s["path"].startswith(f"shards/{pool}/")
@@ -124,20 +132,15 @@ def test_ray_on_s3_gives_the_same_objects_and_no_credential_reaches_an_output(s3
         assert KEY_ID not in stream and SECRET not in stream
 
 
-def test_a_file_another_process_wrote_after_a_listing_here_is_read(s3, monkeypatch):
+def test_a_file_another_process_wrote_after_a_listing_here_is_read(s3_here):
     """A worker that listed a folder (a sample task's clean-up lists all of ``_work/samples``) and later reads a
     file another worker wrote there since (a shard task reading its bucket) must find it. s3fs keeps listings,
     and a later `find` does not replace one it holds, so a cached output filesystem read the stale listing and
     failed with FileNotFoundError on a file that was there."""
-    import fsspec
-
     from pipeline.outputs import out_fs
 
-    monkeypatch.setenv("AWS_ACCESS_KEY_ID", KEY_ID)
-    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", SECRET)
-    monkeypatch.setitem(fsspec.config.conf, "s3", {"endpoint_url": s3["endpoint"]})
     folder = f"{BUCKET}/out-listing/_work/samples/sft/b00000"
-    other = s3["fs"]  # another process's filesystem: its own listings
+    other = s3_here["fs"]  # another process's filesystem: its own listings
     other.pipe_file(f"{folder}/aaaa.arrow", b"first")
     fs, root = out_fs(f"s3://{BUCKET}/out-listing")
     assert fs.find(f"{root}/_work/samples") == [f"{folder}/aaaa.arrow"]
@@ -162,19 +165,14 @@ def test_a_missing_object_ends_a_command_with_a_line_that_says_so(s3):
     assert error_line(raised.value) == (f"No such file or directory: {missing}", 2)
 
 
-def test_the_inputs_keep_their_listings_while_the_output_keeps_none(s3, monkeypatch, caplog):
+def test_the_inputs_keep_their_listings_while_the_output_keeps_none(s3_here, caplog):
     """The output's filesystem is an instance of its own: the one that reads the inputs (the same bucket and
     options) still sizes the files it listed without a request per file."""
     import logging
 
-    import fsspec
-
     from pipeline.outputs import out_fs
     from stages.ingest.reading import filesystem
 
-    monkeypatch.setenv("AWS_ACCESS_KEY_ID", KEY_ID)
-    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", SECRET)
-    monkeypatch.setitem(fsspec.config.conf, "s3", {"endpoint_url": s3["endpoint"]})
     fs_in, path = filesystem(f"s3://{BUCKET}/in")
     listed = fs_in.ls(path, detail=True)
     out, root = out_fs(f"s3://{BUCKET}/out-inputs")
@@ -189,16 +187,13 @@ def test_the_inputs_keep_their_listings_while_the_output_keeps_none(s3, monkeypa
     assert [m for m in caplog.messages if f"HEAD /{BUCKET}/out-inputs/x.json" in m]  # asked, not remembered
 
 
-def test_what_the_output_writes_is_seen_by_the_shared_instance_that_listed_it_before(s3, monkeypatch):
+def test_what_the_output_writes_is_seen_by_the_shared_instance_that_listed_it_before(s3_here):
     """In one process (a notebook: a run, a read of its shards, a second run): the shared instance, which had
     listed the output folder, sees the files the output's own instance wrote there since."""
     import fsspec
 
     from pipeline.outputs import out_fs, write_bytes_atomic
 
-    monkeypatch.setenv("AWS_ACCESS_KEY_ID", KEY_ID)
-    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", SECRET)
-    monkeypatch.setitem(fsspec.config.conf, "s3", {"endpoint_url": s3["endpoint"]})
     shared, folder = fsspec.core.url_to_fs(f"s3://{BUCKET}/out-shared/shards")
     out, root = out_fs(f"s3://{BUCKET}/out-shared")
     write_bytes_atomic(out, f"{root}/shards/a.parquet", b"first")
