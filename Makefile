@@ -62,7 +62,7 @@ bench: bytecode
 bench-quick: bytecode
 	$(PY) -m bench --quick
 
-# 2 GB through Ray on 2 CPUs (and 0.2 GB for the memory flatness figure): tens of minutes, run on its own.
+# 2 GB through Ray on 2 CPUs (and 0.2 GB for the memory flatness figure): minutes, run on its own.
 bench-large: bytecode
 	$(PY) -m bench.large_run
 
