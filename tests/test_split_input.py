@@ -23,10 +23,11 @@ from stages.ingest.ranges import (
     SplitSettings,
     apply_scans,
     file_ranges,
+    iter_range_lines,
     plan_ingest,
     range_records,
 )
-from stages.ingest.reading import InputUnit
+from stages.ingest.reading import InputUnit, LineSplitter, iter_lines
 
 SPLIT = 1000  # bytes per range in the hand-built file below
 
@@ -283,3 +284,61 @@ def test_a_jsonl_records_payload_is_its_line_as_written_split_or_not(tmp_path):
     for rec in split + unsplit:
         if not isinstance(rec, InvalidRecord):
             assert rec.parsed and repr(rec.value()) == repr(json.loads(rec.payload))
+
+
+def _lines(items) -> list:
+    return [("invalid", i.reason, i.locator) if isinstance(i, InvalidRecord) else i for i in items]
+
+
+ODD_LINES = (
+    b"\xef\xbb\xbf" + b'{"first": "after a byte order mark"}\r\n'  # line 1: BOM and CRLF
+    + b"\n"  # line 2: blank
+    + b"   \t \r\n"  # line 3: only whitespace
+    + b'{"long": "' + b"x" * 400 + b'"}\n'  # line 4: over the 200-byte limit below
+    + b'{"bad": "\xff\xfe"}\n'  # line 5: not UTF-8
+    + b'{"plain": "' + b"y" * 150 + b'"}\r\n'  # line 6
+    + b'{"last": "no newline"}'  # line 7
+)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(split_bytes=st.integers(min_value=1, max_value=len(ODD_LINES) - 1))
+@example(split_bytes=1)  # a range inside the byte order mark
+@example(split_bytes=3)  # the first range ends right after it
+def test_ranges_give_the_lines_of_a_whole_read_bom_blank_oversized_and_bad_bytes_included(tmp_path, split_bytes):
+    """`iter_range_lines` over every range of a file equals `iter_lines` over the whole file, line numbers and
+    rejections included, wherever the ranges cut it (both read through `LineSplitter`)."""
+    path = tmp_path / "odd.jsonl"
+    path.write_bytes(ODD_LINES)
+    whole = _lines(iter_lines(str(path), 200))
+    assert whole == [
+        (1, '{"first": "after a byte order mark"}'),
+        ("invalid", "line_too_long", "line 4"),
+        ("invalid", "bad_encoding", "line 5"),
+        (6, '{"plain": "' + "y" * 150 + '"}'),
+        (7, '{"last": "no newline"}'),
+    ]
+    plan = plan_ingest([(InputUnit(str(path)), "lwm-jsonl")], SplitSettings(split_bytes, 1, 1))
+    scans = [run_scan_task({**t, "spec_hash": "s"}) for t in scan_tasks(plan, str(tmp_path / "out"))]
+    split = []
+    for work in apply_scans(plan, scans):
+        assert work.byte_range is not None
+        split += _lines(iter_range_lines(str(path), work.task_fields()["range"], 200))
+    assert split == whole
+
+
+def test_a_stream_that_fails_leaves_the_number_of_the_last_line_it_ended():
+    """What `iter_lines` and `iter_range_lines` name as the failing line (``line {lineno + 1}``)."""
+
+    def chunks():
+        yield b"a\nb"
+        yield b"c\nd"
+        raise OSError("connection reset")
+
+    splitter = LineSplitter("mem://x", 100, lineno=10)
+    got = []
+    with pytest.raises(OSError):
+        for item in splitter.lines(chunks()):
+            got.append(item)
+    assert got == [(11, "a"), (12, "bc")]
+    assert splitter.lineno == 12

@@ -35,9 +35,8 @@ from stages.ingest.atif import is_streaming_atif
 from stages.ingest.common import line_records
 from stages.ingest.frames import inflate, raw_chunks, zstd_frames
 from stages.ingest.reading import (
-    BOM,
     InputUnit,
-    _finish_line,
+    LineSplitter,
     container_of,
     filesystem,
     max_record_bytes,
@@ -228,50 +227,15 @@ def apply_scans(plan: list[IngestWork], scans: list[dict[str, Any]]) -> list[Ing
 
 def iter_range_lines(uri: str, r: dict[str, Any], max_bytes: int) -> Iterator[tuple[int, str] | InvalidRecord]:
     """``(line_number, text)`` of the non-blank lines that start in range `r`, as `iter_lines` gives them."""
-    lineno = r["lines_before"]
-    length = r["length"]
-    skipping = r["skip_partial"]
-    if not skipping and length <= 0:
+    if not r["skip_partial"] and r["length"] <= 0:
         return
-    pending: list[bytes] = []
-    pending_len, oversized, offset = 0, False, 0
+    splitter = LineSplitter(uri, max_bytes, lineno=r["lines_before"], skip_partial=r["skip_partial"],
+                            length=r["length"])
     try:
-        for chunk in inflate(raw_chunks(uri, r["start"]), r["compression"]):
-            i = 0
-            while True:
-                nl = chunk.find(b"\n", i)
-                piece = chunk[i:] if nl < 0 else chunk[i:nl]
-                if not skipping and not oversized:
-                    pending_len += len(piece)
-                    if pending_len > max_bytes:
-                        oversized, pending = True, []
-                    else:
-                        pending.append(piece)
-                if nl < 0:
-                    break
-                lineno += 1
-                if skipping:
-                    skipping = False
-                else:
-                    if lineno == 1 and pending and not oversized:
-                        pending[0] = pending[0].removeprefix(BOM)
-                    out = _finish_line(uri, lineno, pending, oversized, max_bytes)
-                    if out is not None:
-                        yield out
-                pending, pending_len, oversized = [], 0, False
-                i = nl + 1
-                if offset + i >= length:
-                    return  # the next line starts in the next range
-            offset += len(chunk)
+        yield from splitter.lines(inflate(raw_chunks(uri, r["start"]), r["compression"]))
     except (EOFError, zstandard.ZstdError, OSError) as exc:
-        yield InvalidRecord("truncated_stream", f"stream ends early or is corrupt ({exc})", f"line {lineno + 1}", uri)
-        return
-    if not skipping and (pending or oversized):
-        if lineno == 0 and pending and not oversized:
-            pending[0] = pending[0].removeprefix(BOM)
-        out = _finish_line(uri, lineno + 1, pending, oversized, max_bytes)
-        if out is not None:
-            yield out
+        yield InvalidRecord("truncated_stream", f"stream ends early or is corrupt ({exc})",
+                            f"line {splitter.lineno + 1}", uri)
 
 
 def range_records(uri: str, fmt: str, r: dict[str, Any], max_bytes: int) -> Iterator[RawRecord | InvalidRecord]:

@@ -14,7 +14,7 @@ import os
 import posixpath
 import sys
 import zlib
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -356,21 +356,42 @@ def iter_lines(uri: str, max_bytes: int = DEFAULT_MAX_RECORD_BYTES) -> Iterator[
     A line longer than `max_bytes` is skipped without being held in memory and reported as
     ``line_too_long``; a truncated or corrupt compressed stream ends with ``truncated_stream``.
     """
-    lineno = 0
-    pending: list[bytes] = []
-    pending_len = 0
-    oversized = False
+    splitter = LineSplitter(uri, max_bytes)
     try:
         with open_binary(uri) as f:
-            while True:
-                chunk = f.read(_CHUNK)
-                if not chunk:
-                    break
-                start = 0
+            yield from splitter.lines(iter(lambda: f.read(_CHUNK), b""))
+    except (EOFError, zstandard.ZstdError, OSError) as exc:
+        yield InvalidRecord(_stream_error(exc), _stream_detail(exc), f"line {splitter.lineno + 1}", uri)
+
+
+class LineSplitter:
+    """Cuts a stream of byte chunks into numbered lines, for `iter_lines` (a whole file) and
+    `stages.ingest.ranges.iter_range_lines` (a byte range of one).
+
+    `lines` yields ``(line_number, text)`` for each non-blank line and an `InvalidRecord` for a line over
+    `max_bytes` (dropped piece by piece, never held whole) or not UTF-8; a byte order mark is dropped from
+    line 1. A range starts its numbers after `lineno` lines, drops its first line when `skip_partial` (it
+    began in the range before) and stops at the first line that starts at or past `length` bytes (the next
+    range's). When the chunks raise, `lineno` is the number of the last line ended, for the caller's message.
+    """
+
+    def __init__(self, uri: str, max_bytes: int, lineno: int = 0, skip_partial: bool = False,
+                 length: int | None = None) -> None:
+        self.uri, self.max_bytes, self.lineno = uri, max_bytes, lineno
+        self.skip_partial, self.length = skip_partial, length
+
+    def lines(self, chunks: Iterable[bytes]) -> Iterator[tuple[int, str] | InvalidRecord]:
+        uri, max_bytes, length = self.uri, self.max_bytes, self.length
+        lineno, skipping = self.lineno, self.skip_partial
+        pending: list[bytes] = []
+        pending_len, oversized, offset = 0, False, 0
+        try:
+            for chunk in chunks:
+                i = 0
                 while True:
-                    nl = chunk.find(b"\n", start)
-                    piece = chunk[start:] if nl < 0 else chunk[start:nl]
-                    if not oversized:
+                    nl = chunk.find(b"\n", i)
+                    piece = chunk[i:] if nl < 0 else chunk[i:nl]
+                    if not skipping and not oversized:
                         pending_len += len(piece)
                         if pending_len > max_bytes:
                             oversized, pending = True, []
@@ -379,26 +400,31 @@ def iter_lines(uri: str, max_bytes: int = DEFAULT_MAX_RECORD_BYTES) -> Iterator[
                     if nl < 0:
                         break
                     lineno += 1
-                    if lineno == 1 and pending and not oversized:
-                        pending[0] = pending[0].removeprefix(BOM)
-                    out = _finish_line(uri, lineno, pending, oversized, max_bytes)
-                    if out is not None:
-                        yield out
+                    if skipping:
+                        skipping = False
+                    else:
+                        if lineno == 1 and pending and not oversized:
+                            pending[0] = pending[0].removeprefix(BOM)
+                        out = _finish_line(uri, lineno, pending, oversized, max_bytes)
+                        if out is not None:
+                            yield out
                     pending, pending_len, oversized = [], 0, False
-                    start = nl + 1
-    except (EOFError, zstandard.ZstdError, OSError) as exc:
-        yield InvalidRecord(_stream_error(exc), _stream_detail(exc), f"line {lineno + 1}", uri)
-        return
-    if pending or oversized:
-        if lineno == 0 and pending and not oversized:
-            pending[0] = pending[0].removeprefix(BOM)
-        out = _finish_line(uri, lineno + 1, pending, oversized, max_bytes)
-        if out is not None:
-            yield out
+                    i = nl + 1
+                    if length is not None and offset + i >= length:
+                        return  # the next line starts in the next range
+                offset += len(chunk)
+        finally:
+            self.lineno = lineno
+        if not skipping and (pending or oversized):  # the last line, without a newline
+            if lineno == 0 and pending and not oversized:
+                pending[0] = pending[0].removeprefix(BOM)
+            out = _finish_line(uri, lineno + 1, pending, oversized, max_bytes)
+            if out is not None:
+                yield out
 
 
 def _finish_line(uri: str, lineno: int, pending: list[bytes], oversized: bool, max_bytes: int):
-    """One line from its byte pieces: the text, None when blank, or why it is rejected (also used by ranges)."""
+    """One line from its byte pieces: the text, None when blank, or why it is rejected."""
     if oversized:
         return InvalidRecord("line_too_long", f"line exceeds {max_bytes} bytes", f"line {lineno}", uri)
     data = b"".join(pending)
