@@ -85,7 +85,7 @@ class AutoExecutor:
     real tool-call trajectories, outputs byte-identical; `python -m bench` and `python -m bench.scaling`).
     Ray's start (seconds for its own processes, then the workers' imports and tokenizer) is a cost forked
     workers do not pay, and once both have two workers nothing else differs: forked workers beat Ray on two
-    CPUs at every size measured up to 164 MB (see bench/RESULTS.md). From `RECYCLE_BYTES` (256 MiB) on, Ray
+    CPUs at every size measured, 41 to 656 MB (see bench/RESULTS.md). From `RECYCLE_BYTES` (256 MiB) on, Ray
     replaces its workers every `RECYCLE_TASKS` tasks so that what a long-lived process keeps cannot grow with
     the input, and its peak memory per worker is the one measured flat up to 2 GB; that is where the
     threshold sits. (In-process runs alone, before forked workers, broke even with Ray near 50 MB.)
