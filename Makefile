@@ -66,7 +66,7 @@ bench-quick: bytecode
 bench-large: bytecode
 	$(PY) -m bench.large_run
 
-# Ray on 1 and 2 CPUs against in-process at 41, 82 and 164 MB, and the machine's ceiling for a second process.
+# Ray on 1 and 2 CPUs against in-process at 41, 82, 164 and 328 MB, and the machine's ceiling for a second process.
 bench-scaling: bytecode
 	$(PY) -m bench.scaling
 

@@ -1,8 +1,9 @@
-"""``python -m bench.scaling [--mb 41 82 164] [--runs 1]``: Ray's speed-up as the input grows, and this machine's ceiling.
+"""``python -m bench.scaling [--mb 41 82 164 328] [--runs 1]``: Ray's speed-up as the input grows, and this machine's ceiling.
 
 Figures 2a and 2b of bench/RESULTS.md are measured on 41 MB, where Ray's fixed cost (its own processes
 starting, the workers' imports and tokenizer) is a large share of the run. This command measures both
-ratios at growing sizes of the same real-trajectory corpus (all-turn SFT, dedup off, as 2a/2b):
+ratios at growing sizes of the same real-trajectory corpus (all-turn SFT, dedup off, as 2a/2b), up to 328 MB,
+the first size at which the default executor is Ray:
 ``lwm run --executor local``, then Ray with 1 CPU and with 2 CPUs, then two forked worker processes
 (``--executor processes``, what the default runs below its Ray threshold), back to back, `--runs` times per
 size (medians of the per-run ratios). It also measures what a second process is worth on this machine
@@ -176,7 +177,7 @@ def render(sizes: list[dict], top: dict, text_mb: float, runs: int) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.scaling", description=__doc__.splitlines()[0])
-    parser.add_argument("--mb", type=float, nargs="+", default=[41, 82, 164], help="input sizes in MB")
+    parser.add_argument("--mb", type=float, nargs="+", default=[41, 82, 164, 328], help="input sizes in MB")
     parser.add_argument("--runs", type=int, default=1, help="runs per size")
     parser.add_argument("--ceiling-runs", type=int, default=3)
     parser.add_argument("--results", default=RESULTS, help="the results file whose section to replace")
