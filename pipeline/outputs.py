@@ -24,6 +24,7 @@ from pipeline.digest import HashingFile
 from schemas.errors import ConfigError
 from schemas.text import escape_surrogates
 from stages.distinct import distinct, distinct_first
+from stages.ingest.reading import is_local
 
 PARQUET_OPTIONS = {"compression": "zstd", "compression_level": 3}
 
@@ -93,7 +94,7 @@ def out_fs(root: str) -> tuple[fsspec.AbstractFileSystem, str]:
     a synchronous filesystem, the thread), so a forked worker makes its own. A local path keeps the shared
     instance: a local filesystem caches no listings."""
     fs, path = fsspec.core.url_to_fs(root)
-    if not _is_local(fs) and isinstance(getattr(fs, "dircache", None), DirCache) and fs.dircache.use_listings_cache:
+    if not is_local(fs) and isinstance(getattr(fs, "dircache", None), DirCache) and fs.dircache.use_listings_cache:
         own = _OUTPUT_FS.get(fs._fs_token)  # fsspec's token of every instance it makes
         if own is None:
             own = fsspec.core.url_to_fs(root, skip_instance_cache=True)[0]
@@ -120,12 +121,8 @@ def _tmp_name(path: str) -> str:
     return f"{path}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}"
 
 
-def _is_local(fs: fsspec.AbstractFileSystem) -> bool:
-    return "file" in (fs.protocol if isinstance(fs.protocol, tuple) else (fs.protocol,))
-
-
 def _commit(fs: fsspec.AbstractFileSystem, tmp: str, path: str) -> None:
-    if _is_local(fs):
+    if is_local(fs):
         os.replace(tmp, path)
     else:
         fs.mv(tmp, path)

@@ -66,12 +66,13 @@ def filesystem(uri: str) -> tuple[fsspec.AbstractFileSystem, str]:
 
 
 def _unstrip(fs: fsspec.AbstractFileSystem, path: str) -> str:
-    return fs.unstrip_protocol(path) if not fs.protocol or "file" not in _protocols(fs) else path
+    return fs.unstrip_protocol(path) if not fs.protocol or not is_local(fs) else path
 
 
-def _protocols(fs: fsspec.AbstractFileSystem) -> tuple[str, ...]:
+def is_local(fs: fsspec.AbstractFileSystem) -> bool:
+    """Whether `fs` is this machine's own filesystem (fsspec's ``file`` protocol, whatever other names it has)."""
     p = fs.protocol
-    return (p,) if isinstance(p, str) else tuple(p)
+    return "file" in ((p,) if isinstance(p, str) else tuple(p))
 
 
 class LinkOutsideInput(OSError):
@@ -84,7 +85,7 @@ def check_link(fs: fsspec.AbstractFileSystem, path: str) -> None:
     Links that leave the input are treated like ``../`` paths: a logged screen ``002.xml`` pointing
     at ``/home/me/.ssh/id_rsa`` must never pull that file into shards.
     """
-    if "file" not in _protocols(fs) or not os.path.islink(path):
+    if not is_local(fs) or not os.path.islink(path):
         return
     if not _inside(os.path.realpath(path), os.path.realpath(os.path.dirname(path) or ".")):
         raise LinkOutsideInput(f"{os.path.basename(path)} is a link out of its folder; not read")
@@ -322,7 +323,7 @@ def _canonical_local(fs, path: str) -> str:
     ``/tmp/shared/data`` name the same records, and ids derived from the URI (trajectories of formats that carry
     none, split keys, pools) must not change with the spelling. The last component stays as written: a link
     there is still read, or refused, as a link. Other filesystems' paths are returned unchanged."""
-    if "file" not in _protocols(fs):
+    if not is_local(fs):
         return path
     head, tail = os.path.split(path.rstrip(os.sep) or os.sep)
     return os.path.join(os.path.realpath(head), tail) if head and tail else path
@@ -330,7 +331,7 @@ def _canonical_local(fs, path: str) -> str:
 
 def _real(fs, path: str) -> str | None:
     """The real path of a local input root (None for other filesystems, which have no links)."""
-    return os.path.realpath(path) if "file" in _protocols(fs) else None
+    return os.path.realpath(path) if is_local(fs) else None
 
 
 def _walk(fs, path: str, units: dict[str, InputUnit], claims_dir, root: str | None = None) -> None:
