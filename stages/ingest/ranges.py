@@ -41,6 +41,7 @@ from stages.ingest.reading import (
     filesystem,
     max_record_bytes,
     split_compression,
+    stream_failure,
 )
 from stages.ingest.registry import RawRecord, reads_line_records
 
@@ -234,8 +235,7 @@ def iter_range_lines(uri: str, r: dict[str, Any], max_bytes: int) -> Iterator[tu
     try:
         yield from splitter.lines(inflate(raw_chunks(uri, r["start"]), r["compression"]))
     except (EOFError, zstandard.ZstdError, OSError) as exc:
-        yield InvalidRecord("truncated_stream", f"stream ends early or is corrupt ({exc})",
-                            f"line {splitter.lineno + 1}", uri)
+        yield stream_failure(exc, f"line {splitter.lineno + 1}", uri)
 
 
 def range_records(uri: str, fmt: str, r: dict[str, Any], max_bytes: int) -> Iterator[RawRecord | InvalidRecord]:

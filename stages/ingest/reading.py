@@ -95,12 +95,11 @@ def _inside(path: str, root: str) -> bool:
     return path == root or path.startswith(root.rstrip(os.sep) + os.sep)
 
 
-def _stream_error(exc: BaseException) -> str:
-    return "link_outside_input" if isinstance(exc, LinkOutsideInput) else "truncated_stream"
-
-
-def _stream_detail(exc: BaseException) -> str:
-    return str(exc) if isinstance(exc, LinkOutsideInput) else f"stream ends early or is corrupt ({exc})"
+def stream_failure(exc: BaseException, locator: str, uri: str) -> InvalidRecord:
+    """The record of a read that failed part way (a link out of the input, a truncated or corrupt stream)."""
+    if isinstance(exc, LinkOutsideInput):
+        return InvalidRecord("link_outside_input", str(exc), locator, uri)
+    return InvalidRecord("truncated_stream", f"stream ends early or is corrupt ({exc})", locator, uri)
 
 
 def join_uri(base: str, *parts: str) -> str:
@@ -362,7 +361,7 @@ def iter_lines(uri: str, max_bytes: int = DEFAULT_MAX_RECORD_BYTES) -> Iterator[
         with open_binary(uri) as f:
             yield from splitter.lines(iter(lambda: f.read(_CHUNK), b""))
     except (EOFError, zstandard.ZstdError, OSError) as exc:
-        yield InvalidRecord(_stream_error(exc), _stream_detail(exc), f"line {splitter.lineno + 1}", uri)
+        yield stream_failure(exc, f"line {splitter.lineno + 1}", uri)
 
 
 class LineSplitter:
@@ -481,7 +480,7 @@ def read_document(uri: str, max_bytes: int = DEFAULT_MAX_RECORD_BYTES) -> bytes 
         with open_binary(uri) as f:
             data = f.read(max_bytes + 1)
     except (EOFError, zstandard.ZstdError, OSError) as exc:
-        return InvalidRecord(_stream_error(exc), _stream_detail(exc), "document", uri)
+        return stream_failure(exc, "document", uri)
     if len(data) > max_bytes:
         return InvalidRecord("record_too_large", f"document exceeds {max_bytes} bytes", "document", uri)
     return data.removeprefix(BOM)
@@ -533,7 +532,7 @@ def iter_csv(uri: str, max_bytes: int = DEFAULT_MAX_RECORD_BYTES) -> Iterator[tu
                     continue
                 yield f"row {row}", record
     except (EOFError, zstandard.ZstdError, OSError, UnicodeDecodeError) as exc:
-        yield InvalidRecord(_stream_error(exc), _stream_detail(exc), "document", uri)
+        yield stream_failure(exc, "document", uri)
 
 
 def iter_parquet(uri: str, max_bytes: int = DEFAULT_MAX_RECORD_BYTES) -> Iterator[tuple[str, Any] | InvalidRecord]:
