@@ -112,7 +112,8 @@ class RayExecutor:
         # here), so the start's processes are launched that much sooner while this thread goes on with the run.
         ray = sys.modules.get("ray")
         self._ray: Any = ray
-        self._started = False
+        self._started = False  # a local Ray this executor started: `close` stops it
+        self._joined = False  # a cluster this executor connected to: `close` disconnects (the cluster runs on)
         self._auto = max_tasks_per_worker == "auto"
         self.max_tasks_per_worker = 0 if self._auto else int(max_tasks_per_worker)
         # While a local Ray starts, the driver runs the first tasks itself, unless the input is large
@@ -142,6 +143,7 @@ class RayExecutor:
             self._ray = ray
             self._task_env = None
             ray.init(address=address, log_to_driver=False, logging_level=logging.WARNING, runtime_env=WORKER_ENV)
+            self._joined = True
             self._connected()
         else:
             # A local Ray takes seconds to start (its own processes, then the workers'); it starts in a thread
@@ -311,6 +313,11 @@ class RayExecutor:
             stop_monitor_first(self._ray)
             self._ray.shutdown()
             self._started = False
+        elif self._joined:
+            # Disconnect now: left to Ray's exit hook, the driver's exit waits 0.5 s for log lines that
+            # `log_to_driver=False` never prints. The cluster is not stopped.
+            self._ray.shutdown()
+            self._joined = False
         self._stop.set()
         path = os.environ.get(TIMELINE_ENV)
         if path and self._timeline:

@@ -121,3 +121,25 @@ def test_a_two_node_loopback_cluster_gives_the_bytes_of_a_local_run(cluster, tmp
     assert_same_outputs(tmp_path / "local", out)
     assert (out / "_SUCCESS").exists()
     assert not list(out.rglob("*.tmp-*"))
+
+
+DISCONNECT_SCRIPT = """
+import sys
+import ray
+from pipeline.ray_executor import RayExecutor
+
+executor = RayExecutor(address=sys.argv[1])
+assert ray.is_initialized()
+executor.close()
+print("connected after close:", ray.is_initialized())
+"""
+
+
+def test_a_driver_on_a_cluster_disconnects_at_close_and_leaves_the_cluster_running(cluster, tmp_path):
+    # Left connected, the driver's exit runs Ray's own hook, which sleeps half a second before disconnecting.
+    runs = [subprocess.run([sys.executable, "-c", DISCONNECT_SCRIPT, cluster["address"]], capture_output=True,
+                           text=True, env=cluster["env"], timeout=120) for _ in range(2)]
+    for proc in runs:  # the second driver finds the cluster the first one left
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        assert "connected after close: False" in proc.stdout
+    assert all(node.poll() is None for node in cluster["nodes"])
