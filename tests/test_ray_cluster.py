@@ -135,7 +135,7 @@ print("connected after close:", ray.is_initialized())
 """
 
 
-def test_a_driver_on_a_cluster_disconnects_at_close_and_leaves_the_cluster_running(cluster, tmp_path):
+def test_a_driver_on_a_cluster_disconnects_at_close_and_leaves_the_cluster_running(cluster):
     # Left connected, the driver's exit runs Ray's own hook, which sleeps half a second before disconnecting.
     runs = [subprocess.run([sys.executable, "-c", DISCONNECT_SCRIPT, cluster["address"]], capture_output=True,
                            text=True, env=cluster["env"], timeout=120) for _ in range(2)]
