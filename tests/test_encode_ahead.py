@@ -134,6 +134,58 @@ def test_a_failing_thread_leaves_the_work_to_the_task():
     assert got == _encode_all(plain, texts)
 
 
+class HeldTokenizer(CountingTokenizer):
+    """Counts like `CountingTokenizer`; on the other thread, holds the encoding of `held` until `release` is set
+    (or raises there, with `fail`)."""
+
+    def __init__(self, held: str, fail: bool = False) -> None:
+        super().__init__()
+        self.held, self.fail = held, fail
+        self.started, self.release = threading.Event(), threading.Event()
+
+        self.here: list[str] = []  # the long texts encoded on the test's thread
+
+    def encode_array(self, text: str):
+        if threading.current_thread() is threading.main_thread():
+            self.here.append(text)
+        elif text == self.held:
+            self.started.set()
+            if self.fail:
+                raise RuntimeError("tokenizer failed")
+            assert self.release.wait(10)
+        return super().encode_array(text)
+
+
+def test_a_row_the_thread_is_encoding_is_waited_for_not_encoded_twice():
+    rows = _rows(4)
+    want = _encode_all(_seg(), rows)
+    tok = HeldTokenizer(rows[0][2])
+    seg = segment_tokenizer(tok)
+    with EncodeAhead(seg, rows) as ahead:
+        assert tok.started.wait(10)  # the thread is in the middle of row 0
+        threading.Timer(0.2, tok.release.set).start()
+        began = time.monotonic()
+        ahead.at(0)
+        assert time.monotonic() - began >= 0.15  # it waited for the row
+        assert set(rows[0][:5]) <= set(seg.given)
+        got = [seg.encode(t) for t in rows[0]]
+    assert got == want[:len(rows[0])]
+    assert not set(rows[0]) & set(tok.here)  # none of the row's long texts was encoded a second time here
+
+
+def test_a_thread_that_fails_in_the_middle_of_a_row_leaves_it_to_the_task():
+    rows = _rows(3)
+    plain = _seg()
+    tok = HeldTokenizer(rows[0][2], fail=True)
+    seg = segment_tokenizer(tok)
+    with EncodeAhead(seg, rows) as ahead:
+        assert tok.started.wait(10)
+        _wait_until(lambda: not ahead._thread.is_alive())
+        got = _encode_all(seg, rows, ahead)  # returns: no wait for the row the thread was on
+    assert isinstance(ahead.error, RuntimeError) and ahead.offered == 0
+    assert got == _encode_all(plain, rows)
+
+
 def test_the_in_process_runner_lends_its_other_cpus_to_a_task_it_runs_alone(monkeypatch):
     import pipeline.executors as executors
     from pipeline.engine import spare_cpus
