@@ -142,7 +142,6 @@ class HeldTokenizer(CountingTokenizer):
         super().__init__()
         self.held, self.fail = held, fail
         self.started, self.release = threading.Event(), threading.Event()
-
         self.here: list[str] = []  # the long texts encoded on the test's thread
 
     def encode_array(self, text: str):
