@@ -24,7 +24,7 @@ from schemas.errors import ConfigError
 from schemas.stats import merge_all
 from stages.ingest.ranges import IngestWork, apply_scans, input_size, plan_ingest, split_settings
 from stages.ingest.reading import InputUnit, expand_inputs
-from stages.ingest.registry import claims_dir, get_adapter, sniff
+from stages.ingest.registry import claims_dir, get_adapter, sniff, sniffed_opts
 from stages.steps import step_sections
 from stages.uri_credentials import strip_uri_credentials
 
@@ -144,12 +144,15 @@ class IngestStage(Stage):
             return None
         opts = adapter_opts(cfg)
         plan: list[IngestWork] = ctx.shared["ingest_plan"]
+        # sniffed formats: each unit's adapter takes the options it has (`sniffed_opts`); a given one takes all
+        per_format = None if cfg["run"]["format"] else sniffed_opts((w.format for w in plan), opts)
         tasks = []
         for work in plan:
             fields = work.task_fields()
             ranged = [fields["range"]] if "range" in fields else []
-            tasks.append({**fields, "opts": opts, "out": cfg["run"]["out"], "cfg": cfg,
-                          "spec": [work.identity, work.format, opts, *ranged]})
+            task_opts = per_format(work.format) if per_format is not None and work.format else opts
+            tasks.append({**fields, "opts": task_opts, "out": cfg["run"]["out"], "cfg": cfg,
+                          "spec": [work.identity, work.format, task_opts, *ranged]})
         return tasks
 
     def finish(self, ctx: RunContext, results: list[dict[str, Any]]) -> None:

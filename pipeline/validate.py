@@ -13,7 +13,7 @@ from typing import Any
 
 from schemas.stats import Stats
 from stages.ingest.reading import expand_inputs
-from stages.ingest.registry import claims_dir, get_adapter, resolve_opts, sniff
+from stages.ingest.registry import claims_dir, get_adapter, resolve_opts, sniff, sniffed_opts
 from stages.normalize import FILTERED_NO_TURNS, normalize_unit
 
 
@@ -28,10 +28,12 @@ def validate_inputs(
     if fmt:
         get_adapter(fmt)
     units = expand_inputs(paths, claims_dir=partial(claims_dir, fmt=fmt))
+    names = [fmt or sniff(unit)[0] for unit in units]
+    # sniffed formats: each unit's adapter takes the options it has, as under `lwm run`
+    per_format = None if fmt else sniffed_opts(names, opts)
     stats = Stats()
     formats: set[str] = set()
-    for unit in units:
-        name = fmt or sniff(unit)[0]
+    for unit, name in zip(units, names):
         if not name:
             stats.add("records.read")
             stats.add("records.quarantined")
@@ -41,7 +43,8 @@ def validate_inputs(
             continue
         formats.add(name)
         adapter = get_adapter(name)
-        unit_opts = resolve_opts(adapter, {**opts, **({"domain": domain} if domain else {})})
+        given = per_format(name) if per_format is not None else opts
+        unit_opts = resolve_opts(adapter, {**given, **({"domain": domain} if domain else {})})
         for item in normalize_unit(unit, adapter, unit_opts, stats):
             if item.quarantine is not None and echo:
                 q = item.quarantine

@@ -8,6 +8,7 @@ re-run after space was freed: the output is then byte-identical to a clean run.
 from __future__ import annotations
 
 import errno
+import json
 import os
 import socket
 import subprocess
@@ -220,3 +221,39 @@ def test_debug_shows_the_error_itself_instead_of_one_line(tmp_path):
     result = CliRunner().invoke(main, ["--debug", "run", "-i", "x", "-o", str(tmp_path), "--sft-turns", "abc", "--dry-run"])
     assert isinstance(result.exception, ConfigError)
     assert "lwm: error:" not in result.stderr
+
+
+@pytest.fixture
+def mixed_input(tmp_path) -> Path:
+    """An openai-messages file with an orphan tool result (the option `orphans` applies) and a SWE-agent
+    trajectory (its adapter has no `orphans`): one input of two sniffed formats."""
+    fixtures = ROOT / "tests" / "fixtures"
+    src = tmp_path / "in"
+    src.mkdir()
+    (src / "orphan.jsonl").write_bytes((fixtures / "openai-messages" / "orphan.jsonl").read_bytes())
+    (src / "run.traj").write_bytes((fixtures / "swe-agent" / "thought_action_1x.traj").read_bytes())
+    return src
+
+
+def test_an_option_of_some_sniffed_formats_applies_to_those(mixed_input, tmp_path):
+    out = tmp_path / "out"
+    status, stderr = _invoke(["run", "--executor", "local", "--progress", "off", "-i", str(mixed_input),
+                              "-o", str(out), "--opt", "orphans=skip", "--max-quarantine-rate", "0"])
+    assert status == 0, stderr
+    manifest = json.loads((out / "manifest.json").read_text())
+    # without the option, the orphan result quarantines its chat (and the run fails at rate 0)
+    assert manifest["counts"]["records"] == {"read": 2, "normalized": 2}
+    assert {e["format"] for e in manifest["inputs"]} == {"openai-messages", "swe-agent"}
+
+    status, stderr = _invoke(["validate", str(mixed_input), "--opt", "orphans=skip", "--json"])
+    assert status == 0, stderr
+
+
+def test_an_option_no_sniffed_format_has_is_one_line_naming_them(mixed_input, tmp_path):
+    for command in (["run", "--executor", "local", "-o", str(tmp_path / "out")], ["validate"]):
+        args = [*command, *(["-i"] if command[0] == "run" else []), str(mixed_input), "--opt", "orphan=skip"]
+        status, stderr = _invoke(args)
+        assert status == 2
+        line = _one_error_line(stderr)
+        assert line.startswith("no format of this input (openai-messages, swe-agent) has option orphan;"), line
+        assert "orphans" in line  # the options they have

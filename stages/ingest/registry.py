@@ -21,7 +21,7 @@ An adapter is any object with these attributes (a Protocol, not a base class):
 from __future__ import annotations
 
 import importlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any, Protocol, runtime_checkable
@@ -161,12 +161,33 @@ def sniff(unit: InputUnit) -> tuple[str | None, float]:
     return best, best_score
 
 
+COMMON_OPTIONS = frozenset({"domain", "source_kind", "max_record_bytes"})
+
+
+def sniffed_opts(formats: Iterable[str | None], opts: dict[str, Any]) -> Callable[[str], dict[str, Any]]:
+    """The options of an input whose formats were sniffed, per format: each takes the options it declares.
+
+    Mixed input (several formats found) may name an option that only some of them have (``--opt orphans=skip``:
+    three chat formats); it applies to those. An option that no format of the input has is a `ConfigError`,
+    as it is for a single format."""
+    found = sorted({f for f in formats if f})
+    declared = {name: set(get_adapter(name).options) | COMMON_OPTIONS for name in found}
+    unknown = set(opts) - set().union(COMMON_OPTIONS, *declared.values())
+    if unknown:
+        if len(found) == 1:
+            resolve_opts(get_adapter(found[0]), opts)  # raises, naming the format and its options
+        known = ", ".join(sorted(set().union(*declared.values()))) if found else ", ".join(sorted(COMMON_OPTIONS))
+        names = ", ".join(found) or "none recognized"
+        raise ConfigError(f"no format of this input ({names}) has option {', '.join(sorted(unknown))}; "
+                          f"their options: {known}")
+    return lambda name: {k: v for k, v in opts.items() if k in declared[name]}
+
+
 def resolve_opts(adapter: Adapter, opts: dict[str, Any]) -> dict[str, Any]:
     """Adapter options with the common keys filled in; unknown keys are a `ConfigError`."""
-    common = {"domain", "source_kind", "max_record_bytes"}
-    unknown = set(opts) - set(adapter.options) - common
+    unknown = set(opts) - set(adapter.options) - COMMON_OPTIONS
     if unknown:
-        known = ", ".join(sorted(set(adapter.options) | common))
+        known = ", ".join(sorted(set(adapter.options) | COMMON_OPTIONS))
         raise ConfigError(f"format {adapter.name} has no option {', '.join(sorted(unknown))}; options: {known}")
     out = dict(opts)
     out.setdefault("domain", None)
