@@ -11,6 +11,7 @@ from collections.abc import Callable
 from functools import partial
 from typing import Any
 
+from schemas.errors import ConfigError
 from schemas.stats import Stats
 from stages.ingest.reading import expand_inputs
 from stages.ingest.registry import claims_dir, get_adapter, resolve_opts, sniff, sniffed_opts
@@ -28,6 +29,8 @@ def validate_inputs(
     if fmt:
         get_adapter(fmt)
     units = expand_inputs(paths, claims_dir=partial(claims_dir, fmt=fmt))
+    if not units:  # as `lwm run` says
+        raise ConfigError(f"no input files found in {', '.join(paths)}")
     names = [fmt or sniff(unit)[0] for unit in units]
     # sniffed formats: each unit's adapter takes the options it has, as under `lwm run`
     per_format = None if fmt else sniffed_opts(names, opts)

@@ -257,3 +257,20 @@ def test_an_option_no_sniffed_format_has_is_one_line_naming_them(mixed_input, tm
         line = _one_error_line(stderr)
         assert line.startswith("no format of this input (openai-messages, swe-agent) has option orphan;"), line
         assert "orphans" in line  # the options they have
+
+
+def test_validate_exits_1_where_run_would_fail_on_quarantine_and_2_without_input(corpus, tmp_path):
+    # the module's corpus: 3 files of 12, one 1-turn and one malformed line: 1 of 38 quarantined, under 5%
+    status, stderr = _invoke(["validate", str(corpus)])
+    assert status == 0, stderr
+    status, stderr = _invoke(["validate", str(corpus), "--max-quarantine-rate", "0.01"])
+    assert status == 1
+    assert stderr.strip().splitlines()[-1] == ("lwm: quarantine rate 2.6% (1 of 38 records) exceeds the bound 1.0%: "
+                                                "lwm run would fail")
+    status, stderr = _invoke(["run", "--executor", "local", "--progress", "off", "-i", str(corpus),
+                              "-o", str(tmp_path / "out"), "--max-quarantine-rate", "0.01"])
+    assert status == 2 and "exceeds the bound 1.0%" in stderr  # what validate foretold
+    (tmp_path / "empty").mkdir()
+    status, stderr = _invoke(["validate", str(tmp_path / "empty")])
+    assert status == 2
+    assert _one_error_line(stderr) == f"no input files found in {tmp_path / 'empty'}"
