@@ -167,11 +167,11 @@ def parse_opt(pairs: tuple[str, ...] | list[str]) -> dict[str, Any]:
     """``KEY=VALUE`` strings → dict; values that parse as JSON (numbers, true, lists) are typed."""
     out: dict[str, Any] = {}
     for pair in pairs:
-        if "=" not in pair:
+        key, sep, value = pair.partition("=")
+        if not sep or not key.strip():
             raise ConfigError(f"--opt expects KEY=VALUE, got {pair!r}")
-        key, value = pair.split("=", 1)
         try:
             out[key.strip()] = json.loads(value)
-        except json.JSONDecodeError:
+        except ValueError:  # not JSON (or an integer too long to convert): the text itself
             out[key.strip()] = value
     return out

@@ -274,3 +274,17 @@ def test_validate_exits_1_where_run_would_fail_on_quarantine_and_2_without_input
     status, stderr = _invoke(["validate", str(tmp_path / "empty")])
     assert status == 2
     assert _one_error_line(stderr) == f"no input files found in {tmp_path / 'empty'}"
+
+
+@pytest.mark.parametrize("pair", ["orphans", "=skip", " =skip"])
+def test_an_opt_without_a_key_is_one_line(pair, tmp_path):
+    status, stderr = _invoke(["run", "-i", "x", "-o", str(tmp_path / "out"), "--opt", pair, "--dry-run"])
+    assert status == 2
+    assert _one_error_line(stderr) == f"--opt expects KEY=VALUE, got {pair!r}"
+
+
+def test_an_opt_value_that_is_not_json_is_its_text():
+    from pipeline.config import parse_opt
+
+    huge = "9" * 5000  # JSON, but an integer Python will not convert: kept as the text given
+    assert parse_opt(["a=1", "b=x y", f"c={huge}", "d=a=b"]) == {"a": 1, "b": "x y", "c": huge, "d": "a=b"}

@@ -93,6 +93,44 @@ def test_deep_nesting_through_run(tmp_path):
     assert "too_deep" in reasons and "unknown_format" in reasons
 
 
+# --- integers Python will not convert -----------------------------------------------------------
+
+HUGE = "9" * (sys.get_int_max_str_digits() + 700)  # valid JSON; `int()` of it raises ValueError
+
+
+def test_a_huge_integer_is_a_quarantine_row_and_in_tool_arguments_stays_text(tmp_path):
+    src = tmp_path / "in"
+    src.mkdir()
+    huge = good(9)
+    huge["split_key"] = "HUGE"
+    in_action = good(8)  # read fine (the action is a string); the filters parse it
+    in_action["turns"][0]["action"] = '[{"keystrokes": "seq 1\\n", "n": ' + HUGE + "}]"
+    lines = [json.dumps(good(i)) for i in range(6)] + [json.dumps(huge).replace('"HUGE"', HUGE), json.dumps(in_action)]
+    (src / "a.jsonl").write_text("\n".join(lines) + "\n")
+    # an OpenAI chat whose call arguments hold such a number: the model's text is kept as it was sent
+    chat = {"id": "c", "messages": [
+        {"role": "user", "content": "Add them."},
+        {"role": "assistant", "content": "", "tool_calls": [
+            {"id": "1", "type": "function", "function": {"name": "add", "arguments": '{"n": ' + HUGE + "}"}}]},
+        {"role": "tool", "tool_call_id": "1", "content": "overflow"},
+        {"role": "assistant", "content": "", "tool_calls": [
+            {"id": "2", "type": "function", "function": {"name": "add", "arguments": '{"n": 1}'}}]},
+        {"role": "tool", "tool_call_id": "2", "content": "1"}]}
+    (src / "chat.jsonl").write_text(json.dumps(chat) + "\n")
+    out = tmp_path / "out"
+    proc = lwm("run", "--executor", "local", "-i", str(src), "-o", str(out), "--max-quarantine-rate", "0.5")
+    assert proc.returncode == 0, proc.stderr
+    (row,) = quarantined(out)
+    assert (row["locator"], row["reason"]) == ("line 7", "malformed_json")
+    assert row["detail"].startswith(f"integer of more than {sys.get_int_max_str_digits()} digits at column ")
+    kept = pq.read_table(out / "trajectories", columns=["traj_id", "turns"]).to_pylist()
+    assert len(kept) == 8
+    (chat_row,) = [t for t in kept if not t["traj_id"].startswith("t")]
+    assert HUGE in chat_row["turns"][0]["action"]
+    shards = pq.read_table(out / "shards", columns=["traj_id"]).column("traj_id").to_pylist()
+    assert "t8" in shards and chat_row["traj_id"] in shards
+
+
 # --- lone surrogates and validate == run (6) ----------------------------------------------------
 
 SURROGATE_LINES = [

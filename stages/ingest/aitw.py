@@ -51,7 +51,7 @@ from stages.ingest.android_render import (
     render_elements,
 )
 from stages.ingest.common import canonical_json, make_trajectory
-from stages.ingest.reading import InputUnit, iter_container, max_record_bytes
+from stages.ingest.reading import InputUnit, iter_container, loads, max_record_bytes
 from stages.ingest.registry import Probe, RawRecord
 
 TAP_DISTANCE = 0.04
@@ -241,7 +241,7 @@ def _json_list(value: Any, name: str, locator: str) -> list[Any]:
         return []
     if isinstance(value, str):
         try:
-            value = json.loads(value)
+            value = loads(value)
         except json.JSONDecodeError:
             raise InvalidRecord("malformed_json", f"{name} is not JSON", locator) from None
     if not isinstance(value, list):

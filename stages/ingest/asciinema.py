@@ -51,6 +51,7 @@ from stages.ingest.reading import (
     InputUnit,
     filesystem,
     iter_jsonl,
+    loads,
     max_record_bytes,
     read_document,
     split_compression,
@@ -268,7 +269,7 @@ def _program_name(keys: str) -> str | None:
 
 def _parse_header(line: str) -> dict[str, Any] | None:
     try:
-        header = json.loads(line)
+        header = loads(line)
     except json.JSONDecodeError:
         return None
     if isinstance(header, dict) and header.get("version") in (2, 3):
@@ -303,7 +304,7 @@ def _read_recording(uri: str, max_bytes: int) -> dict[str, Any]:
 
 def _parse_event(line: str, locator: str, uri: str) -> list[Any]:
     try:
-        event = json.loads(line)
+        event = loads(line)
     except json.JSONDecodeError as exc:
         raise InvalidRecord("malformed_json", f"event: {exc.msg}", locator, uri) from None
     ok = (

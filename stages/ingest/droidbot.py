@@ -78,6 +78,7 @@ from stages.ingest.reading import (
     InputUnit,
     filesystem,
     join_uri,
+    loads,
     max_record_bytes,
     read_document,
     read_head,
@@ -378,7 +379,7 @@ def _load_json(uri: str, member: str, root: str, max_bytes: int) -> Any:
     if not data.strip():
         return InvalidRecord("empty_file", "the file is empty", f"member {member}", root)
     try:
-        return json.loads(data)
+        return loads(data)
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         return InvalidRecord("malformed_json", str(exc), f"member {member}", root)
 

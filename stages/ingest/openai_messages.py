@@ -54,7 +54,7 @@ from stages.ingest.common import (
     strip_ansi,
     text_of,
 )
-from stages.ingest.reading import InputUnit, container_of
+from stages.ingest.reading import InputUnit, container_of, loads
 from stages.ingest.registry import Probe, RawRecord
 from stages.ingest.tool_calls import (
     ToolCallPairing,
@@ -251,7 +251,7 @@ def _split_results(observation: str, pending: list[str]) -> list[str] | None:
     if len(pending) < 2 or not observation.lstrip().startswith("["):
         return None
     try:
-        results = json.loads(observation)
+        results = loads(observation)
     except json.JSONDecodeError:
         return None
     if not isinstance(results, list) or len(results) != len(pending):

@@ -51,6 +51,7 @@ from stages.ingest.reading import (
     filesystem,
     iter_jsonl,
     join_uri,
+    loads,
     max_record_bytes,
     read_document,
 )
@@ -199,7 +200,7 @@ def _read_optional_json(uri: str, max_bytes: int) -> Any:
         raise data
     try:
         # The recorder writes some files with a byte-order mark.
-        return json.loads(data.decode("utf-8-sig"))
+        return loads(data.decode("utf-8-sig"))
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise InvalidRecord("malformed_json", str(exc), "document", uri) from None
 

@@ -59,7 +59,7 @@ from typing import Any
 from schemas.errors import InvalidRecord
 from schemas.trajectory import SystemPrompt, Trajectory, Turn
 from stages.ingest.common import canonical_json, make_trajectory, records_from_container, records_from_document, text_of
-from stages.ingest.reading import InputUnit, container_of
+from stages.ingest.reading import InputUnit, container_of, loads
 from stages.ingest.registry import Probe, RawRecord
 from stages.ingest.terminal_text import clean_tool_output
 
@@ -295,7 +295,7 @@ def _canonical_action(action: dict, args: dict, metadata: dict, response: dict) 
         arguments = call.get("arguments")
         if isinstance(arguments, str):
             try:
-                arguments = json.loads(arguments) if arguments.strip() else {}
+                arguments = loads(arguments) if arguments.strip() else {}
             except json.JSONDecodeError:
                 arguments = {"raw": arguments}  # what the model sent, even when it is not JSON
         return {"name": call.get("name") or metadata.get("function_name") or "", "arguments": arguments}
@@ -373,7 +373,7 @@ def _v1_turn(action: dict, observation: dict) -> Turn:
         arguments = call.get("arguments")
         if isinstance(arguments, str):
             try:
-                arguments = json.loads(arguments) if arguments.strip() else {}
+                arguments = loads(arguments) if arguments.strip() else {}
             except json.JSONDecodeError:
                 arguments = {"raw": arguments}
         canonical = {"name": call["name"], "arguments": arguments}

@@ -12,6 +12,7 @@ import io
 import json
 import os
 import posixpath
+import re
 import sys
 import zlib
 from collections.abc import Iterable, Iterator
@@ -449,7 +450,22 @@ def loads(text: str | bytes) -> Any:
     try:
         return _DECODER.decode(text)
     except (msgspec.MsgspecError, ValueError, RecursionError):  # ValueError: a raw lone surrogate in a str
+        pass
+    try:
         return json.loads(text)
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        raise
+    except ValueError:  # an integer of more digits than Python converts (`sys.get_int_max_str_digits`)
+        raise _too_many_digits(text) from None
+
+
+def _too_many_digits(text: str | bytes) -> json.JSONDecodeError:
+    """The `json.JSONDecodeError` for JSON text holding an integer Python refuses to convert, at that integer:
+    it is valid JSON, but no record needs such a number, and converting it costs time quadratic in its length."""
+    doc = text if isinstance(text, str) else text.decode("utf-8", "replace")
+    limit = sys.get_int_max_str_digits()
+    found = re.search(rf"(?<=[\[:,\s-])\d{{{limit + 1},}}", doc)
+    return json.JSONDecodeError(f"integer of more than {limit} digits", doc, found.start() if found else 0)
 
 
 def decode_line(uri: str, lineno: int, text: str) -> Any:

@@ -34,7 +34,7 @@ from typing import Any
 from schemas.errors import InvalidRecord
 from schemas.trajectory import DOMAINS, SystemPrompt, Trajectory
 from stages.ingest.common import make_trajectory, records_from_container, strip_ansi
-from stages.ingest.reading import InputUnit
+from stages.ingest.reading import InputUnit, loads
 from stages.ingest.registry import Probe, RawRecord
 from stages.ingest.tool_calls import ToolCallPairing, action_space_of, orphans_policy
 
@@ -48,7 +48,7 @@ def parse_function_call(value: Any, where: str, locator: str) -> list[tuple[str,
     """``(name, arguments)`` of each call in a ``function_call`` value (one object or a list)."""
     if isinstance(value, str):
         try:
-            value = json.loads(value)
+            value = loads(value)
         except json.JSONDecodeError as exc:
             raise InvalidRecord(
                 "malformed_tool_call", f"{where}: function_call is not JSON ({exc.msg})", locator

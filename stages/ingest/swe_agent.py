@@ -63,7 +63,7 @@ from typing import Any
 from schemas.errors import InvalidRecord
 from schemas.trajectory import Demonstration, Outcome, SystemPrompt, Trajectory, Turn
 from stages.ingest.common import canonical_json, make_trajectory, records_from_document, text_of
-from stages.ingest.reading import InputUnit, split_compression
+from stages.ingest.reading import InputUnit, loads, split_compression
 from stages.ingest.registry import Probe, RawRecord
 from stages.ingest.swe_agent_tools import OPTION_TOOLS, TOOLS, CommandParseError, parse_tool_command
 from stages.ingest.terminal_text import clean_tool_output, keystroke_action
@@ -243,7 +243,7 @@ def _tool_call(call: Any) -> dict[str, Any]:
     arguments = function.get("arguments")
     if isinstance(arguments, str):
         try:
-            arguments = json.loads(arguments) if arguments.strip() else {}
+            arguments = loads(arguments) if arguments.strip() else {}
         except json.JSONDecodeError:
             arguments = {"raw": arguments}  # a model can emit broken JSON; it is what was sent
     return {"name": function.get("name") or "", "arguments": arguments if arguments is not None else {}}
@@ -262,7 +262,7 @@ def _command_line(step: dict, syntax: str) -> str:
 
 def _state(state: Any) -> Any:
     try:
-        return json.loads(state) if isinstance(state, str) and state.strip() else state or None
+        return loads(state) if isinstance(state, str) and state.strip() else state or None
     except json.JSONDecodeError:
         return state
 

@@ -12,6 +12,7 @@ from typing import Any
 from schemas.errors import ConfigError, InvalidRecord
 from schemas.trajectory import Turn
 from stages.ingest.common import canonical_json
+from stages.ingest.reading import loads
 
 
 def parse_arguments(raw: Any) -> Any:
@@ -20,7 +21,7 @@ def parse_arguments(raw: Any) -> Any:
         return {}
     if isinstance(raw, str):
         try:
-            return json.loads(raw)
+            return loads(raw)
         except json.JSONDecodeError:
             return raw
     return raw
@@ -93,7 +94,7 @@ def decoded_field(value: Any, what: str, locator: str) -> Any:
     """A field that may hold JSON text (CSV cells) as a value."""
     if isinstance(value, str) and value.strip()[:1] in ("[", "{"):
         try:
-            return json.loads(value)
+            return loads(value)
         except json.JSONDecodeError as exc:
             raise InvalidRecord("malformed_json", f"{what}: {exc.msg} at column {exc.colno}", locator) from None
     return value
