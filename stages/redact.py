@@ -442,7 +442,8 @@ _RULES: list[SecretRule] = [
                _whole("jwt")),
     SecretRule(
         "url",
-        re.compile(r"://(?<=[A-Za-z]://)(?P<user>[^\s:/@'\"<>]{0,256}):(?P<v>[^\s@/'\"<>]{1,256})@"),
+        # any scheme (`postgresql+psycopg2`, `s3`); the password runs to the authority's last `@`, which may follow a raw `@`
+        re.compile(r"://(?<=[A-Za-z0-9+.-]://)(?P<user>[^\s:/@'\"<>]{0,256}):(?P<v>[^\s/'\"<>]{1,256})@"),
         _value("v", "url_password", lambda m: _is_reference_or_masked(m.group("v"))),
     ),
     SecretRule(

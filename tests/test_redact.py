@@ -74,6 +74,12 @@ CASES = [
     ("git clone https://deploy:s3cr3t-Pa55@git.example.com/repo.git",
      "git clone https://deploy:<SECRET:url_password>@git.example.com/repo.git"),
     ("postgres://app:Xy9!pw@db:5432/app", "postgres://app:<SECRET:url_password>@db:5432/app"),
+    # SQLAlchemy's driver schemes, schemes with digits, and a password holding a raw `@`
+    ("DATABASE_URL=postgresql+psycopg2://app:Pa55wordXYZ123@h/db",
+     "DATABASE_URL=postgresql+psycopg2://app:<SECRET:url_password>@h/db"),
+    ("aws s3 ls s3://AKID:Pa55wordXYZ123@bucket/k", "aws s3 ls s3://AKID:<SECRET:url_password>@bucket/k"),
+    ("psql postgres://user:p@ssW0rd123@host/db -c 'select 1'",
+     "psql postgres://user:<SECRET:url_password>@host/db -c 'select 1'"),
     ('{"password": "hunter2!", "user": "bob"}', '{"password": "<SECRET:password>", "user": "bob"}'),
     ('{\\"db_password\\": \\"hunter2!\\"}', '{\\"db_password\\": \\"<SECRET:password>\\"}'),
     ("DB_PASSWORD=Tr0ub4dor&3", "DB_PASSWORD=<SECRET:password>&3"),
