@@ -22,7 +22,7 @@ from schemas.layers import QUARANTINE_SCHEMA, RAW_SCHEMA
 from schemas.stats import Stats
 from schemas.trajectory import TRAJECTORY_SCHEMA
 from stages.ingest.ranges import RangeAdapter, task_id_for
-from stages.ingest.reading import InputUnit, filesystem
+from stages.ingest.reading import InputUnit, filesystem, is_local, open_failure
 from stages.ingest.registry import get_adapter, resolve_opts
 from stages.normalize import normalize_unit, quarantine_row
 from stages.steps import apply_steps, build_steps
@@ -37,12 +37,19 @@ def describe_input(unit: InputUnit) -> dict[str, Any]:
     digest = hashlib.sha256()
     files = sorted(fs.find(path)) if unit.is_dir else [path]
     size = 0
+    unreadable = 0
     for p in files:
-        with fs.open(p, "rb") as f:
-            while chunk := f.read(1 << 20):
-                digest.update(chunk)
-                size += len(chunk)
-    return {"uri": recorded_uri(unit.uri), "size": size, "sha256": digest.hexdigest(), "files": len(files)}
+        try:
+            with fs.open(p, "rb") as f:
+                while chunk := f.read(1 << 20):
+                    digest.update(chunk)
+                    size += len(chunk)
+        except OSError:  # a link to nothing, no permission: quarantined as `unreadable_file` by its reader
+            if not is_local(fs):
+                raise
+            unreadable += 1
+    out = {"uri": recorded_uri(unit.uri), "size": size, "sha256": digest.hexdigest(), "files": len(files)}
+    return {**out, "unreadable": unreadable} if unreadable else out
 
 
 def _text_chars(traj) -> int:
@@ -56,7 +63,8 @@ def _ingest_unit(unit: InputUnit, task: dict[str, Any], stats: Stats, writers, t
     q_writer, r_writer, t_writer = writers
     fmt = task["format"]
     if not fmt:
-        err = InvalidRecord("unknown_format", "no adapter recognizes this input (give --format)", "document", unit.uri)
+        err = open_failure(unit.uri) or InvalidRecord("unknown_format", "no adapter recognizes this input (give --format)",
+                                                      "document", unit.uri)
         stats.add("records.read")
         stats.add("records.quarantined")
         stats.add(f"quarantined.{err.reason}")

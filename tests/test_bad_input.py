@@ -100,3 +100,24 @@ def test_unrecognized_file_is_quarantined_not_crashing(tmp_path):
     assert report["reasons"] == {"unknown_format": 1}
     assert report["records"] == 31 and report["trajectories"] == 30 and report["turns"] == 60
     assert report["format"] == "lwm-jsonl"
+
+
+@pytest.mark.parametrize("given", [None, "lwm-jsonl"], ids=["sniffed", "--format"])
+def test_links_to_nothing_are_unreadable_file_rows_and_the_rest_is_read(given, tmp_path):
+    src = tmp_path / "in"
+    src.mkdir()
+    (src / "good.jsonl").write_text("\n".join(json.dumps(traj(i)) for i in range(6)) + "\n")
+    (src / "dangling.jsonl").symlink_to(src / "gone.jsonl")
+    (src / "loop1.jsonl").symlink_to(src / "loop2.jsonl")
+    (src / "loop2.jsonl").symlink_to(src / "loop1.jsonl")
+    out = tmp_path / "out"
+    lwm("run", "--executor", "local", "-i", str(src), "-o", str(out), "--max-quarantine-rate", "0.5",
+        *(["--format", given] if given else []))
+    rows = sorted((Path(r["uri"]).name, r["reason"], r["detail"]) for r in _quarantine(out))
+    assert rows == [("dangling.jsonl", "unreadable_file", "No such file or directory"),
+                    ("loop1.jsonl", "unreadable_file", "Too many levels of symbolic links"),
+                    ("loop2.jsonl", "unreadable_file", "Too many levels of symbolic links")]
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["counts"]["records"] == {"read": 9, "normalized": 6, "quarantined": 3}
+    assert sorted(e["uri"].rsplit("/", 1)[1] for e in manifest["inputs"] if e.get("unreadable")) == [
+        "dangling.jsonl", "loop1.jsonl", "loop2.jsonl"]

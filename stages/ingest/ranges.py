@@ -39,6 +39,7 @@ from stages.ingest.reading import (
     LineSplitter,
     container_of,
     filesystem,
+    is_local,
     max_record_bytes,
     split_compression,
     stream_failure,
@@ -125,8 +126,14 @@ def task_id_for(identity: str) -> str:
 
 
 def input_size(unit: InputUnit) -> int:
+    """Bytes of a unit; 0 for one that cannot be looked at (a link to nothing): its ingest task says why."""
     fs, path = filesystem(unit.uri)
-    return int(fs.du(path)) if unit.is_dir else int(fs.size(path))
+    try:
+        return int(fs.du(path)) if unit.is_dir else int(fs.size(path) or 0)
+    except OSError:  # a link to a missing file or a loop of links (ELOOP), a file removed since it was listed
+        if is_local(fs):
+            return 0
+        raise
 
 
 def task_bytes(total_bytes: int, settings: SplitSettings) -> SplitSettings:

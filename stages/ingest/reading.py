@@ -100,7 +100,27 @@ def stream_failure(exc: BaseException, locator: str, uri: str) -> InvalidRecord:
     """The record of a read that failed part way (a link out of the input, a truncated or corrupt stream)."""
     if isinstance(exc, LinkOutsideInput):
         return InvalidRecord("link_outside_input", str(exc), locator, uri)
+    if isinstance(exc, OSError) and exc.errno is not None:  # the system's refusal, not a damaged stream
+        return unreadable_file(exc, locator, uri)
     return InvalidRecord("truncated_stream", f"stream ends early or is corrupt ({exc})", locator, uri)
+
+
+def unreadable_file(exc: OSError, locator: str, uri: str) -> InvalidRecord:
+    """The record of a file the system would not open: a link to a missing file or a loop of links, no permission."""
+    return InvalidRecord("unreadable_file", exc.strerror or str(exc), locator, uri)
+
+
+def open_failure(uri: str) -> InvalidRecord | None:
+    """Why a file cannot be opened (`unreadable_file`), or None when it can."""
+    try:
+        with open_binary(uri) as f:
+            f.read(1)
+    except OSError as exc:
+        if exc.errno is not None:
+            return unreadable_file(exc, "document", uri)
+    except (EOFError, zstandard.ZstdError):
+        pass
+    return None
 
 
 def join_uri(base: str, *parts: str) -> str:
