@@ -141,7 +141,7 @@ class PoolsSection(_Section):
 
 
 class TemplatesSection(_Section):
-    mapping: dict[Literal["cpt", "sft", "rl", "eval"], list[str]]
+    mapping: dict[Literal["cpt", "sft", "rl", "eval"], Annotated[list[str], Field(min_length=1)]]  # a pool's choices
     dirs: list[str]
 
 
@@ -207,6 +207,8 @@ def _describe(error: dict[str, Any]) -> str:
         sign = {"greater_than_equal": "≥", "greater_than": ">", "less_than_equal": "≤", "less_than": "<"}[kind]
         bound = next(iter(ctx.values()), "")
         return f"must be {sign} {bound}"
+    if kind == "too_short":
+        return f"must have at least {ctx.get('min_length', 1)} item(s)"
     if kind == "extra_forbidden":
         return "unknown config key"
     if kind == "missing":

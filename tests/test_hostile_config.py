@@ -63,6 +63,7 @@ FILE_PROBES = [
     ("[dedup]\nthreshold = 1.5", "dedup.threshold", "≤ 1"),
     ('[tokenizer]\nengine = "fast"', "tokenizer.engine", "one of"),
     ("[filter]\nmin_turns = 2.5", "filter.min_turns", "integer"),
+    ("[templates]\nmapping = {cpt = []}", "templates.mapping.cpt", "at least 1 item"),  # a pool needs a template
 ]
 
 
