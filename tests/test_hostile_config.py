@@ -289,3 +289,14 @@ def test_an_opt_value_that_is_not_json_is_its_text():
 
     huge = "9" * 5000  # JSON, but an integer Python will not convert: kept as the text given
     assert parse_opt(["a=1", "b=x y", f"c={huge}", "d=a=b"]) == {"a": 1, "b": "x y", "c": huge, "d": "a=b"}
+
+
+@pytest.mark.parametrize("command", ["run", "validate"])
+def test_an_empty_input_path_is_one_line_not_the_current_folder(command, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "stray.jsonl").write_text("{}\n")  # what the current folder would have given
+    args = ["run", "-i", "", "-o", str(tmp_path / "out")] if command == "run" else ["validate", ""]
+    status, stderr = _invoke(args)
+    assert status == 2
+    assert _one_error_line(stderr) == "an input path is empty; give a file, folder, glob or URL"
+    assert not list((tmp_path / "out").glob("*"))  # nothing read, nothing written

@@ -320,6 +320,8 @@ def expand_inputs(specs: list[str], claims_dir=None) -> list[InputUnit]:
     """
     units: dict[str, InputUnit] = {}
     for spec in specs:
+        if not spec.strip():  # fsspec would take it for the current folder
+            raise ConfigError("an input path is empty; give a file, folder, glob or URL")
         fs, path = filesystem(spec)
         path = _canonical_local(fs, path)
         if fs.isdir(path):
