@@ -25,6 +25,8 @@ from pipeline.outputs import ensure_dir, out_fs, write_bytes_atomic, write_json_
 from pipeline.samples_stage import SAMPLES, SHARDS
 from pipeline.wmat_pools import WMAT_POOLS_STAGE
 from schemas.errors import ConfigError
+from stages.tokenizer.engines import load_tokenizer, resolve_spec
+from stages.tokenizer.vocab import DEFAULT_NAME
 
 Echo = Callable[[str], None]
 
@@ -48,6 +50,7 @@ def run_pipeline(cfg: dict[str, Any], echo: Echo = _stderr, executor: Executor |
     removed = remove_stale_temps(fs, root)
     if removed:
         echo(f"removed {removed} partial file(s) left by an interrupted run")
+    _check_tokenizer(cfg)
     own_executor = executor is None
     executor = executor or make_executor(cfg, echo)
     try:
@@ -62,6 +65,15 @@ def run_pipeline(cfg: dict[str, Any], echo: Echo = _stderr, executor: Executor |
     finally:
         if own_executor:
             executor.close()
+
+
+def _check_tokenizer(cfg: dict[str, Any]) -> None:
+    """A tokenizer the run cannot use fails now, not after ingest and dedup. A given file is loaded (the driver
+    loads it for the manifest anyway, and forked workers then have it); the built-in one is loaded where it is
+    first used, off the start's path."""
+    spec, engine = resolve_spec(cfg["tokenizer"]["spec"], cfg["tokenizer"]["engine"] or None)
+    if spec != DEFAULT_NAME:
+        load_tokenizer(spec, engine)
 
 
 # The plan of every run, top to bottom: each stage plans its tasks, the engine runs them (pipeline.engine).

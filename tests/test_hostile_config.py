@@ -300,3 +300,21 @@ def test_an_empty_input_path_is_one_line_not_the_current_folder(command, tmp_pat
     assert status == 2
     assert _one_error_line(stderr) == "an input path is empty; give a file, folder, glob or URL"
     assert not list((tmp_path / "out").glob("*"))  # nothing read, nothing written
+
+
+@pytest.mark.parametrize("kind", ["not a tokenizer", "a folder without one"])
+def test_a_tokenizer_the_run_cannot_read_fails_before_anything_runs(kind, corpus, tmp_path):
+    if kind == "not a tokenizer":
+        spec = tmp_path / "passwd"
+        spec.write_text("root:x:0:0:root:/root:/bin/bash\n")
+        expected = f"cannot read tokenizer {spec}: "
+    else:
+        spec = tmp_path / "model"
+        spec.mkdir()
+        expected = f"tokenizer file not found: {spec / 'tokenizer.json'}"
+    out = tmp_path / "out"
+    status, stderr = _invoke(["run", "--executor", "local", "--progress", "off", "-i", str(corpus), "-o", str(out),
+                              "--tokenizer", str(spec)])
+    assert status == 2
+    assert _one_error_line(stderr).startswith(expected)
+    assert not list(out.glob("*"))  # no ingest, no dedup: nothing was written
