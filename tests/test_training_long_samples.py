@@ -11,6 +11,7 @@ from click.testing import CliRunner
 
 torch = pytest.importorskip("torch")
 
+from schemas.errors import ConfigError  # noqa: E402
 from tests.helpers import write_synthetic_shards  # noqa: E402
 from training.checkpoint import load_checkpoint  # noqa: E402
 from training.cli import train as train_command  # noqa: E402
@@ -205,3 +206,45 @@ def test_a_run_stopped_between_two_windows_of_a_sample_resumes_exactly(tmp_path)
     # 12 steps began 3 samples (windows 1-5, 6-10, 11-12), each counted once, on its first window
     assert straight[-1]["long_samples"]["windowed"] == 3 and straight[-1]["long_samples"]["pieces"] == 15
     assert straight[-1]["long_samples"] == resumed[-1]["long_samples"]
+
+
+def test_a_stream_where_nothing_fits_ends_with_one_line_not_a_wait_for_ever():
+    def endless(lengths):
+        while True:
+            yield from (_sample([1.0] * n, name=f"n{n}") for n in lengths)
+
+    policy = LongSamplePolicy(8, "drop", give_up_after=3)
+    with pytest.raises(ConfigError, match=r"--long-samples drop leaves nothing to train on: none of the last 3 samples"):
+        next(policy(endless([20, 30, 40])))
+    # one sample in three fits: never given up on
+    fits = LongSamplePolicy(8, "drop", give_up_after=3)(endless([20, 5, 30]))
+    assert [len(next(fits)["input_ids"]) for _ in range(5)] == [5] * 5
+    # windows without a weighted token give nothing to train on either
+    empty = LongSamplePolicy(8, "window", give_up_after=2)
+    with pytest.raises(ConfigError, match="--long-samples window leaves nothing to train on"):
+        next(empty(iter([_sample([0.0] * 20)] * 5)))
+
+
+@pytest.mark.timeout(120)
+def test_cli_drop_of_every_sample_is_one_line(long_shards):
+    shortest = min(pc.min(pq.read_table(f, columns=["num_tokens"]).column(0)).as_py()
+                   for f in resolve_shard_files([long_shards]))
+    row = shortest - 1  # every sample is longer than a row
+    args = ["--shards", long_shards, "--micro-batch-tokens", str(row), "--long-samples", "drop", *TINY]
+    result = CliRunner().invoke(train_command, args)
+    assert result.exit_code == 1
+    assert result.output.strip().splitlines()[-1].startswith(
+        f"Error: --long-samples drop leaves nothing to train on: none of the last 32 samples gives a piece to train "
+        f"on within --micro-batch-tokens {row}")
+
+
+def test_cli_on_an_empty_pool_says_so(tmp_path):
+    from schemas.shard import schema_for
+
+    pool = tmp_path / "shards" / "sft"
+    pool.mkdir(parents=True)
+    pq.write_table(schema_for("sft").empty_table(), pool / "part-00000.parquet")
+    (tmp_path / "_SUCCESS").write_text("")  # a finished run whose sft pool got no sample
+    result = CliRunner().invoke(train_command, ["--shards", str(pool), *TINY])
+    assert result.exit_code == 1
+    assert result.output.strip().splitlines()[-1] == f"Error: no samples to train on in {pool} (an empty pool?)"

@@ -178,10 +178,13 @@ class LongSamplePolicy:
     sample position to the number of its (kept) pieces already trained on.
     """
 
-    def __init__(self, row: int, policy: str, overlap: int | None = None) -> None:
+    def __init__(self, row: int, policy: str, overlap: int | None = None, give_up_after: int = 0) -> None:
+        """`give_up_after`: samples read in a row without one to train on (all dropped, or windows without a weighted
+        token) that end the run with a `ConfigError`; over an endless stream of samples that never fit, a trainer
+        would otherwise wait for ever. 0: never (a finite stream)."""
         if policy not in POLICIES:
             raise ConfigError(f"--long-samples must be one of {', '.join(POLICIES)}, not {policy!r}")
-        self.row, self.policy = row, policy
+        self.row, self.policy, self.give_up_after = row, policy, give_up_after
         self.overlap = max(1, row // 4) if overlap is None else overlap
         if policy == "window":
             window_starts(row + 1, row, self.overlap)  # validates the overlap
@@ -190,12 +193,21 @@ class LongSamplePolicy:
 
     def __call__(self, samples: Iterable[dict[str, Any]]) -> Iterator[dict[str, Any]]:
         pending = LongSampleCounts()
+        idle = 0  # samples read since the last one yielded
         for sample in samples:
             n = len(sample["input_ids"])
             if n <= self.row:
+                idle = 0
                 yield self._noted(sample, pending)
                 pending = LongSampleCounts()
                 continue
+            idle += 1
+            if self.give_up_after and idle > self.give_up_after:
+                raise ConfigError(
+                    f"--long-samples {self.policy} leaves nothing to train on: none of the last {idle - 1} samples "
+                    f"gives a piece to train on within --micro-batch-tokens {self.row}; raise --micro-batch-tokens"
+                    + (" or choose --long-samples truncate-left | window" if self.policy == "drop" else "")
+                )
             own = LongSampleCounts(long=1)
             if self.policy == "refuse":
                 raise ConfigError(
@@ -218,6 +230,7 @@ class LongSamplePolicy:
             if not resumed:  # a sample resumed after some of its windows was counted before the stop
                 pending.add(own)
             for piece in pieces:
+                idle = 0
                 yield self._noted(piece, pending)
                 pending = LongSampleCounts()
 

@@ -248,11 +248,15 @@ def _train(config: TrainConfig, dist: Distributed, echo: Callable[[str], None]) 
         rank=dist.rank,
         world_size=dist.world_size,
     )
+    if not dataset.total_rows:
+        raise ConfigError(f"no samples to train on in {', '.join(config.shards)} (an empty pool?)")
     longest = longest_sample(sorted({group.uri for group in dataset.groups}))
     note = check_row_length(longest, config.micro_batch_tokens, config.long_samples)
     if note:
         echo(note)
-    policy = LongSamplePolicy(config.micro_batch_tokens, config.long_samples, config.window_overlap)
+    # the stream repeats for ever: a whole pass of it without a sample that fits ends the run
+    policy = LongSamplePolicy(config.micro_batch_tokens, config.long_samples, config.window_overlap,
+                              give_up_after=dataset.total_rows)
     tiny = TinyConfig(config.tiny_vocab, config.tiny_dim, config.tiny_layers, config.tiny_heads)
     model = build_model(config.model, tiny, pick_attention(config.attention, dist.device)).to(dist.device)
     model.train()
