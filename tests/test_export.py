@@ -164,6 +164,18 @@ def test_unfinished_run_is_one_clear_error(round_trip, tmp_path):
     assert not (tmp_path / "x.jsonl").exists()
 
 
+def test_a_directory_as_the_target_is_one_line_and_nothing_is_written_into_it(round_trip, tmp_path):
+    base, _, _, _ = round_trip
+    target = tmp_path / "data"
+    target.mkdir()
+    proc = lwm("export", "agentworldbench", str(base / "run"), str(target), check=False)
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines() == [
+        f"lwm: error: {target} is a directory; give the file to write, e.g. {target / 'lwm_test.jsonl'} "
+        "(the evaluator reads every *_test.jsonl of its --data-dir)"]
+    assert list(target.iterdir()) == []
+
+
 # ------------------------------------------------------------------ the rows match what the shards were rendered from
 
 @pytest.fixture(scope="module")

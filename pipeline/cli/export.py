@@ -139,6 +139,9 @@ def write_agentworldbench(run_dir: str, out: str) -> ExportSummary:
     import fsspec
 
     fs, path = fsspec.core.url_to_fs(out)
+    if fs.isdir(path):  # a move onto it would put the file inside, under its temporary name
+        raise ConfigError(f"{out} is a directory; give the file to write, e.g. {posixpath.join(out, 'lwm_test.jsonl')} "
+                          "(the evaluator reads every *_test.jsonl of its --data-dir)")
     parent = posixpath.dirname(path)
     if parent:
         fs.makedirs(parent, exist_ok=True)
