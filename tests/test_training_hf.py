@@ -153,3 +153,31 @@ def test_flash_attention_models_get_sample_boundaries_from_position_ids_not_a_ma
     assert model.uses_flash_attention
     assert model._mask(ids, packed) is None  # varlen attention reads the restarting position ids
     assert model._mask(ids, padded).tolist() == [[1, 1, 1, 0, 0, 0]]
+
+
+def test_a_model_vocabulary_smaller_than_the_shards_ids_is_one_line(shards, tmp_path):
+    small = write_tiny_qwen(str(tmp_path / "small"), vocab=16)
+    result = CliRunner().invoke(train_command, ["--shards", shards, "--model", small, "--max-steps", "1",
+                                                "--no-shuffle"])
+    assert result.exit_code == 1
+    last = result.output.strip().splitlines()[-1]
+    assert last.startswith(f"Error: --model {small}: the shards hold token id "), result.output
+    assert last.endswith("but the model's vocabulary has 16 entries; the shards were tokenized for another model "
+                         "(the run's manifest.json names its tokenizer)")
+    assert int(last.split("token id ")[1].split(",")[0]) >= 16
+
+
+@pytest.mark.parametrize(("config", "says"), [
+    ({}, "Unrecognized model in"),
+    ({"model_type": "qwen3", "vocab_size": 96, "hidden_size": 32, "num_hidden_layers": 1,
+      "num_attention_heads": 4, "num_key_value_heads": 2, "intermediate_size": 64}, "no file named"),
+])
+def test_a_model_directory_transformers_cannot_load_is_one_line(config, says, shards, tmp_path):
+    broken = tmp_path / "model"
+    broken.mkdir()
+    (broken / "config.json").write_text(json.dumps(config))
+    result = CliRunner().invoke(train_command, ["--shards", shards, "--model", str(broken), "--max-steps", "1"])
+    assert result.exit_code == 1
+    assert "Traceback" not in result.output
+    last = result.output.strip().splitlines()[-1]
+    assert last.startswith(f"Error: --model {broken}: transformers cannot load it: ") and says in last, last

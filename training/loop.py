@@ -34,7 +34,7 @@ from training.long_samples import (
     longest_sample,
 )
 from training.loss import LOSS_NORMS, all_ranks_sum
-from training.models import ATTENTION, TINY, build_model, pick_attention
+from training.models import ATTENTION, TINY, build_model, pick_attention, vocabulary_rows
 from training.progress import StepLogger
 from training.schedule import SCHEDULES, lr_multiplier
 from training.sharding import PRECISIONS, compute_dtype, shard_model
@@ -136,6 +136,16 @@ def _gather(value: Any, dist: Distributed) -> list[Any]:
     gathered: list[Any] = [None] * dist.world_size
     torch.distributed.all_gather_object(gathered, value)
     return gathered
+
+
+def _check_vocabulary(batches: list[MicroBatch], rows: int, model: str) -> None:
+    """A token id past the model's embedding is one line, not an IndexError deep in the forward pass."""
+    top = max((int(b.input_ids.max()) for b in batches if b.input_ids.numel()), default=-1)
+    if top >= rows:
+        raise ConfigError(
+            f"--model {model}: the shards hold token id {top}, but the model's vocabulary has {rows} entries; the "
+            "shards were tokenized for another model (the run's manifest.json names its tokenizer)"
+        )
 
 
 def _fold_ids(batch: MicroBatch, vocab: int) -> MicroBatch:
@@ -259,6 +269,7 @@ def _train(config: TrainConfig, dist: Distributed, echo: Callable[[str], None]) 
                               give_up_after=dataset.total_rows)
     tiny = TinyConfig(config.tiny_vocab, config.tiny_dim, config.tiny_layers, config.tiny_heads)
     model = build_model(config.model, tiny, pick_attention(config.attention, dist.device)).to(dist.device)
+    rows = vocabulary_rows(model)
     model.train()
     if config.activation_checkpointing:
         model.enable_activation_checkpointing()
@@ -297,7 +308,10 @@ def _train(config: TrainConfig, dist: Distributed, echo: Callable[[str], None]) 
     logged: list[dict[str, Any]] = []
     warned = False
     while step < config.max_steps:
-        micro = [b.to(dist.device) for b in _draw(batches, config.grad_accum)]
+        drawn = _draw(batches, config.grad_accum)
+        if rows is not None:
+            _check_vocabulary(drawn, rows, config.model)
+        micro = [b.to(dist.device) for b in drawn]
         if config.model == TINY:
             micro = [_fold_ids(b, config.tiny_vocab) for b in micro]
         result: StepResult = accumulate_gradients(wrapped, micro, config.loss_norm, config.loss_chunk_tokens, autocast)

@@ -118,8 +118,19 @@ def load_hf_causal_lm(path: str, attention: str = "sdpa") -> HFCausalLM:
             "(pip install transformers); --model tiny needs nothing more"
         ) from missing
     # float32 master weights whatever the checkpoint's dtype; bf16 compute comes from autocast or FSDP
-    model = transformers.AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32, attn_implementation=attention)
+    try:
+        model = transformers.AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32, attn_implementation=attention)
+    except (OSError, ValueError, KeyError, TypeError) as err:  # no weights, an unknown model_type, a broken config
+        first = next((line.strip() for line in str(err).splitlines() if line.strip()), type(err).__name__)
+        raise ConfigError(f"--model {path}: transformers cannot load it: {first}") from err
     return HFCausalLM(model)
+
+
+def vocabulary_rows(model: nn.Module) -> int | None:
+    """Rows of a Hugging Face model's input embedding (the largest token id it takes, plus one); None for others."""
+    if not isinstance(model, HFCausalLM):
+        return None
+    return int(model.model.get_input_embeddings().num_embeddings)
 
 
 def build_model(name: str, tiny: TinyConfig, attention: str = "sdpa") -> nn.Module:
