@@ -121,3 +121,10 @@ def test_bad_prediction_files_are_one_line_errors(run, tmp_path):
     assert proc.returncode == 2 and "none of its 1 sample ids is in the rl pool" in proc.stderr
     proc = lwm("reward", str(tmp_path), str(bad), "--judge-url", "http://127.0.0.1:9/v1", "--judge-model", "j")
     assert proc.returncode == 2 and "not a finished run" in proc.stderr
+    # a sample predicted twice: which one to score is ambiguous, so neither silently replaces the other
+    bad.write_text('{"sample_id": "a", "prediction": "x"}\n{"sample_id": "b", "prediction": "y"}\n'
+                   '{"id": "a", "gen": "z"}\n')
+    proc = lwm("reward", str(run), str(bad), "--judge-url", "http://127.0.0.1:9/v1", "--judge-model", "j")
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines() == [
+        f"lwm: error: {bad}:3: sample id a already has a prediction (line 1); give one prediction per sample"]

@@ -61,14 +61,19 @@ def eval_inputs(run_dir: str) -> dict[str, RewardInput]:
 
 
 def read_predictions(path: str) -> dict[str, str]:
-    """sample id → completion text, from PREDICTIONS.jsonl (local path or fsspec URL)."""
+    """sample id → completion text, from PREDICTIONS.jsonl (local path or fsspec URL); an id twice is an error."""
     preds: dict[str, str] = {}
+    first_line: dict[str, int] = {}
     for lineno, obj in jsonl_values(path, "a JSON object"):
         sid = next((obj[k] for k in _ID_KEYS if isinstance(obj, dict) and isinstance(obj.get(k), str)), None)
         text = next((obj[k] for k in _TEXT_KEYS if isinstance(obj, dict) and isinstance(obj.get(k), str)), None)
         if sid is None or text is None:
             raise ConfigError(f"{path}:{lineno}: expected a sample id ({'/'.join(_ID_KEYS)}) "
                               f"and a prediction ({'/'.join(_TEXT_KEYS)})")
+        if sid in first_line:  # which of the two to score is not ours to guess
+            raise ConfigError(f"{path}:{lineno}: sample id {sid} already has a prediction (line {first_line[sid]}); "
+                              "give one prediction per sample")
+        first_line[sid] = lineno
         preds[sid] = text
     return preds
 
