@@ -53,6 +53,8 @@ def handle_errors(fn):
             return fn(*args, **kwargs)
         except (click.ClickException, click.exceptions.Exit, click.Abort):
             raise  # usage errors and exits are click's own, already one line
+        except BrokenPipeError:
+            reader_went_away()
         except Exception as exc:
             if debug:
                 raise
@@ -61,3 +63,14 @@ def handle_errors(fn):
             sys.exit(status)
 
     return wrapper
+
+
+def reader_went_away() -> None:
+    """End quietly when the reader of our output has closed it (``lwm show … | head``), as a command killed by
+    SIGPIPE does (status 141); what is still buffered goes to /dev/null rather than failing again at exit."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):  # no real stdout (an in-process runner): nothing buffered to lose
+        pass
+    sys.exit(141)

@@ -77,3 +77,26 @@ def test_show_finds_rows_by_index_and_id(plain_run):
     sid = proc.stdout.split()[1]
     again = lwm_in_process("show", str(plain_run), "--sample", sid, "--plain")
     assert again.returncode == 0 and again.stdout == proc.stdout
+
+
+@pytest.mark.parametrize("engine", ["tiktoken", "tokenizers"])
+def test_show_keeps_characters_split_over_tokens_whole(engine):
+    from pipeline.cli.show import token_texts
+
+    tok = load_tokenizer(None, engine)
+    text = "box ━━━ 漢字 🎉🎉 done"
+    ids = list(tok.encode(text))
+    naive = [tok.decode([i]) for i in ids]
+    assert any("\ufffd" in t for t in naive)  # the case: some characters' bytes are split over tokens
+    texts = token_texts(tok, ids)
+    assert len(texts) == len(ids) and "".join(texts) == text
+    assert not any("\ufffd" in t for t in texts)
+
+
+def test_show_into_a_closed_pipe_ends_quietly(plain_run):
+    proc = subprocess.Popen([sys.executable, "-m", "pipeline.cli", "show", str(plain_run), "--index", "0", "--plain"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc.stdout.close()  # as `| head` does once it has its lines; the command has not written yet
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 141, err
+    assert "error" not in err and "Traceback" not in err and "Exception ignored" not in err

@@ -94,6 +94,24 @@ def _spelled_specials(texts: list[str], specials: set[str]) -> set[int]:
     return marked
 
 
+def token_texts(tok, ids: list[int]) -> list[str]:
+    """Each token's text, where a character whose UTF-8 bytes are split over up to four tokens is shown whole on
+    the first of them (the others show nothing) instead of as replacement characters."""
+    texts = [tok.decode([i]) for i in ids]
+    k = 0
+    while k < len(ids):
+        if "\ufffd" in texts[k]:
+            for j in range(2, min(4, len(ids) - k) + 1):  # the fewest tokens that complete the character
+                joined = tok.decode(ids[k:k + j])
+                fewer = joined.count("\ufffd") < sum(t.count("\ufffd") for t in texts[k:k + j])
+                if fewer and not joined.endswith("\ufffd"):
+                    texts[k:k + j] = [joined] + [""] * (j - 1)
+                    k += j - 1
+                    break
+        k += 1
+    return texts
+
+
 def render_sample(row: dict, tok, plain: bool) -> str:
     """Tokens with weights: ANSI colors, or `plain` marks ``⟦w=0.05⟧…`` where the weight changes.
 
@@ -103,12 +121,12 @@ def render_sample(row: dict, tok, plain: bool) -> str:
     specials = _special_ids(tok)
     if "input_ids" not in row:
         ids = row["prompt_ids"]
-        texts = [tok.decode([i]) for i in ids]
+        texts = token_texts(tok, ids)
         marked = _spelled_specials([t if i not in specials else "\0" for i, t in zip(ids, texts)], set(specials.values()))
         shown = "".join(_wrap(texts, k, marked) for k in range(len(ids)))
         return shown + "\n--- reference ---\n" + row["reference"]
     ids, weights = row["input_ids"], row["loss_weight"]
-    texts = [tok.decode([i]) for i in ids]
+    texts = token_texts(tok, ids)
     # a real special token never joins a spelled one: blank it out before searching
     marked = _spelled_specials([t if i not in specials else "\0" for i, t in zip(ids, texts)], set(specials.values()))
     out, current = [], None
