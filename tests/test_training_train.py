@@ -150,3 +150,18 @@ def test_schedule_warmup_then_cosine_or_linear():
     assert lr_multiplier(30, 4, 20, "cosine", 0.1) == pytest.approx(0.1)
     assert lr_multiplier(12, 4, 20, "linear", 0.0) == pytest.approx(0.5)
     assert lr_multiplier(12, 0, 20, "constant", 0.0) == 1.0
+
+
+def test_resuming_with_more_steps_follows_the_new_schedule_from_the_first_step(train_shards, tmp_path):
+    def run(out: Path, max_steps: int) -> list[dict]:
+        config = TrainConfig(shards=(train_shards,), max_steps=max_steps, out=str(out), lr=1e-3, schedule="cosine",
+                             warmup_steps=1, micro_batch_tokens=64, shuffle_buffer=8, log_every=1, tiny_vocab=64,
+                             tiny_dim=32)
+        return train(config, echo=lambda _line: None)
+
+    straight = run(tmp_path / "a", 6)
+    run(tmp_path / "b", 4)  # a run asked for 4 steps, then extended to 6
+    extended = run(tmp_path / "b", 6)
+    assert [e["step"] for e in extended] == [5, 6]
+    assert [e["lr"] for e in extended] == [e["lr"] for e in straight[4:]]
+    assert extended[0]["lr"] > 0.1 * straight[0]["lr"]  # not the saved schedule's last, near-zero rate

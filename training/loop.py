@@ -193,6 +193,11 @@ def _resume(
         model.load_state_dict(checkpoint.model)
         optimizer.load_state_dict(checkpoint.optimizer)
     scheduler.load_state_dict(checkpoint.scheduler)
+    # the learning rate of the next step under this run's schedule, which --max-steps may have moved (the
+    # optimizer's state holds the last rate of the saved one); with the same schedule, the same number
+    for group, base, factor in zip(optimizer.param_groups, scheduler.base_lrs, scheduler.lr_lambdas):
+        group["lr"] = base * factor(scheduler.last_epoch)
+    scheduler._last_lr = [group["lr"] for group in optimizer.param_groups]
     data_state = checkpoint.data_states[dist.rank]
     dataset.load_state_dict(data_state)
     policy.skip_pieces = PieceTracker.skip_map(data_state.get("pieces_done", []))
