@@ -106,6 +106,15 @@ def test_cli_refuses_unfinished_shards_in_one_line(tmp_path):
     assert "Traceback" not in result.output
 
 
+def test_cli_refuses_a_whole_run_folder_and_names_its_pools(train_shards):
+    run = str(Path(train_shards).parent.parent)  # the folder of manifest.json, shards/ and the work files
+    result = CliRunner().invoke(train_command, ["--shards", run, "--max-steps", "1"])
+    assert result.exit_code == 1
+    assert result.output.strip().splitlines() == [
+        f"Error: {run} is a whole run (its work files, every pool, eval included); give the pool to train on: "
+        f"{train_shards}"]
+
+
 def test_cli_refuses_a_model_folder_without_config(train_shards, tmp_path):
     result = CliRunner().invoke(
         train_command, ["--shards", train_shards, "--max-steps", "1", "--model", str(tmp_path / "x")]

@@ -84,6 +84,7 @@ def _files_of_source(source: str) -> list[str]:
     if _has_glob(path):
         anchor, files = _glob_anchor(path), [p for p in fs.glob(path) if p.endswith(".parquet")]
     elif fs.isdir(path):
+        _refuse_a_run_folder(fs, source, path)
         anchor, files = path, [p for p in fs.find(path) if p.endswith(".parquet")]
     elif fs.isfile(path):
         anchor, files = posixpath.dirname(path), [path]
@@ -97,6 +98,17 @@ def _files_of_source(source: str) -> list[str]:
     if not files:
         raise ShardError(f"shard source {source} holds no .parquet files")
     return sorted(_full_uri(fs, p) for p in files)
+
+
+def _refuse_a_run_folder(fs, source: str, path: str) -> None:
+    """A whole run folder holds its work files and every pool, eval included: name the pools to choose from."""
+    shards = posixpath.join(path, "shards")
+    if not (fs.isdir(shards) and fs.exists(posixpath.join(path, "manifest.json"))):
+        return
+    pools = sorted(posixpath.basename(p.rstrip("/")) for p in fs.ls(shards, detail=False) if fs.isdir(p))
+    choices = ", ".join(posixpath.join(source.rstrip("/"), "shards", pool) for pool in pools if pool != "rl")
+    raise ShardError(f"{source} is a whole run (its work files, every pool, eval included); give the pool to train "
+                     f"on: {choices or 'it has no trainable pool'}")
 
 
 def resolve_shard_files(sources: Sequence[str]) -> list[str]:
