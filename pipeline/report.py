@@ -3,7 +3,7 @@
 Every count names the step it follows, and is the number left after that step:
 
     ingest: 240 records read, 3 quarantined (unreadable), 1 event file skipped
-    filter: 237 trajectories read, 18 filtered (no_turns 18) → 219 kept
+    filter: 237 trajectories read, 18 filtered (no_turns 18) → 219 kept; 4 turns stripped (retry_cycle 4)
     dedup: 166 removed (exact 150, near 16) → 53 trajectories
     samples: cpt 20, sft 18, rl 6, eval 9 (filtered: sample_over_context_limit 1)
     shards: 53 trajectories, 53 samples in 4 files
@@ -48,7 +48,11 @@ def summary_lines(manifest: dict[str, Any]) -> list[str]:
     filter_line = f"filter: {_n(trajs.get('normalized'))} trajectories, {sum(map(_n, traj_filtered.values()))} filtered"
     if traj_filtered:
         filter_line += f" ({_parts(traj_filtered)})"
-    lines.append(f"{filter_line} → {kept} kept")
+    filter_line += f" → {kept} kept"
+    stripped = {k: v for k, v in (counts.get("turns_stripped") or {}).items() if _n(v)}
+    if stripped:  # turns a filter took out of trajectories it kept (a retry cycle's repeats)
+        filter_line += f"; {sum(map(_n, stripped.values()))} turns stripped ({_parts(stripped)})"
+    lines.append(filter_line)
 
     dedup = counts.get("dedup") or {}
     removed = _n(dedup.get("removed"))
