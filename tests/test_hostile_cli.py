@@ -100,3 +100,23 @@ def test_show_into_a_closed_pipe_ends_quietly(plain_run):
     _, err = proc.communicate(timeout=120)
     assert proc.returncode == 141, err
     assert "error" not in err and "Traceback" not in err and "Exception ignored" not in err
+
+
+@pytest.mark.parametrize("command", ["show", "hist"])
+def test_show_and_hist_of_a_folder_that_is_no_finished_run_say_so(command, tmp_path):
+    proc = lwm_in_process(command, str(tmp_path / "nothing"))
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines() == [
+        f"lwm: error: {tmp_path / 'nothing'}: not a finished run (no _SUCCESS); run `lwm run` to completion first"]
+
+
+def test_hist_of_a_run_without_samples_says_so(tmp_path):
+    src = tmp_path / "in"
+    src.mkdir()
+    one_turn = {**traj(0), "turns": traj(0)["turns"][:1]}  # fewer than 2 turns: filtered, nothing is sampled
+    (src / "a.jsonl").write_text(json.dumps(one_turn) + "\n")
+    out = tmp_path / "out"
+    assert lwm_in_process("run", "--executor", "local", "-i", str(src), "-o", str(out)).returncode == 0
+    proc = lwm_in_process("hist", str(out))
+    assert proc.returncode == 0
+    assert f"{out}: no samples in the shards, so no turns to count (the run summary says where they went)" in proc.stderr

@@ -15,6 +15,7 @@ from typing import Any
 import click
 import numpy as np
 
+from pipeline.cli.run_files import finished_run
 from pipeline.errors import handle_errors
 from schemas.errors import ConfigError
 from stages.histogram import aggregate, render_table
@@ -65,8 +66,7 @@ def load_histogram(run_dir: str, source: str = "auto") -> tuple[list[dict[str, A
 
     fs, base = out_fs(run_dir)
     manifest_path = posixpath.join(base, "manifest.json")
-    if not fs.exists(posixpath.join(base, "_SUCCESS")):
-        raise ConfigError(f"{run_dir}: no _SUCCESS marker; the run is incomplete or this is not a run directory")
+    finished_run(run_dir)  # one line where it is not (the same as show, export and reward)
     manifest = read_json(fs, manifest_path)
     table = load_table(manifest["config"]["masking"]["table"])
     keep = {c.name: c.keep for c in table.categories}
@@ -117,6 +117,9 @@ def hist_cmd(run_dir: str, by: str, as_json: bool, png: str | None, source: str)
     if as_json:
         click.echo(json.dumps(result, sort_keys=True))
         return
+    if not records:
+        click.echo(f"{run_dir}: no samples in the shards, so no turns to count (the run summary says where they "
+                   "went)", err=True)
     for name, rows in result["groups"].items():
         click.echo(render_table(rows, name))
         click.echo("")
