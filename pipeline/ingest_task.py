@@ -17,12 +17,11 @@ import time
 from typing import Any
 
 from pipeline.outputs import AtomicParquetWriter, out_fs
-from schemas.errors import InvalidRecord
 from schemas.layers import QUARANTINE_SCHEMA, RAW_SCHEMA
 from schemas.stats import Stats
 from schemas.trajectory import TRAJECTORY_SCHEMA
 from stages.ingest.ranges import RangeAdapter, task_id_for
-from stages.ingest.reading import InputUnit, filesystem, is_local, open_failure
+from stages.ingest.reading import InputUnit, filesystem, is_local, unrecognized
 from stages.ingest.registry import get_adapter, resolve_opts
 from stages.normalize import normalize_unit, quarantine_row
 from stages.steps import apply_steps, build_steps
@@ -63,8 +62,10 @@ def _ingest_unit(unit: InputUnit, task: dict[str, Any], stats: Stats, writers, t
     q_writer, r_writer, t_writer = writers
     fmt = task["format"]
     if not fmt:
-        err = open_failure(unit.uri) or InvalidRecord("unknown_format", "no adapter recognizes this input (give --format)",
-                                                      "document", unit.uri)
+        err = unrecognized(unit)
+        if err is None:
+            stats.add("files.empty")  # no record to read, as under --format: nothing is lost
+            return
         stats.add("records.read")
         stats.add("records.quarantined")
         stats.add(f"quarantined.{err.reason}")

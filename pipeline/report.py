@@ -43,6 +43,9 @@ def summary_lines(manifest: dict[str, Any]) -> list[str]:
     ingest = f"ingest: {_n(records.get('read'))} records read, {_n(records.get('quarantined'))} quarantined"
     if skipped:
         ingest += f", {skipped} damaged member file{'s' if skipped != 1 else ''} skipped"
+    empty = _n((counts.get("files") or {}).get("empty"))
+    if empty:  # no record in them (0 bytes, blank lines only)
+        ingest += f", {empty} empty file{'s' if empty != 1 else ''}"
     kept = _n(trajs.get("kept"))
     lines = [ingest]
     filter_line = f"filter: {_n(trajs.get('normalized'))} trajectories, {sum(map(_n, traj_filtered.values()))} filtered"

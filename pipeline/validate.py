@@ -13,7 +13,7 @@ from typing import Any
 
 from schemas.errors import ConfigError
 from schemas.stats import Stats
-from stages.ingest.reading import expand_inputs
+from stages.ingest.reading import expand_inputs, unrecognized
 from stages.ingest.registry import claims_dir, get_adapter, resolve_opts, sniff, sniffed_opts
 from stages.normalize import FILTERED_NO_TURNS, normalize_unit
 
@@ -38,11 +38,15 @@ def validate_inputs(
     formats: set[str] = set()
     for unit, name in zip(units, names):
         if not name:
+            err = unrecognized(unit)  # as `lwm run` records it
+            if err is None:
+                stats.add("files.empty")
+                continue
             stats.add("records.read")
             stats.add("records.quarantined")
-            stats.add("quarantined.unknown_format")
+            stats.add(f"quarantined.{err.reason}")
             if echo:
-                echo(f"{unit.uri}: document: unknown_format: no adapter recognizes this input (give --format)")
+                echo(f"{unit.uri}: {err.locator}: {err.reason}: {err.detail}")
             continue
         formats.add(name)
         adapter = get_adapter(name)

@@ -121,3 +121,23 @@ def test_links_to_nothing_are_unreadable_file_rows_and_the_rest_is_read(given, t
     assert manifest["counts"]["records"] == {"read": 9, "normalized": 6, "quarantined": 3}
     assert sorted(e["uri"].rsplit("/", 1)[1] for e in manifest["inputs"] if e.get("unreadable")) == [
         "dangling.jsonl", "loop1.jsonl", "loop2.jsonl"]
+
+
+def test_sniffed_empty_files_hold_no_record_and_broken_compression_says_so(tmp_path):
+    src = tmp_path / "in"
+    src.mkdir()
+    (src / "good.jsonl").write_text("\n".join(json.dumps(traj(i)) for i in range(6)) + "\n")
+    (src / "empty.jsonl").write_bytes(b"")
+    (src / "blank.jsonl").write_text("\n \n\t\n")
+    (src / "fake.jsonl.zst").write_text("not zstd at all\n")
+    out = tmp_path / "out"
+    proc = lwm("run", "--executor", "local", "-i", str(src), "-o", str(out), "--max-quarantine-rate", "0.2")
+    assert "ingest: 7 records read, 1 quarantined, 2 empty files" in proc.stderr
+    rows = [(Path(r["uri"]).name, r["reason"]) for r in _quarantine(out)]
+    assert rows == [("fake.jsonl.zst", "truncated_stream")]
+    counts = json.loads((out / "manifest.json").read_text())["counts"]
+    # as under --format: an empty file is no record, so it neither counts as read nor as quarantined
+    assert counts["records"] == {"read": 7, "normalized": 6, "quarantined": 1}
+    assert counts["files"] == {"empty": 2}
+    report = json.loads(lwm("validate", str(src), "--json", "--max-quarantine-rate", "0.2").stdout)
+    assert (report["records"], report["quarantined"], report["reasons"]) == (7, 1, {"truncated_stream": 1})

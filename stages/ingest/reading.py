@@ -111,16 +111,25 @@ def unreadable_file(exc: OSError, locator: str, uri: str) -> InvalidRecord:
 
 
 def open_failure(uri: str) -> InvalidRecord | None:
-    """Why a file cannot be opened (`unreadable_file`), or None when it can."""
+    """Why a file cannot be read from its start: `unreadable_file` (the system refuses it) or `truncated_stream`
+    (its compression is broken: a ``.zst`` that is not zstd); None when it can."""
     try:
         with open_binary(uri) as f:
             f.read(1)
-    except OSError as exc:
-        if exc.errno is not None:
-            return unreadable_file(exc, "document", uri)
-    except (EOFError, zstandard.ZstdError):
-        pass
+    except (OSError, EOFError, zstandard.ZstdError) as exc:
+        return stream_failure(exc, "document", uri)
     return None
+
+
+def unrecognized(unit: InputUnit) -> InvalidRecord | None:
+    """Why no adapter took `unit`, as its one quarantine record: the system refuses it, its compression is broken,
+    or no format fits; None for a file without a record (empty, or blank lines only), as under ``--format``."""
+    failure = open_failure(unit.uri)
+    if failure is not None:
+        return failure
+    if not unit.is_dir and not read_head(unit.uri).strip():
+        return None
+    return InvalidRecord("unknown_format", "no adapter recognizes this input (give --format)", "document", unit.uri)
 
 
 def join_uri(base: str, *parts: str) -> str:
