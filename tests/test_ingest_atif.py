@@ -173,7 +173,13 @@ def test_chat_style_terminus_commands_in_the_message_and_output_in_the_next_user
     meta = json.loads(last.meta)
     assert "user_messages" not in meta  # the terminal screens are observations, not user messages
     assert meta["final_answer"].startswith("The user is asking me to confirm if I want to mark the task as complete.")
-    assert last.system.task_description.startswith("You are an AI assistant tasked with solving command-line tasks")
+    # Terminus-2's first prompt, split by its template: the agent's instructions, the task, the first screen
+    assert last.system.task_description.startswith("# Terminal Automation Request\n\n**TERMINAL ENVIRONMENT**")
+    assert last.system.task_description.endswith("- build-essential (gcc, make)")
+    assert last.system.initial_state == "Current Terminal Screen:\nroot@ddb22c0f-12c8-48a3-a188-531623b156a5:/workspace#"
+    assert meta["system_prompt"].startswith("You are an AI assistant tasked with solving command-line tasks")
+    assert meta["system_prompt"].endswith("- Commands array can be empty if you want to wait without taking action")
+    assert all(t.system.initial_state.startswith("Current Terminal Screen:\nroot@") for t in chat_style)
     # The five documents share one session id; their ids differ by their place in the file.
     assert len({t.traj_id for t in chat_style}) == 5
 

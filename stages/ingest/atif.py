@@ -42,7 +42,9 @@ Dialects met in the wild, read with the same rules:
   Terminus JSON reply ``{"analysis", "plan", "commands": [{"keystrokes", "duration"}], "task_complete"}``
   (possibly after some text) and the terminal output is the next ``source: "user"`` step. The commands are
   the action (keystroke JSON), ``analysis`` and ``plan`` the reasoning, that user step the observation (it is
-  not a user message); a reply with no commands is the final answer;
+  not a user message); a reply with no commands is the final answer. The first user step is Terminus-2's
+  prompt: its instructions to the agent (kept in ``meta.system_prompt``), then ``Task Description:`` (the
+  task_description) and ``Current terminal state:`` (the first screen: initial_state);
 - **separate result steps** (near-ATIF exports): an agent step with calls and no results, followed by a
   ``user`` or ``system`` step that carries only ``observation.results`` (no ``source_call_id``): those results
   answer that agent step's calls, by id when given, else by the in-order rule above.
@@ -72,6 +74,18 @@ from stages.ingest.tool_calls import action_space_of, orphans_policy, parse_argu
 FORMAT = "atif"
 SOURCES = ("system", "user", "agent")
 _CONTINUATION = re.compile(r"-cont-\d+$")
+# Terminus-2's first prompt: its instructions to the agent, then "Task Description:\n{instruction}\n\n
+# Current terminal state:\n{terminal_state}" (terminal-bench's terminus-2 prompt template; the chat-style sample
+# in ../shared/data/atif follows it).
+_TERMINUS_FRAME = re.compile(r"(?:\A|\n)Task Description:\n(?P<task>.*?)\n\nCurrent terminal state:\n(?P<screen>.*)\Z", re.S)
+
+
+def split_terminus_prompt(text: str) -> tuple[str, str, str] | None:
+    """(the agent's instructions, the task, the first screen) of a Terminus-2 first prompt; None for other text."""
+    found = _TERMINUS_FRAME.search(text)
+    if found is None or not found["task"].strip():
+        return None
+    return text[: found.start()].strip(), found["task"].strip(), strip_ansi(found["screen"]).rstrip()
 _MAX_REPLY_STARTS = 64  # where a Terminus reply may begin inside an agent message
 
 
@@ -177,6 +191,7 @@ class AtifContent:
     orphans: int = 0
     unanswered: int = 0
     copied_steps: int = 0
+    terminus_replies: int = 0  # agent messages holding a Terminus JSON reply (the chat style)
 
 
 def terminus_reply(message: str) -> dict | None:
@@ -261,6 +276,7 @@ def read_steps(steps: list, loc: str, orphans: str) -> AtifContent:
                 parts = [thought, *(reply.get(k) for k in ("analysis", "plan"))]
                 reasoning = "\n\n".join(p.strip() for p in parts if isinstance(p, str) and p.strip()) or None
                 pending_chat = (canonical_json(commands), reasoning, copied)
+                content.terminus_replies += 1
                 continue
             if reply is not None:  # a reply without commands ends the run
                 content.final_answer = message
@@ -303,6 +319,12 @@ def normalize_atif(record: RawRecord, opts: dict[str, Any]) -> Trajectory:
     if not isinstance(steps, list):
         raise InvalidRecord("wrong_type", f"steps must be a list, not {type(steps).__name__}", loc)
     content = read_steps(list(steps), loc, orphans_policy(opts))
+    initial_state = None
+    framed = split_terminus_prompt(content.task) if content.terminus_replies and content.task else None
+    if framed is not None:  # the chat style: the task and the first screen, without the agent's instructions
+        instructions, content.task, initial_state = framed
+        if instructions:
+            content.system_prompts.insert(0, instructions)
     agent = doc.get("agent") if isinstance(doc.get("agent"), dict) else {}
     session = doc.get("session_id")
     session = str(session) if isinstance(session, str | int) and str(session) else None
@@ -332,6 +354,7 @@ def normalize_atif(record: RawRecord, opts: dict[str, Any]) -> Trajectory:
         system=SystemPrompt(
             task_description=content.task or "",
             action_space=action_space_of(agent.get("tool_definitions"), loc),
+            initial_state=initial_state,
             demonstrations=content.demonstrations,
         ),
         source_kind=opts.get("source_kind") or "public",
