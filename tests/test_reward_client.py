@@ -88,6 +88,17 @@ def test_a_200_without_a_chat_completion_fails_without_retry():
         assert not r.ok and r.error == "invalid JSON from endpoint" and len(judge.requests) == 2
 
 
+@pytest.mark.parametrize("usage", ['"lots"', '{"prompt_tokens": "ten", "completion_tokens": null}',
+                                   '{"prompt_tokens": -3, "completion_tokens": NaN}', "[1, 2]"])
+def test_an_answer_whose_usage_is_no_count_is_still_the_answer(usage):
+    answer = '{"choices": [{"message": {"role": "assistant", "content": "fine"}}], "usage": ' + usage + "}"
+    with JudgeServer(lambda body, n: Raw(answer.encode())) as judge:
+        c = client(judge.url)
+        r = c.chat(MSG)
+        assert (r.ok, r.text, r.prompt_tokens, r.completion_tokens) == (True, "fine", 0, 0)
+        assert c.usage.as_dict()["failures"] == 0
+
+
 def test_connection_refused_is_a_counted_failure():
     with JudgeServer(lambda body, n: Answer("x")) as judge:
         url = judge.url

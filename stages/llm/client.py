@@ -184,14 +184,14 @@ class ChatClient:
             text = payload["choices"][0]["message"]["content"]
         except (KeyError, IndexError, TypeError):
             text = None
-        usage = (payload.get("usage") or {}) if isinstance(payload, dict) else {}
+        usage = payload.get("usage") if isinstance(payload, dict) else None
         return ChatResult(
             text if isinstance(text, str) else None,
             error="" if isinstance(text, str) else "answer without message content",
             attempts=attempts,
             cached=cached,
-            prompt_tokens=int(usage.get("prompt_tokens") or 0),
-            completion_tokens=int(usage.get("completion_tokens") or 0),
+            prompt_tokens=_token_count(usage, "prompt_tokens"),
+            completion_tokens=_token_count(usage, "completion_tokens"),
         )
 
     def _account(self, result: ChatResult) -> None:
@@ -242,3 +242,12 @@ def _retry_after(value: str | None) -> float | None:
         return max(0.0, float(value))
     except ValueError:
         return None
+
+
+def _token_count(usage: Any, key: str) -> int:
+    """A token count of an answer's ``usage``; 0 where the server sent none or something that is not a count (the
+    answer itself is still good: only the accounting lacks it)."""
+    value = usage.get(key) if isinstance(usage, dict) else None
+    if isinstance(value, bool) or not isinstance(value, int | float) or value != value or value < 0:
+        return 0
+    return int(min(value, 2**62))
