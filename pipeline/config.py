@@ -95,7 +95,9 @@ DEFAULTS: dict[str, Any] = {
 
 # Keys that say where and how the run executes; they never change the output bytes.
 EXECUTION_KEYS = {("executor",), ("run", "out"), ("run", "from_layer")}
-FREE_FORM = {("ingest", "options"), ("masking", "table"), ("pools", "ratios"), ("templates", "mapping")}
+# Tables taken whole from a config. `templates.mapping` is not one: a config names the pools whose templates it
+# changes, and the others keep theirs.
+FREE_FORM = {("ingest", "options"), ("masking", "table"), ("pools", "ratios")}
 
 
 def _merge(base: dict[str, Any], override: dict[str, Any], path: tuple[str, ...] = ()) -> dict[str, Any]:

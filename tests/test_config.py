@@ -138,3 +138,10 @@ def test_schema_literals_follow_the_trajectory_schema():
         assert resolve(overrides={"tokenizer": {"engine": engine}})["tokenizer"]["engine"] == engine
     with pytest.raises(ConfigError, match=r"^tokenizer\.engine"):
         resolve(overrides={"tokenizer": {"engine": "sentencepiece"}})
+
+
+def test_a_template_mapping_names_only_the_pools_it_changes():
+    cfg = resolve(overrides={"templates": {"mapping": {"sft": ["v3"]}}})
+    assert cfg["templates"]["mapping"] == {**DEFAULTS["templates"]["mapping"], "sft": ["v3"]}
+    with pytest.raises(ConfigError, match="unknown config key 'templates.mapping.sfx'"):
+        resolve(overrides={"templates": {"mapping": {"sfx": ["v3"]}}})
