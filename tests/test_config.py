@@ -143,5 +143,5 @@ def test_schema_literals_follow_the_trajectory_schema():
 def test_a_template_mapping_names_only_the_pools_it_changes():
     cfg = resolve(overrides={"templates": {"mapping": {"sft": ["v3"]}}})
     assert cfg["templates"]["mapping"] == {**DEFAULTS["templates"]["mapping"], "sft": ["v3"]}
-    with pytest.raises(ConfigError, match="unknown config key 'templates.mapping.sfx'"):
+    with pytest.raises(ConfigError, match=r"unknown config key 'templates\.mapping\.sfx'"):
         resolve(overrides={"templates": {"mapping": {"sfx": ["v3"]}}})

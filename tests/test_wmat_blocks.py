@@ -224,8 +224,14 @@ class _Ctx:
         from pipeline.llm_stage import LLM_DEFAULTS
         from schemas.stats import Stats
 
-        self.cfg = {"pools": {"ratios": {"cpt": 1.0}, "seed": 0}, "llm": {**LLM_DEFAULTS, "wmat_steps": 1}}
+        self.cfg = {"pools": {"ratios": {"cpt": 1.0}, "seed": 0}, "llm": {**LLM_DEFAULTS, "wmat_steps": 1},
+                    "redact": {"enabled": True, "emails": False}}
         self.stats, self.answers, self.sent = Stats(), list(answers), []
+
+    def redacted(self, text):
+        from stages.llm.stage import StageContext
+
+        return StageContext.redacted(self, text)
 
     @property
     def llm(self):
@@ -265,3 +271,15 @@ def test_the_stage_keeps_reasks_and_refuses_as_scripted(answers, status, reason,
     assert (row["block"] == GOOD) == (status == "kept")
     counts = ctx.stats.to_dict()
     assert counts[status] == 1 and counts.get(f"dropped.{reason}", 0) == (status == "rejected")
+
+
+def test_a_kept_block_holds_no_secret_the_model_wrote():
+    from stages.llm.wmat_blocks import STAGE
+
+    key = "AKIA" + "IOSFODNN7EXAMPLE"
+    leaky = GOOD.replace("Nothing read yet;", f"Nothing read yet (key {key});")
+    ctx = _Ctx([leaky])
+    (row,) = STAGE.process([_traj()], ctx)
+    assert row["status"] == "kept"
+    assert row["block"] == GOOD.replace("Nothing read yet;", "Nothing read yet (key <SECRET:aws_access_key>);")
+    assert ctx.stats.to_dict()["redacted.aws_access_key"] == 1

@@ -189,7 +189,8 @@ class InstructionStage:
                         retry.append(traj)
                         continue
                 status = "rejected" if reason else ("derived" if text is not None else "none")
-                rows[traj.traj_id] = {"traj_id": traj.traj_id, "status": status, "reason": reason, "instruction": text}
+                rows[traj.traj_id] = {"traj_id": traj.traj_id, "status": status, "reason": reason,
+                                      "instruction": ctx.redacted(text)}
             pending = retry
         for traj in pending:
             rows[traj.traj_id] = {"traj_id": traj.traj_id, "status": "rejected", "reason": reasons[traj.traj_id],

@@ -234,7 +234,7 @@ class RejectionStage:
             ties = nxt
         for tg in live:
             if not tg.reason:
-                tg.reasoning = reasoning_of(tg.answers[tg.winner].text)
+                tg.reasoning = ctx.redacted(reasoning_of(tg.answers[tg.winner].text))
 
     def apply(self, traj: Trajectory, rows: list[dict[str, Any]], ctx: StageContext) -> dict[int, str]:
         dropped = {}

@@ -24,6 +24,7 @@ from schemas.errors import ConfigError
 from schemas.stats import Stats
 from schemas.trajectory import Trajectory
 from stages.llm.client import ChatClient, ChatResult
+from stages.redact import redact_text
 
 
 class BudgetExhausted(ConfigError):
@@ -88,6 +89,17 @@ class StageContext:
 
     def gen_params(self, **extra: Any) -> dict[str, Any]:
         return {"temperature": self.llm["temperature"], "max_tokens": self.llm["max_completion_tokens"], **extra}
+
+    def redacted(self, text: str | None) -> str | None:
+        """Model-written text that enters the trajectories (an instruction, a reasoning, a block), with secrets
+        replaced as in the input (the run's ``[redact]``) and counted in ``redacted.<kind>``: a model may repeat
+        or make up a key, and nothing past ``raw/`` holds one."""
+        if not text or not self.cfg["redact"]["enabled"]:
+            return text
+        out, counts = redact_text(text, emails=bool(self.cfg["redact"]["emails"]))
+        for kind, n in sorted(counts.items()):
+            self.stats.add(f"redacted.{kind}", n)
+        return out
 
     def send(self, requests: Sequence[Request], judge: bool = False) -> list[ChatResult]:
         client = self.judge if judge else self.client

@@ -84,7 +84,7 @@ class WmatBlockStage:
                 if check is not None:
                     out = check.output
                     rows[key] = {"traj_id": traj.traj_id, "step": t, "status": "kept", "reason": "", "detail": "",
-                                 "block": text,
+                                 "block": ctx.redacted(text),
                                  "confidence": out.confidence, "keywords": list(out.keywords), "attempts": attempt + 1}
                     continue
                 ctx.stats.add(f"rejected_answers.{reason}")
