@@ -146,15 +146,27 @@ def _removed_count(fs, root: str) -> int:
 
 
 def _stale_shards(fs, root: str, keep: set[str]) -> None:
-    """Remove shards of an earlier run with another layout, so the folder holds exactly the listed ones."""
+    """Remove shards of an earlier run with another layout, so the folder holds exactly the listed ones, and the
+    markers of the tasks that wrote them first: a later run that plans such a task again (back to that layout)
+    must write its file, not find the marker and skip it."""
     import posixpath
+
+    from pipeline.outputs import read_json
 
     base = f"{root}/shards"
     if not fs.exists(base):
         return
-    for p in fs.find(base):
-        if posixpath.relpath(p, root) not in keep:
-            fs.rm(p)
+    stale = [p for p in fs.find(base) if posixpath.relpath(p, root) not in keep]
+    if not stale:
+        return
+    gone = {posixpath.relpath(p, root) for p in stale}
+    markers = f"{root}/_tasks/shards"
+    for marker in fs.find(markers) if fs.exists(markers) else []:
+        if marker.endswith(".json") and ".tmp-" not in marker and \
+                (read_json(fs, marker).get("shard") or {}).get("path") in gone:
+            fs.rm(marker)
+    for p in stale:
+        fs.rm(p)
 
 
 SAMPLES = SamplesStage()

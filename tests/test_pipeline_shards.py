@@ -172,3 +172,22 @@ def test_rl_pool_has_one_sample_per_trajectory_and_counts_the_cap(runs, tmp_path
     m2 = json.loads((capped / "manifest.json").read_text())
     assert m2["counts"]["filtered"]["rl_prompt_cap"] == n_rl
     assert m2["counts"]["samples"].get("rl", 0) == 0
+
+
+def test_going_back_to_an_earlier_shard_layout_writes_its_files_again(runs, tmp_path):
+    from tests.helpers import assert_same_outputs
+
+    src = runs[0].parent / "in"
+    small, default = tmp_path / "small.toml", tmp_path / "default.toml"
+    small.write_text("[shards]\nmax_rows = 10\n")
+    default.write_text("")
+    args = ["run", "--executor", "local", "-i", str(src), "--progress", "off"]
+    again = tmp_path / "again"
+    for cfg in (small, default, small):  # layout A, then B (fewer files: A's others are removed), then A again
+        lwm(*args, "-o", str(again), "--config", str(cfg))
+    fresh = tmp_path / "fresh"
+    lwm(*args, "-o", str(fresh), "--config", str(small))
+    manifest = json.loads((again / "manifest.json").read_text())
+    assert len(manifest["shards"]) > len(json.loads((runs[0] / "manifest.json").read_text())["shards"])
+    assert all((again / s["path"]).is_file() for s in manifest["shards"])
+    assert_same_outputs(again, fresh)
