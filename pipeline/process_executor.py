@@ -25,9 +25,12 @@ Fork only (Linux): where a process cannot be forked safely, `ProcessExecutor` ru
 
 from __future__ import annotations
 
+import ctypes
 import gc
 import itertools
 import multiprocessing
+import os
+import signal
 import sys
 import threading
 from collections.abc import Callable
@@ -48,6 +51,21 @@ SMALL_IN_POOL_BYTES = 256 * 1024 * 1024
 
 # The function of the stage being run; set before its pool is forked, so every worker of that pool has it.
 _job: TaskFn | None = None
+_PR_SET_PDEATHSIG = 1  # linux/prctl.h
+
+
+def _die_with_parent(parent: int) -> None:
+    """A worker ends when the process that forked it dies, however it dies. Killed (SIGKILL, the kernel's
+    out-of-memory killer), the parent closes nothing: the worker, which holds both ends of its task pipe since the
+    fork, would wait on it for ever, and one that was mid-task would go on writing into the output while the run is
+    started again."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    except (OSError, AttributeError):  # not Linux: forking is not used there (`can_fork`)
+        return
+    if os.getppid() != parent:  # it died before the line above took effect
+        os._exit(1)
 
 
 def can_fork() -> bool:
@@ -140,7 +158,8 @@ class ProcessExecutor:
         sys.stderr.flush()
         _job = fn
         errors: dict[int, bytes] = {}
-        pool = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork"))
+        pool = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork"),
+                                   initializer=_die_with_parent, initargs=(os.getpid(),))
         try:
             # As many tasks in the pool as it has workers: a task is handed over when a worker is free, so after
             # a failure no task not yet begun is left queued to start.

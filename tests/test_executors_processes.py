@@ -266,3 +266,28 @@ def test_an_interrupted_run_leaves_no_worker_behind_and_resumes_to_the_same_byte
     assert local.returncode == 0, local.stderr[-3000:]
     a, b = _files(tmp_path / "local"), _files(out)
     assert [k for k in a if k.startswith(("shards/", "manifest")) and a[k] != b.get(k)] == []
+
+
+def test_workers_end_when_the_run_is_killed_outright(tmp_path):
+    import psutil
+
+    src = write_corpus(tmp_path / "in", files=7, per_file=60, big=1500)
+    config = tmp_path / "small-tasks.toml"
+    config.write_text("[ingest]\nsplit_bytes = 150000\ngroup_bytes = 150000\n")
+    out = tmp_path / "out"
+    cmd = [sys.executable, "-m", "pipeline.cli", "run", "-i", str(src), "-o", str(out), "--progress", "off",
+           "--max-quarantine-rate", "1", "--config", str(config), "--executor", "processes", "--num-cpus", "2"]
+    run = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=clean_env(),
+                           start_new_session=True)
+    markers = out / "_tasks" / "samples"
+    deadline = time.monotonic() + 120
+    while not (markers.is_dir() and any(markers.glob("*.json"))):
+        assert run.poll() is None, "the run ended before it could be killed"
+        assert time.monotonic() < deadline
+        time.sleep(0.005)
+    workers = psutil.Process(run.pid).children(recursive=True)
+    assert workers  # the sample stage's forked workers, mid-stage
+    run.kill()  # SIGKILL to the run alone (the out-of-memory killer's way): nothing of it closes its pipes
+    run.wait(timeout=30)
+    _, alive = psutil.wait_procs(workers, timeout=10)
+    assert alive == [], [p.pid for p in alive]
