@@ -233,7 +233,8 @@ def run_tasks(
         marker = marker_path(root, name, task["task_id"])
         if fs.exists(marker):
             prev = read_json(fs, marker)
-            if prev.get("spec_hash") == task["spec_hash"]:
+            # a task that ended without all it needed (a model request that failed) runs again in the next run
+            if prev.get("spec_hash") == task["spec_hash"] and not prev.get("incomplete"):
                 done.append(prev)
                 continue
         todo.append(task)

@@ -85,7 +85,7 @@ def ledger_for(spec: dict[str, Any]):
 
 
 class LedgerOwner:
-    """Creates the ledger of one stage run on the driver and removes it afterwards."""
+    """Creates the ledger of one invocation's model stages on the driver and removes it afterwards."""
 
     def __init__(self, executor, llm: dict[str, Any]) -> None:
         self.name = f"lwm-llm-{uuid.uuid4().hex[:12]}"
@@ -120,11 +120,14 @@ class Ticker:
         self.stage, self.ledger, self.mode, self.every = stage, ledger, mode, every
         self.stream = stream or sys.stderr
         self.start = time.monotonic()
+        self.base = ledger.snapshot()  # the ledger serves the whole invocation: this stage's share is the rise
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, daemon=True)
 
     def line(self) -> str:
-        s = self.ledger.snapshot()
+        now, base = self.ledger.snapshot(), self.base
+        s = {k: now[k] - base.get(k, 0) for k in ("requests", "cache_hits", "prompt_tokens", "completion_tokens",
+                                                  "failures")}
         elapsed = max(time.monotonic() - self.start, 1e-9)
         tokens = s["prompt_tokens"] + s["completion_tokens"]
         return (f"[{self.stage}] {s['requests']:,} requests  {s['cache_hits']:,} cached  "

@@ -36,6 +36,7 @@ from typing import Any
 
 from pipeline.config import output_config
 from pipeline.dedup_stage import removed_ids
+from pipeline.digest import file_sha256
 from pipeline.engine import RunContext, Stage, run_tasks, spec_hash
 from pipeline.leftovers import remove_stale_task_outputs
 from pipeline.llm_budget import LedgerOwner, Ticker, ledger_for
@@ -152,7 +153,11 @@ def run_llm_task(task: dict[str, Any]) -> dict[str, Any]:
         w.write_table(pa.Table.from_pylist(rows, schema=stage.schema))
     usage = _merge_usage([ctx.client.usage.as_dict(), ctx.judge.usage.as_dict()])
     result = {"task_id": task["task_id"], "stage": f"llm_{stage.name}", "stats": ctx.stats.to_dict(), "usage": usage,
-              "rows": len(rows), "bytes": 0, "spec_hash": task["spec_hash"]}
+              "rows": len(rows), "bytes": 0, "spec_hash": task["spec_hash"],
+              # what later stages and the samples depend on: these rows, which a run again may change
+              "output": file_sha256(fs, stage_output(root, stage.name, task["task_id"]))}
+    if usage["failures"]:  # never answered (failed requests are not cached): the next run asks again
+        result["incomplete"] = True
     return result
 
 
@@ -192,10 +197,10 @@ def run_llm_stages(cfg: dict[str, Any], fs, root: str, executor, ingest_results,
     section: dict[str, Any] = {"model": llm["model"], "judge_model": llm["judge_model"] or llm["model"], "stages": {}}
     prior: dict[str, str] = {r["task_id"]: r["spec_hash"] for r in ingest_results}
     done: list[str] = []
-    for name in llm["stages"]:
-        _remove_stale(fs, root, get_stage(name).name, set(prior))
-        owner = LedgerOwner(executor, llm)
-        try:
+    owner = LedgerOwner(executor, llm)  # one budget for the whole invocation, every stage drawing from it
+    try:
+        for name in llm["stages"]:
+            _remove_stale(fs, root, get_stage(name).name, set(prior))
             tasks = [{"task_id": tid, "stage": name, "out": cfg["run"]["out"], "cfg": cfg, "drop": sorted(drop),
                       "ledger": owner.spec, "earlier": list(done),
                       "spec_hash": spec_hash(base, name, prior[tid], sorted(drop))}
@@ -210,18 +215,24 @@ def run_llm_stages(cfg: dict[str, Any], fs, root: str, executor, ingest_results,
                     if snap["exhausted"] or isinstance(exc, BudgetExhausted):
                         raise BudgetExhausted(
                             f"llm budget spent in stage {name} after {snap['requests']} requests and "
-                            f"{snap['prompt_tokens'] + snap['completion_tokens']} tokens (llm.max_requests "
-                            f"{llm['max_requests'] or 'unlimited'}, llm.max_tokens {llm['max_tokens'] or 'unlimited'}); "
-                            f"answers so far are cached in {cache_root(cfg['run']['out'])}: run again to continue"
+                            f"{snap['prompt_tokens'] + snap['completion_tokens']} tokens in this run "
+                            f"(llm.max_requests {llm['max_requests'] or 'unlimited'}, llm.max_tokens "
+                            f"{llm['max_tokens'] or 'unlimited'}); answers so far are cached in "
+                            f"{cache_root(cfg['run']['out'])}: run again to continue"
                         ) from None
                     raise
-        finally:
-            owner.close()
-        prior = {r["task_id"]: r["spec_hash"] for r in results}
-        stats = merge_all([r["stats"] for r in results])
-        section["stages"][get_stage(name).name] = {"usage": _merge_usage([r["usage"] for r in results]), "counts": stats.nested(),
-                                   "rows": sum(int(r["rows"]) for r in results)}
-        done.append(name)
+            prior = {r["task_id"]: spec_hash(r["spec_hash"], r.get("output")) for r in results}
+            stats = merge_all([r["stats"] for r in results])
+            usage = _merge_usage([r["usage"] for r in results])
+            section["stages"][get_stage(name).name] = {"usage": usage, "counts": stats.nested(),
+                                                       "rows": sum(int(r["rows"]) for r in results)}
+            if usage["failures"]:
+                reasons = ", ".join(f"{e} {n}" for e, n in usage["errors"].items())
+                echo(f"warning: llm stage {name}: {usage['failures']} request(s) got no answer ({reasons}); what "
+                     "needed them is dropped in this run, and the same command run again asks them again")
+            done.append(name)
+    finally:
+        owner.close()
     manifest["llm"] = section
     return {"stages": done, "specs": {tid: spec_hash(base, spec) for tid, spec in prior.items()}}
 

@@ -12,7 +12,17 @@ import time
 from pathlib import Path
 
 from pipeline.run import run_pipeline
-from tests.helpers import LWM, JudgeServer, Script, Slow, clean_env, llm_config, lwm_in_process, write_llm_corpus
+from tests.helpers import (
+    LWM,
+    JudgeServer,
+    Script,
+    Slow,
+    Status,
+    clean_env,
+    llm_config,
+    lwm_in_process,
+    write_llm_corpus,
+)
 
 SCENARIOS = [f"s{i}" for i in range(12)]  # default script: candidates judged 5, 4, 3; instructions derived
 
@@ -79,3 +89,48 @@ def test_a_killed_run_resumes_without_resending_and_gives_the_same_shards(tmp_pa
     usage = {k: (v["usage"]["requests"], v["usage"]["cache_hits"]) for k, v in manifest["llm"]["stages"].items()}
     assert usage == {"instructions": (0, 12), "sft_reasoning": (0, 72)}
     assert _shards(out) == _shards(fresh)
+
+
+def test_requests_that_got_no_answer_are_asked_again_by_the_next_run(tmp_path):
+    corpus = write_llm_corpus(tmp_path / "in.jsonl", SCENARIOS[:4])
+    fresh = tmp_path / "fresh"
+    with JudgeServer(Script()) as server:
+        run_pipeline(llm_config([corpus], fresh, server.url, "sft"), echo=lambda m: None)
+
+    out = tmp_path / "out"
+    script = Script()
+    down = {"s2"}  # the endpoint fails every request about this trajectory in the first run
+
+    def flaky(body, n):
+        return Status(500) if any(s in json.dumps(body) for s in down) else script(body, n)
+
+    lines: list[str] = []
+    with JudgeServer(flaky) as server:
+        first = run_pipeline(llm_config([corpus], out, server.url, "sft"), echo=lines.append)
+    assert first["counts"]["samples"]["sft"] == 3
+    assert any(line.startswith("warning: llm stage instructions: 1 request(s) got no answer (HTTP 500 1)")
+               for line in lines), lines
+    down.clear()  # the endpoint is well again
+    with JudgeServer(Script()) as server:
+        again = run_pipeline(llm_config([corpus], out, server.url, "sft"), echo=lambda m: None)
+        asked = list(server.requests)
+    assert asked and all("s2" in json.dumps(b) for b in asked)  # only what got no answer; the rest is cached
+    assert again["counts"]["samples"]["sft"] == 4
+    assert _shards(out) == _shards(fresh)
+
+
+def test_the_request_budget_holds_for_the_whole_run_not_each_stage(tmp_path):
+    from pipeline.llm_stage import BudgetExhausted
+
+    corpus = write_llm_corpus(tmp_path / "in.jsonl", SCENARIOS[:4])  # 4 instruction requests, then 24 for sft
+    with JudgeServer(Script()) as server:
+        try:
+            run_pipeline(llm_config([corpus], tmp_path / "out", server.url, "sft", max_requests=10),
+                         echo=lambda m: None)
+        except BudgetExhausted as exc:
+            message = str(exc)
+        else:
+            raise AssertionError("a budget of 10 requests ran 28")
+        sent = len(server.requests)
+    assert sent == 10  # each request is counted before it is sent: 4 for the instructions, 6 for sft reasoning
+    assert "llm budget spent in stage sft_reasoning after 10 requests" in message
