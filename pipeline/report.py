@@ -36,8 +36,10 @@ def summary_lines(manifest: dict[str, Any]) -> list[str]:
     records = counts.get("records", {})
     trajs = counts.get("trajectories", {})
     filtered = {k: v for k, v in (counts.get("filtered") or {}).items() if isinstance(v, int | float)}
-    traj_filtered = {k: v for k, v in filtered.items() if k not in SAMPLE_FILTERS}
-    sample_filtered = {k: v for k, v in filtered.items() if k in SAMPLE_FILTERS}
+    # the model stages drop sample targets (a turn without a kept reasoning), not trajectories
+    per_sample = {k for k in filtered if k in SAMPLE_FILTERS or k.startswith("llm_")}
+    traj_filtered = {k: v for k, v in filtered.items() if k not in per_sample}
+    sample_filtered = {k: v for k, v in filtered.items() if k in per_sample}
     skipped = _n((counts.get("members") or {}).get("skipped"))
 
     ingest = f"ingest: {_n(records.get('read'))} records read, {_n(records.get('quarantined'))} quarantined"
@@ -49,7 +51,7 @@ def summary_lines(manifest: dict[str, Any]) -> list[str]:
     kept = _n(trajs.get("kept"))
     lines = [ingest]
     filter_line = f"filter: {_n(trajs.get('normalized'))} trajectories, {sum(map(_n, traj_filtered.values()))} filtered"
-    if traj_filtered:
+    if _parts(traj_filtered):
         filter_line += f" ({_parts(traj_filtered)})"
     filter_line += f" → {kept} kept"
     stripped = {k: v for k, v in (counts.get("turns_stripped") or {}).items() if _n(v)}
@@ -70,7 +72,7 @@ def summary_lines(manifest: dict[str, Any]) -> list[str]:
     if "shards" in manifest:
         samples = counts.get("samples") or {}
         line = "samples: " + ", ".join(f"{p} {_n(samples.get(p))}" for p in POOLS)
-        if sample_filtered:
+        if _parts(sample_filtered):
             line += f" (filtered: {_parts(sample_filtered)})"
         lines.append(line)
         shards = manifest.get("shards") or []
