@@ -246,3 +246,16 @@ def test_wrappers_agree_with_the_core(q):
     core = world_model_reward(text, FUTURE, True).r_wm
     assert wmat_frameworks.compute_score("x", text, FUTURE, {"correct": "true"})["score"] == core
     assert wmat_frameworks.trl_reward(["p"], [text], [FUTURE], [1]) == [core]
+
+
+def test_no_output_at_all_is_a_malformed_one_in_every_framework_entry():
+    from stages.reward.wmat import calibration_reward, world_model_reward
+    from stages.reward.wmat_frameworks import compute_score, trl_reward
+
+    for correct in (0, 1):
+        expected = calibration_reward(None, correct)  # R_ground 0, the missing-q R_calib
+        r = world_model_reward(None, "the future", correct)
+        assert (r.r_wm, r.r_ground, r.format_ok) == (expected, 0.0, False)
+        assert compute_score("search", None, {"future": "the future", "correct": correct})["score"] == expected
+        completions = [None, [{"role": "assistant", "content": None}], 5]
+        assert trl_reward([""] * 3, completions, ["the future"] * 3, [correct] * 3) == [expected] * 3

@@ -95,8 +95,12 @@ class WorldModelReward:
 
 def world_model_reward(output: str | FormatCheck, future_text: str, correct: bool | int,
                        max_keywords: int = 10, min_keywords: int = 1) -> WorldModelReward:
-    """R_WM = R_calib + R_ground of one output; a malformed output gets R_ground 0 and q missing."""
-    check = check_output(output) if isinstance(output, str) else output
+    """R_WM = R_calib + R_ground of one output; a malformed output gets R_ground 0 and q missing (so does no
+    output at all: None, or anything but text, as a framework may pass for an empty generation)."""
+    if isinstance(output, FormatCheck):
+        check = output
+    else:
+        check = check_output(output if isinstance(output, str) else "")
     if not check.ok:
         r_calib = calibration_reward(None, correct)
         return WorldModelReward(r_calib, r_calib, 0.0, False, check.reason, None)

@@ -31,9 +31,13 @@ def _correct(value: Any) -> bool:
 
 
 def _completion_text(completion: Any) -> str:
+    """A completion's text: itself, or its assistant messages' contents; '' for none (None), which is malformed."""
     if isinstance(completion, str):
         return completion
-    return "".join(m.get("content") or "" for m in completion if m.get("role", "assistant") == "assistant")
+    if not isinstance(completion, list | tuple):
+        return ""
+    return "".join(m.get("content") or "" for m in completion
+                   if isinstance(m, dict) and m.get("role", "assistant") == "assistant" and isinstance(m.get("content") or "", str))
 
 
 def _limits(settings: dict[str, Any]) -> dict[str, int]:
