@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import click
@@ -94,7 +93,7 @@ def run_cmd(config_path: str | None, dry_run: bool, **kw: Any) -> None:
     file_cfg = load_config_file(config_path) if config_path else {}
     cfg = resolve(file_cfg, _run_overrides(**kw))
     if dry_run:
-        click.echo(json.dumps(cfg, indent=2, sort_keys=True))
+        click.echo(dry_run_text(cfg), nl=False)
         return
     from pipeline.llm_stage import LLMDryRun
     from pipeline.report import print_run_summary
@@ -106,3 +105,17 @@ def run_cmd(config_path: str | None, dry_run: bool, **kw: Any) -> None:
         return  # the plan was printed; nothing was sent
     print_run_summary(manifest, cfg["run"]["out"])
     done_cleanly()
+
+
+def dry_run_text(cfg: dict[str, Any]) -> str:
+    """The resolved config as TOML that ``--config`` reads back; without model stages, their keys as comments."""
+    from pipeline.config_toml import dumps
+
+    text = dumps(cfg)
+    if "llm" not in cfg:
+        from pipeline.llm_config import LLM_DEFAULTS
+
+        off = dumps({"llm": LLM_DEFAULTS}).rstrip("\n").splitlines()
+        text += "\n# model-in-the-loop stages, off until an endpoint is given (--llm-endpoint):\n"
+        text += "\n".join(f"# {line}" if line else "#" for line in off) + "\n"
+    return text
