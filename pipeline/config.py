@@ -13,6 +13,7 @@ from __future__ import annotations
 import copy
 import hashlib
 import json
+import os
 import tomllib
 from typing import Any
 
@@ -118,11 +119,37 @@ def load_config_file(path: str) -> dict[str, Any]:
     """Parse a TOML config file; errors name the file and the line."""
     try:
         with open(path, "rb") as f:
-            return tomllib.load(f)
+            loaded = tomllib.load(f)
     except FileNotFoundError:
         raise ConfigError(f"config file not found: {path}") from None
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{path}: invalid TOML: {exc}") from None
+    masking = loaded.get("masking")
+    if isinstance(masking, dict) and isinstance(masking.get("table"), str):  # a table file, beside this one
+        masking["table"] = os.path.join(os.path.dirname(os.path.abspath(path)), os.path.expanduser(masking["table"]))
+    return loaded
+
+
+def _inline_table_file(cfg: dict[str, Any]) -> None:
+    """``masking.table = "my_table.toml"`` (a copy of ``masking/default_table.toml``): the file's table, read now,
+    so the config, its hash and the manifest hold the table itself, not a name for it."""
+    path = cfg["masking"]["table"]
+    if not isinstance(path, str):
+        return
+    from masking import load_table
+
+    try:
+        with open(os.path.expanduser(path), "rb") as f:
+            table = tomllib.load(f)
+    except OSError as exc:
+        raise ConfigError(f"masking.table: cannot read the table file {path}: {exc.strerror or exc}") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"masking.table: {path}: invalid TOML: {exc}") from None
+    try:
+        load_table(table)
+    except ConfigError as exc:
+        raise ConfigError(f"masking.table: {path}: {exc}") from None
+    cfg["masking"]["table"] = table
 
 
 def resolve(file_config: dict[str, Any] | None = None, overrides: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -132,6 +159,7 @@ def resolve(file_config: dict[str, Any] | None = None, overrides: dict[str, Any]
     llm = [part.pop("llm") for part in (file_config, overrides) if "llm" in part]
     cfg = _merge(DEFAULTS, file_config)
     cfg = _merge(cfg, overrides)
+    _inline_table_file(cfg)
     check_config(cfg)
     if llm:
         from pipeline.llm_config import resolve_llm

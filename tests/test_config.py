@@ -145,3 +145,29 @@ def test_a_template_mapping_names_only_the_pools_it_changes():
     assert cfg["templates"]["mapping"] == {**DEFAULTS["templates"]["mapping"], "sft": ["v3"]}
     with pytest.raises(ConfigError, match=r"unknown config key 'templates\.mapping\.sfx'"):
         resolve(overrides={"templates": {"mapping": {"sfx": ["v3"]}}})
+
+
+def test_the_masking_table_can_be_a_file_beside_the_config(tmp_path, monkeypatch):
+    import tomllib
+    from pathlib import Path
+
+    from pipeline.config import load_config_file
+
+    default = Path(__file__).resolve().parent.parent / "masking" / "default_table.toml"
+    (tmp_path / "conf").mkdir()
+    mine = tmp_path / "conf" / "mine.toml"
+    mine.write_text(default.read_text().replace("keep = 0.05", "keep = 0.07"))
+    run = tmp_path / "conf" / "run.toml"
+    run.write_text('[masking]\ntable = "mine.toml"\n')
+    monkeypatch.chdir(tmp_path)  # the name is read beside the config file, not in the current folder
+    cfg = resolve(load_config_file(str(run)))
+    assert cfg["masking"]["table"] == tomllib.loads(mine.read_text())
+    assert cfg["masking"]["table"]["categories"][0]["keep"] == 0.07
+    before = config_hash(cfg)
+    mine.write_text(default.read_text())  # the table is the config: another table, another hash
+    assert config_hash(resolve(load_config_file(str(run)))) != before
+    with pytest.raises(ConfigError, match=r"masking\.table: cannot read the table file .*nope\.toml: No such file"):
+        resolve(overrides={"masking": {"table": str(tmp_path / "nope.toml")}})
+    (tmp_path / "bad.toml").write_text('[[categories]]\nname = "x"\nwhen = "nonsense >"\nkeep = 1.0\n')
+    with pytest.raises(ConfigError, match=r"masking\.table: .*bad\.toml: "):
+        resolve(overrides={"masking": {"table": str(tmp_path / "bad.toml")}})
