@@ -85,6 +85,33 @@ def adapter_opts(cfg: dict[str, Any]) -> dict[str, Any]:
     return opts
 
 
+def keep_layer_settings(ctx: RunContext) -> None:
+    """``--from-layer trajectories`` reads the layer as the run that wrote it made it: the input, ingest, filter and
+    redaction settings are that run's (from its manifest), whatever this one says, so the manifest and its hash
+    tell what made the data. A setting given here that differs has no effect: a warning names it."""
+    from pipeline.config import DEFAULTS
+
+    path = posixpath.join(ctx.root, "manifest.json")
+    if not ctx.fs.exists(path):
+        return
+    then = read_json(ctx.fs, path).get("config") or {}
+    now = output_config(ctx.cfg)
+    ignored = []
+    for section in INGEST.sections:
+        old = then.get(section)
+        if not isinstance(old, dict):
+            continue
+        for key, value in sorted(now.get(section, {}).items()):
+            if key in old and old[key] != value and value != DEFAULTS.get(section, {}).get(key):
+                ignored.append(f"{section}.{key}")
+        ctx.cfg[section] = {**ctx.cfg[section], **old}
+    if ignored:
+        one = len(ignored) == 1
+        ctx.echo(f"warning: --from-layer trajectories keeps the settings that made the trajectories; this run's "
+                 f"{', '.join(ignored)} {'has' if one else 'have'} no effect (run without --from-layer to apply "
+                 f"{'it' if one else 'them'})")
+
+
 def check_quarantine_rate(results: list[dict[str, Any]], bound: float) -> None:
     """Fail with one line naming the worst file and reason when too much input is quarantined."""
     total = merge_all([r["stats"] for r in results])
@@ -112,6 +139,7 @@ class ScanStage(Stage):
     def plan(self, ctx: RunContext) -> list[dict[str, Any]] | None:
         cfg = ctx.cfg
         if cfg["run"]["from_layer"] == "trajectories":
+            keep_layer_settings(ctx)
             if hasattr(ctx.executor, "plan_for_input"):  # the layer is this run's input
                 ctx.executor.plan_for_input(int(ctx.fs.du(posixpath.join(ctx.root, "trajectories"))))
             return None

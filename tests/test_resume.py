@@ -196,3 +196,20 @@ def test_sample_parts_of_another_layout_are_written_again_not_reused(corpus, fre
         assert timings[stage]["ran"] == timings[stage]["tasks"] > 0, stage
     assert timings["ingest"]["ran"] == 0
     assert_same_outputs(fresh, out)
+
+
+def test_from_layer_keeps_the_settings_that_made_the_trajectories_and_says_which_are_ignored(corpus, tmp_path):
+    out = tmp_path / "out"
+    _run(corpus, out)
+    made = json.loads((out / "manifest.json").read_text())
+    lines: list[str] = []
+    cfg = corpus_config([], out, from_layer="trajectories")
+    cfg["filter"]["min_turns"], cfg["redact"]["emails"] = 6, True
+    manifest = run_pipeline(cfg, echo=lines.append)
+    assert ("warning: --from-layer trajectories keeps the settings that made the trajectories; this run's "
+            "filter.min_turns, redact.emails have no effect (run without --from-layer to apply them)") in lines
+    # the manifest tells what made the data: the layer's settings, its input, and the same counts
+    for section in ("run", "filter", "redact", "ingest"):
+        assert manifest["config"][section] == made["config"][section], section
+    assert manifest["config_hash"] == made["config_hash"]
+    assert manifest["counts"]["trajectories"] == made["counts"]["trajectories"]
