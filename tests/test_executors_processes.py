@@ -230,27 +230,37 @@ def test_worker_processes_and_this_process_write_the_same_bytes_on_the_real_samp
     _same_bytes(shared_data, tmp_path)
 
 
-def test_an_interrupted_run_leaves_no_worker_behind_and_resumes_to_the_same_bytes(tmp_path):
+def _run_until_mid_samples(tmp_path: Path, **popen) -> tuple[subprocess.Popen, list, Path, Path, tuple]:
+    """`lwm run` on worker processes, started and caught in its sample stage (a task's marker written, about 16
+    to go): the run, its forked workers, the input, the output and the flags."""
     import psutil
 
     src = write_corpus(tmp_path / "in", files=7, per_file=60, big=1500)
-    config = tmp_path / "small-tasks.toml"  # about 16 sample tasks: the interrupt lands mid-stage
+    config = tmp_path / "small-tasks.toml"  # about 16 sample tasks: what happens next lands mid-stage
     config.write_text("[ingest]\nsplit_bytes = 150000\ngroup_bytes = 150000\n")
     out = tmp_path / "out"
     flags = ("--config", str(config), "--executor", "processes", "--num-cpus", "2")
     cmd = [sys.executable, "-m", "pipeline.cli", "run", "-i", str(src), "-o", str(out), "--progress", "off",
            "--max-quarantine-rate", "1", *flags]
-    # Ctrl-C in a terminal: SIGINT to the run's whole process group (not ignored, whatever started the tests)
-    run = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=clean_env(),
-                           start_new_session=True, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    run = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, env=clean_env(), start_new_session=True, **popen)
     markers = out / "_tasks" / "samples"
     deadline = time.monotonic() + 120
     while not (markers.is_dir() and any(markers.glob("*.json"))):
-        assert run.poll() is None, "the run ended before it could be interrupted"
+        assert run.poll() is None, "the run ended before its sample stage was reached"
         assert time.monotonic() < deadline
         time.sleep(0.005)
     workers = psutil.Process(run.pid).children(recursive=True)
     assert workers  # the sample stage's forked workers
+    return run, workers, src, out, flags
+
+
+def test_an_interrupted_run_leaves_no_worker_behind_and_resumes_to_the_same_bytes(tmp_path):
+    import psutil
+
+    # Ctrl-C in a terminal: SIGINT to the run's whole process group (not ignored, whatever started the tests)
+    run, workers, src, out, flags = _run_until_mid_samples(
+        tmp_path, stderr=subprocess.PIPE, text=True, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    config = tmp_path / "small-tasks.toml"
     os.killpg(run.pid, signal.SIGINT)
     _, stderr = run.communicate(timeout=60)
     assert run.returncode != 0 and "Aborted" in stderr, stderr[-2000:]
@@ -271,22 +281,7 @@ def test_an_interrupted_run_leaves_no_worker_behind_and_resumes_to_the_same_byte
 def test_workers_end_when_the_run_is_killed_outright(tmp_path):
     import psutil
 
-    src = write_corpus(tmp_path / "in", files=7, per_file=60, big=1500)
-    config = tmp_path / "small-tasks.toml"
-    config.write_text("[ingest]\nsplit_bytes = 150000\ngroup_bytes = 150000\n")
-    out = tmp_path / "out"
-    cmd = [sys.executable, "-m", "pipeline.cli", "run", "-i", str(src), "-o", str(out), "--progress", "off",
-           "--max-quarantine-rate", "1", "--config", str(config), "--executor", "processes", "--num-cpus", "2"]
-    run = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=clean_env(),
-                           start_new_session=True)
-    markers = out / "_tasks" / "samples"
-    deadline = time.monotonic() + 120
-    while not (markers.is_dir() and any(markers.glob("*.json"))):
-        assert run.poll() is None, "the run ended before it could be killed"
-        assert time.monotonic() < deadline
-        time.sleep(0.005)
-    workers = psutil.Process(run.pid).children(recursive=True)
-    assert workers  # the sample stage's forked workers, mid-stage
+    run, workers, _, _, _ = _run_until_mid_samples(tmp_path, stderr=subprocess.DEVNULL)
     run.kill()  # SIGKILL to the run alone (the out-of-memory killer's way): nothing of it closes its pipes
     run.wait(timeout=30)
     _, alive = psutil.wait_procs(workers, timeout=10)
