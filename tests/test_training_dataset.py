@@ -191,6 +191,28 @@ def test_resume_with_workers_from_recorded_positions(pool_dir):
         assert before.get(consumer, []) + rest.get(consumer, []) == stream
 
 
+@pytest.mark.parametrize(("workers", "stops"), [(2, (5,)), (2, (5, 8)), (3, (4, 11)), (3, (7, 9, 10))])
+def test_resume_with_workers_continues_the_stream_in_its_order(pool_dir, workers, stops):
+    """Not only each worker's share: the loader's order (workers in turn), so a resumed run trains on the same
+    batches as one that never stopped."""
+
+    def loader_of(dataset):
+        return torch.utils.data.DataLoader(dataset, batch_size=None, num_workers=workers)
+
+    full = _ids(itertools.islice(iter(loader_of(ShardDataset(pool_dir, shuffle_buffer=4, epochs=None))), 30))
+    seen: list[str] = []
+    state = None
+    for stop in (*stops, 30):
+        dataset = ShardDataset(pool_dir, shuffle_buffer=4, epochs=None)
+        if state is not None:
+            dataset.load_state_dict(state)
+        taken = list(itertools.islice(iter(loader_of(dataset)), stop - len(seen)))
+        dataset.record_consumed(s["position"] for s in taken)
+        seen += _ids(taken)
+        state = dataset.state_dict()
+    assert seen == full
+
+
 def test_state_of_other_consumer_count_is_refused(pool_dir):
     dataset = ShardDataset(pool_dir)
     next(iter(dataset))

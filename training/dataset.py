@@ -117,6 +117,9 @@ class ShardDataset(IterableDataset):
         self._epoch = 0
         self._progress: dict[int, tuple[int, int]] = {}
         self._num_consumers: int | None = None
+        # Dataloader workers take turns (0, 1, …) from the start of every iteration. A state saved when worker k's
+        # sample was next resumes with worker 0 reading consumer k's share, 1 the next, and so on: the same order.
+        self._rotation = 0
 
     # -- resumable state -------------------------------------------------------------------
 
@@ -143,7 +146,23 @@ class ShardDataset(IterableDataset):
             "num_consumers": self._num_consumers,
             "epoch": self._epoch,
             "progress": {str(c): list(p) for c, p in sorted(self._progress.items())},
+            "next_worker": self._next_worker(),
         }
+
+    def _next_worker(self) -> int:
+        """The dataloader worker (as this rank's consumer offset) whose sample comes next in the stream. The stream
+        takes the workers' shares in turn, 0, 1, …, W−1, 0, … (a resumed loader is rotated to continue it), so
+        after n samples the first n mod W have one more: the first with the fewest is next."""
+        if not self._num_consumers or self._num_consumers <= self.world_size:
+            return 0
+        workers = self._num_consumers // self.world_size
+        taken = []
+        for w in range(workers):
+            consumer = self.rank * workers + w
+            start, stop = consumer_block(self.total_rows, consumer, self._num_consumers)
+            epoch, index = self._progress.get(consumer, (self._epoch, 0))
+            taken.append((epoch - self._epoch) * (stop - start) + index)
+        return taken.index(min(taken))
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Continue from a `state_dict()`; refuses a state of other shards or another order."""
@@ -158,6 +177,7 @@ class ShardDataset(IterableDataset):
         self._epoch = int(state["epoch"])
         self._num_consumers = state["num_consumers"]
         self._progress = {int(c): (int(p[0]), int(p[1])) for c, p in state["progress"].items()}
+        self._rotation = int(state.get("next_worker", 0))
 
     def _check_consumers(self, num_consumers: int) -> None:
         if self._num_consumers is not None and self._num_consumers != num_consumers:
@@ -172,7 +192,8 @@ class ShardDataset(IterableDataset):
         info = get_worker_info()
         if info is None:
             return self.rank, self.world_size, True
-        return self.rank * info.num_workers + info.id, self.world_size * info.num_workers, False
+        return (self.rank * info.num_workers + (info.id + self._rotation) % info.num_workers,
+                self.world_size * info.num_workers, False)
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
         consumer, num_consumers, in_process = self._consumer()
