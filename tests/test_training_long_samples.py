@@ -248,3 +248,13 @@ def test_cli_on_an_empty_pool_says_so(tmp_path):
     result = CliRunner().invoke(train_command, ["--shards", str(pool), *TINY])
     assert result.exit_code == 1
     assert result.output.strip().splitlines()[-1] == f"Error: no samples to train on in {pool} (an empty pool?)"
+
+
+def test_a_category_weight_for_no_category_of_the_shards_is_one_line(long_shards):
+    args = ["--shards", long_shards, "--micro-batch-tokens", "512", "--long-samples", "drop", *TINY]
+    result = CliRunner().invoke(train_command, [*args, "--category-weight", "ecoh=0"])  # a typo of echo
+    assert result.exit_code == 1
+    assert result.output.strip().splitlines()[-1] == (
+        "Error: --category-weight ecoh: no such category in the masking table of these shards "
+        "(action, boilerplate, echo, expansion, other, retrieval, transform)")
+    assert CliRunner().invoke(train_command, [*args, "--category-weight", "echo=0"]).exit_code == 0

@@ -36,6 +36,7 @@ from training.long_samples import (
 from training.loss import LOSS_NORMS, all_ranks_sum
 from training.models import ATTENTION, TINY, build_model, pick_attention, vocabulary_rows
 from training.progress import StepLogger
+from training.reweight import check_category_names
 from training.schedule import SCHEDULES, lr_multiplier
 from training.sharding import PRECISIONS, compute_dtype, shard_model
 from training.step import StepResult, accumulate_gradients
@@ -265,6 +266,8 @@ def _train(config: TrainConfig, dist: Distributed, echo: Callable[[str], None]) 
     )
     if not dataset.total_rows:
         raise ConfigError(f"no samples to train on in {', '.join(config.shards)} (an empty pool?)")
+    if config.category_weights:
+        check_category_names(sorted({group.uri for group in dataset.groups}), config.category_weights)
     longest = longest_sample(sorted({group.uri for group in dataset.groups}))
     note = check_row_length(longest, config.micro_batch_tokens, config.long_samples)
     if note:

@@ -53,3 +53,26 @@ def apply_category_weights(
             piece = result[start:end]
             piece[piece > 0] = overrides[category]
     return result
+
+
+def check_category_names(files: Sequence[str], names: Iterable[str]) -> None:
+    """Refuse a ``--category-weight`` naming no category of the masking tables the shards were made with (a
+    typo would otherwise change nothing, silently). Shards whose run manifest is not found are not checked."""
+    from masking import load_table
+    from training.long_samples import _manifest_of
+
+    known: set[str] = set()
+    seen: set[str] = set()
+    for uri in files:
+        manifest, root = _manifest_of(uri)
+        if manifest is None:
+            return
+        if root in seen:
+            continue
+        seen.add(root)
+        table = load_table(((manifest.get("config") or {}).get("masking") or {}).get("table"))
+        known.update(c.name for c in table.categories)
+    unknown = sorted(set(names) - known)
+    if unknown:
+        raise ShardError(f"--category-weight {unknown[0]}: no such category in the masking table of these shards "
+                         f"({', '.join(sorted(known))})")
