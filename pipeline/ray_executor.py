@@ -24,6 +24,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import socket
 import sys
 import threading
 import time
@@ -31,12 +32,16 @@ from typing import Any
 
 from pipeline.arrow_pool import POOL_VARIABLE, run_memory_pool
 from pipeline.engine import TaskFn
+from pipeline.process_executor import WorkerDied
 from pipeline.progress import Progress
 from pipeline.ray_local import environment, lean_start, quiet_ray_startup, stop_monitor_first
 from pipeline.ray_worker import TIMELINE_ENV, process_start, run_task, warm_worker
 from pipeline.task_process import load_tokenizer_quietly, unpack_error
+from schemas.errors import ConfigError
+from stages.tokenizer.vocab import first_line
 
 MAX_RETRIES = 3
+CONNECT_TIMEOUT_S = 10.0  # a cluster address that takes longer to accept a connection is taken for unreachable
 RECYCLE_BYTES = 256 * 1024 * 1024
 # From `RECYCLE_BYTES` of input on, a worker process runs this many tasks and is then replaced. A fresh process
 # per task (the earlier rule) paid Python's start, the imports and Ray's worker set-up for every task: at 0.7 GB
@@ -51,6 +56,31 @@ RECYCLE_TASKS = 16
 # The Arrow allocator of the run's processes (`pipeline.arrow_pool`): a local Ray's workers inherit the driver's
 # choice; a given cluster's get it here.
 WORKER_ENV = {"env_vars": {"RAYON_NUM_THREADS": "1", POOL_VARIABLE: run_memory_pool()}}
+
+
+def check_cluster_address(address: str) -> None:
+    """An address Ray cannot use is one line now, not Ray's retries for ever (nothing listening) or its
+    ValueError: ``auto``, ``HOST:PORT`` of a cluster's head (its GCS), or ``ray://HOST:PORT`` (Ray Client, which
+    needs Ray's ``client`` extra)."""
+    if address == "auto":
+        return
+    key = "executor.ray_address (--ray-address)"
+    client = address.startswith("ray://")
+    host, _, port = address.removeprefix("ray://").rpartition(":")
+    if not host or not port.isdigit() or "/" in host or "://" in host:
+        raise ConfigError(f"{key}: expected auto, HOST:PORT or ray://HOST:PORT, not {address!r}")
+    if client:
+        try:
+            import grpc  # noqa: F401  (what Ray Client needs; `ray[client]` installs it)
+        except ImportError:
+            raise ConfigError(f"{key} {address}: a ray:// address needs Ray Client: pip install 'ray[client]' (or, "
+                              "on a node of the cluster, give its head's HOST:6379)") from None
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=CONNECT_TIMEOUT_S).close()
+    except OSError as exc:
+        why = exc.strerror or type(exc).__name__.lower()
+        raise ConfigError(f"{key} {address}: nothing answers there ({why}); is the cluster running "
+                          "(`ray status` on its head)?") from None
 
 
 class _HandOff:
@@ -142,7 +172,11 @@ class RayExecutor:
 
             self._ray = ray
             self._task_env = None
-            ray.init(address=address, log_to_driver=False, logging_level=logging.WARNING, runtime_env=WORKER_ENV)
+            check_cluster_address(address)
+            try:
+                ray.init(address=address, log_to_driver=False, logging_level=logging.WARNING, runtime_env=WORKER_ENV)
+            except ValueError as exc:  # Ray's word on an address it cannot use
+                raise ConfigError(f"executor.ray_address (--ray-address) {address!r}: {first_line(exc)}") from None
             self._joined = True
             self._connected()
         else:
@@ -274,8 +308,14 @@ class RayExecutor:
         while waiting:
             ready, waiting = ray.wait(waiting, num_returns=1)
             for ref in ready:
-                out = ray.get(ref)
                 task_id, submitted = pending[ref]
+                try:
+                    out = ray.get(ref)
+                except (ray.exceptions.WorkerCrashedError, ray.exceptions.OutOfMemoryError) as exc:
+                    raise WorkerDied(
+                        f"a Ray worker died {MAX_RETRIES + 1} times (killed, or out of memory?) running task "
+                        f"{task_id}; finished tasks are kept: run the same command again to resume, or with "
+                        "--executor local to see the failure in this process") from exc
                 self._timeline.append({"stage": progress.stage, "task_id": task_id, "submitted": submitted,
                                        "pid": out["span"][0], "started": out["span"][1], "ended": out["span"][2],
                                        "process_started": out["span"][3],

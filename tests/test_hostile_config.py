@@ -318,3 +318,25 @@ def test_a_tokenizer_the_run_cannot_read_fails_before_anything_runs(kind, corpus
     assert status == 2
     assert _one_error_line(stderr).startswith(expected)
     assert not list(out.glob("*"))  # no ingest, no dedup: nothing was written
+
+
+def test_a_ray_address_that_cannot_work_is_one_line_before_anything_runs(corpus, tmp_path):
+    import importlib.util
+
+    port = _closed_port()
+    key = "executor.ray_address (--ray-address)"
+    client = ("a ray:// address needs Ray Client: pip install 'ray[client]'" if importlib.util.find_spec("grpc") is None
+              else "nothing answers there")
+    cases = {
+        "garbage": f"{key}: expected auto, HOST:PORT or ray://HOST:PORT, not 'garbage'",
+        "http://127.0.0.1:8265": f"{key}: expected auto, HOST:PORT or ray://HOST:PORT, not 'http://127.0.0.1:8265'",
+        f"127.0.0.1:{port}": f"{key} 127.0.0.1:{port}: nothing answers there (Connection refused); is the cluster "
+                             "running (`ray status` on its head)?",
+        f"ray://127.0.0.1:{port}": f"{key} ray://127.0.0.1:{port}: {client}",
+    }
+    for address, expected in cases.items():
+        out = tmp_path / "out"
+        status, stderr = _invoke(["run", "-i", str(corpus), "-o", str(out), "--ray-address", address])
+        assert status == 2, address
+        assert _one_error_line(stderr).startswith(expected), (address, stderr)
+        assert not list(out.glob("*")), address  # nothing ran
