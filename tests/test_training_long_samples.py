@@ -258,3 +258,26 @@ def test_a_category_weight_for_no_category_of_the_shards_is_one_line(long_shards
         "Error: --category-weight ecoh: no such category in the masking table of these shards "
         "(action, boilerplate, echo, expansion, other, retrieval, transform)")
     assert CliRunner().invoke(train_command, [*args, "--category-weight", "echo=0"]).exit_code == 0
+
+
+@pytest.mark.parametrize(("workers", "stop"), [(0, 2), (2, 1), (2, 2), (2, 5)])
+def test_a_run_that_drops_samples_resumes_exactly_with_dataloader_workers(tmp_path, workers, stop):
+    """A dropped sample is used up like a trained one: a run stopped right after one (steps 1 and 2 here, with
+    two workers) resumes with the loader's next sample, not a turn out of order."""
+    shards = write_synthetic_shards(str(tmp_path / "mixed"), rows_per_file=(16, 16), row_group_rows=4, long_every=3,
+                                    long_turns=12)
+
+    def run(out, max_steps):
+        config = TrainConfig(shards=(shards,), max_steps=max_steps, out=str(out), lr=3e-3, schedule="constant",
+                             micro_batch_tokens=ROW, long_samples="drop", shuffle=False, num_workers=workers,
+                             log_every=1, tiny_vocab=64, tiny_dim=32, tiny_layers=1)
+        return train(config, echo=lambda _line: None)
+
+    straight = run(tmp_path / "a", 12)
+    assert straight[-1]["long_samples"]["dropped"] >= 3  # every third sample is too long
+    run(tmp_path / "b", stop)
+    resumed = run(tmp_path / "b", 12)
+    assert [(e["tokens"], e["loss_tokens"]) for e in resumed] == [(e["tokens"], e["loss_tokens"])
+                                                                 for e in straight[stop:]]
+    for a, b in zip(straight[stop:], resumed):
+        assert a["loss"] == pytest.approx(b["loss"], rel=1e-5)

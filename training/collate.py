@@ -36,6 +36,8 @@ class MicroBatch:
     positions: list[Any] = field(default_factory=list)
     pieces: list[Any] = field(default_factory=list)  # (number, count) of a windowed sample's piece, else None
     long_counts: list[Any] = field(default_factory=list)  # what a long-sample policy did, per sample (or None)
+    # per sample, the positions of the samples the policy read just before it and gave nothing to train on
+    skipped: list[Any] = field(default_factory=list)
     num_tokens: int = 0  # real (non-padding) tokens
     truncated: int = 0  # samples cut to the micro-batch length
 
@@ -105,6 +107,7 @@ def pad_samples(samples: Sequence[dict[str, Any]], max_tokens: int | None = None
         positions=[s.get("position") for s in samples],
         pieces=[s.get("piece") for s in samples],
         long_counts=[s.get("long_counts") for s in samples],
+        skipped=[s.get("skipped_positions") for s in samples],
         num_tokens=sum(len(ids) for ids, _, _ in pieces),
         truncated=sum(cut for _, _, cut in pieces),
     )
@@ -137,6 +140,7 @@ def pack_samples(samples: Sequence[dict[str, Any]], length: int, pad_id: int = P
         positions=[s.get("position") for s in samples],
         pieces=[s.get("piece") for s in samples],
         long_counts=[s.get("long_counts") for s in samples],
+        skipped=[s.get("skipped_positions") for s in samples],
         num_tokens=offset,
         truncated=truncated,
     )

@@ -194,12 +194,13 @@ class LongSamplePolicy:
     def __call__(self, samples: Iterable[dict[str, Any]]) -> Iterator[dict[str, Any]]:
         pending = LongSampleCounts()
         idle = 0  # samples read since the last one yielded
+        skipped: list[Any] = []  # their positions: the next sample yielded carries them (`skipped_positions`)
         for sample in samples:
             n = len(sample["input_ids"])
             if n <= self.row:
                 idle = 0
-                yield self._noted(sample, pending)
-                pending = LongSampleCounts()
+                yield self._noted(sample, pending, skipped)
+                pending, skipped = LongSampleCounts(), []
                 continue
             idle += 1
             if self.give_up_after and idle > self.give_up_after:
@@ -218,6 +219,8 @@ class LongSamplePolicy:
                 own.dropped, own.lost_loss_tokens = 1, int((sample["loss_weight"][1:] > 0).sum())
                 self.counts.add(own)
                 pending.add(own)
+                if sample.get("position") is not None:
+                    skipped.append(sample["position"])
                 continue
             if self.policy == "truncate-left":
                 cut = n - self.row
@@ -229,14 +232,16 @@ class LongSamplePolicy:
             self.counts.add(own)
             if not resumed:  # a sample resumed after some of its windows was counted before the stop
                 pending.add(own)
+            if not pieces and sample.get("position") is not None:  # windows without a weighted token
+                skipped.append(sample["position"])
             for piece in pieces:
                 idle = 0
-                yield self._noted(piece, pending)
-                pending = LongSampleCounts()
+                yield self._noted(piece, pending, skipped)
+                pending, skipped = LongSampleCounts(), []
 
     @staticmethod
-    def _noted(sample: dict[str, Any], counts: LongSampleCounts) -> dict[str, Any]:
-        return {**sample, "long_counts": counts if counts.long else None}
+    def _noted(sample: dict[str, Any], counts: LongSampleCounts, skipped: list[Any] | None = None) -> dict[str, Any]:
+        return {**sample, "long_counts": counts if counts.long else None, "skipped_positions": skipped or None}
 
     def _windows(self, sample: dict[str, Any], own: LongSampleCounts) -> tuple[list[dict[str, Any]], bool]:
         pieces = window_pieces(sample, self.row, self.overlap)

@@ -330,7 +330,14 @@ def _train(config: TrainConfig, dist: Distributed, echo: Callable[[str], None]) 
         scheduler.step()
         optimizer.zero_grad(set_to_none=True)
         for batch in micro:
-            dataset.record_consumed(tracker.finished_positions(batch.positions, batch.pieces))
+            # in stream order: the samples the policy skipped before each one (they are used up too: a resumed
+            # run neither reads them again nor loses the loader's turn order), then the sample, once finished
+            used = []
+            for i, (position, piece) in enumerate(zip(batch.positions, batch.pieces)):
+                if i < len(batch.skipped) and batch.skipped[i]:
+                    used += batch.skipped[i]
+                used += tracker.finished_positions([position], [piece])
+            dataset.record_consumed(used)
             for counted in batch.long_counts:
                 if counted is not None:
                     trained.add(counted)
