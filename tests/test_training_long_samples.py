@@ -256,7 +256,7 @@ def test_a_category_weight_for_no_category_of_the_shards_is_one_line(long_shards
     assert result.exit_code == 1
     assert result.output.strip().splitlines()[-1] == (
         "Error: --category-weight ecoh: no such category in the masking table of these shards "
-        "(action, boilerplate, echo, expansion, other, retrieval, transform)")
+        "(action, boilerplate, echo, expansion, observation, other, policy, retrieval, transform, world_model)")
     assert CliRunner().invoke(train_command, [*args, "--category-weight", "echo=0"]).exit_code == 0
 
 

@@ -302,3 +302,18 @@ def test_a_task_result_of_an_earlier_version_gets_its_files_hashed_in_the_manife
     WMAT_POOLS_STAGE.finish(ctx, results)
     (entry,) = ctx.manifest["wmat"]["shards"]
     assert entry["sha256"] == hashlib.sha256((tmp_path / rel).read_bytes()).hexdigest()
+
+
+def test_lwm_train_takes_a_wmat_span_as_its_category_weight(runs):
+    pytest.importorskip("torch")
+    from click.testing import CliRunner
+
+    from training.cli import train as train_command
+
+    source = str(runs["base"] / "on" / "wmat" / "fesft")
+    tiny = ["--tiny-vocab", "64", "--tiny-dim", "16", "--tiny-layers", "1", "--tiny-heads", "2", "--max-steps", "1",
+            "--micro-batch-tokens", "8192", "--long-samples", "drop"]
+    result = CliRunner().invoke(train_command, ["--shards", source, *tiny, "--category-weight", "world_model=0.5"])
+    assert result.exit_code == 0, result.output  # the README's command
+    typo = CliRunner().invoke(train_command, ["--shards", source, *tiny, "--category-weight", "world_modle=0.5"])
+    assert typo.exit_code == 1 and "no such category" in typo.output

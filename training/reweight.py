@@ -56,12 +56,14 @@ def apply_category_weights(
 
 
 def check_category_names(files: Sequence[str], names: Iterable[str]) -> None:
-    """Refuse a ``--category-weight`` naming no category of the masking tables the shards were made with (a
-    typo would otherwise change nothing, silently). Shards whose run manifest is not found are not checked."""
+    """Refuse a ``--category-weight`` naming no category of the masking tables the shards were made with, nor a
+    span of the WMAT pools (a typo would otherwise change nothing, silently). Shards whose run manifest is not
+    found are not checked."""
     from masking import load_table
+    from stages.wmat import OBSERVATION, POLICY, WORLD_MODEL
     from training.long_samples import _manifest_of
 
-    known: set[str] = set()
+    known: set[str] = {WORLD_MODEL, POLICY, OBSERVATION}  # the spans of the WMAT pools (`stages.wmat`)
     seen: set[str] = set()
     for uri in files:
         manifest, root = _manifest_of(uri)
