@@ -8,6 +8,7 @@ from __future__ import annotations
 import errno
 import functools
 import os
+import select
 import sys
 
 import click
@@ -53,7 +54,13 @@ def handle_errors(fn):
             return fn(*args, **kwargs)
         except (click.ClickException, click.exceptions.Exit, click.Abort):
             raise  # usage errors and exits are click's own, already one line
-        except BrokenPipeError:
+        except BrokenPipeError as exc:
+            if debug or not stdout_reader_gone():
+                if debug:
+                    raise
+                line, status = error_line(exc)  # another pipe (a worker's, an endpoint's): a real error
+                click.echo(f"lwm: error: {line}", err=True)
+                sys.exit(status)
             reader_went_away()
         except Exception as exc:
             if debug:
@@ -63,6 +70,16 @@ def handle_errors(fn):
             sys.exit(status)
 
     return wrapper
+
+
+def stdout_reader_gone() -> bool:
+    """Whether standard output is a pipe whose reader has closed it (``| head`` having its lines)."""
+    try:
+        poller = select.poll()
+        poller.register(sys.stdout.fileno(), select.POLLERR)
+        return any(event & select.POLLERR for _, event in poller.poll(0))
+    except (OSError, ValueError, AttributeError):  # no real stdout (an in-process runner), no poll (not Unix)
+        return False
 
 
 def reader_went_away() -> None:

@@ -120,3 +120,26 @@ def test_hist_of_a_run_without_samples_says_so(tmp_path):
     proc = lwm_in_process("hist", str(out))
     assert proc.returncode == 0
     assert f"{out}: no samples in the shards, so no turns to count (the run summary says where they went)" in proc.stderr
+
+
+def test_a_broken_pipe_that_is_not_stdout_is_an_error_not_a_quiet_end():
+    import click
+    from click.testing import CliRunner
+
+    from pipeline.errors import handle_errors
+
+    @click.group()
+    @click.option("--debug", is_flag=True)
+    def group(debug):
+        pass
+
+    @group.command()
+    @handle_errors
+    def talk():
+        raise BrokenPipeError(32, "Broken pipe")  # a worker's or an endpoint's pipe; stdout is open
+
+    result = CliRunner().invoke(group, ["talk"])
+    assert result.exit_code == 2
+    assert result.stderr.strip() == "lwm: error: Broken pipe"
+    debug = CliRunner().invoke(group, ["--debug", "talk"])  # re-raised for the traceback (click ends it with 1)
+    assert debug.exit_code == 1 and "lwm: error" not in debug.stderr
