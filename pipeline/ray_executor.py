@@ -58,15 +58,17 @@ RECYCLE_TASKS = 16
 WORKER_ENV = {"env_vars": {"RAYON_NUM_THREADS": "1", POOL_VARIABLE: run_memory_pool()}}
 
 
-def check_cluster_address(address: str) -> None:
+def check_cluster_address(address: str, key: str = "executor.ray_address (--ray-address)") -> None:
     """An address Ray cannot use is one line now, not Ray's retries for ever (nothing listening) or its
     ValueError: ``auto``, ``HOST:PORT`` of a cluster's head (its GCS), or ``ray://HOST:PORT`` (Ray Client, which
     needs Ray's ``client`` extra)."""
-    if address == "auto":
+    if address in ("auto", "local"):
         return
-    key = "executor.ray_address (--ray-address)"
     client = address.startswith("ray://")
-    host, _, port = address.removeprefix("ray://").rpartition(":")
+    rest = address.removeprefix("ray://")
+    host, colon, port = rest.rpartition(":")
+    if not colon:  # a bare host: Ray's default port (the head's GCS, or Ray Client's)
+        host, port = rest, "10001" if client else "6379"
     if not host or not port.isdigit() or "/" in host or "://" in host:
         raise ConfigError(f"{key}: expected auto, HOST:PORT or ray://HOST:PORT, not {address!r}")
     if client:
@@ -149,6 +151,7 @@ class RayExecutor:
         # While a local Ray starts, the driver runs the first tasks itself, unless the input is large
         # (`plan_for_input`) or every task gets a process of its own: then the driver's memory must stay small.
         self._driver_runs_tasks = self.max_tasks_per_worker != 1
+        source = "executor.ray_address (--ray-address)" if address else "RAY_ADDRESS"
         address = address or os.environ.get("RAY_ADDRESS") or None
         quiet_ray_startup()
         self._timeline: list[dict[str, Any]] = []
@@ -172,11 +175,11 @@ class RayExecutor:
 
             self._ray = ray
             self._task_env = None
-            check_cluster_address(address)
+            check_cluster_address(address, source)
             try:
                 ray.init(address=address, log_to_driver=False, logging_level=logging.WARNING, runtime_env=WORKER_ENV)
             except ValueError as exc:  # Ray's word on an address it cannot use
-                raise ConfigError(f"executor.ray_address (--ray-address) {address!r}: {first_line(exc)}") from None
+                raise ConfigError(f"{source} {address!r}: {first_line(exc)}") from None
             self._joined = True
             self._connected()
         else:

@@ -141,3 +141,12 @@ def test_sniffed_empty_files_hold_no_record_and_broken_compression_says_so(tmp_p
     assert counts["files"] == {"empty": 2}
     report = json.loads(lwm("validate", str(src), "--json", "--max-quarantine-rate", "0.2").stdout)
     assert (report["records"], report["quarantined"], report["reasons"]) == (7, 1, {"truncated_stream": 1})
+
+
+def test_an_unrecognized_folder_unit_is_an_unknown_format_not_an_unreadable_file(tmp_path):
+    from stages.ingest.reading import InputUnit, unrecognized
+
+    folder = tmp_path / "session"
+    folder.mkdir()
+    err = unrecognized(InputUnit(str(folder), is_dir=True))
+    assert (err.reason, err.locator) == ("unknown_format", "document")

@@ -328,7 +328,8 @@ def test_a_ray_address_that_cannot_work_is_one_line_before_anything_runs(corpus,
     client = ("a ray:// address needs Ray Client: pip install 'ray[client]'" if importlib.util.find_spec("grpc") is None
               else "nothing answers there")
     cases = {
-        "garbage": f"{key}: expected auto, HOST:PORT or ray://HOST:PORT, not 'garbage'",
+        "head:abc": f"{key}: expected auto, HOST:PORT or ray://HOST:PORT, not 'head:abc'",
+        "no-such-host.invalid": f"{key} no-such-host.invalid: nothing answers there (",  # a bare host: port 6379
         "http://127.0.0.1:8265": f"{key}: expected auto, HOST:PORT or ray://HOST:PORT, not 'http://127.0.0.1:8265'",
         f"127.0.0.1:{port}": f"{key} 127.0.0.1:{port}: nothing answers there (Connection refused); is the cluster "
                              "running (`ray status` on its head)?",
@@ -340,3 +341,29 @@ def test_a_ray_address_that_cannot_work_is_one_line_before_anything_runs(corpus,
         assert status == 2, address
         assert _one_error_line(stderr).startswith(expected), (address, stderr)
         assert not list(out.glob("*")), address  # nothing ran
+
+
+def test_a_bad_ray_address_from_the_environment_is_named_as_such(corpus, tmp_path, monkeypatch):
+    port = _closed_port()
+    monkeypatch.setenv("RAY_ADDRESS", f"127.0.0.1:{port}")
+    status, stderr = _invoke(["run", "--executor", "ray", "-i", str(corpus), "-o", str(tmp_path / "out")])
+    assert status == 2
+    assert _one_error_line(stderr).startswith(f"RAY_ADDRESS 127.0.0.1:{port}: nothing answers there")
+    monkeypatch.setenv("RAY_ADDRESS", "127.0.0.1")  # a bare host: the head's default port, 6379
+    from pipeline.ray_executor import check_cluster_address
+
+    try:
+        check_cluster_address("127.0.0.1", "RAY_ADDRESS")
+    except Exception as exc:  # nothing listens on 6379 here (or a cluster does: then no error at all)
+        assert str(exc).startswith("RAY_ADDRESS 127.0.0.1: nothing answers there"), exc
+    check_cluster_address("local")  # Ray's own word for a new local instance
+
+
+def test_an_option_on_input_no_format_recognizes_leaves_the_files_to_quarantine(tmp_path):
+    src = tmp_path / "in"
+    src.mkdir()
+    (src / "notes.jsonl").write_text('{"hello": "world"}\n')
+    status, stderr = _invoke(["validate", str(src), "--opt", "orphans=skip"])
+    assert status == 1  # the file is quarantined (unknown_format), as it is without the option
+    assert "unknown_format" in stderr or "quarantine rate 100.0%" in stderr, stderr
+    assert "no format of this input" not in stderr

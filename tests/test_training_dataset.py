@@ -213,6 +213,20 @@ def test_resume_with_workers_continues_the_stream_in_its_order(pool_dir, workers
     assert seen == full
 
 
+def test_set_epoch_after_a_resume_starts_the_epoch_with_the_first_worker(pool_dir):
+    def loader_of(dataset):
+        return torch.utils.data.DataLoader(dataset, batch_size=None, num_workers=2)
+
+    fresh = _ids(loader_of(ShardDataset(pool_dir, shuffle_buffer=4, epochs=1)))
+    dataset = ShardDataset(pool_dir, shuffle_buffer=4, epochs=None)
+    taken = list(itertools.islice(iter(loader_of(dataset)), 3))  # worker 1's turn is next
+    dataset.record_consumed(s["position"] for s in taken)
+    resumed = ShardDataset(pool_dir, shuffle_buffer=4, epochs=1)
+    resumed.load_state_dict(dataset.state_dict())
+    resumed.set_epoch(0)  # forget the progress: the epoch from its start, in its order
+    assert _ids(loader_of(resumed)) == fresh
+
+
 def test_state_of_other_consumer_count_is_refused(pool_dir):
     dataset = ShardDataset(pool_dir)
     next(iter(dataset))

@@ -228,10 +228,10 @@ class _Ctx:
                     "redact": {"enabled": True, "emails": False}}
         self.stats, self.answers, self.sent = Stats(), list(answers), []
 
-    def redacted(self, text):
+    def redacted(self, text, count=True):
         from stages.llm.stage import StageContext
 
-        return StageContext.redacted(self, text)
+        return StageContext.redacted(self, text, count)
 
     @property
     def llm(self):
@@ -277,9 +277,12 @@ def test_a_kept_block_holds_no_secret_the_model_wrote():
     from stages.llm.wmat_blocks import STAGE
 
     key = "AKIA" + "IOSFODNN7EXAMPLE"
-    leaky = GOOD.replace("Nothing read yet;", f"Nothing read yet (key {key});")
+    leaky = GOOD.replace("Nothing read yet;", f"Nothing read yet (key {key});").replace(
+        "<keyword>wind turbine noise, review</keyword>", f"<keyword>wind turbine noise, review, {key}</keyword>")
     ctx = _Ctx([leaky])
     (row,) = STAGE.process([_traj()], ctx)
     assert row["status"] == "kept"
-    assert row["block"] == GOOD.replace("Nothing read yet;", "Nothing read yet (key <SECRET:aws_access_key>);")
-    assert ctx.stats.to_dict()["redacted.aws_access_key"] == 1
+    assert row["block"] == GOOD.replace("Nothing read yet;", "Nothing read yet (key <SECRET:aws_access_key>);").replace(
+        "review</keyword>", "review, <SECRET:aws_access_key></keyword>")
+    assert row["keywords"] == ["wind turbine noise", "review", "<SECRET:aws_access_key>"]
+    assert ctx.stats.to_dict()["redacted.aws_access_key"] == 2  # the block's two; the keyword list is drawn from it

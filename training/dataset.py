@@ -125,7 +125,7 @@ class ShardDataset(IterableDataset):
 
     def set_epoch(self, epoch: int) -> None:
         """Start every consumer at the beginning of `epoch` (forgets any mid-epoch progress)."""
-        self._epoch, self._progress = epoch, {}
+        self._epoch, self._progress, self._rotation = epoch, {}, 0
 
     def record_consumed(self, positions: Iterable[SamplePosition | Sequence[int]]) -> None:
         """Mark samples as used; per consumer, the state then points just after the last one given."""

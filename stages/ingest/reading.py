@@ -124,11 +124,12 @@ def open_failure(uri: str) -> InvalidRecord | None:
 def unrecognized(unit: InputUnit) -> InvalidRecord | None:
     """Why no adapter took `unit`, as its one quarantine record: the system refuses it, its compression is broken,
     or no format fits; None for a file without a record (empty, or blank lines only), as under ``--format``."""
-    failure = open_failure(unit.uri)
-    if failure is not None:
-        return failure
-    if not unit.is_dir and not read_head(unit.uri).strip():
-        return None
+    if not unit.is_dir:  # a folder an adapter claims is opened by that adapter, never here
+        failure = open_failure(unit.uri)
+        if failure is not None:
+            return failure
+        if not read_head(unit.uri).strip():
+            return None
     return InvalidRecord("unknown_format", "no adapter recognizes this input (give --format)", "document", unit.uri)
 
 

@@ -171,13 +171,15 @@ def sniffed_opts(formats: Iterable[str | None], opts: dict[str, Any]) -> Callabl
     three chat formats); it applies to those. An option that no format of the input has is a `ConfigError`,
     as it is for a single format."""
     found = sorted({f for f in formats if f})
+    if not found:  # nothing recognized: no adapter reads anything, each unit is an unknown_format row
+        return lambda name: dict(opts)
     declared = {name: set(get_adapter(name).options) | COMMON_OPTIONS for name in found}
     unknown = set(opts) - set().union(COMMON_OPTIONS, *declared.values())
     if unknown:
         if len(found) == 1:
             resolve_opts(get_adapter(found[0]), opts)  # raises, naming the format and its options
-        known = ", ".join(sorted(set().union(*declared.values()))) if found else ", ".join(sorted(COMMON_OPTIONS))
-        names = ", ".join(found) or "none recognized"
+        known = ", ".join(sorted(set().union(*declared.values())))
+        names = ", ".join(found)
         raise ConfigError(f"no format of this input ({names}) has option {', '.join(sorted(unknown))}; "
                           f"their options: {known}")
     return lambda name: {k: v for k, v in opts.items() if k in declared[name]}

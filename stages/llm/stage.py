@@ -90,14 +90,15 @@ class StageContext:
     def gen_params(self, **extra: Any) -> dict[str, Any]:
         return {"temperature": self.llm["temperature"], "max_tokens": self.llm["max_completion_tokens"], **extra}
 
-    def redacted(self, text: str | None) -> str | None:
+    def redacted(self, text: str | None, count: bool = True) -> str | None:
         """Model-written text that enters the trajectories (an instruction, a reasoning, a block), with secrets
         replaced as in the input (the run's ``[redact]``) and counted in ``redacted.<kind>``: a model may repeat
-        or make up a key, and nothing past ``raw/`` holds one."""
+        or make up a key, and nothing past ``raw/`` holds one. `count`: False for text drawn from text already
+        counted (a block's keywords)."""
         if not text or not self.cfg["redact"]["enabled"]:
             return text
         out, counts = redact_text(text, emails=bool(self.cfg["redact"]["emails"]))
-        for kind, n in sorted(counts.items()):
+        for kind, n in sorted(counts.items()) if count else ():
             self.stats.add(f"redacted.{kind}", n)
         return out
 

@@ -85,7 +85,9 @@ class WmatBlockStage:
                     out = check.output
                     rows[key] = {"traj_id": traj.traj_id, "step": t, "status": "kept", "reason": "", "detail": "",
                                  "block": ctx.redacted(text),
-                                 "confidence": out.confidence, "keywords": list(out.keywords), "attempts": attempt + 1}
+                                 "confidence": out.confidence,
+                                 "keywords": [ctx.redacted(k, count=False) for k in out.keywords],
+                                 "attempts": attempt + 1}
                     continue
                 ctx.stats.add(f"rejected_answers.{reason}")
                 last[key] = (reason, detail)
