@@ -78,15 +78,23 @@ def _footer_max_tokens(uri: str) -> int | None:
         parquet.close()
 
 
-def longest_sample(files: Sequence[str]) -> LongestSample | None:
-    """The longest sample over `files`: from the manifest's shard entries, else the footers; None if unknown."""
-    longest, sources = 0, set()
+def run_manifests(files: Sequence[str]) -> dict[str, tuple[dict[str, Any] | None, str]]:
+    """Per folder of `files`: the manifest of the run its shards belong to and the run root (`_manifest_of`),
+    read once per folder."""
     manifests: dict[str, tuple[dict[str, Any] | None, str]] = {}
     for uri in files:
         folder = posixpath.dirname(fsspec.core.url_to_fs(uri)[1])
         if folder not in manifests:
             manifests[folder] = _manifest_of(uri)
-        manifest, root = manifests[folder]
+    return manifests
+
+
+def longest_sample(files: Sequence[str]) -> LongestSample | None:
+    """The longest sample over `files`: from the manifest's shard entries, else the footers; None if unknown."""
+    longest, sources = 0, set()
+    manifests = run_manifests(files)
+    for uri in files:
+        manifest, root = manifests[posixpath.dirname(fsspec.core.url_to_fs(uri)[1])]
         relative = posixpath.relpath(fsspec.core.url_to_fs(uri)[1], root) if root else None
         entry = next((s for s in (manifest or {}).get("shards", []) if s.get("path") == relative), None)
         if entry is not None and "max_tokens" in entry:

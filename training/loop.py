@@ -266,9 +266,10 @@ def _train(config: TrainConfig, dist: Distributed, echo: Callable[[str], None]) 
     )
     if not dataset.total_rows:
         raise ConfigError(f"no samples to train on in {', '.join(config.shards)} (an empty pool?)")
+    files = sorted({group.uri for group in dataset.groups})
     if config.category_weights:
-        check_category_names(sorted({group.uri for group in dataset.groups}), config.category_weights)
-    longest = longest_sample(sorted({group.uri for group in dataset.groups}))
+        check_category_names(files, config.category_weights)
+    longest = longest_sample(files)
     note = check_row_length(longest, config.micro_batch_tokens, config.long_samples)
     if note:
         echo(note)

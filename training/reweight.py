@@ -61,17 +61,12 @@ def check_category_names(files: Sequence[str], names: Iterable[str]) -> None:
     found are not checked."""
     from masking import load_table
     from stages.wmat import OBSERVATION, POLICY, WORLD_MODEL
-    from training.long_samples import _manifest_of
+    from training.long_samples import run_manifests
 
     known: set[str] = {WORLD_MODEL, POLICY, OBSERVATION}  # the spans of the WMAT pools (`stages.wmat`)
-    seen: set[str] = set()
-    for uri in files:
-        manifest, root = _manifest_of(uri)
+    for manifest, _ in run_manifests(files).values():
         if manifest is None:
             return
-        if root in seen:
-            continue
-        seen.add(root)
         table = load_table(((manifest.get("config") or {}).get("masking") or {}).get("table"))
         known.update(c.name for c in table.categories)
     unknown = sorted(set(names) - known)

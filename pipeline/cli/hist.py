@@ -62,12 +62,10 @@ def histogram_from_shards(root: str) -> dict[str, Any]:
 def load_histogram(run_dir: str, source: str = "auto") -> tuple[list[dict[str, Any]], dict[str, float]]:
     """Histogram records and keep ratios of a run: from its shards (local) or its manifest."""
     from masking import load_table
-    from pipeline.outputs import out_fs, read_json
+    from pipeline.outputs import read_json
 
-    fs, base = out_fs(run_dir)
-    manifest_path = posixpath.join(base, "manifest.json")
-    finished_run(run_dir)  # one line where it is not (the same as show, export and reward)
-    manifest = read_json(fs, manifest_path)
+    fs, base = finished_run(run_dir)  # one line where it is not (the same as show, export and reward)
+    manifest = read_json(fs, posixpath.join(base, "manifest.json"))
     table = load_table(manifest["config"]["masking"]["table"])
     keep = {c.name: c.keep for c in table.categories}
     remote = "file" not in (fs.protocol if isinstance(fs.protocol, tuple) else (fs.protocol,))
