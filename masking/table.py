@@ -382,20 +382,28 @@ def load_table(mapping: Mapping[str, Any] | None) -> CategoryTable:
     return CategoryTable(categories=categories, short_chars=mapping.get("short_chars", DEFAULT_SHORT_CHARS))
 
 
-def load_table_file(path: str | Path) -> CategoryTable:
-    """Load a table from a TOML file laid out as in the module docstring."""
+def read_table_file(path: str | Path) -> dict[str, Any]:
+    """A table file's mapping (laid out as in the module docstring), checked: errors name the file."""
     path = Path(path)
     try:
         with path.open("rb") as handle:
             mapping = tomllib.load(handle)
     except FileNotFoundError:
         raise ConfigError(f"{path}: masking table file not found") from None
+    except OSError as error:
+        raise ConfigError(f"{path}: cannot read the masking table file: {error.strerror or error}") from None
     except tomllib.TOMLDecodeError as error:
         raise ConfigError(f"{path}: invalid TOML: {error}") from None
     try:
-        return load_table(mapping)
+        load_table(mapping)
     except ConfigError as error:
         raise ConfigError(f"{path}: {error}") from None
+    return mapping
+
+
+def load_table_file(path: str | Path) -> CategoryTable:
+    """Load a table from a TOML file laid out as in the module docstring."""
+    return load_table(read_table_file(path))
 
 
 @lru_cache(maxsize=1)

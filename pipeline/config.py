@@ -136,19 +136,12 @@ def _inline_table_file(cfg: dict[str, Any]) -> None:
     path = cfg["masking"]["table"]
     if not isinstance(path, str):
         return
-    from masking import load_table
+    from masking.table import read_table_file
 
     try:
-        with open(os.path.expanduser(path), "rb") as f:
-            table = tomllib.load(f)
-    except OSError as exc:
-        raise ConfigError(f"masking.table: cannot read the table file {path}: {exc.strerror or exc}") from None
-    except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"masking.table: {path}: invalid TOML: {exc}") from None
-    try:
-        load_table(table)
+        table = read_table_file(os.path.expanduser(path))
     except ConfigError as exc:
-        raise ConfigError(f"masking.table: {path}: {exc}") from None
+        raise ConfigError(f"masking.table: {exc}") from None
     cfg["masking"]["table"] = table
 
 

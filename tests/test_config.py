@@ -166,8 +166,11 @@ def test_the_masking_table_can_be_a_file_beside_the_config(tmp_path, monkeypatch
     before = config_hash(cfg)
     mine.write_text(default.read_text())  # the table is the config: another table, another hash
     assert config_hash(resolve(load_config_file(str(run)))) != before
-    with pytest.raises(ConfigError, match=r"masking\.table: cannot read the table file .*nope\.toml: No such file"):
+    with pytest.raises(ConfigError, match=r"masking\.table: .*nope\.toml: masking table file not found"):
         resolve(overrides={"masking": {"table": str(tmp_path / "nope.toml")}})
     (tmp_path / "bad.toml").write_text('[[categories]]\nname = "x"\nwhen = "nonsense >"\nkeep = 1.0\n')
     with pytest.raises(ConfigError, match=r"masking\.table: .*bad\.toml: "):
         resolve(overrides={"masking": {"table": str(tmp_path / "bad.toml")}})
+    (tmp_path / "a-folder.toml").mkdir()  # any other reason a file cannot be read is one line too
+    with pytest.raises(ConfigError, match=r"masking\.table: .*a-folder\.toml: cannot read the masking table file"):
+        resolve(overrides={"masking": {"table": str(tmp_path / "a-folder.toml")}})
