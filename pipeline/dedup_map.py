@@ -20,6 +20,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from pipeline.engine import RunContext, Stage
+from pipeline.occurrences import Occurrences, run_offsets
 from pipeline.outputs import AtomicIpcWriter, compact_dictionaries, out_fs, read_tables, write_bytes_atomic, write_table
 from schemas.stats import Stats
 from stages.decontam import (
@@ -144,11 +145,12 @@ def _part_records(fs, root: str, task: dict[str, Any], stats: Stats) -> Iterator
     with fs.open(_part_path(root, task), "rb") as f:
         part = pq.ParquetFile(f)
         expect_text(_text_bytes(part.metadata))
+        keys = Occurrences(task.get("dups"))
         for batch in part.iter_batches(batch_size=256, columns=_PART_COLUMNS):
             for row in batch.to_pylist():
                 role = role_of(row["split_key"], task["settings"]["pools"])
                 stats.add("dedup.trajectories")
-                yield row["traj_id"], role, row
+                yield keys.key(row["traj_id"]), role, row
 
 
 def _records(fs, root: str, task: dict[str, Any], stats: Stats) -> Iterator[tuple[str, int, dict]]:
@@ -265,11 +267,17 @@ def _reference_fingerprint(uri: str) -> str:
 
 
 def source_tasks(ctx: RunContext, settings: dict[str, Any]) -> list[dict[str, Any]]:
-    """One task per trajectories part (task id = the ingest task's) and per reference source."""
+    """One task per trajectories part (task id = the ingest task's) and per reference source. A part holding
+    ids that other trajectories of the run carry too gets their `pipeline.occurrences.duplicate_offsets`."""
     cfg = ctx.cfg
     base = {"out": cfg["run"]["out"], "settings": settings}
-    tasks = [{**base, "task_id": r["task_id"], "source": "part", "spec": [settings, r["spec_hash"]]}
-             for r in ctx.results["ingest"]]
+    dups = run_offsets(ctx)
+    tasks = []
+    for r in ctx.results["ingest"]:
+        shared = dups.get(r["task_id"])
+        tasks.append({**base, "task_id": r["task_id"], "source": "part",
+                      "spec": [settings, r["spec_hash"]] + ([shared] if shared else []),
+                      **({"dups": shared} if shared else {})})
     fingerprints = ctx.shared.setdefault("reference_fingerprints", {})  # the evalkeys round and the map: hash once
     for uri in reference_units(list(cfg["dedup"]["decontaminate"])):
         tid = "ref-" + hashlib.sha256(uri.encode()).hexdigest()[:16]

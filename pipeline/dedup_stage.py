@@ -1,7 +1,9 @@
 """The dedup stage: exact and near-duplicate removal and decontamination over the trajectories layer.
 
-Runs after ingest and before the sample stage; its one output, ``dedup/removed.parquet`` (traj_id, reason,
-cluster_id, survivor; sorted by traj_id), is what the sample stage drops from every pool.
+Runs after ingest and before the sample stage; its one output, ``dedup/removed.parquet`` (traj_id, occurrence,
+reason, cluster_id, survivor; sorted by traj_id and occurrence), is what the sample stage drops from every pool.
+Its nodes are trajectories, not ids: the n-th trajectory of a run carrying an id is its own node
+(`pipeline.occurrences`), so the same record given twice is an exact duplicate of itself.
 
 1. **map** (``dedup-map``, one task per trajectories part, task id = the ingest task id, plus one per
    reference source of ``dedup.decontaminate``): per trajectory an exact key row, one row per LSH band
@@ -49,12 +51,12 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from pipeline import dedup_map
 from pipeline.decontam_stage import GRAM_FILE_SCHEMA, ROUNDS, evidence_parts, groups_path, record_parts
 from pipeline.dedup_map import EVAL_FILTER_ROUND, EVAL_KEYS, run_dedup_map_task, source_tasks
 from pipeline.engine import RunContext, Stage, marker_path, run_stage
+from pipeline.occurrences import removed_keys
 from pipeline.outputs import out_fs, read_ipc_tables, read_tables, write_parts, write_table
 from schemas.errors import ConfigError
 from schemas.stats import Stats, merge_all
@@ -196,14 +198,10 @@ def _write_removed(fs, root: str, table: pa.Table) -> None:
 
 
 def removed_ids(ctx: RunContext) -> set[str]:
-    """Trajectory ids the dedup stage removed (``dedup/removed.parquet``; none when no such file)."""
+    """The keys (`pipeline.occurrences`) of the trajectories the dedup stage removed (``dedup/removed.parquet``;
+    none when no such file)."""
     if "removed_ids" not in ctx.shared:
-        path = f"{ctx.root}/dedup/removed.parquet"
-        ids: set[str] = set()
-        if ctx.fs.exists(path):
-            with ctx.fs.open(path, "rb") as f:
-                ids = set(pq.read_table(f, columns=["traj_id"]).column("traj_id").to_pylist())
-        ctx.shared["removed_ids"] = ids
+        ctx.shared["removed_ids"] = removed_keys(ctx.fs, ctx.root)
     return ctx.shared["removed_ids"]
 
 

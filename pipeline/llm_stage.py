@@ -49,6 +49,7 @@ from pipeline.llm_config import (  # noqa: F401  (re-exported: the stage API liv
     register_stage,
     resolve_llm,
 )
+from pipeline.occurrences import Occurrences, run_offsets
 from pipeline.outputs import AtomicParquetWriter, out_fs
 from pipeline.process_executor import in_this_process
 from schemas.stats import merge_all
@@ -82,18 +83,20 @@ def make_client(llm: dict[str, Any], out: str, ledger=None, judge: bool = False)
     )
 
 
-def _read_part(fs, root: str, task_id: str, drop: set[str]):
+def _read_part(fs, root: str, task_id: str, drop: set[str], dups: dict[str, int] | None = None):
+    """The trajectories of one part that the dedup stage kept (`drop`: removed keys; `dups`: the part's
+    `pipeline.occurrences.duplicate_offsets`)."""
     import pyarrow.parquet as pq
 
     from schemas.trajectory import Trajectory
 
     path = f"{root}/trajectories/part-{task_id}.parquet"
     pf = pq.ParquetFile(fs.open(path, "rb"))
+    keys = Occurrences(dups)
     for batch in pf.iter_batches(batch_size=64):
         for d in batch.to_pylist():
-            traj = Trajectory.from_dict(d)
-            if traj.traj_id not in drop:
-                yield traj
+            if keys.key(d["traj_id"]) not in drop:
+                yield Trajectory.from_dict(d)
 
 
 def stage_output(root: str, stage: str, task_id: str) -> str:
@@ -138,7 +141,7 @@ def run_llm_task(task: dict[str, Any]) -> dict[str, Any]:
     ctx = StageContext(cfg, make_client(llm, task["out"], ledger), make_client(llm, task["out"], ledger, judge=True))
     earlier = Augment(cfg, fs, root, task["task_id"], task["earlier"])
     trajs = []
-    for traj in _read_part(fs, root, task["task_id"], set(task.get("drop") or ())):
+    for traj in _read_part(fs, root, task["task_id"], set(task.get("drop") or ()), task.get("dups")):
         earlier.apply(traj)
         if stage.wants(traj, ctx):
             trajs.append(traj)
@@ -180,14 +183,17 @@ def _merge_usage(usages: Sequence[dict[str, Any]]) -> dict[str, Any]:
 
 
 def run_llm_stages(cfg: dict[str, Any], fs, root: str, executor, ingest_results, manifest: dict[str, Any],
-                   stage_runs: dict[str, Any], echo: Callable[[str], None], drop: set[str]) -> dict[str, Any] | None:
-    """Run every configured stage; returns what the sample tasks need (None when the stages are off)."""
+                   stage_runs: dict[str, Any], echo: Callable[[str], None], drop: set[str],
+                   dups: dict[str, dict[str, int]] | None = None) -> dict[str, Any] | None:
+    """Run every configured stage; returns what the sample tasks need (None when the stages are off). `drop`:
+    the keys the dedup stage removed; `dups`: `pipeline.occurrences.duplicate_offsets` of the parts."""
+    dups = dups or {}
     if not llm_enabled(cfg):
         return None
 
     llm = cfg["llm"]
     if llm["dry_run"]:
-        raise LLMDryRun(dry_run(cfg, fs, root, ingest_results, drop, echo))
+        raise LLMDryRun(dry_run(cfg, fs, root, ingest_results, drop, echo, dups))
     progress_mode = cfg["executor"]["progress"]
     # The tasks draw from one budget ledger: on Ray an actor, otherwise an object of this process, which forked
     # workers would each have a copy of; so they run here (they wait on the endpoint, not on a CPU).
@@ -202,8 +208,9 @@ def run_llm_stages(cfg: dict[str, Any], fs, root: str, executor, ingest_results,
         for name in llm["stages"]:
             _remove_stale(fs, root, get_stage(name).name, set(prior))
             tasks = [{"task_id": tid, "stage": name, "out": cfg["run"]["out"], "cfg": cfg, "drop": sorted(drop),
-                      "ledger": owner.spec, "earlier": list(done),
-                      "spec_hash": spec_hash(base, name, prior[tid], sorted(drop))}
+                      "ledger": owner.spec, "earlier": list(done), "dups": dups.get(tid, {}),
+                      "spec_hash": spec_hash(base, name, prior[tid], sorted(drop),
+                                             *([dups[tid]] if dups.get(tid) else []))}
                      for tid in sorted(prior)]
             stage_key = f"llm_{get_stage(name).name}"
             with Ticker(stage_key, owner.ledger, progress_mode):
@@ -242,7 +249,8 @@ def _remove_stale(fs, root: str, name: str, task_ids: set[str]) -> None:
     remove_stale_task_outputs(fs, root, task_ids, (f"llm/{name}", f"_tasks/llm_{name}"))
 
 
-def dry_run(cfg: dict[str, Any], fs, root: str, ingest_results, drop: set[str], echo) -> dict[str, Any]:
+def dry_run(cfg: dict[str, Any], fs, root: str, ingest_results, drop: set[str], echo,
+            dups: dict[str, dict[str, int]] | None = None) -> dict[str, Any]:
     """Print the first rendered requests of each stage and the projected number of calls; send nothing."""
     llm = cfg["llm"]
     ctx = StageContext(cfg)
@@ -252,7 +260,7 @@ def dry_run(cfg: dict[str, Any], fs, root: str, ingest_results, drop: set[str], 
         shown: list[Any] = []
         low = high = items = 0
         for r in sorted(ingest_results, key=lambda r: r["task_id"]):
-            for traj in _read_part(fs, root, r["task_id"], drop):
+            for traj in _read_part(fs, root, r["task_id"], drop, (dups or {}).get(r["task_id"])):
                 if not stage.wants(traj, ctx):
                     continue
                 requests, (lo, hi) = stage.dry_requests(traj, ctx)
@@ -287,7 +295,8 @@ class LLMStages(Stage):
             ctx.shared["llm"] = None
             return
         ctx.shared["llm"] = run_llm_stages(ctx.cfg, ctx.fs, ctx.root, ctx.executor, ctx.results["ingest"],
-                                           ctx.manifest, ctx.stage_runs, ctx.echo, removed_ids(ctx))
+                                           ctx.manifest, ctx.stage_runs, ctx.echo, removed_ids(ctx),
+                                           run_offsets(ctx))
 
 
 LLM = LLMStages()

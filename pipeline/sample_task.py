@@ -27,12 +27,13 @@ from masking import load_table
 from pipeline.engine import marker_path, spare_cpus
 from pipeline.leftovers import task_id_of
 from pipeline.llm_stage import Augment
+from pipeline.occurrences import Occurrences, removed_keys
 from pipeline.outputs import AtomicIpcWriter, out_fs, zero_filled
 from pipeline.task_process import collector_paused
 from schemas.shard import schema_for
 from schemas.stats import Stats
 from schemas.trajectory import Trajectory
-from stages.sample_rows import bucket_of, build_rows, rows_table, sample_key, trajectory_bucket, word_set_memo
+from stages.sample_rows import bucket_of, build_rows, rows_table, trajectory_bucket, word_set_memo
 from stages.tokenizer import load_tokenizer
 from stages.tokenizer.ahead import EncodeAhead
 from stages.tokenizer.segments import segment_tokenizer
@@ -193,47 +194,6 @@ class SampleWriter:
             w.abort()
 
 
-def duplicate_offsets(fs, root: str, task_ids: list[str]) -> dict[str, dict[str, int]]:
-    """Per trajectories part, for each ``traj_id`` that more than one trajectory of the run carries:
-    how many of them come in earlier parts (parts in task-id order, rows in file order).
-
-    Only parts holding such ids appear; a run without shared ids gets ``{}``.
-    """
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
-    columns = {}
-    for tid in sorted(task_ids):
-        path = f"{root}/trajectories/part-{tid}.parquet"
-        if fs.exists(path):
-            columns[tid] = pq.read_table(fs.open(path, "rb"), columns=["traj_id"]).column("traj_id")
-    if not columns:
-        return {}
-    counts = pc.value_counts(pa.chunked_array([c for col in columns.values() for c in col.chunks],
-                                              type=pa.string()))
-    shared = pc.filter(counts.field("values"), pc.greater(counts.field("counts"), 1))
-    if len(shared) == 0:
-        return {}
-    seen: dict[str, int] = {}
-    out: dict[str, dict[str, int]] = {}
-    for tid, col in columns.items():
-        ids = pc.filter(col, pc.is_in(col, value_set=shared)).to_pylist()
-        if ids:
-            out[tid] = {t: seen.get(t, 0) for t in sorted(set(ids))}
-            for t in ids:
-                seen[t] = seen.get(t, 0) + 1
-    return out
-
-
-def removed_ids(fs, root: str) -> set[str]:
-    """Trajectory ids the dedup stage removed (``dedup/removed.parquet``; none when dedup did not run)."""
-    path = f"{root}/dedup/removed.parquet"
-    if not fs.exists(path):
-        return set()
-    with fs.open(path, "rb") as f:
-        return set(pq.read_table(f, columns=["traj_id"]).column("traj_id").to_pylist())
-
-
 def remove_earlier_outputs(fs, root: str, task_id: str) -> int:
     """Delete the bucket files an earlier run of this task wrote, its marker first; returns how many files.
 
@@ -288,7 +248,7 @@ def _observations(seg, turns: pa.ChunkedArray) -> Iterator[list[str]]:
 
 def run_sample_task(task: dict[str, Any]) -> dict[str, Any]:
     """Samples of one trajectories part. `task`: task_id, out, cfg, buckets, spec_hash, removed (the digest of
-    ``dedup/removed.parquet``, whose ids the task reads itself), dups (`duplicate_offsets` of this part).
+    ``dedup/removed.parquet``, whose ids the task reads itself), dups (`pipeline.occurrences.duplicate_offsets` of this part).
 
     Python's cycle collector is paused while the task runs (`collector_paused`), unless it augments samples
     through a model (whose client calls are left to the collector): building samples makes no cycles, but
@@ -307,8 +267,8 @@ def _run_sample_task(task: dict[str, Any]) -> dict[str, Any]:
     table = load_table(cfg["masking"]["table"])
     stats = Stats()
     words = word_set_memo()  # texts repeat within and across trajectories: each scanned once while kept
-    drop = removed_ids(fs, root)
-    dups = dict(task.get("dups") or {})
+    drop = removed_keys(fs, root)
+    keys = Occurrences(task.get("dups"))
     remove_earlier_outputs(fs, root, task["task_id"])
     writer = SampleWriter(fs, root, task["task_id"], task["buckets"])
     aug = None
@@ -323,11 +283,8 @@ def _run_sample_task(task: dict[str, Any]) -> dict[str, Any]:
                 if ahead is not None:
                     ahead.at(index)
                 traj = Trajectory.from_dict(d)
-                key = traj.traj_id
-                if key in dups:
-                    dups[key] += 1
-                    key = sample_key(key, dups[key])
-                if traj.traj_id in drop:
+                key = keys.key(traj.traj_id)
+                if key in drop:
                     continue
                 rows = list(build_rows(traj, cfg, seg, table, stats, verify, key, aug, words, joined=False))
                 writer.write(key, rows)

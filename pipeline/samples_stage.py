@@ -11,7 +11,8 @@ from typing import Any
 
 from pipeline.digest import file_sha256
 from pipeline.engine import RunContext, Stage
-from pipeline.sample_task import PART_LAYOUT, duplicate_offsets, run_sample_task
+from pipeline.occurrences import run_offsets
+from pipeline.sample_task import PART_LAYOUT, run_sample_task
 from pipeline.shard_task import run_shard_task
 from schemas.stats import merge_all
 from stages.histogram import histogram_from_stats
@@ -71,7 +72,7 @@ class SamplesStage(Stage):
         # The sample tasks read dedup/removed.parquet themselves; their specs hold its digest, not its ids.
         removed = _removed_digest(fs, root)
         llm = ctx.shared.get("llm")
-        dups = duplicate_offsets(fs, root, [r["task_id"] for r in ingest_results])  # trajectories sharing an id
+        dups = run_offsets(ctx)  # trajectories sharing an id
         tasks = []
         for r in ingest_results:
             shared = dups.get(r["task_id"], {})

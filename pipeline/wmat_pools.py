@@ -33,6 +33,7 @@ from pipeline.digest import file_sha256
 from pipeline.engine import RunContext, Stage
 from pipeline.leftovers import remove_stale_task_outputs
 from pipeline.llm_stage import Augment, get_stage
+from pipeline.occurrences import Occurrences, run_offsets
 from pipeline.outputs import AtomicParquetWriter, out_fs
 from schemas.shard import MESSAGE_TYPE, SHARD_SCHEMA
 from schemas.stats import Stats, merge_all
@@ -104,13 +105,14 @@ def _row(traj: Trajectory, pool: str, step: int, seg, segments, weights, limit: 
     }
 
 
-def _trajectories(fs, root: str, task_id: str, drop: set[str]):
+def _trajectories(fs, root: str, task_id: str, drop: set[str], dups: dict[str, int] | None = None):
     import pyarrow.parquet as pq
 
     pf = pq.ParquetFile(fs.open(f"{root}/trajectories/part-{task_id}.parquet", "rb"))
+    keys = Occurrences(dups)  # `drop` holds the keys of `pipeline.occurrences`
     for batch in pf.iter_batches(batch_size=64):
         for d in batch.to_pylist():
-            if d["traj_id"] not in drop:
+            if keys.key(d["traj_id"]) not in drop:
                 yield Trajectory.from_dict(d)
 
 
@@ -136,7 +138,7 @@ def run_wmat_pool_task(task: dict[str, Any]) -> dict[str, Any]:
                 blocks_by_traj.setdefault(r["traj_id"], {})[r["step"]] = r["block"]
     stats = Stats()
     out: dict[str, list[dict[str, Any]]] = {p: [] for p in (*WMAT_POOLS, "rl")}
-    for traj in _trajectories(fs, root, task["task_id"], set(task.get("drop") or ())):
+    for traj in _trajectories(fs, root, task["task_id"], set(task.get("drop") or ()), task.get("dups")):
         blocks = blocks_by_traj.get(traj.traj_id)
         if not blocks:
             continue
@@ -184,9 +186,9 @@ class WmatPoolsStage(Stage):
         llm_run = ctx.shared.get("llm")
         if not llm_run or not any(get_stage(name).name == STAGE_NAME for name in llm_run["stages"]):
             return None
-        drop = sorted(removed_ids(ctx))
+        drop, dups = sorted(removed_ids(ctx)), run_offsets(ctx)
         return [{"task_id": tid, "out": ctx.cfg["run"]["out"], "cfg": ctx.cfg, "stages": list(llm_run["stages"]),
-                 "drop": drop, "spec": [spec, drop]}
+                 "drop": drop, "dups": dups.get(tid, {}), "spec": [spec, drop, *([dups[tid]] if dups.get(tid) else [])]}
                 for tid, spec in sorted(llm_run["specs"].items())]
 
     def finish(self, ctx: RunContext, results: list[dict[str, Any]]) -> None:

@@ -18,6 +18,7 @@ from stages.decontam import near_is_contamination
 from stages.dedup import cluster_id
 from stages.dedup_edges import KIND_SHARED, KIND_TOTAL, columns_table
 from stages.distinct import distinct_first
+from stages.sample_rows import key_parts
 
 # Decontamination evidence of one evaluation record (its total, the shared counts and near copies that name it)
 # lives in one partition: every such row is routed by the record's id.
@@ -32,8 +33,10 @@ VERDICT_SCHEMA = pa.schema(
 )
 # matched / overlap: for a decontamination removal, the evaluation record it matched and the overlap figure
 # (the share of the record's specific n-grams found, or the estimated Jaccard of a near copy); null otherwise.
+# occurrence: which of the run's trajectories carrying traj_id (1 for the first, in input order; see
+# `pipeline.occurrences`); survivor and matched name a trajectory by its id alone.
 REMOVED_SCHEMA = pa.schema(
-    [("traj_id", pa.string()), ("reason", pa.string()), ("cluster_id", pa.string()), ("survivor", pa.string()),
+    [("traj_id", pa.string()), ("occurrence", pa.int32()), ("reason", pa.string()), ("cluster_id", pa.string()), ("survivor", pa.string()),
      ("matched", pa.string()), ("overlap", pa.float64())]
 )
 
@@ -133,7 +136,7 @@ def contaminated_of(verdicts: pa.Table) -> dict[str, tuple[str, str, float]]:
 
 def cluster_removals(edges: pa.Table, contaminated: dict[str, tuple[str, str, float]]
                      ) -> tuple[pa.Table, dict[str, Any]]:
-    """`REMOVED_SCHEMA` rows (sorted by traj_id) and the counts: the decontaminated trajectories, then the
+    """`REMOVED_SCHEMA` rows (sorted by traj_id, then occurrence) and the counts: the decontaminated trajectories, then the
     clusters of the dedup edges (``exact`` and ``near``) between the others and the survivor rule.
 
     Components and ranks are numpy arrays over integer node codes: no Python object per edge.
@@ -184,7 +187,12 @@ def cluster_removals(edges: pa.Table, contaminated: dict[str, tuple[str, str, fl
                      "reason": "exact_duplicate" if firsts[exact[n]] != n else "near_duplicate",
                      "cluster_id": cluster_ids[c], "survivor": name_list[int(survivor[c])], "matched": None,
                      "overlap": None})
-    rows.sort(key=lambda r: r["traj_id"])
+    for r in rows:  # the graph's nodes are occurrence keys (`stages.sample_rows.sample_key`)
+        r["traj_id"], r["occurrence"] = key_parts(r["traj_id"])
+        for name in ("survivor", "matched"):
+            if r[name] is not None:
+                r[name] = key_parts(r[name])[0]
+    rows.sort(key=lambda r: (r["traj_id"], r["occurrence"]))
     reasons = [r["reason"] for r in rows]
     counts = {
         "exact_removed": reasons.count("exact_duplicate"),

@@ -88,6 +88,12 @@ def sample_key(traj_id: str, occurrence: int) -> str:
     return traj_id if occurrence <= 1 else f"{traj_id}\x1f#{occurrence}"
 
 
+def key_parts(key: str) -> tuple[str, int]:
+    """The ``(traj_id, occurrence)`` a `sample_key` was made of."""
+    traj_id, sep, n = key.rpartition("\x1f#")
+    return (traj_id, int(n)) if sep and n.isdigit() else (key, 1)
+
+
 def word_set_memo(budget: int = 16 << 20, longest: int = 1 << 16) -> TextMemo[frozenset[str]]:
     """`masking.word_set` for one task's texts, each distinct one scanned once while kept (a kept word set
     costs its text's characters and about 100 bytes per word: the string and its set slot)."""

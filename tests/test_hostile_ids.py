@@ -70,3 +70,55 @@ def test_sample_ids_unique_over_every_demo_corpus(tmp_path, executor):
     lwm("run", "--executor", executor, "-i", str(src), "-o", str(out), "--sft-turns", "all")
     ids = [r["sample_id"] for r in shard_rows(out)]
     assert len(ids) > 100 and len(ids) == len(set(ids))
+
+
+def removed_rows(out: Path) -> list[dict]:
+    return pq.read_table(out / "dedup" / "removed.parquet",
+                         columns=["traj_id", "occurrence", "reason", "survivor"]).to_pylist()
+
+
+def test_a_file_given_twice_is_deduplicated_to_one_copy(tmp_path):
+    """The same records under two folders share their ids: the second copy of each is an exact duplicate of
+    the first (dedup's nodes are trajectories, not ids), and the shards are those of one copy."""
+    one, both = tmp_path / "one", tmp_path / "both"
+    (one / "x").mkdir(parents=True)
+    records = "".join(json.dumps(traj(f"t{i}", i, turns=3 + i % 4)) + "\n" for i in range(12))
+    (one / "x" / "logs.jsonl").write_text(records)
+    for folder in ("x", "backup"):
+        (both / folder).mkdir(parents=True)
+        (both / folder / "logs.jsonl").write_text(records)
+    lwm("run", "--executor", "local", "-i", str(one), "-o", str(tmp_path / "o1"), "--format", "lwm-jsonl")
+    lwm("run", "--executor", "local", "-i", str(both), "-o", str(tmp_path / "o2"), "--format", "lwm-jsonl")
+    first = removed_rows(tmp_path / "o1")
+    removed = removed_rows(tmp_path / "o2")
+    copies = [r for r in removed if r["occurrence"] == 2]
+    assert sorted(r["traj_id"] for r in copies) == sorted(f"t{i}" for i in range(12)
+                                                          if f"t{i}" not in {r["traj_id"] for r in first})
+    assert all(r["reason"] == "exact_duplicate" and r["survivor"] == r["traj_id"] for r in copies)
+    assert [r for r in removed if r["occurrence"] == 1] == [{**r, "occurrence": 1} for r in first]
+
+    def shard_bytes(out: Path) -> dict[str, bytes]:
+        return {str(p.relative_to(out)): p.read_bytes() for p in sorted((out / "shards").rglob("*.parquet"))}
+
+    assert shard_bytes(tmp_path / "o2") == shard_bytes(tmp_path / "o1")
+
+
+def test_only_the_duplicated_trajectory_of_a_shared_id_is_removed(tmp_path):
+    """Two different trajectories carrying one id, the second a copy of a third trajectory: the copy is removed
+    and the first, which copies nothing, reaches the shards (a removal names its occurrence, not the id)."""
+    src = tmp_path / "in"
+    src.mkdir()
+    original, other = traj("orig", 1, turns=4), traj("shared", 2, turns=4)
+    copy = {**original, "traj_id": "shared"}
+    (src / "a.jsonl").write_text(json.dumps(other) + "\n" + json.dumps(original) + "\n")
+    (src / "b.jsonl").write_text(json.dumps(copy) + "\n")
+    out = tmp_path / "out"
+    lwm("run", "--executor", "local", "-i", str(src), "-o", str(out), "--format", "lwm-jsonl")
+    (removed,) = removed_rows(out)
+    assert removed["traj_id"] == "shared" and removed["occurrence"] == 2
+    assert removed["reason"] == "exact_duplicate" and removed["survivor"] == "orig"
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["counts"]["dedup"]["exact_removed"] == 1
+    # the survivor and the other trajectory carrying "shared" reach the pools, the copy does not
+    assert manifest["counts"]["pools"]["trajectories_in_shards"] == 2
+    assert {r["traj_id"] for r in shard_rows(out)} == {"orig", "shared"}
