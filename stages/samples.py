@@ -266,7 +266,28 @@ class TrajectorySamples:
         return parts
 
     def _plain(self, history: list[int], target: int | None, limit: int) -> SampleParts | None:
-        """Plain format (no special tokens): the whole text tokenized at once, weights by span."""
+        """Plain format (no special tokens): the whole text tokenized at once, weights by span. As in ChatML,
+        whole oldest history turns are dropped until the sample fits `limit` (a cpt sample keeps its last
+        turn); None if it never does. The text is tokenized whole, so the fewest turns to drop are searched
+        for by halving (a few tokenizations, not one per turn)."""
+        parts = self._plain_text(history, target)
+        if len(parts.pieces[0].ids) <= limit:
+            return parts
+        most = len(history) - (1 if target is None else 0)
+        if most < 1 or len((fewest := self._plain_text(history[most:], target)).pieces[0].ids) > limit:
+            return None
+        low, high, parts = 1, most, fewest  # `high` fits; find the least number of dropped turns that does
+        while low < high:
+            mid = (low + high) // 2
+            trial = self._plain_text(history[mid:], target)
+            if len(trial.pieces[0].ids) <= limit:
+                high, parts = mid, trial
+            else:
+                low = mid + 1
+        parts.dropped_turns = high
+        return parts
+
+    def _plain_text(self, history: list[int], target: int | None) -> SampleParts:
         spans: list[tuple[str, float, int]] = [(plain("system", self.system_text), 0.0, 0)]
         for t in history:
             spans.append((plain("user", user_prompt(self.traj, t)), 0.0, 0))
@@ -283,19 +304,21 @@ class TrajectorySamples:
                 spans.append((target_reply(turn.observation, turn.reasoning) + "\n\n", 1.0, target))
         ids, idx = project_weights(self.seg, [(self.seg.norm(s), 1.0) for s, _, _ in spans], return_index=True)
         weights, out_spans, span_turns = [], [], []
+        drawn: dict[int, list[int]] = {}  # a weighted cpt turn: the positions of its tokens, drawn below
         for i, k in enumerate(idx):
             _text, w, turn = spans[k]
             if turn and target is None and w:
-                key = masking_key(self.seed, self.traj.traj_id, turn)
-                w = token_weights(self.scores[turn - 1].keep, self.keep_mode, f"{key}\x1f{i}", 1)[0]
+                drawn.setdefault(turn, []).append(i)
             weights.append(w)
             if turn and (not out_spans or span_turns[-1] != turn or out_spans[-1][1] != i):
                 out_spans.append((i, i + 1))
                 span_turns.append(turn)
             elif turn:
                 out_spans[-1] = (out_spans[-1][0], i + 1)
-        if len(ids) > limit:
-            return None
+        for turn, positions in drawn.items():  # one draw per turn, or per token, as the keep mode says
+            key = masking_key(self.seed, self.traj.traj_id, turn)
+            for i, w in zip(positions, token_weights(self.scores[turn - 1].keep, self.keep_mode, key, len(positions))):
+                weights[i] = w
         return SampleParts([Piece(as_ids(ids), np.array(weights, dtype=WEIGHTS))], out_spans, span_turns,
                            span_pieces=[(0, a, b) for a, b in out_spans])
 
