@@ -96,9 +96,12 @@ DEFAULTS: dict[str, Any] = {
 
 # Keys that say where and how the run executes; they never change the output bytes.
 EXECUTION_KEYS = {("executor",), ("run", "out"), ("run", "from_layer")}
-# Tables taken whole from a config. `templates.mapping` is not one: a config names the pools whose templates it
-# changes, and the others keep theirs.
+# Tables whose keys are not known beforehand. `masking.table` and `pools.ratios` are taken whole; the options of
+# `ingest.options` are merged one by one (a `--opt` adds to the config file's options and overrides the one it
+# names). `templates.mapping` is not one: a config names the pools whose templates it changes, and the others
+# keep theirs.
 FREE_FORM = {("ingest", "options"), ("masking", "table"), ("pools", "ratios")}
+MERGED_BY_KEY = {("ingest", "options")}
 
 
 def _merge(base: dict[str, Any], override: dict[str, Any], path: tuple[str, ...] = ()) -> dict[str, Any]:
@@ -110,6 +113,8 @@ def _merge(base: dict[str, Any], override: dict[str, Any], path: tuple[str, ...]
             raise ConfigError(f"unknown config key {where!r}")
         if isinstance(value, dict) and isinstance(base.get(key), dict) and here not in FREE_FORM:
             out[key] = _merge(base[key], value, here)
+        elif isinstance(value, dict) and isinstance(base.get(key), dict) and here in MERGED_BY_KEY:
+            out[key] = {**copy.deepcopy(base[key]), **copy.deepcopy(value)}
         else:
             out[key] = copy.deepcopy(value)
     return out

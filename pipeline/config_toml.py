@@ -15,8 +15,15 @@ from typing import Any
 _BARE = re.compile(r"[A-Za-z0-9_-]+")
 
 
+def _string(text: str) -> str:
+    """A TOML basic string. JSON's escapes are TOML's, but JSON writes a character beyond U+FFFF as two
+    surrogate escapes, which TOML rejects: such characters are written as they are (the file is UTF-8), and
+    DEL, a control character JSON leaves alone, is escaped as TOML requires."""
+    return json.dumps(text, ensure_ascii=False).replace("\x7f", "\\u007F")
+
+
 def _key(key: str) -> str:
-    return key if _BARE.fullmatch(key) else json.dumps(key)
+    return key if _BARE.fullmatch(key) else _string(key)
 
 
 def _value(value: Any) -> str:
@@ -31,7 +38,7 @@ def _value(value: Any) -> str:
             return "inf" if value > 0 else "-inf"
         return repr(value)
     if isinstance(value, str):
-        return json.dumps(value)  # a JSON string is a TOML basic string (the same escapes)
+        return _string(value)
     if isinstance(value, list | tuple):
         return "[" + ", ".join(_value(v) for v in value if v is not None) + "]"
     if isinstance(value, dict):

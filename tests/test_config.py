@@ -115,6 +115,17 @@ def test_adapter_options_beyond_the_common_ones_stay_free_for_the_adapter():
     assert cfg["ingest"]["options"] == {"messages_path": "data.messages", "max_record_bytes": 1024}
 
 
+def test_an_opt_flag_adds_to_the_config_files_options():
+    """`--opt` overrides the option it names and keeps the others the config file gives."""
+    file_config = {"ingest": {"options": {"source_kind": "internal", "max_record_bytes": 5_000_000}}}
+    cfg = resolve(file_config, {"ingest": {"options": {"domain": "terminal", "source_kind": "sandbox"}}})
+    assert cfg["ingest"]["options"] == {"source_kind": "sandbox", "max_record_bytes": 5_000_000, "domain": "terminal"}
+    assert file_config["ingest"]["options"] == {"source_kind": "internal", "max_record_bytes": 5_000_000}
+    # the ratios are still a whole: a flag's ratios replace the file's
+    cfg = resolve({"pools": {"ratios": {"cpt": 0.5, "sft": 0.5}}}, {"pools": {"ratios": {"cpt": 1.0}}})
+    assert cfg["pools"]["ratios"] == {"cpt": 1.0}
+
+
 def test_recorded_config_drops_input_credentials_and_the_hash_ignores_them():
     a = resolve(overrides={"run": {"input": ["https://bob:pw1@example.com/a.jsonl"]}})
     b = resolve(overrides={"run": {"input": ["https://alice:pw2@example.com/a.jsonl?X-Amz-Signature=ab"]}})

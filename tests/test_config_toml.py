@@ -27,6 +27,8 @@ CASES = {
                           "pools": {"sft_turns": "all", "ratios": {"cpt": 0.5, "sft": 0.5, "rl": 0.0, "eval": 0.0}},
                           "dedup": {"decontaminate": ["bench.jsonl"], "threshold": 0.75}},
     "masking table": {"masking": {"table": _table(), "keep_mode": "token"}},
+    "characters beyond U+FFFF and DEL": {"run": {"input": ["logs/😀 run.jsonl", "del\x7f.jsonl"], "out": "o_😀"},
+                                         "ingest": {"options": {"note\U0001F600": "x\x7fy"}}},
     "model stages": {"llm": {"endpoint": "http://127.0.0.1:9/v1", "model": "m \"quoted\" é", "max_requests": 10}},
 }
 
