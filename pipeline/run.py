@@ -22,6 +22,7 @@ from pipeline.ingest_stage import INGEST, SCAN
 from pipeline.leftovers import remove_stale_temps
 from pipeline.llm_stage import LLM
 from pipeline.outputs import ensure_dir, out_fs, write_bytes_atomic, write_json_atomic
+from pipeline.preflight import preflight
 from pipeline.samples_stage import SAMPLES, SHARDS
 from pipeline.wmat_pools import WMAT_POOLS_STAGE
 from schemas.errors import ConfigError
@@ -40,6 +41,7 @@ def run_pipeline(cfg: dict[str, Any], echo: Echo = _stderr, executor: Executor |
     skip_pandas_probe()
     if not cfg["run"]["out"]:
         raise ConfigError("no output given (--out DIR, or run.out in the config)")
+    preflight(cfg)
     fs, root = out_fs(cfg["run"]["out"])
     ensure_dir(fs, root)
     for name in ("manifest.json", "_timings.json", "_SUCCESS"):  # found now, not after the whole run

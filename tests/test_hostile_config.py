@@ -367,3 +367,28 @@ def test_an_option_on_input_no_format_recognizes_leaves_the_files_to_quarantine(
     assert status == 1  # the file is quarantined (unknown_format), as it is without the option
     assert "unknown_format" in stderr or "quarantine rate 100.0%" in stderr, stderr
     assert "no format of this input" not in stderr
+
+
+# settings that name something that does not exist, or disagree with each other: (TOML, the error line's start)
+PREFLIGHT_PROBES = [
+    ("[dedup]\nnum_perm = 16\nbands = 32", "dedup.bands (32) exceeds dedup.num_perm (16)"),
+    ('[filter]\nenabled = ["min_turn"]', "filter.enabled: unknown filter(s) min_turn"),
+    ('[dedup]\ndecontaminate = ["nonexistent.jsonl"]', "dedup.decontaminate: input not found: nonexistent.jsonl"),
+    ('[templates.mapping]\ncpt = ["v99"]', "templates.mapping.cpt: unknown variant 'v99'; known: v0, v1, v2"),
+    ('[templates]\ndirs = ["nonexistent_dir"]', "template directory nonexistent_dir does not exist"),
+]
+
+
+@pytest.mark.parametrize("dry_run", [False, True], ids=["run", "dry-run"])
+@pytest.mark.parametrize(("toml", "expected"), PREFLIGHT_PROBES, ids=[p[1].split(" ")[0] for p in PREFLIGHT_PROBES])
+def test_settings_the_run_would_fail_on_are_one_line_before_any_work(toml, expected, dry_run, corpus, tmp_path,
+                                                                      monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    config = tmp_path / "c.toml"
+    config.write_text(toml + "\n")
+    out = tmp_path / "out"
+    status, stderr = _invoke(["run", "--executor", "local", "--progress", "off", "-i", str(corpus), "-o", str(out),
+                              "--config", str(config), *(["--dry-run"] if dry_run else [])])
+    assert status == 2
+    assert _one_error_line(stderr).startswith(expected)
+    assert not out.exists()  # not even the output folder: nothing was read or written

@@ -93,6 +93,9 @@ def run_cmd(config_path: str | None, dry_run: bool, **kw: Any) -> None:
     file_cfg = load_config_file(config_path) if config_path else {}
     cfg = resolve(file_cfg, _run_overrides(**kw))
     if dry_run:
+        from pipeline.preflight import preflight
+
+        preflight(cfg)  # what the run would check before it starts
         click.echo(dry_run_text(cfg), nl=False)
         return
     from pipeline.llm_stage import LLMDryRun

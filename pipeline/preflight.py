@@ -1,0 +1,45 @@
+"""What a run can tell is wrong before it reads any input: settings that name things (filters, template
+folders and variants, decontamination references) and settings that must agree with each other. `lwm run`
+checks them before it starts, ``--dry-run`` included, so a typo costs one line, not an ingest."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from schemas.errors import ConfigError
+from schemas.trajectory import DOMAINS
+from stages.decontam import reference_units
+from stages.dedup import lsh_params
+from stages.filters import build_filters
+from stages.templates import natural_key, variant_texts
+
+
+def preflight(cfg: dict[str, Any]) -> None:
+    """Raise one `ConfigError` line for the first setting of a resolved config that the run would fail on."""
+    build_filters(cfg)  # unknown filter names
+    dedup = cfg["dedup"]
+    if int(dedup.get("bands") or 0):  # the default (0) is derived from the threshold, always within num_perm
+        try:
+            lsh_params(float(dedup["threshold"]), int(dedup["num_perm"]), int(dedup["bands"]))
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
+    _check_templates(cfg["templates"])
+    try:
+        reference_units(list(dedup["decontaminate"]))
+    except ConfigError as exc:
+        message = str(exc)
+        raise ConfigError(message if message.startswith("dedup.decontaminate") else
+                          f"dedup.decontaminate: {message}") from None
+
+
+def _check_templates(section: dict[str, Any]) -> None:
+    """Every template folder can be read and every variant the pools name exists for some domain."""
+    dirs = tuple(str(d) for d in section["dirs"])
+    known: set[str] = set()
+    for domain in DOMAINS:
+        known.update(variant_texts(domain, dirs))
+    for pool, names in section["mapping"].items():
+        for name in names:
+            if name not in known:
+                raise ConfigError(f"templates.mapping.{pool}: unknown variant {name!r}; known: "
+                                  f"{', '.join(sorted(known, key=natural_key))}")
