@@ -129,6 +129,10 @@ def load_config_file(path: str) -> dict[str, Any]:
         raise ConfigError(f"config file not found: {path}") from None
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{path}: invalid TOML: {exc}") from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start}); TOML files are UTF-8") from None
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read the config file: {exc.strerror or exc}") from None
     masking = loaded.get("masking")
     if isinstance(masking, dict) and isinstance(masking.get("table"), str):  # a table file, beside this one
         masking["table"] = os.path.join(os.path.dirname(os.path.abspath(path)), os.path.expanduser(masking["table"]))

@@ -392,3 +392,19 @@ def test_settings_the_run_would_fail_on_are_one_line_before_any_work(toml, expec
     assert status == 2
     assert _one_error_line(stderr).startswith(expected)
     assert not out.exists()  # not even the output folder: nothing was read or written
+
+
+def test_a_config_file_that_is_not_utf8_or_not_a_file_is_one_line(tmp_path):
+    binary = tmp_path / "bin.toml"
+    binary.write_bytes(b'[run]\nformat = "\xff"\n')
+    for path, expected in ((binary, f"{binary}: not UTF-8 text"), (tmp_path, f"{tmp_path}: cannot read the config file")):
+        status, stderr = _invoke(["run", "-i", "x", "-o", str(tmp_path / "o"), "--config", str(path), "--dry-run"])
+        assert status == 2 and _one_error_line(stderr).startswith(expected)
+
+
+def test_check_format_refuses_a_bound_outside_zero_to_one(tmp_path):
+    outputs = tmp_path / "outputs.jsonl"
+    outputs.write_text('{"output": "x"}\n')
+    for bound in ("2", "-1"):
+        status, stderr = _invoke(["check-format", str(outputs), "--min-adherence", bound])
+        assert status == 2 and "Invalid value for '--min-adherence'" in stderr

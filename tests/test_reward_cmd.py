@@ -68,6 +68,7 @@ def test_rl_pool_scores_per_domain(run, tmp_path):
                 "--cache", str(tmp_path / "cache"), "--out", str(tmp_path / "scores.jsonl")]
         proc = lwm(*args)
         assert proc.returncode == 0, proc.stderr
+        assert f"warning: the judge at {server.url} gave no usable answer for 1 of {len(rl) - 1} samples" in proc.stderr
         report = json.loads(proc.stdout)
         asked = len(server.requests)
         again = json.loads(lwm(*args, process=True).stdout)  # a new process: only the cache on disk is shared
@@ -128,3 +129,42 @@ def test_bad_prediction_files_are_one_line_errors(run, tmp_path):
     assert proc.returncode == 2
     assert proc.stderr.strip().splitlines() == [
         f"lwm: error: {bad}:3: sample id a already has a prediction (line 1); give one prediction per sample"]
+
+
+def test_a_judge_that_never_answers_fails_the_command_after_recording_why(run, tmp_path):
+    """Rewards without a single judge answer are not scores: one line naming the judge and the errors, exit 2;
+    the per-sample file still records each failure."""
+    import socket
+
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        url = f"http://127.0.0.1:{s.getsockname()[1]}/v1"
+    rl = rows(run, "rl")[:3]
+    path = tmp_path / "preds.jsonl"
+    path.write_text("".join(json.dumps({"sample_id": r["sample_id"], "prediction": target_reply(r["reference"], "")})
+                            + "\n" for r in rl))
+    out = tmp_path / "scores.jsonl"
+    proc = lwm("reward", str(run), str(path), "--judge-url", url, "--judge-model", "j", "--retries", "0",
+               "--out", str(out))
+    assert proc.returncode == 2, proc.stderr
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("lwm: error: ")]
+    assert len(errors) == 1 and "Traceback" not in proc.stderr
+    assert errors[0].startswith(f"lwm: error: the judge at {url} gave no usable answer for any of the 3 samples")
+    assert all(json.loads(x)["judge_error"] for x in out.read_text().splitlines())
+
+
+@pytest.mark.parametrize(("args", "expected"), [
+    (["--judge-url", "notaurl"], "--judge-url: expected an http(s) base URL"),
+    (["--timeout", "-5"], "Invalid value for '--timeout'"),
+    (["--timeout", "0"], "Invalid value for '--timeout'"),
+    (["--concurrency", "0"], "Invalid value for '--concurrency'"),
+    (["--retries", "-3"], "Invalid value for '--retries'"),
+    (["--max-tokens", "0"], "Invalid value for '--max-tokens'"),
+])
+def test_bad_judge_settings_are_refused_before_anything_is_asked(run, tmp_path, args, expected):
+    path = tmp_path / "preds.jsonl"
+    path.write_text(json.dumps({"sample_id": rows(run, "rl")[0]["sample_id"], "prediction": "x"}) + "\n")
+    base = {"--judge-url": "http://127.0.0.1:9/v1", "--judge-model": "j"}
+    base.update(dict(zip(args[::2], args[1::2])))
+    proc = lwm("reward", str(run), str(path), *[x for kv in base.items() for x in kv])
+    assert proc.returncode == 2 and expected in proc.stderr and "Traceback" not in proc.stderr

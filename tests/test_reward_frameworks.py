@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import inspect
+import re
 
 import pytest
 
@@ -62,3 +63,16 @@ def test_one_client_per_setting_is_shared():
     c = frameworks.judge_client(judge_url="http://127.0.0.1:9/v1", judge_model="m", judge_concurrency=3)
     assert a is b and a is not c and c.max_concurrency == 3
     assert reward_config(rule_weight=2, unrelated="x").rule_weight == 2
+
+
+@pytest.mark.parametrize(("settings", "env", "expected"), [
+    ({}, {"LWM_JUDGE_CONCURRENCY": "abc"}, "LWM_JUDGE_CONCURRENCY must be an integer, not 'abc'"),
+    ({}, {"LWM_JUDGE_CONCURRENCY": "0"}, "LWM_JUDGE_CONCURRENCY must be at least 1, not '0'"),
+    ({"judge_timeout_s": "nan"}, {}, "judge_timeout_s must be at least 0.001"),
+    ({"judge_max_retries": -1}, {}, "judge_max_retries must be at least 0, not -1"),
+])
+def test_a_bad_judge_setting_names_where_it_came_from(monkeypatch, settings, env, expected):
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    with pytest.raises(ValueError, match=re.escape(expected)):
+        frameworks.judge_client(judge_url="http://127.0.0.1:9/v1", judge_model="m", **settings)

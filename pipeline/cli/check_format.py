@@ -68,7 +68,7 @@ def adherence_report(path: str, key: str | None = None, part: str = "output") ->
 @click.option("--part", type=click.Choice(["output", "block"]), default="output", show_default=True,
               help="output: world-model span + policy span; block: the world-model span alone.")
 @json_option
-@click.option("--min-adherence", type=float, help="Exit with status 1 when adherence is below this share.")
+@click.option("--min-adherence", type=click.FloatRange(0, 1), help="Exit with status 1 when adherence is below this share.")
 @handle_errors
 def check_format_cmd(path: str, key: str | None, part: str, as_json: bool, min_adherence: float | None) -> None:
     """Report how many model outputs in PATH (JSONL) follow the WMAT output format, and why not."""

@@ -112,10 +112,13 @@ def _pct(x: float | None) -> str:
 @click.option("--judge-model", required=True, envvar="LWM_JUDGE_MODEL", help="Judge model name.")
 @click.option("--judge-api-key", envvar="LWM_JUDGE_API_KEY", help="API key (default: LWM_JUDGE_API_KEY).")
 @click.option("--pool", type=click.Choice(["rl", "eval"]), default="rl", show_default=True)
-@click.option("--concurrency", type=int, default=8, show_default=True, help="Judge requests in flight.")
-@click.option("--timeout", "timeout_s", type=float, default=120.0, show_default=True, help="Seconds per judge request.")
-@click.option("--retries", type=int, default=4, show_default=True, help="Retries on 429/5xx/timeouts.")
-@click.option("--max-tokens", type=int, default=4096, show_default=True, help="Judge answer budget.")
+@click.option("--concurrency", type=click.IntRange(min=1), default=8, show_default=True,
+              help="Judge requests in flight.")
+@click.option("--timeout", "timeout_s", type=click.FloatRange(min=0, min_open=True), default=120.0, show_default=True,
+              help="Seconds per judge request.")
+@click.option("--retries", type=click.IntRange(min=0), default=4, show_default=True,
+              help="Retries on 429/5xx/timeouts.")
+@click.option("--max-tokens", type=click.IntRange(min=1), default=4096, show_default=True, help="Judge answer budget.")
 @click.option("--cache", "cache_dir", help="Judge cache directory or fsspec URL (repeat runs cost no calls).")
 @click.option("--rubric-weight", type=float, default=9.0, show_default=True)
 @click.option("--rule-weight", type=float, default=1.0, show_default=True)
@@ -139,6 +142,7 @@ def score_predictions(run_dir, predictions, judge_url, judge_model, judge_api_ke
     """The body of `lwm reward` (module docstring)."""
     from stages.llm.client import ChatClient
 
+    check_judge_url(judge_url)
     try:
         cfg = RewardConfig(rubric_weight=rubric_weight, rule_weight=rule_weight,
                            without_verifier=without_verifier, on_judge_failure=on_judge_failure)
@@ -176,7 +180,36 @@ def score_predictions(run_dir, predictions, judge_url, judge_model, judge_api_ke
     }
     if as_json:
         click.echo(json.dumps(report, sort_keys=True))
+    else:
+        _print_report(report, pool, unknown)
+    _check_judge_answered(report["judge"], judge_url, results)
+
+
+def check_judge_url(url: str) -> None:
+    """An http(s) base URL, or one line saying what is expected."""
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.netloc:
+        raise ConfigError(f"--judge-url: expected an http(s) base URL such as http://localhost:8000/v1, not {url!r}")
+
+
+def _check_judge_answered(usage: dict[str, Any], url: str, results: list[RewardResult]) -> None:
+    """Rewards of a judge that never answered are not scores: exit 2 with one line naming it and why (after the
+    report and ``--out``, which record the failures). Some failures are a warning."""
+    failed = sum(r.judge_failed for r in results)
+    if not failed:
         return
+    reasons = ", ".join(f"{e} {n}" for e, n in sorted(usage.get("errors", {}).items())) or "no answer"
+    sent = sum(r.format_status == "ok" for r in results)
+    if failed == sent:
+        raise ConfigError(f"the judge at {url} gave no usable answer for any of the {sent} samples sent to it "
+                          f"({reasons}); the rewards above hold no rubric scores")
+    click.echo(f"warning: the judge at {url} gave no usable answer for {failed} of {sent} samples ({reasons}); "
+               "their rewards follow --on-judge-failure", err=True)
+
+
+def _print_report(report: dict[str, Any], pool: str, unknown: list[str]) -> None:
     click.echo(f"{'domain':<10} {'n':>5} {'reward':>7} {'rule pass':>10} {'judge fail':>11} {'format fail':>12}")
     for d, s in report["domains"].items():
         click.echo(f"{d:<10} {s['samples']:>5} {s['mean_reward']:>7.2f} {_pct(s['rule_pass_rate']):>10} "

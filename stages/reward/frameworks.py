@@ -39,6 +39,19 @@ def _setting(settings: dict[str, Any], key: str, env: str | None = None, default
     return default
 
 
+def _number(kind: type, settings: dict[str, Any], key: str, env: str | None, default: Any, least: float):
+    """A numeric setting at least `least`; a bad value is a `ValueError` naming where it came from."""
+    value = _setting(settings, key, env, default)
+    where = env if env and settings.get(key) is None and os.environ.get(env) else key
+    try:
+        number = kind(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"{where} must be {'an integer' if kind is int else 'a number'}, not {value!r}") from None
+    if not number >= least:  # also refuses NaN
+        raise ValueError(f"{where} must be at least {least}, not {value!r}")
+    return number
+
+
 def judge_client(**settings: Any) -> ChatClient:
     """The process-wide judge client for these settings (module docstring for the keys)."""
     url = _setting(settings, "judge_url", "LWM_JUDGE_URL")
@@ -50,12 +63,12 @@ def judge_client(**settings: Any) -> ChatClient:
         url, model,
         _setting(settings, "judge_api_key", "LWM_JUDGE_API_KEY"),
         _setting(settings, "judge_cache", "LWM_JUDGE_CACHE"),
-        int(_setting(settings, "judge_concurrency", "LWM_JUDGE_CONCURRENCY", 8)),
-        float(_setting(settings, "judge_timeout_s", None, 120.0)),
-        int(_setting(settings, "judge_max_retries", None, 4)),
-        float(_setting(settings, "judge_backoff_s", None, 1.0)),
-        int(_setting(settings, "judge_max_tokens", None, 4096)),
-        float(_setting(settings, "judge_temperature", None, 0.0)),
+        _number(int, settings, "judge_concurrency", "LWM_JUDGE_CONCURRENCY", 8, 1),
+        _number(float, settings, "judge_timeout_s", None, 120.0, 0.001),
+        _number(int, settings, "judge_max_retries", None, 4, 0),
+        _number(float, settings, "judge_backoff_s", None, 1.0, 0.0),
+        _number(int, settings, "judge_max_tokens", None, 4096, 1),
+        _number(float, settings, "judge_temperature", None, 0.0, 0.0),
     )
     with _CLIENTS_LOCK:
         if key not in _CLIENTS:
