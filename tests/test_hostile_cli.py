@@ -70,6 +70,25 @@ def test_show_reports_a_missing_sample_in_one_line_every_time(plain_run):
             assert stderr.count("\n") == 1 and stderr.startswith("lwm: error: "), stderr
 
 
+def test_show_names_what_it_could_not_find(plain_run, tmp_path):
+    def error(*args):
+        proc = lwm_in_process("show", *args)
+        assert proc.returncode == 2, proc.stderr
+        return proc.stderr.strip().removeprefix("lwm: error: ")
+
+    total = sum(pq.ParquetFile(p).metadata.num_rows for p in (plain_run / "shards").rglob("*.parquet"))
+    assert error(str(plain_run), "--index", "999999") == (
+        f"no sample at index 999999 in {plain_run}, which holds {total} (indexes 0 to {total - 1})")
+    assert error(str(plain_run), "--sample", "nope", "--pool", "rl") == f"no sample id nope in the rl pool of {plain_run}"
+    assert error(str(plain_run), "--sample", "nope", "--index", "0") == "give --sample ID or --index N, not both"
+    # a pool without samples says so, whatever the index
+    empty = tmp_path / "run"
+    (empty / "shards" / "sft").mkdir(parents=True)
+    (empty / "_SUCCESS").write_text("")
+    (empty / "manifest.json").write_text((plain_run / "manifest.json").read_text())
+    assert error(str(empty), "--pool", "eval") == f"the eval pool of {empty} holds no samples (no shard files)"
+
+
 def test_show_finds_rows_by_index_and_id(plain_run):
     # the lookups themselves, not the process, are checked here: `lwm show` in this process
     proc = lwm_in_process("show", str(plain_run), "--index", "0", "--plain")

@@ -34,6 +34,8 @@ def find_sample(run_dir: str, sample: str | None, index: int | None, pool: str |
 
     if index is not None and index < 0:
         raise ConfigError(f"--index must be 0 or more, got {index}")
+    if index is not None and sample is not None:
+        raise ConfigError("give --sample ID or --index N, not both")
     fs, base = out_fs(run_dir)
     shards = posixpath.join(base, "shards")
     files = sorted(p for p in fs.find(shards) if p.endswith(".parquet")) if fs.exists(shards) else []
@@ -53,7 +55,13 @@ def find_sample(run_dir: str, sample: str | None, index: int | None, pool: str |
             if want < seen + rows:
                 return _row(pf, want - seen)
             seen += rows
-    raise ConfigError(f"no sample {'id ' + sample if sample is not None else f'at index {want}'} in {run_dir}")
+    where = f"the {pool} pool of {run_dir}" if pool else run_dir
+    if not files:
+        raise ConfigError(f"{where} holds no samples" + (" (no shard files)" if pool else ""))
+    if sample is not None:
+        raise ConfigError(f"no sample id {sample} in {where}")
+    raise ConfigError(f"no sample at index {want} in {where}, which holds {seen} (indexes 0 to {seen - 1})"
+                      if seen else f"{where} holds no samples")
 
 
 def _row(pf, i: int) -> dict:
