@@ -154,12 +154,22 @@ def _inline_table_file(cfg: dict[str, Any]) -> None:
     cfg["masking"]["table"] = table
 
 
-def resolve(file_config: dict[str, Any] | None = None, overrides: dict[str, Any] | None = None) -> dict[str, Any]:
-    """Defaults ← config file ← CLI overrides, checked for unknown keys and bad values."""
+def resolve(file_config: dict[str, Any] | None = None, overrides: dict[str, Any] | None = None,
+            source: str | None = None) -> dict[str, Any]:
+    """Defaults ← config file ← CLI overrides, checked for unknown keys and bad values. With `source` (the
+    config file's path) a bad key or value of the file is reported as the file's, before the flags are applied."""
     file_config, overrides = dict(file_config or {}), dict(overrides or {})
     # the opt-in model-in-the-loop section exists only when given (no config byte changes otherwise)
     llm = [part.pop("llm") for part in (file_config, overrides) if "llm" in part]
-    cfg = _merge(DEFAULTS, file_config)
+    try:
+        cfg = _merge(DEFAULTS, file_config)
+        if source is not None:
+            alone = copy.deepcopy(cfg)
+            if isinstance(alone["masking"]["table"], str):  # a table file: read and checked below
+                alone["masking"]["table"] = None
+            check_config(alone, flags=False)
+    except ConfigError as exc:
+        raise ConfigError(f"{source}: {exc}" if source is not None else str(exc)) from None
     cfg = _merge(cfg, overrides)
     _inline_table_file(cfg)
     check_config(cfg)

@@ -222,21 +222,22 @@ def _key(loc: tuple[Any, ...]) -> tuple[tuple[str, ...], str]:
     return parts, flag
 
 
-def _first_error(exc: ValidationError, prefix: tuple[str, ...] = ()) -> ConfigError:
+def _first_error(exc: ValidationError, prefix: tuple[str, ...] = (), flags: bool = True) -> ConfigError:
     error = exc.errors(include_url=False)[0]
     parts, flag = _key((*prefix, *error["loc"]))
-    where = ".".join(parts) + (f" ({flag})" if flag else "")
+    where = ".".join(parts) + (f" ({flag})" if flag and flags else "")
     if error["type"] in ("extra_forbidden", "missing"):
         return ConfigError(f"{_describe(error)} {'.'.join(parts)!r}")
     return ConfigError(f"{where}: {_describe(error)}, not {error.get('input')!r}")
 
 
-def check_config(cfg: dict[str, Any]) -> None:
-    """Raise one `ConfigError` line for the first value of `cfg` that breaks the schema."""
+def check_config(cfg: dict[str, Any], flags: bool = True) -> None:
+    """Raise one `ConfigError` line for the first value of `cfg` that breaks the schema; it names the key's
+    command-line flag too, unless `flags` is off (a value that came from a config file)."""
     try:
         RunConfig.model_validate(cfg)
     except ValidationError as exc:
-        raise _first_error(exc) from None
+        raise _first_error(exc, flags=flags) from None
 
 
 def check_adapter_options(opts: dict[str, Any]) -> None:

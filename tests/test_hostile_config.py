@@ -74,7 +74,8 @@ def test_a_bad_config_file_value_is_one_line_naming_its_key(toml, key, reason, t
     status, stderr = _invoke(["run", "-i", "x", "-o", str(tmp_path / "out"), "--config", str(cfg), "--dry-run"])
     line = _one_error_line(stderr)
     assert status == 2
-    assert line.startswith(key), line
+    assert line.startswith(f"{cfg}: {key}"), line  # the file, then its key: no flag was given
+    assert "(--" not in line, line
     assert reason in line
 
 

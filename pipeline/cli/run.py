@@ -91,7 +91,7 @@ def run_cmd(config_path: str | None, dry_run: bool, **kw: Any) -> None:
     --executor ray.
     """
     file_cfg = load_config_file(config_path) if config_path else {}
-    cfg = resolve(file_cfg, _run_overrides(**kw))
+    cfg = resolve(file_cfg, _run_overrides(**kw), source=config_path)
     if dry_run:
         from pipeline.preflight import preflight
 
