@@ -173,6 +173,9 @@ def resolve(file_config: dict[str, Any] | None = None, overrides: dict[str, Any]
     cfg = _merge(cfg, overrides)
     _inline_table_file(cfg)
     check_config(cfg)
+    # local template folders by their whole path: the manifest names where they are, wherever it is read from
+    cfg["templates"]["dirs"] = [d if "://" in d else os.path.abspath(os.path.expanduser(d))
+                                for d in cfg["templates"]["dirs"]]
     if llm:
         from pipeline.llm_config import resolve_llm
 

@@ -54,6 +54,7 @@ from pipeline.outputs import AtomicParquetWriter, out_fs
 from pipeline.process_executor import in_this_process
 from schemas.stats import merge_all
 from stages.llm.stage import BudgetExhausted, StageClient, StageContext
+from stages.templates import templates_digest
 
 
 class LLMDryRun(Exception):  # the run stops after printing its plan; not an error
@@ -199,7 +200,8 @@ def run_llm_stages(cfg: dict[str, Any], fs, root: str, executor, ingest_results,
     # workers would each have a copy of; so they run here (they wait on the endpoint, not on a CPU).
     executor = in_this_process(executor)
     # what the prompts depend on: pools, templates, rendering, the stage settings, the model
-    base = spec_hash(output_config({k: cfg[k] for k in LLM.sections if k != "llm"}), output_llm_config(llm))
+    base = spec_hash(output_config({k: cfg[k] for k in LLM.sections if k != "llm"}), output_llm_config(llm),
+                     *([t] if (t := templates_digest(cfg["templates"]["dirs"])) else []))
     section: dict[str, Any] = {"model": llm["model"], "judge_model": llm["judge_model"] or llm["model"], "stages": {}}
     prior: dict[str, str] = {r["task_id"]: r["spec_hash"] for r in ingest_results}
     done: list[str] = []

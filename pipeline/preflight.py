@@ -11,7 +11,8 @@ from schemas.trajectory import DOMAINS
 from stages.decontam import reference_units
 from stages.dedup import lsh_params
 from stages.filters import build_filters
-from stages.templates import natural_key, variant_texts
+from stages.templates import natural_key, reload_templates
+from stages.templates.library import variant_texts
 
 
 def preflight(cfg: dict[str, Any]) -> None:
@@ -33,7 +34,9 @@ def preflight(cfg: dict[str, Any]) -> None:
 
 
 def _check_templates(section: dict[str, Any]) -> None:
-    """Every template folder can be read and every variant the pools name exists for some domain."""
+    """Every template folder can be read and every variant the pools name exists for some domain. The folders
+    are read afresh for each run (a process that runs again sees templates edited since)."""
+    reload_templates()
     dirs = tuple(str(d) for d in section["dirs"])
     known: set[str] = set()
     for domain in DOMAINS:

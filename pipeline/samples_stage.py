@@ -17,6 +17,7 @@ from pipeline.shard_task import run_shard_task
 from schemas.stats import merge_all
 from stages.histogram import histogram_from_stats
 from stages.pools import POOLS
+from stages.templates import templates_digest
 from stages.tokenizer import load_tokenizer
 
 _EVAL_SAMPLES_PER_TRAJ = 2.5  # five chosen turns, half kept
@@ -73,10 +74,15 @@ class SamplesStage(Stage):
         removed = _removed_digest(fs, root)
         llm = ctx.shared.get("llm")
         dups = run_offsets(ctx)  # trajectories sharing an id
+        # the text of the templates in templates.dirs (the config names the folders only)
+        templates = templates_digest(cfg["templates"]["dirs"])
+        if templates:
+            ctx.manifest["templates"] = {"dirs": list(cfg["templates"]["dirs"]), "sha256": templates}
         tasks = []
         for r in ingest_results:
             shared = dups.get(r["task_id"], {})
             spec = [buckets, r["spec_hash"], removed, PART_LAYOUT] + ([shared] if shared else [])
+            spec += [templates] if templates else []
             spec += [llm["specs"][r["task_id"]]] if llm else []
             tasks.append({"task_id": r["task_id"], "out": cfg["run"]["out"], "cfg": cfg, "buckets": buckets,
                           "removed": removed, "dups": shared, "spec": spec,

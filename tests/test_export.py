@@ -256,3 +256,39 @@ def test_ingest_export_ingest_is_the_identity_on_hand_made_rows(round_trip, tmp_
     terminal = next(json.loads(c) for c in second if json.loads(c)[0] == "terminal")
     assert terminal[1]["initial_state"] == "root@box:/srv# "
     assert terminal[1]["simulation_instruction"] == TRAJECTORIES["srv"][1]
+
+
+def test_templates_named_relative_to_the_run_and_edited_later(tmp_path, monkeypatch):
+    """A template folder given by a relative path is recorded by its whole path, so the export works from any
+    folder; a template edited in place renders the samples again on the next run, and an export after such an
+    edit is refused instead of writing system prompts the samples were not trained with."""
+    rows = awb_rows()
+    (tmp_path / "in.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (tmp_path / "tpl").mkdir()
+    template = tmp_path / "tpl" / "mine.txt"
+    template.write_text("First text. {simulation_instruction}\n")
+    (tmp_path / "cfg.toml").write_text(EVAL_ONLY + '[templates]\ndirs = ["tpl"]\nmapping = {eval = ["mine"]}\n')
+    monkeypatch.chdir(tmp_path)
+    args = ["run", "--executor", "local", "-i", "in.jsonl", "-o", "run", "--format", "agentworldbench",
+            "--config", "cfg.toml"]
+    lwm(*args)
+    tok = load_tokenizer()
+
+    def system_texts() -> set[str]:
+        return {tok.decode(r["input_ids"]).split("<|im_end|>")[0] for r in shard_rows(tmp_path / "run")}
+
+    assert all(t.startswith("<|im_start|>system\nFirst text.") for t in system_texts())
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    lwm("export", "agentworldbench", str(tmp_path / "run"), "out.jsonl")
+    assert all(r["system_str"].startswith("First text.") for r in read_jsonl(elsewhere / "out.jsonl"))
+
+    template.write_text("Second text. {simulation_instruction}\n")
+    proc = lwm("export", "agentworldbench", str(tmp_path / "run"), "again.jsonl", check=False)
+    assert proc.returncode == 2 and "changed since" in proc.stderr and not (elsewhere / "again.jsonl").exists()
+    monkeypatch.chdir(tmp_path)
+    lwm(*args)  # the edited template is read again: the samples are rendered with it
+    assert all(t.startswith("<|im_start|>system\nSecond text.") for t in system_texts())
+    lwm("export", "agentworldbench", "run", "out.jsonl")
+    assert all(r["system_str"].startswith("Second text.") for r in read_jsonl(tmp_path / "out.jsonl"))

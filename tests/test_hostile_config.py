@@ -376,7 +376,7 @@ PREFLIGHT_PROBES = [
     ('[filter]\nenabled = ["min_turn"]', "filter.enabled: unknown filter(s) min_turn"),
     ('[dedup]\ndecontaminate = ["nonexistent.jsonl"]', "dedup.decontaminate: input not found: nonexistent.jsonl"),
     ('[templates.mapping]\ncpt = ["v99"]', "templates.mapping.cpt: unknown variant 'v99'; known: v0, v1, v2"),
-    ('[templates]\ndirs = ["nonexistent_dir"]', "template directory nonexistent_dir does not exist"),
+    ('[templates]\ndirs = ["nonexistent_dir"]', "template directory {tmp}/nonexistent_dir does not exist"),
 ]
 
 
@@ -391,7 +391,7 @@ def test_settings_the_run_would_fail_on_are_one_line_before_any_work(toml, expec
     status, stderr = _invoke(["run", "--executor", "local", "--progress", "off", "-i", str(corpus), "-o", str(out),
                               "--config", str(config), *(["--dry-run"] if dry_run else [])])
     assert status == 2
-    assert _one_error_line(stderr).startswith(expected)
+    assert _one_error_line(stderr).startswith(expected.format(tmp=tmp_path))
     assert not out.exists()  # not even the output folder: nothing was read or written
 
 

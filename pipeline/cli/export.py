@@ -44,7 +44,7 @@ from typing import Any
 import click
 import pyarrow.parquet as pq
 
-from pipeline.cli.run_files import find_trajectories, finished_run, parquet_files, run_config
+from pipeline.cli.run_files import find_trajectories, finished_run, parquet_files, run_templates
 from pipeline.errors import handle_errors
 from schemas.errors import ConfigError
 from schemas.trajectory import Trajectory
@@ -120,12 +120,11 @@ def export_row(traj: Trajectory, sample: EvalSample, system_text: str) -> dict[s
 def agentworldbench_rows(run_dir: str) -> Iterator[tuple[EvalSample, dict[str, Any]]]:
     """The rows of a finished run's eval pool, in sample id order."""
     fs, root = finished_run(run_dir)
-    cfg = run_config(fs, root)
     samples = eval_samples(fs, root)
     if not samples:
         raise ConfigError(f"{run_dir}: the eval pool is empty (pools.ratios.eval, eval_subsample?)")
     trajs = load_trajectories(fs, root, {s.traj_id for s in samples})
-    dirs = tuple(cfg["templates"]["dirs"])
+    dirs = run_templates(fs, root, run_dir)
     for sample in samples:
         traj = trajs[sample.traj_id]
         if sample.total_turns != len(traj.turns):

@@ -25,8 +25,28 @@ def finished_run(run_dir: str):
 
 def run_config(fs, root: str) -> dict[str, Any]:
     """The resolved config the run wrote into its ``manifest.json``."""
+    return run_manifest(fs, root)["config"]
+
+
+def run_manifest(fs, root: str) -> dict[str, Any]:
     with fs.open(posixpath.join(root, "manifest.json"), "rb") as f:
-        return json.loads(f.read())["config"]
+        return json.loads(f.read())
+
+
+def run_templates(fs, root: str, run_dir: str) -> tuple[str, ...]:
+    """The run's ``templates.dirs``, checked to hold the template texts its samples were rendered with
+    (``manifest.json`` records their digest): a template edited or removed since is one line, not system
+    prompts that differ from the trained ones."""
+    from stages.templates import reload_templates, templates_digest
+
+    reload_templates()
+    manifest = run_manifest(fs, root)
+    dirs = tuple(manifest["config"]["templates"]["dirs"])
+    recorded = (manifest.get("templates") or {}).get("sha256")
+    if recorded and templates_digest(dirs) != recorded:
+        raise ConfigError(f"the templates in {', '.join(dirs)} changed since {run_dir} was made, so the system "
+                          "prompts rendered now would differ from those of its samples; restore them or run again")
+    return dirs
 
 
 def parquet_files(fs, base: str) -> list[str]:

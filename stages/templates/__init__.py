@@ -55,14 +55,16 @@ fields, the domain and the template text.
 
 from __future__ import annotations
 
+import hashlib
+import json
 from collections.abc import Sequence
 
 from schemas.errors import ConfigError
 from schemas.trajectory import Trajectory
 from stages.templates.fill import field_values, fill_template
-from stages.templates.library import check_domain, domain_notes, natural_key, variant_texts
+from stages.templates.library import check_domain, domain_notes, natural_key, read_source, variant_texts
 
-__all__ = ["list_variants", "render_system"]
+__all__ = ["list_variants", "reload_templates", "render_system", "templates_digest"]
 
 
 def _dirs(extra_dirs: Sequence[str]) -> tuple[str, ...]:
@@ -83,3 +85,22 @@ def render_system(traj: Trajectory, variant: str, extra_dirs: tuple[str, ...] = 
         known = ", ".join(sorted(texts, key=natural_key))
         raise ConfigError(f"templates: unknown variant {variant!r} for domain {traj.domain}; known: {known}")
     return fill_template(texts[variant], field_values(traj.system), domain_notes(traj.domain))
+
+
+def templates_digest(extra_dirs: Sequence[str]) -> str:
+    """sha256 of the text of every template in `extra_dirs` (in order), "" without any: what samples rendered
+    with them depend on besides the folders' names (a template edited in place renders other samples)."""
+    if not extra_dirs:
+        return ""
+    digest = hashlib.sha256()
+    for source in _dirs(extra_dirs):
+        texts = sorted(((d or "", name), text) for (d, name), text in read_source(source).items())
+        digest.update(json.dumps([source, texts], ensure_ascii=False).encode())
+    return digest.hexdigest()
+
+
+def reload_templates() -> None:
+    """Forget the template texts read so far: the next use reads the folders again (each run and each export
+    starts with this, so a process that runs again sees templates edited since)."""
+    read_source.cache_clear()
+    variant_texts.cache_clear()
