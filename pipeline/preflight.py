@@ -18,6 +18,10 @@ from stages.templates.library import variant_texts
 def preflight(cfg: dict[str, Any]) -> None:
     """Raise one `ConfigError` line for the first setting of a resolved config that the run would fail on."""
     build_filters(cfg)  # unknown filter names
+    executor = cfg["executor"]
+    if executor["ray_address"] and executor["kind"] in ("local", "processes"):
+        raise ConfigError(f"executor.ray_address (--ray-address) {executor['ray_address']} is for the Ray executor, "
+                          f"but executor.kind (--executor) is {executor['kind']}: give one of them")
     dedup = cfg["dedup"]
     if int(dedup.get("bands") or 0):  # the default (0) is derived from the threshold, always within num_perm
         try:

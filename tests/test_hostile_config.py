@@ -377,6 +377,7 @@ PREFLIGHT_PROBES = [
     ('[dedup]\ndecontaminate = ["nonexistent.jsonl"]', "dedup.decontaminate: input not found: nonexistent.jsonl"),
     ('[templates.mapping]\ncpt = ["v99"]', "templates.mapping.cpt: unknown variant 'v99'; known: v0, v1, v2"),
     ('[templates]\ndirs = ["nonexistent_dir"]', "template directory {tmp}/nonexistent_dir does not exist"),
+    ('[executor]\nkind = "local"\nray_address = "auto"', "executor.ray_address (--ray-address) auto is for the Ray"),
 ]
 
 

@@ -73,8 +73,8 @@ def _run_overrides(**kw: Any) -> dict[str, Any]:
 @click.option("--dry-run", is_flag=True, help="Print the resolved config and exit.")
 @click.option("--llm-endpoint", help="OpenAI-compatible base URL (…/v1): turns on the model-in-the-loop stages.")
 @click.option("--llm-model", help="Model name sent to the endpoint (llm.model).")
-@click.option("--max-requests", type=int, help="Requests this invocation may send to the model (0 = no limit).")
-@click.option("--max-llm-tokens", type=int, help="Prompt + completion tokens this invocation may spend (0 = no limit).")
+@click.option("--max-requests", type=click.IntRange(min=0), help="Requests this invocation may send to the model (0 = no limit).")
+@click.option("--max-llm-tokens", type=click.IntRange(min=0), help="Prompt + completion tokens this invocation may spend (0 = no limit).")
 @click.option("--llm-dry-run", is_flag=True, default=None,
               help="Print the first rendered model requests and the projected calls; send nothing.")
 @handle_errors
