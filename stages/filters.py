@@ -9,7 +9,8 @@ drops the trajectory (``filtered.<name>``). Drop filters return None after count
    ``null``, ``""``). A terminal ``[{"keystrokes": ""}]`` is not empty: it waits and reads.
 2. ``retry_cycle``: strip the failed half of a garbage action → error → retry pair. Turn t
    (never the last) is stripped when (a) its observation is a rejection (`REJECTION_MARKERS`:
-   the harness or tool refused the action, so nothing ran) and (b) turn t+1 retries it: the same
+   the harness or tool refused the action, so nothing ran; a program that ran and failed, with a traceback
+   or an error message of its own, is the environment's behaviour and never one) and (b) turn t+1 retries it: the same
    tool (for shell tools the same `command_head`, or any command after ``command not found``), or
    turn t's action is the adapter's ``{"action": "invalid"}`` garbage marker, or turn t+1's
    observation equals the one before turn t (the state came back unchanged). Pairs are judged on
@@ -58,7 +59,6 @@ REJECTIONS = Alternation("(?im)", (
     (r"\bcannot be exec\w*", "cannot be exec"),  # WebVoyager's harness misspells "executed"
     (r"\byour proposed edit has introduced new syntax error", "your proposed edit has introduced new syntax error"),
     (r"\bcommand not found\s*$", "command not found"),
-    (r"^[ \t]*traceback \(most recent call last\):", "traceback (most recent call last):"),
     (r"\bunknown (?:command|tool|action)\b", "unknown "),
     (r"\binvalid (?:tool|arguments?|parameters?|json)\b", "invalid "),
     (r"\bvalidation errors? for\b", "validation error"),

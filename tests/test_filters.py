@@ -129,7 +129,7 @@ def test_swe_agent_rejected_edits_before_the_accepted_one_are_stripped():
     assert counts == {"turns_stripped.retry_cycle": 2}
 
 
-def test_a_crash_followed_by_a_different_command_is_real_behaviour_and_kept():
+def test_a_crash_is_real_behaviour_and_kept_whatever_comes_next():
     crash = 'Traceback (most recent call last):\n  File "repro.py", line 3\nZeroDivisionError: division by zero'
     traj = make(
         "swe",
@@ -140,8 +140,13 @@ def test_a_crash_followed_by_a_different_command_is_real_behaviour_and_kept():
         ],
     )
     assert filters.retry_cycle_marks(traj) == [False, False, False]
+    # run again after the crash: still no garbage action (the program ran; its crash is what the environment
+    # does, and a world model must predict it), so nothing is stripped (SPEC §6: garbage action → error → retry)
     rerun = make("swe", [(bash("python repro.py"), crash), (bash("python repro.py --verbose"), "ok")])
-    assert filters.retry_cycle_marks(rerun) == [True, False]
+    assert filters.retry_cycle_marks(rerun) == [False, False]
+    # the same for a tool whose error is a refusal of the call itself
+    refused = make("swe", [(bash("python repro.py"), "bash: python: command not found"), (bash("python3 repro.py"), "ok")])
+    assert filters.retry_cycle_marks(refused) == [True, False]
 
 
 def test_command_not_found_is_garbage_whatever_comes_next_but_the_last_turn_stays():
