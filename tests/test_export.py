@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import tomllib
 import unicodedata
 from pathlib import Path
 
@@ -27,6 +28,8 @@ from stages.render import PREDICT_INSTRUCTION
 from stages.tokenizer import load_tokenizer
 from tests.helpers import lwm_in_process
 
+with open(Path(__file__).resolve().parents[1] / "stages" / "templates" / "domains" / "terminal.toml", "rb") as _f:
+    TERMINAL_ACTION_SPACE = tomllib.load(_f)["action_space"].strip()
 EVAL_ONLY = '[pools]\nratios = {cpt = 0.0, sft = 0.0, rl = 0.0, eval = 1.0}\neval_subsample = 1.0\n'
 
 
@@ -125,11 +128,16 @@ def test_round_trip_reproduces_every_row(round_trip):
         for field in ("prompt", "response", "current_prompt", "turn_idx", "total_turns"):
             assert out[field] == row[field], (row["id"], field)
         system_str, state = states[row["task"]]
-        # The first turn's state became initial_state; the echo template appends it (module docstring).
-        expected = system_str if state is None else f"{system_str}\n\n## Initial state\n{state}"
+        # The first turn's state became initial_state; the echo template appends it (module docstring), and
+        # the terminal domain's fixed action space before it (its actions are keystroke JSON; SPEC §4).
+        expected = system_str
+        if row["task"] == "terminal":
+            expected += f"\n\n## Action space\n{TERMINAL_ACTION_SPACE}"
+        if state is not None:
+            expected += f"\n\n## Initial state\n{state}"
         assert out["system_str"] == expected
         exact += out["system_str"] == row["system_str"]
-    assert exact == 7  # the mcp and search rows; the two terminal rows gained the state section
+    assert exact == 7  # the mcp and search rows; the two terminal rows gained the two sections
 
 
 def test_export_fields_ids_and_order(round_trip):

@@ -287,3 +287,32 @@ def test_builtin_variant_files_mention_all_five_fields():
         text = (variants_dir / f"{variant}.txt").read_text()
         for name in FIELD_NAMES:
             assert text.count("{" + name + "}") == 1, (variant, name)
+
+
+def _terminal_notes_action_space() -> str:
+    import tomllib
+
+    path = Path(__file__).resolve().parents[1] / "stages" / "templates" / "domains" / "terminal.toml"
+    with path.open("rb") as f:
+        return tomllib.load(f)["action_space"].strip()
+
+
+@pytest.mark.parametrize("variant", BUILTIN)
+def test_a_terminal_trajectory_without_an_action_space_is_rendered_with_the_domains(variant):
+    """SPEC §4 fixes the terminal action space: a log that declares none (asciinema, mini-swe-agent,
+    terminus) gets it, in every variant; a declared one, other action forms and other domains do not."""
+    fixed = _terminal_notes_action_space()
+    assert "keystrokes" in fixed
+    keys = [Turn('[{"keystrokes": "pwd\\n", "duration": 0.1}]', "/app\nroot@box:/app# "),
+            Turn('[{"keystrokes": "ls\\n"}, {"keystrokes": ""}]', "README.md\nroot@box:/app# ")]
+    bare = SystemPrompt(task_description="List the files.", action_space="")
+
+    def render(domain: str, turns: list[Turn], system: SystemPrompt = bare) -> str:
+        return render_system(Trajectory("t1", domain, "t1", Source(), system, turns), variant)
+
+    assert fixed in render("terminal", keys)
+    declared = SystemPrompt(task_description="List the files.", action_space="Type shell commands.")
+    assert fixed not in render("terminal", keys, declared) and "Type shell commands." in render("terminal", keys, declared)
+    tool_calls = [Turn('{"name": "navigate", "arguments": {"target": "/login"}}', "ok"), keys[0]]
+    assert fixed not in render("terminal", tool_calls)  # one action that is not keystrokes: no fixed space
+    assert fixed not in render("mcp", keys)  # only the terminal domain has one

@@ -49,6 +49,7 @@ from schemas.trajectory import DOMAINS, SystemPrompt, Trajectory, Turn
 from stages.ingest.common import make_trajectory
 from stages.ingest.reading import InputUnit, iter_container, max_record_bytes
 from stages.ingest.registry import Probe, RawRecord
+from stages.templates import implied_action_space
 from stages.templates.fill import FIELD_HEADINGS
 
 FORMAT = "agentworldbench"
@@ -304,15 +305,18 @@ def domain_of_task(task: str) -> str | None:
     return None
 
 
-def simulation_instruction_of(system_str: str, instruction: str | None, state: str | None) -> str:
+def simulation_instruction_of(system_str: str, instruction: str | None, state: str | None,
+                              action_space: str = "") -> str:
     """The system prompt without the sections a template appends for the first turn's fields.
 
     A template that does not mention the task or the initial state appends them at the end (``## Task`` /
     ``## Initial state``, stages/templates); those fields are rebuilt from the first turn prompt, so the
     copy in the system prompt is dropped — otherwise every export → ingest would append them once more.
-    Only an exact tail of that form is removed."""
+    The same holds for the domain's fixed action space (`stages.templates.implied_action_space`), which
+    rendering adds again. Only an exact tail of that form is removed."""
     tail = "".join(f"\n\n## {FIELD_HEADINGS[name]}\n{value}" for name, value in
-                   (("task_description", instruction), ("initial_state", state)) if value and value.strip())
+                   (("task_description", instruction), ("action_space", action_space), ("initial_state", state))
+                   if value and value.strip())
     return system_str[: -len(tail)] if tail and system_str.endswith(tail) and len(system_str) > len(tail) else system_str
 
 
@@ -324,6 +328,7 @@ def trajectory_of_chain(record: RawRecord, chain: list[ParsedRow], opts: dict[st
         Turn(action=a, observation=o, meta=json.dumps({"evaluated": True}) if n in evaluated else None)
         for n, (a, o) in enumerate(longest.turns, 1)
     ]
+    domain = opts.get("domain") or domain_of_task(longest.task) or AgentWorldBenchAdapter.default_domain
     meta = {
         "task": longest.task,
         "row_ids": [r.row_id for r in chain],
@@ -332,14 +337,16 @@ def trajectory_of_chain(record: RawRecord, chain: list[ParsedRow], opts: dict[st
     }
     return make_trajectory(
         replace(record, locator=", ".join(r.locator for r in chain)),
-        domain=opts.get("domain") or domain_of_task(longest.task) or AgentWorldBenchAdapter.default_domain,
+        domain=domain,
         native_key=f"{longest.row_id}#{longest.turn_idx}",
         turns=turns,
         system=SystemPrompt(
             task_description=longest.instruction or "",
             action_space="",
             initial_state=longest.state,
-            simulation_instruction=simulation_instruction_of(longest.system_str, longest.instruction, longest.state),
+            simulation_instruction=simulation_instruction_of(
+                longest.system_str, longest.instruction, longest.state,
+                implied_action_space(domain, [t.action for t in turns])),
         ),
         source_kind=opts.get("source_kind") or "public",
         meta=meta,

@@ -62,9 +62,16 @@ from collections.abc import Sequence
 from schemas.errors import ConfigError
 from schemas.trajectory import Trajectory
 from stages.templates.fill import field_values, fill_template
-from stages.templates.library import check_domain, domain_notes, natural_key, read_source, variant_texts
+from stages.templates.library import (
+    check_domain,
+    domain_notes,
+    fixed_action_space,
+    natural_key,
+    read_source,
+    variant_texts,
+)
 
-__all__ = ["list_variants", "reload_templates", "render_system", "templates_digest"]
+__all__ = ["implied_action_space", "list_variants", "reload_templates", "render_system", "templates_digest"]
 
 
 def _dirs(extra_dirs: Sequence[str]) -> tuple[str, ...]:
@@ -84,7 +91,29 @@ def render_system(traj: Trajectory, variant: str, extra_dirs: tuple[str, ...] = 
     if variant not in texts:
         known = ", ".join(sorted(texts, key=natural_key))
         raise ConfigError(f"templates: unknown variant {variant!r} for domain {traj.domain}; known: {known}")
-    return fill_template(texts[variant], field_values(traj.system), domain_notes(traj.domain))
+    fields = field_values(traj.system)
+    if not fields["action_space"]:
+        fields["action_space"] = implied_action_space(traj.domain, [t.action for t in traj.turns])
+    return fill_template(texts[variant], fields, domain_notes(traj.domain))
+
+
+def implied_action_space(domain: str, actions: Sequence[str]) -> str:
+    """The action space SPEC §4 fixes for `domain`, when every action has the domain's fixed form (terminal:
+    keystroke JSON); "" otherwise. What a trajectory that declares none is rendered with: its system prompt
+    then says what its actions mean, as a declared one would."""
+    space = fixed_action_space(domain)
+    return space if space and actions and all(map(_is_keystrokes, actions)) else ""
+
+
+def _is_keystrokes(action: str) -> bool:
+    """A terminal action as the adapters write it: a JSON list of ``{"keystrokes": str, ...}`` objects."""
+    if not action.startswith("[{"):
+        return False
+    try:
+        steps = json.loads(action)
+    except ValueError:
+        return False
+    return bool(steps) and all(isinstance(s, dict) and isinstance(s.get("keystrokes"), str) for s in steps)
 
 
 def templates_digest(extra_dirs: Sequence[str]) -> str:

@@ -108,3 +108,12 @@ def domain_notes(domain: str) -> dict[str, str]:
     if missing:
         raise ConfigError(f"domain notes {path} lack {', '.join(missing)}")
     return {"domain": domain, **{key: str(notes[key]).strip() for key in NOTE_KEYS}}
+
+
+@lru_cache(maxsize=len(DOMAINS))
+def fixed_action_space(domain: str) -> str:
+    """The built-in action space of a domain whose actions have one fixed form (``action_space`` in its notes
+    file; only terminal's keystroke JSON has one), or ""."""
+    check_domain(domain)
+    with (NOTES_DIR / f"{domain}.toml").open("rb") as handle:
+        return str(tomllib.load(handle).get("action_space", "")).strip()
