@@ -22,7 +22,7 @@ from pipeline.outputs import read_json
 from pipeline.split_input import input_entries, run_scan_task, scan_tasks
 from schemas.errors import ConfigError
 from schemas.stats import merge_all
-from stages.ingest.ranges import IngestWork, apply_scans, input_size, plan_ingest, split_settings
+from stages.ingest.ranges import IngestWork, apply_scans, content_stamp, input_size, plan_ingest, split_settings
 from stages.ingest.reading import InputUnit, expand_inputs
 from stages.ingest.registry import claims_dir, get_adapter, sniff, sniffed_opts
 from stages.steps import step_sections
@@ -179,8 +179,9 @@ class IngestStage(Stage):
             fields = work.task_fields()
             ranged = [fields["range"]] if "range" in fields else []
             task_opts = per_format(work.format) if per_format is not None and work.format else opts
+            stamps = [content_stamp(u) for u in work.units]  # a file changed in place is read again
             tasks.append({**fields, "opts": task_opts, "out": cfg["run"]["out"], "cfg": cfg,
-                          "spec": [work.identity, work.format, task_opts, *ranged]})
+                          "spec": [work.identity, work.format, task_opts, *ranged, stamps]})
         return tasks
 
     def finish(self, ctx: RunContext, results: list[dict[str, Any]]) -> None:

@@ -13,8 +13,7 @@ from typing import Any
 import zstandard
 
 from stages.ingest.frames import inflate, raw_chunks
-from stages.ingest.ranges import IngestWork
-from stages.ingest.reading import filesystem
+from stages.ingest.ranges import IngestWork, content_stamp
 from stages.uri_credentials import recorded_uri
 
 
@@ -25,10 +24,9 @@ def scan_tasks(plan: list[IngestWork], out: str) -> list[dict[str, Any]]:
         if work.byte_range is None:
             continue
         r, uri = work.byte_range, work.units[0].uri
-        fs, path = filesystem(uri)
         tasks.append({"task_id": work.task_id, "uri": uri, "start": r.start, "end": r.end,
                       "compression": r.compression, "out": out,
-                      "spec": [uri, r.start, r.end, r.compression, int(fs.size(path))]})
+                      "spec": [uri, r.start, r.end, r.compression, content_stamp(work.units[0])]})
     return tasks
 
 

@@ -72,6 +72,34 @@ def test_a_lost_task_is_the_only_one_run_again(corpus, fresh, tmp_path):
     assert_same_outputs(fresh, out)
 
 
+def test_an_input_changed_in_place_is_read_again(corpus, tmp_path):
+    """An input edited since the last run (same name, same size, other bytes; a small file and one split into
+    byte ranges) is ingested again, and the result is that of a fresh run over the edited inputs."""
+    import os
+    import shutil
+
+    src = tmp_path / "in"
+    shutil.copytree(corpus, src)
+    out = tmp_path / "out"
+    _run(src, out)
+    for name in ("mcp-0.jsonl", "zz-big.jsonl"):
+        path = src / name
+        text = path.read_text()
+        at = text.rindex('"observation": "') + len('"observation": "')  # a letter of the last observation
+        assert text[at].isalnum()
+        path.write_text(text[:at] + ("Q" if text[at] != "Q" else "R") + text[at + 1:])  # same size, other bytes
+        stat = path.stat()
+        os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns + 1_000_000_000))  # as an editor leaves it
+    _run(src, out)
+    ran = _timings(out)["ingest"]["ran"]
+    assert 2 <= ran < _timings(out)["ingest"]["tasks"]  # the edited files' tasks, not the others
+    fresh = tmp_path / "fresh"
+    _run(src, fresh)
+    assert_same_outputs(fresh, out)
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["inputs"] == json.loads((fresh / "manifest.json").read_text())["inputs"]
+
+
 def test_a_changed_masking_setting_reruns_only_the_later_stages(corpus, tmp_path):
     out = tmp_path / "out"
     _run(corpus, out)

@@ -23,6 +23,7 @@ the manifest). Byte-offset locators would have saved the pass but made ids depen
 from __future__ import annotations
 
 import hashlib
+import posixpath
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field, replace
 from itertools import pairwise
@@ -118,6 +119,30 @@ class IngestWork:
         if self.byte_range is not None:
             out["range"] = asdict(self.byte_range)
         return out
+
+
+# What tells one version of a file from another without reading it: the modification time where the filesystem
+# has one, an object store's ETag or version, else the creation time (the memory filesystem).
+_VERSION_KEYS = ("mtime", "ETag", "VersionId", "LastModified", "last_modified", "updated", "created")
+
+
+def content_stamp(unit: InputUnit) -> Any:
+    """Size and version of a unit's file (of each file of a directory unit), for the spec of the tasks that read
+    it: a file changed in place since the last run is read again instead of served from that run's outputs.
+    None where it cannot be looked at (its task says why)."""
+    fs, path = filesystem(unit.uri)
+    try:
+        if unit.is_dir:
+            found = fs.find(path, detail=True)
+            return [[posixpath.relpath(p, path), _stamp(info)] for p, info in sorted(found.items())]
+        return _stamp(fs.info(path))
+    except OSError:
+        return None
+
+
+def _stamp(info: dict[str, Any]) -> list[Any]:
+    version = next((info[k] for k in _VERSION_KEYS if info.get(k) is not None), None)
+    return [info.get("size"), str(version) if version is not None else None]
 
 
 def task_id_for(identity: str) -> str:
