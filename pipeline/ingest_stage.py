@@ -8,6 +8,7 @@ neither runs: the finished ingest markers of the output folder are read back.
 
 from __future__ import annotations
 
+import os
 import posixpath
 import sys
 from collections.abc import Callable
@@ -23,7 +24,7 @@ from pipeline.split_input import input_entries, run_scan_task, scan_tasks
 from schemas.errors import ConfigError
 from schemas.stats import merge_all
 from stages.ingest.ranges import IngestWork, apply_scans, content_stamp, input_size, plan_ingest, split_settings
-from stages.ingest.reading import InputUnit, expand_inputs
+from stages.ingest.reading import InputUnit, expand_inputs, filesystem, is_local
 from stages.ingest.registry import claims_dir, get_adapter, sniff, sniffed_opts
 from stages.steps import step_sections
 from stages.uri_credentials import strip_uri_credentials
@@ -42,7 +43,7 @@ def resolve_units(cfg: dict[str, Any], echo: Echo = _stderr) -> list[tuple[Input
         get_adapter(fmt)  # unknown names fail before any work
     if not cfg["run"]["input"]:
         raise ConfigError("no input given (--input PATH, or run.input in the config)")
-    units = _expand_inputs(list(cfg["run"]["input"]), fmt)
+    units = _without_output(_expand_inputs(list(cfg["run"]["input"]), fmt), cfg, echo)
     if not units:
         raise ConfigError(f"no input files found in {', '.join(cfg['run']['input'])}")
     resolved = []
@@ -56,6 +57,40 @@ def resolve_units(cfg: dict[str, Any], echo: Echo = _stderr) -> list[tuple[Input
         summary = ", ".join(f"{k} ({v} unit{'s' if v != 1 else ''})" for k, v in sorted(sniffed.items()))
         echo(f"sniffed format: {summary}")
     return resolved
+
+
+def _without_output(units: list[InputUnit], cfg: dict[str, Any], echo: Echo) -> list[InputUnit]:
+    """The input units, less the files of this run's output folder where it lies inside an input folder (a rerun
+    would otherwise read its own shards and layers as input; `check_output_outside_inputs` has refused an output
+    folder that is an input folder or holds one)."""
+    out_fs_, out_path = filesystem(cfg["run"]["out"])
+    if not is_local(out_fs_):
+        return units
+    out_root = os.path.realpath(out_path)
+    named = {os.path.realpath(path) for fs, path in map(filesystem, cfg["run"]["input"]) if is_local(fs)}
+    kept = [u for u in units if (real := os.path.realpath(filesystem(u.uri)[1])) in named
+            or not _within(real, out_root)]  # a file named as an input is read wherever it lies
+    if len(kept) < len(units):
+        echo(f"input: left out {len(units) - len(kept)} file(s) inside the output folder {cfg['run']['out']}")
+    return kept
+
+
+def check_output_outside_inputs(cfg: dict[str, Any]) -> None:
+    """An output folder that is an input folder, or holds one, is one line: its files and the inputs could not
+    be told apart (an input folder that holds the output folder is fine: its files are left out)."""
+    out_fs_, out_path = filesystem(cfg["run"]["out"])
+    if not is_local(out_fs_):
+        return
+    out_root = os.path.realpath(out_path)
+    for spec in cfg["run"]["input"]:
+        fs, path = filesystem(spec)
+        if is_local(fs) and os.path.isdir(path) and _within(os.path.realpath(path), out_root):
+            raise ConfigError(f"the output folder {cfg['run']['out']} is, or holds, the input folder {spec}; write "
+                              "the output outside it")
+
+
+def _within(path: str, root: str) -> bool:
+    return path == root or path.startswith(root.rstrip(os.sep) + os.sep)
 
 
 def _expand_inputs(specs: list[str], fmt: str | None) -> list[InputUnit]:

@@ -18,7 +18,7 @@ from pipeline.arrow_env import skip_pandas_probe
 from pipeline.dedup_stage import DEDUP_CLUSTERS, DEDUP_DECONTAM, DEDUP_MAP, DEDUP_REDUCE
 from pipeline.engine import Executor, RunContext, Stage
 from pipeline.executors import make_executor
-from pipeline.ingest_stage import INGEST, SCAN
+from pipeline.ingest_stage import INGEST, SCAN, check_output_outside_inputs
 from pipeline.leftovers import remove_stale_temps
 from pipeline.llm_stage import LLM
 from pipeline.outputs import ensure_dir, out_fs, write_bytes_atomic, write_json_atomic
@@ -42,6 +42,8 @@ def run_pipeline(cfg: dict[str, Any], echo: Echo = _stderr, executor: Executor |
     if not cfg["run"]["out"]:
         raise ConfigError("no output given (--out DIR, or run.out in the config)")
     preflight(cfg)
+    if cfg["run"]["input"] and cfg["run"]["from_layer"] != "trajectories":
+        check_output_outside_inputs(cfg)  # before the output folder is touched
     fs, root = out_fs(cfg["run"]["out"])
     ensure_dir(fs, root)
     for name in ("manifest.json", "_timings.json", "_SUCCESS"):  # found now, not after the whole run

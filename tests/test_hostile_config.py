@@ -410,3 +410,38 @@ def test_check_format_refuses_a_bound_outside_zero_to_one(tmp_path):
     for bound in ("2", "-1"):
         status, stderr = _invoke(["check-format", str(outputs), "--min-adherence", bound])
         assert status == 2 and "Invalid value for '--min-adherence'" in stderr
+
+
+def test_a_pipe_or_a_device_as_input_is_one_line_not_a_hang(corpus, tmp_path):
+    src = tmp_path / "in"
+    src.mkdir()
+    (src / "a.jsonl").write_bytes((corpus / sorted(p.name for p in corpus.iterdir())[0]).read_bytes())
+    os.mkfifo(src / "p.jsonl")  # nothing ever writes to it: reading it would block forever
+    for args, expected in (([str(src)], f"input {src / 'p.jsonl'} is a named pipe"),
+                           (["/dev/zero"], "input /dev/zero is a device")):
+        status, stderr = _invoke(["run", "--executor", "local", "--progress", "off", "-o", str(tmp_path / "o"),
+                                  *[x for a in args for x in ("-i", a)]])
+        assert status == 2 and _one_error_line(stderr).startswith(expected)
+        status, stderr = _invoke(["validate", *args])
+        assert status == 2 and _one_error_line(stderr).startswith(expected)
+
+
+def test_an_output_folder_inside_the_input_is_left_out_of_it(corpus, tmp_path):
+    """A rerun into a folder inside the input reads the input, not its own outputs; an output folder that is
+    the input folder is refused before it is touched."""
+    import shutil
+
+    src = tmp_path / "in"
+    shutil.copytree(corpus, src)
+    apart = tmp_path / "apart"
+    args = ["run", "--executor", "local", "--progress", "off", "-i", str(src)]
+    assert _invoke([*args, "-o", str(apart)])[0] == 0
+    inside = src / "out"
+    assert _invoke([*args, "-o", str(inside)])[0] == 0
+    status, stderr = _invoke([*args, "-o", str(inside)])  # the second run sees the first one's files
+    assert status == 0 and "input: left out " in stderr
+    assert_same_outputs(apart, inside)
+    (inside / "marker").write_text("")
+    status, stderr = _invoke([*args, "-o", str(src)])
+    assert status == 2 and _one_error_line(stderr).startswith(f"the output folder {src} is, or holds, the input")
+    assert (inside / "_SUCCESS").exists()  # the refused run touched nothing

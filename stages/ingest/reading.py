@@ -13,6 +13,7 @@ import json
 import os
 import posixpath
 import re
+import stat
 import sys
 import zlib
 from collections.abc import Iterable, Iterator
@@ -344,6 +345,7 @@ def expand_inputs(specs: list[str], claims_dir=None) -> list[InputUnit]:
             if fs.isdir(m):
                 _walk(fs, m, units, claims_dir, _real(fs, m))
             else:
+                _check_regular(fs, m)
                 uri = _unstrip(fs, m)
                 units[uri] = InputUnit(uri)
     return sorted(units.values(), key=lambda u: u.uri)
@@ -379,8 +381,23 @@ def _walk(fs, path: str, units: dict[str, InputUnit], claims_dir, root: str | No
         if entry["type"] == "directory":
             _walk(fs, name, units, claims_dir, root)
         elif is_data_file(name):
+            _check_regular(fs, name)
             u = _unstrip(fs, name)
             units[u] = InputUnit(u)
+
+
+def _check_regular(fs, path: str) -> None:
+    """A local input that is a pipe, a socket or a device would block the run or never end: refused at once."""
+    if not is_local(fs):
+        return
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:  # a link to nothing: its reader quarantines it as unreadable
+        return
+    if not stat.S_ISREG(mode):
+        kind = "a named pipe" if stat.S_ISFIFO(mode) else "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) \
+            else "a socket" if stat.S_ISSOCK(mode) else "not a regular file"
+        raise ConfigError(f"input {path} is {kind}; lwm reads regular files only")
 
 
 def iter_lines(uri: str, max_bytes: int = DEFAULT_MAX_RECORD_BYTES) -> Iterator[tuple[int, str] | InvalidRecord]:
