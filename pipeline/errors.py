@@ -21,6 +21,55 @@ _ERRNO = {FileNotFoundError: errno.ENOENT, PermissionError: errno.EACCES, FileEx
           IsADirectoryError: errno.EISDIR, NotADirectoryError: errno.ENOTDIR}
 
 
+class StreamWriteError(OSError):
+    """A write to standard output that the system refused (a full disk behind a redirect, ``/dev/full``)."""
+
+
+class _GuardedStream:
+    """Standard output or error as a command writes to it (`guard_streams`): a refused write to standard output is
+    a `StreamWriteError` naming it (not taken for the output folder's disk); one to standard error, where
+    progress and warnings go, is dropped, so the command goes on and its exit status still tells the result.
+    A reader that went away (EPIPE) on standard output stays a `BrokenPipeError`, as the pipe handling expects."""
+
+    def __init__(self, inner, name: str, quiet: bool) -> None:
+        self._inner, self._name, self._quiet = inner, name, quiet
+
+    def _refused(self, exc: OSError) -> None:
+        if self._quiet:
+            return
+        if isinstance(exc, BrokenPipeError):
+            raise exc
+        raise StreamWriteError(exc.errno, f"cannot write to standard {self._name}: {exc.strerror or exc}") from None
+
+    def write(self, text):
+        try:
+            return self._inner.write(text)
+        except OSError as exc:
+            self._refused(exc)
+            return len(text)
+
+    def flush(self) -> None:
+        try:
+            self._inner.flush()
+        except OSError as exc:
+            self._refused(exc)
+
+    def __getattr__(self, name: str):
+        return getattr(self._inner, name)
+
+
+def guard_streams() -> None:
+    """For the ``lwm`` process: a closed standard stream (``>&-``) becomes the null device, and writes to the
+    standard streams fail as `_GuardedStream` says."""
+    for name in ("stdout", "stderr"):
+        if getattr(sys, name) is None:
+            setattr(sys, name, open(os.devnull, "w", encoding="utf-8"))  # noqa: SIM115 (for the whole process)
+    if not isinstance(sys.stdout, _GuardedStream):
+        sys.stdout = _GuardedStream(sys.stdout, "output", quiet=False)
+    if not isinstance(sys.stderr, _GuardedStream):
+        sys.stderr = _GuardedStream(sys.stderr, "error", quiet=True)
+
+
 def os_error_line(exc: OSError) -> str:
     """One line for an operating-system error: what failed, on which path, and what to do for a full disk."""
     what = exc.strerror or str(exc) or type(exc).__name__
@@ -28,7 +77,7 @@ def os_error_line(exc: OSError) -> str:
         what = os.strerror(_ERRNO[type(exc)]) + (f": {exc}" if str(exc) else "")
     paths = [str(p) for p in (exc.filename, getattr(exc, "filename2", None)) if p is not None]
     line = f"{what}: {' → '.join(paths)}" if paths else what
-    if exc.errno == errno.ENOSPC:
+    if exc.errno == errno.ENOSPC and not isinstance(exc, StreamWriteError):
         line += " (free space and run the same command again: finished tasks are kept)"
     return line
 

@@ -17,6 +17,7 @@ from typing import Any
 from pipeline.arrow_env import skip_pandas_probe
 from pipeline.dedup_stage import DEDUP_CLUSTERS, DEDUP_DECONTAM, DEDUP_MAP, DEDUP_REDUCE
 from pipeline.engine import Executor, RunContext, Stage
+from pipeline.errors import StreamWriteError
 from pipeline.executors import make_executor
 from pipeline.ingest_stage import INGEST, SCAN, check_output_outside_inputs
 from pipeline.leftovers import remove_stale_temps
@@ -60,7 +61,7 @@ def run_pipeline(cfg: dict[str, Any], echo: Echo = _stderr, executor: Executor |
     try:
         return _run(cfg, fs, root, executor, echo)
     except OSError as exc:
-        if exc.errno != errno.ENOSPC:
+        if exc.errno != errno.ENOSPC or isinstance(exc, StreamWriteError):
             raise
         raise ConfigError(
             f"no space left on device writing {cfg['run']['out']}; free space and run the same command again "

@@ -445,3 +445,32 @@ def test_an_output_folder_inside_the_input_is_left_out_of_it(corpus, tmp_path):
     status, stderr = _invoke([*args, "-o", str(src)])
     assert status == 2 and _one_error_line(stderr).startswith(f"the output folder {src} is, or holds, the input")
     assert (inside / "_SUCCESS").exists()  # the refused run touched nothing
+
+
+def _lwm_shell(redirect: str, *args: str) -> subprocess.CompletedProcess:
+    """`lwm ARGS` as its own process, its standard streams redirected by `redirect` (a shell fragment)."""
+    import shlex
+
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    env["PYTHONPATH"] = str(ROOT)
+    command = " ".join(shlex.quote(a) for a in (sys.executable, "-m", "pipeline.cli", *args))
+    return subprocess.run(["bash", "-c", f"{command} {redirect}"], capture_output=True, text=True, timeout=300,
+                          env=env)
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full (Linux) to fill a stream")
+def test_standard_streams_that_are_closed_or_full(corpus, tmp_path):
+    run = ["run", "--progress", "off", "-i", str(corpus)]
+    # standard output closed: the run is done, with the outputs of a run that could print
+    closed = _lwm_shell(">&-", *run, "-o", str(tmp_path / "closed"))
+    assert closed.returncode == 0 and "Traceback" not in closed.stderr and (tmp_path / "closed" / "_SUCCESS").exists()
+    # standard output full: the run is done, and the summary that could not be written is one line, not the disk's
+    full = _lwm_shell(">/dev/full", *run, "-o", str(tmp_path / "full"))
+    assert full.returncode == 2 and (tmp_path / "full" / "_SUCCESS").exists()
+    assert full.stderr.strip().splitlines()[-1] == "lwm: error: cannot write to standard output: No space left on device"
+    hist = _lwm_shell(">/dev/full", "hist", str(tmp_path / "full"))
+    assert hist.returncode == 2 and "cannot write to standard output" in hist.stderr and "free space" not in hist.stderr
+    # standard error full: progress and warnings are dropped, the run goes on and says it is done on stdout
+    quiet = _lwm_shell("2>/dev/full", *run, "-o", str(tmp_path / "quiet"))
+    assert quiet.returncode == 0 and "== pool cpt ==" in quiet.stdout  # the histogram goes to standard output
+    assert_same_outputs(tmp_path / "closed", tmp_path / "quiet")

@@ -20,6 +20,7 @@ import sys  # noqa: E402
 import click  # noqa: E402
 
 from pipeline.cli.common import finished_cleanly  # noqa: E402
+from pipeline.errors import guard_streams  # noqa: E402
 
 
 class LazyCommands(click.Group):
@@ -78,6 +79,7 @@ def entry() -> None:
     after `lwm run`) keeps the ordinary shutdown. Commands run in-process (click's test runner, `main`) are
     not affected.
     """
+    guard_streams()
     try:
         main()
     except SystemExit as done:
@@ -85,8 +87,12 @@ def entry() -> None:
         if not (finished_cleanly() and done.code in (0, None)) or (ray is not None and ray.is_initialized()):
             raise
         logging.shutdown()
-        sys.stdout.flush()
-        sys.stderr.flush()
+        try:
+            sys.stdout.flush()
+            sys.stderr.flush()
+        except OSError as exc:  # what the run printed last could not be written: say so where possible
+            print(f"lwm: error: {exc.strerror or exc}", file=sys.stderr)
+            os._exit(2)
         os._exit(0)
 
 
