@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
@@ -281,3 +282,26 @@ def test_a_run_that_drops_samples_resumes_exactly_with_dataloader_workers(tmp_pa
                                                                  for e in straight[stop:]]
     for a, b in zip(straight[stop:], resumed):
         assert a["loss"] == pytest.approx(b["loss"], rel=1e-5)
+
+
+def test_environment_failures_of_lwm_train_are_one_line(long_shards, tmp_path):
+    """A damaged shard, an output folder it may not write and a full disk end `lwm train` with one line naming
+    the path, not a traceback."""
+    import shutil
+
+    source = Path(long_shards)
+    run = next(p for p in source.parents if (p / "_SUCCESS").exists())
+    damaged = tmp_path / "run"
+    shutil.copytree(run, damaged)
+    pool = damaged / source.relative_to(run)
+    victim = sorted(pool.glob("*.parquet"))[0]
+    victim.write_bytes(victim.read_bytes()[:200])
+    args = ["--micro-batch-tokens", "512", "--long-samples", "drop", *TINY]
+    result = CliRunner().invoke(train_command, ["--shards", str(pool), *args])
+    assert (result.exit_code == 1 and result.exception is None) or isinstance(result.exception, SystemExit)
+    assert result.output.strip().splitlines()[-1].startswith(f"Error: {victim}: not a readable Parquet shard")
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    result = CliRunner().invoke(train_command, ["--shards", long_shards, "--out", str(blocker / "ckpt"), *args])
+    assert isinstance(result.exception, SystemExit), result.exception
+    assert result.output.strip().splitlines()[-1].startswith("Error: ") and str(blocker) in result.output

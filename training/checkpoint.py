@@ -50,6 +50,20 @@ def _step_name(step: int) -> str:
     return f"step-{step:08d}"
 
 
+def _save(obj: Any, path: str) -> None:
+    """`torch.save`, whose failure to write (a full disk) is a RuntimeError of its archive writer: an OSError
+    naming the file, so the command ends with one line (the checkpoint being staged is not used)."""
+    import errno
+
+    try:
+        torch.save(obj, path)
+    except RuntimeError as exc:
+        folder = os.path.dirname(path) or "."
+        full = shutil.disk_usage(folder).free < (1 << 20)
+        raise OSError(errno.ENOSPC if full else errno.EIO,
+                      ("No space left on device" if full else f"could not write the checkpoint ({exc})"), path) from None
+
+
 def _write_json(path: str, value: Any) -> None:
     with open(path, "w", encoding="utf-8") as handle:
         json.dump(value, handle, indent=1, sort_keys=True)
@@ -89,9 +103,9 @@ def save_checkpoint(
         if rank != 0:
             return final
     else:
-        torch.save(model, os.path.join(staging, "model.pt"))
-        torch.save(optimizer, os.path.join(staging, "optimizer.pt"))
-    torch.save(scheduler, os.path.join(staging, "scheduler.pt"))
+        _save(model, os.path.join(staging, "model.pt"))
+        _save(optimizer, os.path.join(staging, "optimizer.pt"))
+    _save(scheduler, os.path.join(staging, "scheduler.pt"))
     _write_json(os.path.join(staging, "trainer.json"), {**trainer, "step": step})
     _write_json(os.path.join(staging, "data_state.json"), data_states)
     shutil.rmtree(final, ignore_errors=True)

@@ -173,3 +173,7 @@ def train(**options: object) -> None:
         run_training(TrainConfig(**options), echo=click.echo)  # type: ignore[arg-type]
     except ConfigError as error:
         raise click.ClickException(str(error)) from error
+    except OSError as error:  # a full disk, a folder it may not write: one line naming the path
+        paths = [str(p) for p in (error.filename, getattr(error, "filename2", None)) if p is not None]
+        what = error.strerror or str(error) or type(error).__name__
+        raise click.ClickException(f"{what}: {' → '.join(paths)}" if paths else what) from error

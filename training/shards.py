@@ -124,7 +124,13 @@ def resolve_shard_files(sources: Sequence[str]) -> list[str]:
 def open_parquet(uri: str) -> pq.ParquetFile:
     """A `ParquetFile` over an fsspec URI, reading only the byte ranges it needs."""
     fs, path = fsspec.core.url_to_fs(uri)
-    return pq.ParquetFile(fs.open(path, "rb"))
+    handle = fs.open(path, "rb")
+    try:
+        return pq.ParquetFile(handle)
+    except (pa.ArrowInvalid, OSError) as exc:
+        handle.close()
+        raise ConfigError(f"{uri}: not a readable Parquet shard ({' '.join(str(exc).split())[:200]}); run "
+                          "`lwm run` again to rebuild it") from None
 
 
 def _check_schema(uri: str, schema: pa.Schema, extra_columns: Sequence[str]) -> None:
