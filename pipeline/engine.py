@@ -214,6 +214,18 @@ def run_stage(ctx: RunContext, stage: Stage) -> list[dict[str, Any]]:
     return results
 
 
+def outputs_intact(fs, root: str, result: dict[str, Any]) -> bool:
+    """Whether every file a finished task recorded (``outputs``: path below the run folder → bytes) is still there
+    with its size: a shard or layer part deleted or cut short since is written again, not taken as done."""
+    for rel, size in (result.get("outputs") or {}).items():
+        try:
+            if int(fs.size(posixpath.join(root, rel))) != int(size):
+                return False
+        except (FileNotFoundError, OSError):
+            return False
+    return True
+
+
 def run_tasks(
     executor: Executor,
     name: str,
@@ -234,7 +246,7 @@ def run_tasks(
         if fs.exists(marker):
             prev = read_json(fs, marker)
             # a task that ended without all it needed (a model request that failed) runs again in the next run
-            if prev.get("spec_hash") == task["spec_hash"] and not prev.get("incomplete"):
+            if prev.get("spec_hash") == task["spec_hash"] and not prev.get("incomplete") and outputs_intact(fs, root, prev):
                 done.append(prev)
                 continue
         todo.append(task)

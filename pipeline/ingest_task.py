@@ -141,7 +141,18 @@ def run_ingest_task(task: dict[str, Any]) -> dict[str, Any]:
         "rows": int(stats.get("records.read")),
         "bytes": sum(m["input"]["size"] for m in members) if len(units) > 1 else described["size"],
         "spec_hash": task["spec_hash"],
+        "outputs": _written(fs, root, tid),
     }
     if len(units) > 1:
         result["members"] = members
     return result
+
+
+def _written(fs, root: str, tid: str) -> dict[str, int]:
+    """The layer parts this task wrote, with their sizes (`pipeline.engine.outputs_intact` checks them)."""
+    out = {}
+    for layer in ("raw", "trajectories", "quarantine"):
+        rel = f"{layer}/part-{tid}.parquet"
+        if fs.exists(f"{root}/{rel}"):
+            out[rel] = int(fs.size(f"{root}/{rel}"))
+    return out

@@ -220,7 +220,7 @@ def _result(task: dict[str, Any], fs, root: str, path: str, num_rows: int, max_t
     info = {"path": posixpath.relpath(path, root), "rows": num_rows, "bytes": fs.size(path), "sha256": digest,
             "max_tokens": int(max_tokens)}
     return {"task_id": task["task_id"], "stage": "shards", "shard": info, "rows": num_rows,
-            "bytes": info["bytes"], "spec_hash": task["spec_hash"], "stats": {}}
+            "bytes": info["bytes"], "spec_hash": task["spec_hash"], "stats": {}, "outputs": {info["path"]: info["bytes"]}}
 
 
 def _weighted_shard(task: dict[str, Any], fs, root: str, src: str) -> dict[str, Any]:

@@ -100,6 +100,23 @@ def test_an_input_changed_in_place_is_read_again(corpus, tmp_path):
     assert manifest["inputs"] == json.loads((fresh / "manifest.json").read_text())["inputs"]
 
 
+@pytest.mark.parametrize("damage", ["shard cut short", "shard deleted", "trajectories part emptied"])
+def test_an_output_damaged_since_is_written_again_not_taken_as_done(corpus, fresh, tmp_path, damage):
+    out = tmp_path / "out"
+    _run(corpus, out)
+    shard = sorted((out / "shards" / "cpt").glob("*.parquet"))[0]
+    if damage == "shard cut short":
+        shard.write_bytes(shard.read_bytes()[:1000])
+    elif damage == "shard deleted":
+        shard.unlink()
+    else:
+        sorted((out / "trajectories").glob("*.parquet"))[0].write_bytes(b"")
+    _run(corpus, out)
+    stage = "ingest" if damage.startswith("trajectories") else "shards"
+    assert _timings(out)[stage]["ran"] == 1
+    assert_same_outputs(fresh, out)
+
+
 def test_a_changed_masking_setting_reruns_only_the_later_stages(corpus, tmp_path):
     out = tmp_path / "out"
     _run(corpus, out)
