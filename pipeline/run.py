@@ -8,7 +8,9 @@ resumes. `PLAN` lists the stages in the order they run; adding a stage is one mo
 
 from __future__ import annotations
 
+import contextlib
 import errno
+import os
 import posixpath
 import sys
 from collections.abc import Callable
@@ -27,6 +29,7 @@ from pipeline.preflight import preflight
 from pipeline.samples_stage import SAMPLES, SHARDS
 from pipeline.wmat_pools import WMAT_POOLS_STAGE
 from schemas.errors import ConfigError
+from stages.ingest.reading import is_local
 from stages.tokenizer.engines import load_tokenizer, resolve_spec
 from stages.tokenizer.vocab import DEFAULT_NAME
 
@@ -47,6 +50,40 @@ def run_pipeline(cfg: dict[str, Any], echo: Echo = _stderr, executor: Executor |
         check_output_outside_inputs(cfg)  # before the output folder is touched
     fs, root = out_fs(cfg["run"]["out"])
     ensure_dir(fs, root)
+    with run_lock(fs, root, cfg["run"]["out"]):
+        return _locked_run(cfg, fs, root, echo, executor)
+
+
+@contextlib.contextmanager
+def run_lock(fs, root: str, out: str):
+    """One run at a time in a local output folder: an exclusive lock on ``OUT/_lock`` (an empty file), held
+    while the run lasts and released by the system when its process ends, however it ends. A second run into
+    the folder is one line at once, instead of each removing the other's partial files. The run removes the
+    file as it ends, so a finished folder holds only its outputs (a run killed leaves it, unlocked, for the
+    next). (An output folder on object storage has no such lock: one run per folder is then the user's to keep.)"""
+    if not is_local(fs):
+        yield
+        return
+    import fcntl
+
+    path = posixpath.join(root, "_lock")
+    try:
+        handle = open(path, "a")  # noqa: SIM115 (held for the run's whole length)
+    except IsADirectoryError:
+        raise ConfigError(f"{path} is a directory; remove it or choose another --out") from None
+    with handle:
+        try:
+            fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise ConfigError(f"{out} is in use by another lwm run; wait for it to end or choose another --out") from None
+        try:
+            yield
+        finally:
+            with contextlib.suppress(OSError):
+                os.unlink(path)  # still locked: a run that opened it meanwhile finds it in use
+
+
+def _locked_run(cfg: dict[str, Any], fs, root: str, echo: Echo, executor: Executor | None) -> dict[str, Any]:
     for name in ("manifest.json", "_timings.json", "_SUCCESS"):  # found now, not after the whole run
         if fs.isdir(posixpath.join(root, name)):
             raise ConfigError(f"{posixpath.join(root, name)} is a directory; remove it or choose another --out")

@@ -258,3 +258,24 @@ def test_from_layer_keeps_the_settings_that_made_the_trajectories_and_says_which
         assert manifest["config"][section] == made["config"][section], section
     assert manifest["config_hash"] == made["config_hash"]
     assert manifest["counts"]["trajectories"] == made["counts"]["trajectories"]
+
+
+def test_a_second_run_into_a_folder_in_use_stops_at_once_and_leaves_the_first_alone(corpus, fresh, tmp_path):
+    out = tmp_path / "out"
+    args = ["run", "--executor", "local", "--input", str(corpus), "--out", str(out), "--progress", "off",
+            "--config", str(config_toml(tmp_path / "c.toml"))]
+    env = {**clean_env(), "LWM_TEST_TASK_DELAY": "0.3"}  # the first run holds the folder for a while
+    first = subprocess.Popen([LWM, *args], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.time() + 120
+        while not (out / "raw").exists():  # the first run is writing
+            assert time.time() < deadline and first.poll() is None
+            time.sleep(0.05)
+        second = lwm_in_process(*args)
+        assert second.returncode == 2
+        assert second.stderr.strip() == (f"lwm: error: {out} is in use by another lwm run; wait for it to end or "
+                                         "choose another --out")
+    finally:
+        _, err = first.communicate(timeout=300)
+    assert first.returncode == 0, err
+    assert_same_outputs(fresh, out)
