@@ -92,6 +92,28 @@ def error_line(exc: BaseException) -> tuple[str, int]:
     return f"internal error: {type(exc).__name__}: {text} (run with --debug for the traceback)", 1
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM in the ``lwm`` process: ends it as Ctrl-C does, through every cleanup on the way (worker pools,
+    the Ray instance it started), instead of the default's instant end that leaves Ray's processes behind."""
+
+
+def stop_on_sigterm() -> None:
+    """For the ``lwm`` process: SIGTERM raises `Terminated` in it; a process forked from it (a worker) keeps the
+    default, which ends it at once."""
+    import signal
+
+    owner = os.getpid()
+
+    def terminated(signum, frame):
+        if os.getpid() != owner:
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+            os.kill(os.getpid(), signal.SIGTERM)
+            return
+        raise Terminated()
+
+    signal.signal(signal.SIGTERM, terminated)
+
+
 def handle_errors(fn):
     """Turn every error into one line; `--debug` (on the group) re-raises for a traceback."""
 
@@ -103,6 +125,13 @@ def handle_errors(fn):
             return fn(*args, **kwargs)
         except (click.ClickException, click.exceptions.Exit, click.Abort):
             raise  # usage errors and exits are click's own, already one line
+        except KeyboardInterrupt as stop:  # Ctrl-C, or SIGTERM (`Terminated`): one line, the shell's status
+            if debug:
+                raise
+            terminated = isinstance(stop, Terminated)
+            again = " (finished tasks are kept: the same command resumes)" if ctx.info_name == "run" else ""
+            click.echo(f"lwm: {'terminated' if terminated else 'interrupted'}{again}", err=True)
+            sys.exit(143 if terminated else 130)
         except BrokenPipeError as exc:
             if debug or not stdout_reader_gone():
                 if debug:

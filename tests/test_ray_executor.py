@@ -400,3 +400,33 @@ def test_with_a_task_per_worker_process_no_task_runs_in_the_driver(tmp_path):
     seen = json.loads(proc.stdout.strip().splitlines()[-1])
     assert [r["task_id"] for r in seen["results"]] == [f"t{n}" for n in range(5)]
     assert all(r["pid"] != seen["driver"] and r["rayon"] == "1" for r in seen["results"])
+
+
+def test_sigterm_ends_a_ray_run_with_one_line_and_leaves_no_ray_process(tmp_path):
+    """SIGTERM (a scheduler's stop, `kill`) ends `lwm run` as Ctrl-C does: through Ray's shutdown, so none of
+    the processes it started (GCS, raylet, agents, workers) outlives it; exit 143 and one line."""
+    import signal
+
+    import psutil
+
+    src = write_corpus(tmp_path / "in", files=3, per_file=10)
+    out = tmp_path / "out"
+    env = {**clean_env(), "LWM_TEST_TASK_DELAY": "5"}
+    run = subprocess.Popen([sys.executable, "-m", "pipeline.cli", "run", "--executor", "ray", "--num-cpus", "2",
+                            "--progress", "off", "-i", str(src), "-o", str(out)],
+                           env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    driver = psutil.Process(run.pid)
+    deadline = time.monotonic() + 120
+    started: list[psutil.Process] = []
+    while not any("raylet" in " ".join(p.cmdline()) for p in started if p.is_running()):
+        assert run.poll() is None and time.monotonic() < deadline
+        time.sleep(0.2)
+        started = driver.children(recursive=True)
+    time.sleep(2)  # the agents and workers too
+    started = driver.children(recursive=True)
+    run.send_signal(signal.SIGTERM)
+    _, stderr = run.communicate(timeout=120)
+    assert run.returncode == 143, stderr[-2000:]
+    assert stderr.strip().splitlines()[-1] == "lwm: terminated (finished tasks are kept: the same command resumes)"
+    _, alive = psutil.wait_procs(started, timeout=20)
+    assert not alive, [" ".join(p.cmdline())[:80] for p in alive]

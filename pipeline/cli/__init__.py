@@ -20,7 +20,7 @@ import sys  # noqa: E402
 import click  # noqa: E402
 
 from pipeline.cli.common import finished_cleanly  # noqa: E402
-from pipeline.errors import guard_streams  # noqa: E402
+from pipeline.errors import guard_streams, stop_on_sigterm  # noqa: E402
 
 
 class LazyCommands(click.Group):
@@ -80,6 +80,7 @@ def entry() -> None:
     not affected.
     """
     guard_streams()
+    stop_on_sigterm()
     try:
         main()
     except SystemExit as done:
