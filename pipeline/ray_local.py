@@ -31,7 +31,8 @@ def quiet_ray_startup() -> None:
     """Keep Ray's notice about token authentication off the terminal: it speaks of Ray's own cluster
     security, which `RAY_AUTH_MODE` sets, and says nothing about the run; its level is raised, nothing else.
     Also its warning that a Ray started off the main thread sets no SIGTERM handler (`RayExecutor` starts it
-    in a thread on purpose; the driver then ends on SIGTERM by default, and Ray's processes with it)."""
+    in a thread on purpose; the ``lwm`` process handles SIGTERM itself, `pipeline.errors.stop_on_sigterm`, and ends
+    through Ray's shutdown)."""
     logging.getLogger("ray._private.authentication.authentication_token_setup").setLevel(logging.ERROR)
     worker_log = logging.getLogger("ray._private.worker")
     if not any(isinstance(f, _NoSigtermNotice) for f in worker_log.filters):

@@ -342,3 +342,23 @@ def test_a_stream_that_fails_leaves_the_number_of_the_last_line_it_ended():
             got.append(item)
     assert got == [(11, "a"), (12, "bc")]
     assert splitter.lineno == 12
+
+
+def test_a_file_cut_short_after_its_ranges_were_measured_is_reported_not_lost(tmp_path):
+    """The ranges beyond the new end of a file truncated while a run reads it give a `truncated_stream` record
+    each (quarantined, so the loss shows), not silently no lines."""
+    path = tmp_path / "big.jsonl"
+    path.write_text("".join(json.dumps({"n": i, "pad": "x" * 50}) + "\n" for i in range(200)))
+    plan = plan_ingest([(InputUnit(str(path)), "lwm-jsonl")], SplitSettings(2000, 1, 1))
+    scans = [run_scan_task({**t, "spec_hash": "s"}) for t in scan_tasks(plan, str(tmp_path / "out"))]
+    ranges = [w.task_fields()["range"] for w in apply_scans(plan, scans)]
+    assert len(ranges) > 4
+    cut = path.stat().st_size // 2
+    with open(path, "r+b") as f:
+        f.truncate(cut)
+    results = [_lines(iter_range_lines(str(path), r, 1 << 20)) for r in ranges]
+    for r, lines in zip(ranges, results):
+        if r["start"] + r["length"] <= cut:
+            assert all(not (isinstance(x, tuple) and x[0] == "invalid") for x in lines)
+        else:  # the range the cut falls in, and every one after it
+            assert lines[-1][:2] == ("invalid", "truncated_stream"), (r, lines[-1:])

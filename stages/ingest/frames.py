@@ -91,7 +91,9 @@ def _walk_frames(f, size: int) -> list[tuple[int, int]]:
 
 
 def raw_chunks(uri: str, start: int, stop: int | None = None) -> Iterator[bytes]:
-    """The file's bytes from offset `start` to `stop` (or the end), 1 MiB at a time."""
+    """The file's bytes from offset `start` to `stop` (or the end), 1 MiB at a time. A file that ends before
+    `stop` (it was cut short since its ranges were planned) raises `EOFError`, which the readers report as a
+    damaged stream, so its records are quarantined, not silently missing."""
     fs, path = filesystem(uri)
     with fs.open(path, "rb") as raw:
         raw.seek(start)
@@ -99,6 +101,9 @@ def raw_chunks(uri: str, start: int, stop: int | None = None) -> Iterator[bytes]
         while remaining is None or remaining > 0:
             chunk = raw.read(_CHUNK if remaining is None else min(_CHUNK, remaining))
             if not chunk:
+                if remaining:
+                    raise EOFError(f"the file ends {remaining} bytes before byte {stop}, where it ended when the run "
+                                   "began: it was cut short while the run read it")
                 return
             if remaining is not None:
                 remaining -= len(chunk)

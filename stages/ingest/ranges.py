@@ -264,8 +264,18 @@ def iter_range_lines(uri: str, r: dict[str, Any], max_bytes: int) -> Iterator[tu
         return
     splitter = LineSplitter(uri, max_bytes, lineno=r["lines_before"], skip_partial=r["skip_partial"],
                             length=r["length"])
+    seen = [0]
+
+    def counted(chunks: Iterator[bytes]) -> Iterator[bytes]:
+        for chunk in chunks:
+            seen[0] += len(chunk)
+            yield chunk
+
     try:
-        yield from splitter.lines(inflate(raw_chunks(uri, r["start"]), r["compression"]))
+        yield from splitter.lines(counted(inflate(raw_chunks(uri, r["start"]), r["compression"])))
+        if seen[0] < r["length"]:  # the file ended inside the range the scan measured: it was cut short since
+            raise EOFError(f"the range ends {r['length'] - seen[0]} bytes early: the file was cut short while the "
+                           "run read it")
     except (EOFError, zstandard.ZstdError, OSError) as exc:
         yield stream_failure(exc, f"line {splitter.lineno + 1}", uri)
 
