@@ -70,6 +70,23 @@ def guard_streams() -> None:
         sys.stderr = _GuardedStream(sys.stderr, "error", quiet=True)
 
 
+def one_line_notices() -> None:
+    """For the ``lwm`` process: a `schemas.errors.Notice` prints as ``warning: …`` on one line (Python's default
+    adds the file, line and source of the call)."""
+    import warnings
+
+    from schemas.errors import Notice
+
+    default = warnings.formatwarning
+
+    def formatted(message, category, filename, lineno, line=None):
+        if issubclass(category, Notice):
+            return f"warning: {message}\n"
+        return default(message, category, filename, lineno, line)
+
+    warnings.formatwarning = formatted
+
+
 def os_error_line(exc: OSError) -> str:
     """One line for an operating-system error: what failed, on which path, and what to do for a full disk."""
     what = exc.strerror or str(exc) or type(exc).__name__

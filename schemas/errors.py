@@ -32,3 +32,8 @@ class InvalidRecord(Exception):
 
 class ConfigError(Exception):
     """A configuration or usage error: the run stops with this one line."""
+
+
+class Notice(UserWarning):
+    """Something the user should know that does not stop the command (a cache that cannot be written). The
+    ``lwm`` process prints it as one ``warning:`` line (`pipeline.errors.one_line_notices`)."""

@@ -201,7 +201,7 @@ def test_a_read_only_export_target_is_one_line(corpus, tmp_path):
         status, stderr = _invoke(["export", "agentworldbench", str(run), str(target / "bench.jsonl")])
         line = _one_error_line(stderr)
         assert status == 2
-        assert str(target / "bench.jsonl") in line
+        assert line.endswith(f": {target / 'bench.jsonl'}"), line  # the file asked for, not its temporary name
         assert "Read-only file system" in line or "Permission denied" in line
     finally:
         if os.geteuid() == 0:
@@ -474,3 +474,17 @@ def test_standard_streams_that_are_closed_or_full(corpus, tmp_path):
     quiet = _lwm_shell("2>/dev/full", *run, "-o", str(tmp_path / "quiet"))
     assert quiet.returncode == 0 and "== pool cpt ==" in quiet.stdout  # the histogram goes to standard output
     assert_same_outputs(tmp_path / "closed", tmp_path / "quiet")
+
+
+def test_a_cache_that_cannot_be_written_is_one_warning_line_and_the_run_goes_on(corpus, tmp_path):
+    blocker = tmp_path / "not-a-folder"
+    blocker.write_text("")
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    env.update(PYTHONPATH=str(ROOT), XDG_CACHE_HOME=str(blocker))
+    proc = subprocess.run([sys.executable, "-m", "pipeline.cli", "run", "--executor", "local", "--progress", "off",
+                           "-i", str(corpus), "-o", str(tmp_path / "out")], capture_output=True, text=True,
+                          timeout=300, env=env)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    notes = [line for line in proc.stderr.splitlines() if "cannot cache" in line]
+    assert len(notes) == 1 and notes[0].startswith(f"warning: cannot cache the parsed vocabulary at {blocker}/")
+    assert "UserWarning" not in proc.stderr and "vocab.py" not in proc.stderr

@@ -20,7 +20,7 @@ import sys  # noqa: E402
 import click  # noqa: E402
 
 from pipeline.cli.common import finished_cleanly  # noqa: E402
-from pipeline.errors import guard_streams, stop_on_sigterm  # noqa: E402
+from pipeline.errors import guard_streams, one_line_notices, stop_on_sigterm  # noqa: E402
 
 
 class LazyCommands(click.Group):
@@ -81,6 +81,7 @@ def entry() -> None:
     """
     guard_streams()
     stop_on_sigterm()
+    one_line_notices()
     try:
         main()
     except SystemExit as done:

@@ -147,7 +147,11 @@ def write_agentworldbench(run_dir: str, out: str) -> ExportSummary:
     tmp = f"{path}.tmp-{uuid.uuid4().hex[:8]}"
     summary = ExportSummary(0, 0)
     try:
-        with fs.open(tmp, "w", encoding="utf-8") as f:
+        try:
+            f = fs.open(tmp, "w", encoding="utf-8")
+        except OSError as exc:  # named by the file asked for, not the temporary name it is written under
+            raise OSError(exc.errno, exc.strerror or str(exc), out) from None
+        with f:
             for sample, row in agentworldbench_rows(run_dir):
                 f.write(json.dumps(row, ensure_ascii=False) + "\n")
                 summary.rows += 1

@@ -28,6 +28,7 @@ from typing import Any
 
 import tokenizers
 
+from schemas.errors import Notice
 from stages.tokenizer.cache import cache_root, write_atomically
 from stages.tokenizer.vocab import RankVocabulary, first_line
 
@@ -136,10 +137,10 @@ def convert_rank_vocabulary(vocab: RankVocabulary, cache_dir: Path | None = None
         try:
             return tokenizers.Tokenizer.from_file(str(path))
         except Exception as err:  # the Rust side raises plain Exception; the entry is rebuilt below
-            warnings.warn(f"rebuilding unreadable tokenizer cache {path}: {first_line(err)}", stacklevel=2)
+            warnings.warn(f"rebuilding unreadable tokenizer cache {path}: {first_line(err)}", Notice, stacklevel=2)
     text = json.dumps(tokenizer_document(vocab), ensure_ascii=False)
     try:
         write_atomically(path, text)
     except OSError as err:
-        warnings.warn(f"cannot cache converted tokenizer at {path}: {err}", stacklevel=2)
+        warnings.warn(f"cannot cache converted tokenizer at {path}: {err}", Notice, stacklevel=2)
     return tokenizers.Tokenizer.from_str(text)

