@@ -85,7 +85,8 @@ def test_show_names_what_it_could_not_find(plain_run, tmp_path):
     empty = tmp_path / "run"
     (empty / "shards" / "sft").mkdir(parents=True)
     (empty / "_SUCCESS").write_text("")
-    (empty / "manifest.json").write_text((plain_run / "manifest.json").read_text())
+    manifest = json.loads((plain_run / "manifest.json").read_text())
+    (empty / "manifest.json").write_text(json.dumps({**manifest, "shards": []}))  # a run that wrote no shard
     assert error(str(empty), "--pool", "eval") == f"the eval pool of {empty} holds no samples (no shard files)"
 
 
@@ -162,3 +163,23 @@ def test_a_broken_pipe_that_is_not_stdout_is_an_error_not_a_quiet_end():
     assert result.stderr.strip() == "lwm: error: Broken pipe"
     debug = CliRunner().invoke(group, ["--debug", "talk"])  # re-raised for the traceback (click ends it with 1)
     assert debug.exit_code == 1 and "lwm: error" not in debug.stderr
+
+
+def test_reading_a_run_whose_shard_is_gone_or_cut_is_one_line(plain_run, tmp_path):
+    import shutil
+
+    run = tmp_path / "run"
+    shutil.copytree(plain_run, run)
+    shard = sorted((run / "shards" / "cpt").glob("*.parquet"))[0]
+    rel = shard.relative_to(run)
+    shard.write_bytes(shard.read_bytes()[:100])
+    for command in (["hist", str(run)], ["show", str(run), "--index", "0"],
+                    ["export", "agentworldbench", str(run), str(tmp_path / "x_test.jsonl")]):
+        proc = lwm_in_process(*command)
+        assert proc.returncode == 2, (command, proc.stderr)
+        assert proc.stderr.strip() == (f"lwm: error: {run}: shard {rel} has 100 bytes, not the "
+                                       f"{(plain_run / rel).stat().st_size} the manifest lists; run the same "
+                                       "`lwm run` again to rebuild it")
+    shard.unlink()
+    proc = lwm_in_process("hist", str(run))
+    assert proc.returncode == 2 and f"shard {rel} is missing" in proc.stderr

@@ -16,10 +16,24 @@ from schemas.trajectory import Trajectory
 
 
 def finished_run(run_dir: str):
-    """(filesystem, root) of a finished run; `ConfigError` when it has no ``_SUCCESS``."""
+    """(filesystem, root) of a finished run; `ConfigError` when it has no ``_SUCCESS``, or when a shard its
+    manifest lists is missing or of another size (deleted or cut short since: what is read would be partial)."""
     fs, root = out_fs(run_dir)
     if not fs.exists(posixpath.join(root, "_SUCCESS")):
         raise ConfigError(f"{run_dir}: not a finished run (no _SUCCESS); run `lwm run` to completion first")
+    try:
+        listed = run_manifest(fs, root).get("shards") or []
+    except (FileNotFoundError, ValueError):
+        return fs, root  # no readable manifest: the commands that need one say so
+    for shard in listed:
+        path = posixpath.join(root, shard["path"])
+        try:
+            size = int(fs.size(path))
+        except FileNotFoundError:
+            size = -1
+        if size != int(shard["bytes"]):
+            what = "is missing" if size < 0 else f"has {size} bytes, not the {shard['bytes']} the manifest lists"
+            raise ConfigError(f"{run_dir}: shard {shard['path']} {what}; run the same `lwm run` again to rebuild it")
     return fs, root
 
 
