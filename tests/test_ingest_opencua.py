@@ -252,3 +252,19 @@ def test_unreadable_actions_raise_bad_action(event):
     with pytest.raises(InvalidRecord) as err:
         canonical_action(event, 7)
     assert (err.value.reason, err.value.locator) == ("bad_action", "line 7")
+
+
+def test_the_fixed_demonstrations_look_like_the_real_turns(real):
+    """SPEC §4: an os trajectory carries the domain's demonstrations, rendered as the recorded trees are."""
+    import re
+
+    from stages.templates import render_system
+
+    traj = real
+    line = re.compile(r"\[ ?\d+\] \| [A-Za-z]+ \| name=\".*\"")
+    assert len(traj.system.demonstrations) == 2
+    for demo in traj.system.demonstrations:
+        assert json.loads(demo.action)["action"] in ("click", "type")
+        assert all(line.match(x) for x in demo.observation.splitlines()), demo.observation
+    assert any(line.match(x) for x in traj.turns[0].observation.splitlines())
+    assert all(d.observation in render_system(traj, "v1") for d in traj.system.demonstrations)

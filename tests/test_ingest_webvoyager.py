@@ -230,3 +230,21 @@ def test_records_that_are_not_message_lists_are_quarantined(tmp_path):
     bad.write_text('[{"role": "system", "content": "x"},', encoding="utf-8")
     trajs, errors = run(bad)
     assert trajs == [] and [e.reason for e in errors] == ["malformed_json"]
+
+
+def test_the_fixed_demonstrations_look_like_the_real_turns(amazon):
+    """SPEC §4: a web trajectory carries the domain's demonstrations; their observations are element lines as the
+    real pages are, and they reach the rendered system prompt."""
+    import re
+
+    from stages.templates import render_system
+
+    line = re.compile(r'\[ ?\d+\] \| (?:[a-z]+ \| )?".*"$')
+    assert len(amazon.system.demonstrations) == 2
+    for demo in amazon.system.demonstrations:
+        assert json.loads(demo.action)["action"] in ("type", "click")
+        assert all(line.match(x) for x in demo.observation.splitlines()), demo.observation
+    real_lines = [x for x in amazon.turns[0].observation.splitlines() if x.startswith("[")]
+    assert real_lines and all(line.match(x) for x in real_lines if x.rstrip().endswith('"'))
+    system = render_system(amazon, "v0")
+    assert all(d.observation in system for d in amazon.system.demonstrations)

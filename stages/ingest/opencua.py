@@ -43,9 +43,9 @@ from collections.abc import Iterator
 from typing import Any
 
 from schemas.errors import InvalidRecord
-from schemas.trajectory import SystemPrompt, Trajectory, Turn
+from schemas.trajectory import Demonstration, SystemPrompt, Trajectory, Turn
 from stages.ingest.common import canonical_json, make_trajectory
-from stages.ingest.desktop_render import RenderedTree, render_uia, role_of
+from stages.ingest.desktop_render import DesktopElement, RenderedTree, format_elements, render_uia, role_of
 from stages.ingest.reading import (
     InputUnit,
     filesystem,
@@ -155,7 +155,8 @@ def normalize_session(record: RawRecord, domain: str, source_kind: str) -> Traje
 
     task = value.get("task") if isinstance(value.get("task"), dict) else {}
     name, description = _text(task.get("task_name")), _text(task.get("description"))
-    system = SystemPrompt("\n".join(t for t in (name, description) if t), OS_ACTION_SPACE, screens[0].text)
+    system = SystemPrompt("\n".join(t for t in (name, description) if t), OS_ACTION_SPACE, screens[0].text,
+                          os_demonstrations())
     return make_trajectory(
         record,
         domain=domain,
@@ -166,6 +167,31 @@ def normalize_session(record: RawRecord, domain: str, source_kind: str) -> Traje
         split_key=" ".join(name.split()) or value["session"],
         meta=meta,
     )
+
+
+def os_demonstrations() -> list[Demonstration]:
+    """The fixed demonstrations of this adapter's desktop trajectories (SPEC §4), an invented Windows session
+    rendered by `format_elements` as the recorded trees are, so they show the observation format of the turns."""
+    start_menu = [
+        DesktopElement("Window", "Start", bounds=(0, 328, 640, 728)),
+        DesktopElement("Edit", "Type here to search", bounds=(12, 676, 628, 716), flags=("focusable",)),
+        DesktopElement("ListItem", "Notepad", bounds=(24, 360, 212, 412), flags=("focusable",)),
+        DesktopElement("ListItem", "Settings", bounds=(224, 360, 412, 412), flags=("focusable",)),
+        DesktopElement("Button", "Start", bounds=(0, 728, 48, 768)),
+    ]
+    notepad = [
+        DesktopElement("Window", "Untitled - Notepad", bounds=(120, 80, 1020, 620)),
+        DesktopElement("MenuBar", "Application", bounds=(128, 110, 1012, 132)),
+        DesktopElement("MenuItem", "File", bounds=(128, 110, 168, 132)),
+        DesktopElement("Document", "Text editor", value="meeting at 10", bounds=(128, 134, 1012, 596),
+                       flags=("focusable", "focused")),
+        DesktopElement("StatusBar", "Status bar", bounds=(128, 596, 1012, 616)),
+    ]
+    return [
+        Demonstration(canonical_json({"action": "click", "button": "left", "x": 24, "y": 748}),
+                      "\n".join(format_elements(start_menu))),
+        Demonstration(canonical_json({"action": "type", "text": "meeting at 10"}), "\n".join(format_elements(notepad))),
+    ]
 
 
 def _read_jsonl(uri: str, max_bytes: int) -> list[tuple[int, Any]]:

@@ -47,7 +47,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from schemas.errors import InvalidRecord
-from schemas.trajectory import SystemPrompt, Trajectory, Turn
+from schemas.trajectory import Demonstration, SystemPrompt, Trajectory, Turn
 from stages.ingest.common import canonical_json, make_trajectory, records_from_document, text_of
 from stages.ingest.desktop_render import DEFAULT_LIMITS, RenderLimits, cap_lines
 from stages.ingest.reading import InputUnit
@@ -180,11 +180,30 @@ def normalize_messages(record: RawRecord, domain: str, source_kind: str) -> Traj
         domain=domain,
         native_key=f"{meta['session']}:{hashlib.sha256(record.payload.encode()).hexdigest()[:16]}",
         turns=out_turns,
-        system=SystemPrompt(task_text, WEB_ACTION_SPACE, states[start].text),
+        system=SystemPrompt(task_text, WEB_ACTION_SPACE, states[start].text, web_demonstrations()),
         source_kind=source_kind,
         split_key=_task_id(meta["session"]),
         meta=meta,
     )
+
+
+def web_demonstrations() -> list[Demonstration]:
+    """The fixed demonstrations of this adapter's web trajectories (SPEC §4), an invented shop rendered by
+    `render_web_elements` as the harness's pages are, so they show the observation format the turns have."""
+    results = render_web_elements(
+        '[0]: "Northwind Supplies", "Home";\t[1]: <input> "Search";\t[2]: "Cart", "0 items in cart";\t'
+        '[3]: "Results for \u201cusb-c cable\u201d";\t[4]: "USB-C to USB-C Cable, 2 m, 100 W";\t[5]: "$12.99";\t'
+        '[6]: "4.6 out of 5 stars. 812";\t[7]: "USB-C to USB-A Cable, 1 m";\t[8]: "$8.49";'
+    )
+    product = render_web_elements(
+        '[0]: "Northwind Supplies", "Home";\t[1]: <input> "Search";\t[2]: "Cart", "0 items in cart";\t'
+        '[3]: "USB-C to USB-C Cable, 2 m, 100 W";\t[4]: "$12.99";\t[5]: "In stock";\t'
+        '[6]: <button> "Add to Cart";\t[7]: "Customer reviews";'
+    )
+    return [
+        Demonstration(canonical_json({"action": "type", "element": 1, "text": "usb-c cable"}), "\n".join(results)),
+        Demonstration(canonical_json({"action": "click", "element": 4}), "\n".join(product)),
+    ]
 
 
 def parse_reply(text: str) -> tuple[dict[str, Any], str | None]:
