@@ -314,10 +314,14 @@ def simulation_instruction_of(system_str: str, instruction: str | None, state: s
     copy in the system prompt is dropped — otherwise every export → ingest would append them once more.
     The same holds for the domain's fixed action space (`stages.templates.implied_action_space`), which
     rendering adds again. Only an exact tail of that form is removed."""
-    tail = "".join(f"\n\n## {FIELD_HEADINGS[name]}\n{value}" for name, value in
-                   (("task_description", instruction), ("action_space", action_space), ("initial_state", state))
-                   if value and value.strip())
-    return system_str[: -len(tail)] if tail and system_str.endswith(tail) and len(system_str) > len(tail) else system_str
+    for space in dict.fromkeys((action_space, "")):  # with the action space section, then without (a template
+        # that mentions the action space, or a row exported before the terminal domain had a fixed one)
+        tail = "".join(f"\n\n## {FIELD_HEADINGS[name]}\n{value}" for name, value in
+                       (("task_description", instruction), ("action_space", space), ("initial_state", state))
+                       if value and value.strip())
+        if tail and system_str.endswith(tail) and len(system_str) > len(tail):
+            return system_str[: -len(tail)]
+    return system_str
 
 
 def trajectory_of_chain(record: RawRecord, chain: list[ParsedRow], opts: dict[str, Any]) -> Trajectory:
