@@ -163,16 +163,23 @@ def resolve(file_config: dict[str, Any] | None = None, overrides: dict[str, Any]
     llm = [part.pop("llm") for part in (file_config, overrides) if "llm" in part]
     try:
         cfg = _merge(DEFAULTS, file_config)
-        if source is not None:
-            alone = copy.deepcopy(cfg)
-            if isinstance(alone["masking"]["table"], str):  # a table file: read and checked below
-                alone["masking"]["table"] = None
-            check_config(alone, flags=False)
-    except ConfigError as exc:
+    except ConfigError as exc:  # an unknown key of the file
         raise ConfigError(f"{source}: {exc}" if source is not None else str(exc)) from None
+    file_only = cfg
     cfg = _merge(cfg, overrides)
     _inline_table_file(cfg)
-    check_config(cfg)
+    try:
+        check_config(cfg)
+    except ConfigError:
+        if source is not None:  # a value of the file that no flag replaced: named as the file's
+            alone = copy.deepcopy(file_only)
+            if isinstance(alone["masking"]["table"], str):  # a table file: read and checked above
+                alone["masking"]["table"] = None
+            try:
+                check_config(alone, flags=False)
+            except ConfigError as exc:
+                raise ConfigError(f"{source}: {exc}") from None
+        raise
     # local template folders by their whole path: the manifest names where they are, wherever it is read from
     cfg["templates"]["dirs"] = [d if "://" in d else os.path.abspath(os.path.expanduser(d))
                                 for d in cfg["templates"]["dirs"]]

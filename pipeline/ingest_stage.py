@@ -67,9 +67,11 @@ def _without_output(units: list[InputUnit], cfg: dict[str, Any], echo: Echo) -> 
     if not is_local(out_fs_):
         return units
     out_root = os.path.realpath(out_path)
-    named = {os.path.realpath(path) for fs, path in map(filesystem, cfg["run"]["input"]) if is_local(fs)}
-    kept = [u for u in units if (real := os.path.realpath(filesystem(u.uri)[1])) in named
-            or not _within(real, out_root)]  # a file named as an input is read wherever it lies
+    walked = [os.path.realpath(path) for fs, path in map(filesystem, cfg["run"]["input"])
+              if is_local(fs) and os.path.isdir(path)]
+    if not any(_within(out_root, folder) for folder in walked):
+        return units  # files named or matched by a glob are read wherever they lie
+    kept = [u for u in units if not _within(os.path.realpath(filesystem(u.uri)[1]), out_root)]
     if len(kept) < len(units):
         echo(f"input: left out {len(units) - len(kept)} file(s) inside the output folder {cfg['run']['out']}")
     return kept

@@ -4,6 +4,7 @@ checks them before it starts, ``--dry-run`` included, so a typo costs one line, 
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 from schemas.errors import ConfigError
@@ -28,6 +29,7 @@ def preflight(cfg: dict[str, Any]) -> None:
             lsh_params(float(dedup["threshold"]), int(dedup["num_perm"]), int(dedup["bands"]))
         except ValueError as exc:
             raise ConfigError(str(exc)) from None
+    _check_inputs(cfg["run"]["input"])
     _check_templates(cfg["templates"])
     try:
         reference_units(list(dedup["decontaminate"]))
@@ -50,3 +52,16 @@ def _check_templates(section: dict[str, Any]) -> None:
             if name not in known:
                 raise ConfigError(f"templates.mapping.{pool}: unknown variant {name!r}; known: "
                                   f"{', '.join(sorted(known, key=natural_key))}")
+
+
+def _check_inputs(inputs: list[str]) -> None:
+    """A local input path (not a glob) that does not exist is one line now, not after the output folder was
+    prepared (other filesystems are listed by the scan, which says the same)."""
+    from stages.ingest.reading import filesystem, is_local
+
+    for spec in inputs:
+        if not spec.strip():
+            raise ConfigError("an input path is empty; give a file, folder, glob or URL")
+        fs, path = filesystem(spec)
+        if is_local(fs) and not any(c in path for c in "*?[") and not os.path.lexists(path):
+            raise ConfigError(f"input not found: {spec}")

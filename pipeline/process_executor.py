@@ -25,6 +25,7 @@ Fork only (Linux): where a process cannot be forked safely, `ProcessExecutor` ru
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import gc
 import itertools
@@ -183,6 +184,11 @@ class ProcessExecutor:
                         nxt = self._submit(pool, tasks[j])
                         futures[nxt] = j
                         waiting.add(nxt)
+        except KeyboardInterrupt:  # Ctrl-C reaches the workers too; SIGTERM (`Terminated`) only this process
+            for process in list((getattr(pool, "_processes", None) or {}).values()):
+                with contextlib.suppress(OSError):
+                    process.kill()  # an interrupted run ends now, not after the tasks it had begun
+            raise
         finally:
             pool.shutdown(wait=True, cancel_futures=True)
             _job = None

@@ -48,6 +48,7 @@ def run_pipeline(cfg: dict[str, Any], echo: Echo = _stderr, executor: Executor |
     preflight(cfg)
     if cfg["run"]["input"] and cfg["run"]["from_layer"] != "trajectories":
         check_output_outside_inputs(cfg)  # before the output folder is touched
+    _check_tokenizer(cfg)
     fs, root = out_fs(cfg["run"]["out"])
     ensure_dir(fs, root)
     with run_lock(fs, root, cfg["run"]["out"]):
@@ -67,20 +68,29 @@ def run_lock(fs, root: str, out: str):
     import fcntl
 
     path = posixpath.join(root, "_lock")
-    try:
-        handle = open(path, "a")  # noqa: SIM115 (held for the run's whole length)
-    except IsADirectoryError:
-        raise ConfigError(f"{path} is a directory; remove it or choose another --out") from None
-    with handle:
+    while True:
+        try:
+            handle = open(path, "a")  # noqa: SIM115 (held for the run's whole length)
+        except IsADirectoryError:
+            raise ConfigError(f"{path} is a directory; remove it or choose another --out") from None
         try:
             fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
+            handle.close()
             raise ConfigError(f"{out} is in use by another lwm run; wait for it to end or choose another --out") from None
+        try:
+            current = os.stat(path).st_ino
+        except FileNotFoundError:
+            current = None
+        if current == os.fstat(handle.fileno()).st_ino:
+            break
+        handle.close()  # the run that held it removed the file meanwhile: lock the one at the path now
+    with handle:
         try:
             yield
         finally:
             with contextlib.suppress(OSError):
-                os.unlink(path)  # still locked: a run that opened it meanwhile finds it in use
+                os.unlink(path)  # still locked: whoever opened this file meanwhile sees it gone and retries
 
 
 def _locked_run(cfg: dict[str, Any], fs, root: str, echo: Echo, executor: Executor | None) -> dict[str, Any]:
@@ -92,7 +102,6 @@ def _locked_run(cfg: dict[str, Any], fs, root: str, echo: Echo, executor: Execut
     removed = remove_stale_temps(fs, root)
     if removed:
         echo(f"removed {removed} partial file(s) left by an interrupted run")
-    _check_tokenizer(cfg)
     own_executor = executor is None
     executor = executor or make_executor(cfg, echo)
     try:

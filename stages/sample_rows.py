@@ -91,7 +91,8 @@ def sample_key(traj_id: str, occurrence: int) -> str:
 def key_parts(key: str) -> tuple[str, int]:
     """The ``(traj_id, occurrence)`` a `sample_key` was made of."""
     traj_id, sep, n = key.rpartition("\x1f#")
-    return (traj_id, int(n)) if sep and n.isdigit() else (key, 1)
+    written = sep and n.isdigit() and n[0] != "0" and int(n) >= 2  # `sample_key` writes #2, #3, …
+    return (traj_id, int(n)) if written else (key, 1)
 
 
 def word_set_memo(budget: int = 16 << 20, longest: int = 1 << 16) -> TextMemo[frozenset[str]]:

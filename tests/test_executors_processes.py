@@ -287,3 +287,33 @@ def test_workers_end_when_the_run_is_killed_outright(tmp_path):
     run.wait(timeout=30)
     _, alive = psutil.wait_procs(workers, timeout=10)
     assert alive == [], [p.pid for p in alive]
+
+
+def test_sigterm_to_the_run_alone_ends_its_workers_at_once(tmp_path):
+    """`kill PID` (or a container's stop) signals the `lwm` process only: it ends its forked workers instead of
+    waiting for the tasks they had begun, exits 143 with one line, and the same command resumes."""
+    import psutil
+
+    src = write_corpus(tmp_path / "in", files=4, per_file=10)
+    config = tmp_path / "one-file-a-task.toml"
+    config.write_text("[ingest]\ngroup_files = 1\n")
+    out = tmp_path / "out"
+    env = {**clean_env(), "LWM_TEST_TASK_DELAY": "60"}  # every ingest task would take a minute
+    run = subprocess.Popen([sys.executable, "-m", "pipeline.cli", "run", "-i", str(src), "-o", str(out), "--progress",
+                            "off", "--executor", "processes", "--num-cpus", "2", "--config", str(config)],
+                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env)
+    deadline = time.monotonic() + 60
+    workers: list = []
+    while len(workers) < 2:
+        assert run.poll() is None and time.monotonic() < deadline
+        time.sleep(0.1)
+        workers = psutil.Process(run.pid).children(recursive=True)
+    time.sleep(0.5)
+    started = time.monotonic()
+    run.send_signal(signal.SIGTERM)
+    _, stderr = run.communicate(timeout=50)
+    assert time.monotonic() - started < 30  # not the minute the tasks would have taken
+    assert run.returncode == 143, stderr[-2000:]
+    assert stderr.strip().splitlines()[-1] == "lwm: terminated (finished tasks are kept: the same command resumes)"
+    _, alive = psutil.wait_procs(workers, timeout=10)
+    assert alive == []

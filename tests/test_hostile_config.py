@@ -10,6 +10,7 @@ from __future__ import annotations
 import errno
 import json
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -488,3 +489,37 @@ def test_a_cache_that_cannot_be_written_is_one_warning_line_and_the_run_goes_on(
     notes = [line for line in proc.stderr.splitlines() if "cannot cache" in line]
     assert len(notes) == 1 and notes[0].startswith(f"warning: cannot cache the parsed vocabulary at {blocker}/")
     assert "UserWarning" not in proc.stderr and "vocab.py" not in proc.stderr
+
+
+def test_a_rerun_with_a_missing_input_or_tokenizer_leaves_the_finished_run_alone(corpus, tmp_path):
+    out = tmp_path / "out"
+    base = ["run", "--executor", "local", "--progress", "off", "-o", str(out)]
+    assert _invoke([*base, "-i", str(corpus)])[0] == 0
+    for extra, expected in ((["-i", str(tmp_path / "nope.jsonl")], f"input not found: {tmp_path / 'nope.jsonl'}"),
+                            (["-i", str(corpus), "--tokenizer", str(tmp_path / "none.json")], "tokenizer")):
+        status, stderr = _invoke([*base, *extra])
+        assert status == 2 and expected in _one_error_line(stderr)
+        assert (out / "_SUCCESS").exists()  # still a finished run that hist, show and export read
+
+
+def test_a_glob_input_in_the_output_folder_is_read(corpus, tmp_path):
+    """Files a glob names are inputs wherever they lie: only folders walked leave the output folder out."""
+    import shutil
+
+    folder = tmp_path / "g"
+    shutil.copytree(corpus, folder)
+    status, stderr = _invoke(["run", "--executor", "local", "--progress", "off", "-i", str(folder / "*.jsonl"),
+                              "-o", str(folder)])
+    assert status == 0, stderr
+    assert (folder / "_SUCCESS").exists() and "left out" not in stderr
+
+
+def test_a_flag_may_replace_a_bad_value_of_the_config_file(tmp_path):
+    from pipeline.config import load_config_file, resolve
+
+    path = tmp_path / "c.toml"
+    path.write_text('[run]\nmax_quarantine_rate = 2\n')
+    cfg = resolve(load_config_file(str(path)), {"run": {"max_quarantine_rate": 0.5}}, source=str(path))
+    assert cfg["run"]["max_quarantine_rate"] == 0.5
+    with pytest.raises(Exception, match=rf"^{re.escape(str(path))}: run\.max_quarantine_rate: must be"):
+        resolve(load_config_file(str(path)), {}, source=str(path))

@@ -122,3 +122,13 @@ def test_only_the_duplicated_trajectory_of_a_shared_id_is_removed(tmp_path):
     # the survivor and the other trajectory carrying "shared" reach the pools, the copy does not
     assert manifest["counts"]["pools"]["trajectories_in_shards"] == 2
     assert {r["traj_id"] for r in shard_rows(out)} == {"orig", "shared"}
+
+
+def test_occurrence_keys_read_back_only_as_sample_key_writes_them():
+    from stages.sample_rows import key_parts, sample_key
+
+    for traj_id in ("t", "a\x1fb", "x#2"):
+        for n in (1, 2, 10, 123):
+            assert key_parts(sample_key(traj_id, n)) == (traj_id, n)
+    for odd in ("a\x1f#1", "a\x1f#0", "a\x1f#02", "a\x1f#", "a\x1f#x"):  # ids a log may carry: plain ids
+        assert key_parts(odd) == (odd, 1)

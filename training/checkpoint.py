@@ -51,17 +51,16 @@ def _step_name(step: int) -> str:
 
 
 def _save(obj: Any, path: str) -> None:
-    """`torch.save`, whose failure to write (a full disk) is a RuntimeError of its archive writer: an OSError
-    naming the file, so the command ends with one line (the checkpoint being staged is not used)."""
+    """`torch.save`, whose failure to write to a full disk is a RuntimeError of its archive writer: then an
+    OSError naming the file, so the command ends with one line (the checkpoint being staged is not used)."""
     import errno
 
     try:
         torch.save(obj, path)
-    except RuntimeError as exc:
-        folder = os.path.dirname(path) or "."
-        full = shutil.disk_usage(folder).free < (1 << 20)
-        raise OSError(errno.ENOSPC if full else errno.EIO,
-                      ("No space left on device" if full else f"could not write the checkpoint ({exc})"), path) from None
+    except RuntimeError:
+        if shutil.disk_usage(os.path.dirname(path) or ".").free >= (1 << 20):
+            raise  # not a full disk: torch's own error
+        raise OSError(errno.ENOSPC, "No space left on device", path) from None
 
 
 def _write_json(path: str, value: Any) -> None:

@@ -127,7 +127,7 @@ def open_parquet(uri: str) -> pq.ParquetFile:
     handle = fs.open(path, "rb")
     try:
         return pq.ParquetFile(handle)
-    except (pa.ArrowInvalid, OSError) as exc:
+    except pa.ArrowInvalid as exc:  # not Parquet, or cut short (a transient read error stays what it is)
         handle.close()
         raise ConfigError(f"{uri}: not a readable Parquet shard ({' '.join(str(exc).split())[:200]}); run "
                           "`lwm run` again to rebuild it") from None

@@ -92,6 +92,8 @@ def entry() -> None:
         try:
             sys.stdout.flush()
             sys.stderr.flush()
+        except BrokenPipeError:  # the reader of the summary went away (`| head`): as SIGPIPE would end it
+            os._exit(141)
         except OSError as exc:  # what the run printed last could not be written: say so where possible
             print(f"lwm: error: {exc.strerror or exc}", file=sys.stderr)
             os._exit(2)

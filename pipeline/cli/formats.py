@@ -6,9 +6,12 @@ import json
 
 import click
 
+from pipeline.errors import handle_errors
+
 
 @click.command("formats")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable listing.")
+@handle_errors
 def formats_cmd(as_json: bool) -> None:
     """List the supported input formats with their domains and options."""
     from stages.ingest.registry import adapters
