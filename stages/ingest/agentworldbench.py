@@ -313,9 +313,9 @@ def simulation_instruction_of(system_str: str, instruction: str | None, state: s
     ``## Initial state``, stages/templates); those fields are rebuilt from the first turn prompt, so the
     copy in the system prompt is dropped — otherwise every export → ingest would append them once more.
     The same holds for the domain's fixed action space (`stages.templates.implied_action_space`), which
-    rendering adds again. Only an exact tail of that form is removed."""
-    for space in dict.fromkeys((action_space, "")):  # with the action space section, then without (a template
-        # that mentions the action space, or a row exported before the terminal domain had a fixed one)
+    rendering adds again; a tail without it (a template that places it, an older export) is removed as well.
+    Only an exact tail of that form is removed."""
+    for space in dict.fromkeys((action_space, "")):
         tail = "".join(f"\n\n## {FIELD_HEADINGS[name]}\n{value}" for name, value in
                        (("task_description", instruction), ("action_space", space), ("initial_state", state))
                        if value and value.strip())
