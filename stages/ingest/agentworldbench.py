@@ -305,16 +305,15 @@ def domain_of_task(task: str) -> str | None:
     return None
 
 
-def simulation_instruction_of(system_str: str, instruction: str | None, state: str | None,
-                              action_space: str = "") -> str:
+def simulation_instruction_of(system_str: str, instruction: str | None, state: str | None, action_space: str = "") -> str:
     """The system prompt without the sections a template appends for the first turn's fields.
 
     A template that does not mention the task or the initial state appends them at the end (``## Task`` /
     ``## Initial state``, stages/templates); those fields are rebuilt from the first turn prompt, so the
     copy in the system prompt is dropped — otherwise every export → ingest would append them once more.
     The same holds for the domain's fixed action space (`stages.templates.implied_action_space`), which
-    rendering adds again; a tail without it (a template that places it, an older export) is removed as well.
-    Only an exact tail of that form is removed."""
+    rendering adds again; a tail without it (a template that places it, an older export) goes too. Only an
+    exact tail of that form is removed."""
     for space in dict.fromkeys((action_space, "")):
         tail = "".join(f"\n\n## {FIELD_HEADINGS[name]}\n{value}" for name, value in
                        (("task_description", instruction), ("action_space", space), ("initial_state", state))
