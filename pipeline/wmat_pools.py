@@ -67,16 +67,18 @@ RL_SCHEMA = pa.schema([
 ])
 
 
-def _rl_row(traj: Trajectory, t: int) -> dict[str, Any]:
-    return {"sample_id": _sample_id(traj.traj_id, "rl", t), "traj_id": traj.traj_id, "domain": traj.domain,
+def _rl_row(traj: Trajectory, key: str, t: int) -> dict[str, Any]:
+    return {"sample_id": _sample_id(key, "rl", t), "traj_id": traj.traj_id, "domain": traj.domain,
             "turn_idx": t, "total_turns": len(traj.turns),
             "messages": [{"role": "system", "content": agent_system(traj, with_format=True)},
                          {"role": "user", "content": fesft_prompt(traj, t)}],
             "future": future_text(traj, t), "correct": bool(traj.outcome.success), "omega": omega_for(traj.domain)}
 
 
-def _sample_id(traj_id: str, pool: str, step: int) -> str:
-    return hashlib.sha256(f"{traj_id}\x1f{pool}\x1f{step}\x1f{TEMPLATE}".encode()).hexdigest()[:24]
+def _sample_id(key: str, pool: str, step: int) -> str:
+    """`key`: the trajectory's occurrence key (`pipeline.occurrences`), so trajectories sharing an id get their
+    own sample ids, as in the other pools."""
+    return hashlib.sha256(f"{key}\x1f{pool}\x1f{step}\x1f{TEMPLATE}".encode()).hexdigest()[:24]
 
 
 def _weights(llm: dict[str, Any]) -> dict[str, float]:
@@ -84,7 +86,7 @@ def _weights(llm: dict[str, Any]) -> dict[str, float]:
             OBSERVATION: float(llm["wmat_observation_weight"])}
 
 
-def _row(traj: Trajectory, pool: str, step: int, seg, segments, weights, limit: int, stats: Stats):
+def _row(traj: Trajectory, key: str, pool: str, step: int, seg, segments, weights, limit: int, stats: Stats):
     ids, loss, spans, cats = tokenize_segments(seg, segments, weights)
     if len(ids) > limit:
         stats.add(f"wmat.{pool}.over_context_limit")
@@ -95,7 +97,7 @@ def _row(traj: Trajectory, pool: str, step: int, seg, segments, weights, limit: 
     for (a, b), c in zip(spans, cats):
         stats.add(f"wmat.{pool}.span_tokens.{c}", b - a)
     return {
-        "sample_id": _sample_id(traj.traj_id, pool, step), "traj_id": traj.traj_id, "domain": traj.domain,
+        "sample_id": _sample_id(key, pool, step), "traj_id": traj.traj_id, "domain": traj.domain,
         "pool": pool, "template": TEMPLATE, "turn_idx": step, "total_turns": len(traj.turns),
         "input_ids": ids, "loss_weight": loss,
         "turn_spans": [{"start": a, "end": b} for a, b in spans], "turn_category": cats,
@@ -112,8 +114,8 @@ def _trajectories(fs, root: str, task_id: str, drop: set[str], dups: dict[str, i
     keys = Occurrences(dups)  # `drop` holds the keys of `pipeline.occurrences`
     for batch in pf.iter_batches(batch_size=64):
         for d in batch.to_pylist():
-            if keys.key(d["traj_id"]) not in drop:
-                yield Trajectory.from_dict(d)
+            if (key := keys.key(d["traj_id"])) not in drop:
+                yield key, Trajectory.from_dict(d)
 
 
 def pool_path(root: str, pool: str, task_id: str) -> str:
@@ -138,20 +140,21 @@ def run_wmat_pool_task(task: dict[str, Any]) -> dict[str, Any]:
                 blocks_by_traj.setdefault(r["traj_id"], {})[r["step"]] = r["block"]
     stats = Stats()
     out: dict[str, list[dict[str, Any]]] = {p: [] for p in (*WMAT_POOLS, "rl")}
-    for traj in _trajectories(fs, root, task["task_id"], set(task.get("drop") or ()), task.get("dups")):
+    for key, traj in _trajectories(fs, root, task["task_id"], set(task.get("drop") or ()), task.get("dups")):
         blocks = blocks_by_traj.get(traj.traj_id)
         if not blocks:
             continue
         aug.apply(traj)
-        row = _row(traj, "midtrain", 0, seg, midtrain_segments(traj, blocks, chat_format), weights, limit, stats)
+        row = _row(traj, key, "midtrain", 0, seg, midtrain_segments(traj, blocks, chat_format), weights, limit, stats)
         if row:
             out["midtrain"].append(row)
         for t in sorted(blocks):
-            row = _row(traj, "fesft", t, seg, fesft_segments(traj, t, blocks[t], chat_format), weights, limit, stats)
+            row = _row(traj, key, "fesft", t, seg, fesft_segments(traj, t, blocks[t], chat_format), weights, limit,
+                       stats)
             if row:
                 out["fesft"].append(row)
             if traj.outcome is not None and traj.outcome.success is not None:
-                out["rl"].append(_rl_row(traj, t))
+                out["rl"].append(_rl_row(traj, key, t))
                 stats.add("wmat.rl.samples")
             else:
                 stats.add("wmat.rl.no_outcome")

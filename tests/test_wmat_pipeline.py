@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
 import subprocess
 import sys
 from collections import Counter
@@ -317,3 +318,21 @@ def test_lwm_train_takes_a_wmat_span_as_its_category_weight(runs):
     assert result.exit_code == 0, result.output  # the README's command
     typo = CliRunner().invoke(train_command, ["--shards", source, *tiny, "--category-weight", "world_modle=0.5"])
     assert typo.exit_code == 1 and "no such category" in typo.output
+
+
+def test_trajectories_sharing_an_id_get_their_own_wmat_sample_ids(runs, tmp_path):
+    """The demo corpus given twice (dedup off, so both copies stay): every WMAT row of each pool has its own
+    sample id, as the other pools' rows do."""
+    src = tmp_path / "twice"
+    for name in ("a", "b"):
+        shutil.copytree(runs["base"] / "demo", src / name)
+    cfg = tmp_path / "no-dedup.toml"
+    cfg.write_text('[llm]\nmodel = "writer"\nstages = ["wmat_blocks"]\n[dedup]\nexact = false\nnear = false\n')
+    with JudgeServer(BlockWriter()) as server:
+        _lwm("run", "--input", str(src), "--out", str(tmp_path / "out"), "--executor", "local", "--progress", "off",
+             "--config", str(cfg), "--llm-endpoint", server.url)
+    for pool in ("midtrain", "fesft", "rl"):
+        ids = [r["sample_id"] for r in _rows(tmp_path / "out", f"wmat/{pool}")]
+        assert ids and len(ids) == len(set(ids)), pool
+        by_traj = Counter(r["traj_id"] for r in _rows(tmp_path / "out", f"wmat/{pool}"))
+        assert max(by_traj.values()) >= 2  # a trajectory id that both copies carry
