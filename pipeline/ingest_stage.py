@@ -62,16 +62,12 @@ def resolve_units(cfg: dict[str, Any], echo: Echo = _stderr) -> list[tuple[Input
 def _without_output(units: list[InputUnit], cfg: dict[str, Any], echo: Echo) -> list[InputUnit]:
     """The input units, less the files of this run's output folder where it lies inside an input folder (a rerun
     would otherwise read its own shards and layers as input; `check_output_outside_inputs` has refused an output
-    folder that is an input folder or holds one)."""
-    out_fs_, out_path = filesystem(cfg["run"]["out"])
-    if not is_local(out_fs_):
-        return units
-    out_root = os.path.realpath(out_path)
-    walked = [os.path.realpath(path) for fs, path in map(filesystem, cfg["run"]["input"])
-              if is_local(fs) and os.path.isdir(path)]
-    if not any(_within(out_root, folder) for folder in walked):
+    folder that is an input folder or holds one). Local paths and object-store URLs alike."""
+    out = _place(cfg["run"]["out"])
+    walked = [place for place in map(_place, cfg["run"]["input"]) if place[2] and place[0] == out[0]]
+    if not any(_within(out[1], folder) for _, folder, _ in walked):
         return units  # files named or matched by a glob are read wherever they lie
-    kept = [u for u in units if not _within(os.path.realpath(filesystem(u.uri)[1]), out_root)]
+    kept = [u for u in units if not ((p := _place(u.uri, folder=False))[0] == out[0] and _within(p[1], out[1]))]
     if len(kept) < len(units):
         echo(f"input: left out {len(units) - len(kept)} file(s) inside the output folder {cfg['run']['out']}")
     return kept
@@ -80,15 +76,23 @@ def _without_output(units: list[InputUnit], cfg: dict[str, Any], echo: Echo) -> 
 def check_output_outside_inputs(cfg: dict[str, Any]) -> None:
     """An output folder that is an input folder, or holds one, is one line: its files and the inputs could not
     be told apart (an input folder that holds the output folder is fine: its files are left out)."""
-    out_fs_, out_path = filesystem(cfg["run"]["out"])
-    if not is_local(out_fs_):
-        return
-    out_root = os.path.realpath(out_path)
+    out = _place(cfg["run"]["out"], folder=False)
     for spec in cfg["run"]["input"]:
-        fs, path = filesystem(spec)
-        if is_local(fs) and os.path.isdir(path) and _within(os.path.realpath(path), out_root):
+        protocol, path, is_folder = _place(spec)
+        if is_folder and protocol == out[0] and _within(path, out[1]):
             raise ConfigError(f"the output folder {cfg['run']['out']} is, or holds, the input folder {spec}; write "
                               "the output outside it")
+
+
+def _place(spec: str, folder: bool = True) -> tuple[str, str, bool]:
+    """Where `spec` is: its filesystem's protocol, its path (a local one with links resolved), and, with `folder`,
+    whether it is a folder (a glob is not)."""
+    fs, path = filesystem(spec)
+    if is_local(fs):
+        return "file", os.path.realpath(path), folder and os.path.isdir(path)
+    protocol = fs.protocol if isinstance(fs.protocol, str) else fs.protocol[0]
+    is_folder = folder and not any(c in path for c in "*?[") and fs.isdir(path)
+    return protocol, path.rstrip("/"), is_folder
 
 
 def _within(path: str, root: str) -> bool:

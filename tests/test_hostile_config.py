@@ -523,3 +523,23 @@ def test_a_flag_may_replace_a_bad_value_of_the_config_file(tmp_path):
     assert cfg["run"]["max_quarantine_rate"] == 0.5
     with pytest.raises(Exception, match=rf"^{re.escape(str(path))}: run\.max_quarantine_rate: must be"):
         resolve(load_config_file(str(path)), {}, source=str(path))
+
+
+def test_an_output_folder_inside_an_input_prefix_on_another_filesystem_is_left_out(corpus):
+    """The same on an fsspec filesystem other than the local one (the in-process memory filesystem here, as an
+    object-store prefix would be)."""
+    import fsspec
+
+    fs = fsspec.filesystem("memory")
+    for p in sorted(corpus.glob("*.jsonl")):
+        fs.pipe(f"/lwm-inside/in/{p.name}", p.read_bytes())
+    args = ["run", "--executor", "local", "--progress", "off", "-i", "memory://lwm-inside/in"]
+    try:
+        for _ in range(2):
+            status, stderr = _invoke([*args, "-o", "memory://lwm-inside/in/out"])
+            assert status == 0, stderr
+        assert "input: left out " in stderr
+        status, stderr = _invoke([*args, "-o", "memory://lwm-inside/in"])
+        assert status == 2 and "is, or holds, the input folder" in _one_error_line(stderr)
+    finally:
+        fs.rm("/lwm-inside", recursive=True)
