@@ -96,6 +96,10 @@ def os_error_line(exc: OSError) -> str:
     line = f"{what}: {' → '.join(paths)}" if paths else what
     if exc.errno == errno.ENOSPC and not isinstance(exc, StreamWriteError):
         line += " (free space and run the same command again: finished tasks are kept)"
+    elif exc.errno == errno.EFBIG:
+        line += " (a file size limit, `ulimit -f`, is lower than a file this run writes)"
+    elif exc.errno in (errno.EMFILE, errno.ENFILE):
+        line += " (raise the limit of open files, e.g. `ulimit -n 4096`, and run the same command again)"
     return line
 
 

@@ -543,3 +543,13 @@ def test_an_output_folder_inside_an_input_prefix_on_another_filesystem_is_left_o
         assert status == 2 and "is, or holds, the input folder" in _one_error_line(stderr)
     finally:
         fs.rm("/lwm-inside", recursive=True)
+
+
+def test_limits_of_the_process_are_named_with_what_to_do():
+    from pipeline.errors import os_error_line
+
+    line = os_error_line(OSError(errno.EMFILE, "Too many open files", "/out/x.parquet"))
+    assert line == ("Too many open files: /out/x.parquet (raise the limit of open files, e.g. `ulimit -n 4096`, "
+                    "and run the same command again)")
+    assert "ulimit -f" in os_error_line(OSError(errno.EFBIG, "File too large"))
+    assert "free space" in os_error_line(OSError(errno.ENOSPC, "No space left on device", "/out"))
