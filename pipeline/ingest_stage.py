@@ -91,7 +91,10 @@ def _place(spec: str, folder: bool = True) -> tuple[str, str, bool]:
     if is_local(fs):
         return "file", os.path.realpath(path), folder and os.path.isdir(path)
     protocol = fs.protocol if isinstance(fs.protocol, str) else fs.protocol[0]
-    is_folder = folder and not any(c in path for c in "*?[") and fs.isdir(path)
+    try:
+        is_folder = folder and not any(c in path for c in "*?[") and fs.isdir(path)
+    except Exception:  # unreachable, no credentials: the scan names the input and why, in one line
+        is_folder = False
     return protocol, path.rstrip("/"), is_folder
 
 

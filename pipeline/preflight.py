@@ -16,8 +16,9 @@ from stages.templates import natural_key, reload_templates
 from stages.templates.library import variant_texts
 
 
-def preflight(cfg: dict[str, Any]) -> None:
-    """Raise one `ConfigError` line for the first setting of a resolved config that the run would fail on."""
+def preflight(cfg: dict[str, Any], inputs: bool = True) -> None:
+    """Raise one `ConfigError` line for the first setting of a resolved config that the run would fail on.
+    `inputs`: check that local inputs exist (``--dry-run`` does not: a config may be written before its inputs)."""
     build_filters(cfg)  # unknown filter names
     executor = cfg["executor"]
     if executor["ray_address"] and executor["kind"] in ("local", "processes"):
@@ -29,7 +30,8 @@ def preflight(cfg: dict[str, Any]) -> None:
             lsh_params(float(dedup["threshold"]), int(dedup["num_perm"]), int(dedup["bands"]))
         except ValueError as exc:
             raise ConfigError(str(exc)) from None
-    _check_inputs(cfg["run"]["input"])
+    if inputs:
+        _check_inputs(cfg["run"]["input"])
     _check_templates(cfg["templates"])
     try:
         reference_units(list(dedup["decontaminate"]))

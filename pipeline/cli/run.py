@@ -95,7 +95,7 @@ def run_cmd(config_path: str | None, dry_run: bool, **kw: Any) -> None:
     if dry_run:
         from pipeline.preflight import preflight
 
-        preflight(cfg)  # what the run would check before it starts
+        preflight(cfg, inputs=False)  # what the run would check before it starts, but the inputs
         click.echo(dry_run_text(cfg), nl=False)
         return
     from pipeline.llm_stage import LLMDryRun
