@@ -79,7 +79,8 @@ def summary_lines(manifest: dict[str, Any]) -> list[str]:
         rows = sum(_n(s.get("rows")) for s in shards)
         shipped = _n((counts.get("pools") or {}).get("trajectories_in_shards"))
         files = sum(1 for s in shards if _n(s.get("rows")))
-        lines.append(f"shards: {shipped} trajectories, {rows} samples in {files} file{'s' if files != 1 else ''}")
+        empty = f" (and {len(shards) - files} empty)" if len(shards) > files else ""  # a pool that got no sample
+        lines.append(f"shards: {shipped} trajectories, {rows} samples in {files} file{'s' if files != 1 else ''}{empty}")
     return lines
 
 
