@@ -87,9 +87,9 @@ def test_long_android_samples_are_refused_or_keep_their_weighted_tail(tmp_path):
 
     common = ["--shards", shards, *TINY, "--max-steps", "6", "--log-every", "1", "--pack"]
     refused = CliRunner().invoke(train_command, common)
-    assert refused.exit_code == 1
+    assert refused.exit_code == 2
     assert refused.output.strip().splitlines() == [
-        f"Error: the longest sample has {longest} tokens (manifest.json) but a row holds --micro-batch-tokens 2048: "
+        f"lwm: error: the longest sample has {longest} tokens (manifest.json) but a row holds --micro-batch-tokens 2048: "
         f"raise --micro-batch-tokens to {longest}, or choose --long-samples drop | truncate-left | window"
     ]
     log = tmp_path / "left.jsonl"

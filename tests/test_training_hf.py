@@ -159,9 +159,9 @@ def test_a_model_vocabulary_smaller_than_the_shards_ids_is_one_line(shards, tmp_
     small = write_tiny_qwen(str(tmp_path / "small"), vocab=16)
     result = CliRunner().invoke(train_command, ["--shards", shards, "--model", small, "--max-steps", "1",
                                                 "--no-shuffle"])
-    assert result.exit_code == 1
+    assert result.exit_code == 2
     last = result.output.strip().splitlines()[-1]
-    assert last.startswith(f"Error: --model {small}: the shards hold token id "), result.output
+    assert last.startswith(f"lwm: error: --model {small}: the shards hold token id "), result.output
     assert last.endswith("but the model's vocabulary has 16 entries; the shards were tokenized for another model "
                          "(the run's manifest.json names its tokenizer)")
     assert int(last.split("token id ")[1].split(",")[0]) >= 16
@@ -177,7 +177,7 @@ def test_a_model_directory_transformers_cannot_load_is_one_line(config, says, sh
     broken.mkdir()
     (broken / "config.json").write_text(json.dumps(config))
     result = CliRunner().invoke(train_command, ["--shards", shards, "--model", str(broken), "--max-steps", "1"])
-    assert result.exit_code == 1
+    assert result.exit_code == 2
     assert "Traceback" not in result.output
     last = result.output.strip().splitlines()[-1]
-    assert last.startswith(f"Error: --model {broken}: transformers cannot load it: ") and says in last, last
+    assert last.startswith(f"lwm: error: --model {broken}: transformers cannot load it: ") and says in last, last

@@ -124,11 +124,11 @@ def test_longest_sample_comes_from_the_manifest_or_the_parquet_footers(long_shar
 
 def test_cli_refuses_long_samples_in_one_actionable_line(long_shards):
     result = CliRunner().invoke(train_command, ["--shards", long_shards, "--micro-batch-tokens", str(ROW), *TINY])
-    assert result.exit_code == 1
+    assert result.exit_code == 2
     longest = _true_longest(long_shards)
     lines = result.output.strip().splitlines()
     assert lines == [
-        f"Error: the longest sample has {longest} tokens (manifest.json) but a row holds --micro-batch-tokens {ROW}: "
+        f"lwm: error: the longest sample has {longest} tokens (manifest.json) but a row holds --micro-batch-tokens {ROW}: "
         f"raise --micro-batch-tokens to {longest}, or choose --long-samples drop | truncate-left | window"
     ]
     # a row long enough for the longest sample trains without a word about it
@@ -233,9 +233,9 @@ def test_cli_drop_of_every_sample_is_one_line(long_shards):
     row = shortest - 1  # every sample is longer than a row
     args = ["--shards", long_shards, "--micro-batch-tokens", str(row), "--long-samples", "drop", *TINY]
     result = CliRunner().invoke(train_command, args)
-    assert result.exit_code == 1
+    assert result.exit_code == 2
     assert result.output.strip().splitlines()[-1].startswith(
-        f"Error: --long-samples drop leaves nothing to train on: none of the last 32 samples gives a piece to train "
+        f"lwm: error: --long-samples drop leaves nothing to train on: none of the last 32 samples gives a piece to train "
         f"on within --micro-batch-tokens {row}")
 
 
@@ -247,16 +247,16 @@ def test_cli_on_an_empty_pool_says_so(tmp_path):
     pq.write_table(schema_for("sft").empty_table(), pool / "part-00000.parquet")
     (tmp_path / "_SUCCESS").write_text("")  # a finished run whose sft pool got no sample
     result = CliRunner().invoke(train_command, ["--shards", str(pool), *TINY])
-    assert result.exit_code == 1
-    assert result.output.strip().splitlines()[-1] == f"Error: no samples to train on in {pool} (an empty pool?)"
+    assert result.exit_code == 2
+    assert result.output.strip().splitlines()[-1] == f"lwm: error: no samples to train on in {pool} (an empty pool?)"
 
 
 def test_a_category_weight_for_no_category_of_the_shards_is_one_line(long_shards):
     args = ["--shards", long_shards, "--micro-batch-tokens", "512", "--long-samples", "drop", *TINY]
     result = CliRunner().invoke(train_command, [*args, "--category-weight", "ecoh=0"])  # a typo of echo
-    assert result.exit_code == 1
+    assert result.exit_code == 2
     assert result.output.strip().splitlines()[-1] == (
-        "Error: --category-weight ecoh: no such category in the masking table of these shards "
+        "lwm: error: --category-weight ecoh: no such category in the masking table of these shards "
         "(action, boilerplate, echo, expansion, observation, other, policy, retrieval, transform, world_model)")
     assert CliRunner().invoke(train_command, [*args, "--category-weight", "echo=0"]).exit_code == 0
 
@@ -298,10 +298,10 @@ def test_environment_failures_of_lwm_train_are_one_line(long_shards, tmp_path):
     victim.write_bytes(victim.read_bytes()[:200])
     args = ["--micro-batch-tokens", "512", "--long-samples", "drop", *TINY]
     result = CliRunner().invoke(train_command, ["--shards", str(pool), *args])
-    assert (result.exit_code == 1 and result.exception is None) or isinstance(result.exception, SystemExit)
-    assert result.output.strip().splitlines()[-1].startswith(f"Error: {victim}: not a readable Parquet shard")
+    assert result.exit_code == 2 and isinstance(result.exception, SystemExit), result.exception
+    assert result.output.strip().splitlines()[-1].startswith(f"lwm: error: {victim}: not a readable Parquet shard")
     blocker = tmp_path / "a-file"
     blocker.write_text("")
     result = CliRunner().invoke(train_command, ["--shards", long_shards, "--out", str(blocker / "ckpt"), *args])
     assert isinstance(result.exception, SystemExit), result.exception
-    assert result.output.strip().splitlines()[-1].startswith("Error: ") and str(blocker) in result.output
+    assert result.output.strip().splitlines()[-1].startswith("lwm: error: ") and str(blocker) in result.output

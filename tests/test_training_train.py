@@ -101,7 +101,7 @@ def test_interrupted_run_equals_an_uninterrupted_one(train_shards, tmp_path):
 def test_cli_refuses_unfinished_shards_in_one_line(tmp_path):
     pool = write_synthetic_shards(str(tmp_path), success=False)
     result = CliRunner().invoke(train_command, ["--shards", pool, "--max-steps", "1"])
-    assert result.exit_code == 1
+    assert result.exit_code == 2
     assert "no _SUCCESS marker" in result.output
     assert "Traceback" not in result.output
 
@@ -109,9 +109,9 @@ def test_cli_refuses_unfinished_shards_in_one_line(tmp_path):
 def test_cli_refuses_a_whole_run_folder_and_names_its_pools(train_shards):
     run = str(Path(train_shards).parent.parent)  # the folder of manifest.json, shards/ and the work files
     result = CliRunner().invoke(train_command, ["--shards", run, "--max-steps", "1"])
-    assert result.exit_code == 1
+    assert result.exit_code == 2
     assert result.output.strip().splitlines() == [
-        f"Error: {run} is a whole run (its work files, every pool, eval included); give the pool to train on: "
+        f"lwm: error: {run} is a whole run (its work files, every pool, eval included); give the pool to train on: "
         f"{train_shards}"]
 
 
@@ -119,7 +119,7 @@ def test_cli_refuses_a_model_folder_without_config(train_shards, tmp_path):
     result = CliRunner().invoke(
         train_command, ["--shards", train_shards, "--max-steps", "1", "--model", str(tmp_path / "x")]
     )
-    assert result.exit_code == 1
+    assert result.exit_code == 2
     assert "not a Hugging Face model directory" in result.output
 
 
@@ -128,7 +128,7 @@ def test_cli_explains_a_missing_transformers(train_shards, tmp_path):
         pytest.skip("transformers is installed here")
     (tmp_path / "config.json").write_text("{}")
     result = CliRunner().invoke(train_command, ["--shards", train_shards, "--max-steps", "1", "--model", str(tmp_path)])
-    assert result.exit_code == 1
+    assert result.exit_code == 2
     assert "needs the transformers package" in result.output
 
 
@@ -149,7 +149,7 @@ def test_package_and_command_import_without_torch():
     )
     result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stderr
-    assert result.stdout.strip() == "1 Error: lwm train needs torch: pip install 'lwmkit[train]'"
+    assert result.stdout.strip() == "2 lwm: error: lwm train needs torch: pip install 'lwmkit[train]'"
 
 
 def test_schedule_warmup_then_cosine_or_linear():

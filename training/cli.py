@@ -10,6 +10,16 @@ import click
 from schemas.errors import ConfigError
 
 
+class TrainError(click.ClickException):
+    """What ends `lwm train`: one line as every ``lwm`` command prints it, exit status 2 (input, config or
+    environment; as `pipeline.errors` does for the other commands)."""
+
+    exit_code = 2
+
+    def show(self, file=None) -> None:
+        click.echo(f"lwm: error: {self.format_message()}", err=True)
+
+
 @click.command("train")
 @click.option(
     "--shards",
@@ -162,7 +172,7 @@ def train(**options: object) -> None:
     try:
         import torch  # noqa: F401  (only to fail early with a clear message)
     except ImportError as missing:
-        raise click.ClickException("lwm train needs torch: pip install 'lwmkit[train]'") from missing
+        raise TrainError("lwm train needs torch: pip install 'lwmkit[train]'") from missing
     from training.loop import TrainConfig
     from training.loop import train as run_training
     from training.reweight import parse_category_weights
@@ -172,8 +182,8 @@ def train(**options: object) -> None:
         options["shards"] = tuple(options["shards"])  # type: ignore[arg-type]
         run_training(TrainConfig(**options), echo=click.echo)  # type: ignore[arg-type]
     except ConfigError as error:
-        raise click.ClickException(str(error)) from error
+        raise TrainError(str(error)) from error
     except OSError as error:  # a full disk, a folder it may not write: one line naming the path
         paths = [str(p) for p in (error.filename, getattr(error, "filename2", None)) if p is not None]
         what = error.strerror or str(error) or type(error).__name__
-        raise click.ClickException(f"{what}: {' → '.join(paths)}" if paths else what) from error
+        raise TrainError(f"{what}: {' → '.join(paths)}" if paths else what) from error
