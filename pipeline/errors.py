@@ -103,6 +103,11 @@ def os_error_line(exc: OSError) -> str:
     return line
 
 
+# The clients of object stores: what they raise past fsspec (an endpoint that does not answer, no credentials)
+# is about the environment, not a bug.
+_STORAGE_CLIENTS = frozenset({"botocore", "aiobotocore", "aiohttp", "s3fs", "gcsfs", "adlfs", "azure", "google"})
+
+
 def error_line(exc: BaseException) -> tuple[str, int]:
     """The one line and exit status for an error that ends a command (2: input, config or environment; 1: a bug)."""
     if isinstance(exc, ConfigError):
@@ -110,6 +115,8 @@ def error_line(exc: BaseException) -> tuple[str, int]:
     if isinstance(exc, OSError):
         return os_error_line(exc), 2
     text = " ".join(str(exc).split())[:500]
+    if type(exc).__module__.split(".")[0] in _STORAGE_CLIENTS:  # no endpoint, no credentials: the environment
+        return f"{type(exc).__name__}: {text}", 2
     return f"internal error: {type(exc).__name__}: {text} (run with --debug for the traceback)", 1
 
 

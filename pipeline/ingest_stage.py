@@ -59,17 +59,28 @@ def resolve_units(cfg: dict[str, Any], echo: Echo = _stderr) -> list[tuple[Input
     return resolved
 
 
+# What `lwm run` writes at the top of its output folder (README: Output layout), and the temporaries of those.
+OUTPUT_ENTRIES = frozenset({"raw", "trajectories", "quarantine", "shards", "wmat", "dedup", "llm", "_llm", "_tasks",
+                            "_work", "manifest.json", "_timings.json", "_SUCCESS", "_lock"})
+
+
 def _without_output(units: list[InputUnit], cfg: dict[str, Any], echo: Echo) -> list[InputUnit]:
-    """The input units, less the files of this run's output folder where it lies inside an input folder (a rerun
-    would otherwise read its own shards and layers as input; `check_output_outside_inputs` has refused an output
-    folder that is an input folder or holds one). Local paths and object-store URLs alike."""
-    out = _place(cfg["run"]["out"])
-    walked = [place for place in map(_place, cfg["run"]["input"]) if place[2] and place[0] == out[0]]
-    if not any(_within(out[1], folder) for _, folder, _ in walked):
-        return units  # files named or matched by a glob are read wherever they lie
-    kept = [u for u in units if not ((p := _place(u.uri, folder=False))[0] == out[0] and _within(p[1], out[1]))]
+    """The input units, less what this run's output folder holds of lwm's own (its layers, shards, markers,
+    manifest) where an input folder or glob reaches into it: a rerun would otherwise read its own outputs as
+    input. Other files that happen to lie there are inputs like any. Local paths and object-store URLs alike
+    (`check_output_outside_inputs` has refused an output folder that is an input folder or holds one)."""
+    out_protocol, out_root, _ = _place(cfg["run"]["out"], folder=False)
+
+    def written_by_lwm(uri: str) -> bool:
+        protocol, path, _ = _place(uri, folder=False)
+        if protocol != out_protocol or path == out_root or not _within(path, out_root):
+            return False
+        return path[len(out_root):].lstrip("/").split("/", 1)[0].split(".tmp-", 1)[0] in OUTPUT_ENTRIES
+
+    kept = [u for u in units if not written_by_lwm(u.uri)]
     if len(kept) < len(units):
-        echo(f"input: left out {len(units) - len(kept)} file(s) inside the output folder {cfg['run']['out']}")
+        echo(f"input: left out {len(units) - len(kept)} file(s) that this run's output folder "
+             f"{cfg['run']['out']} holds")
     return kept
 
 

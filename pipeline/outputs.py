@@ -131,10 +131,30 @@ def _commit(fs: fsspec.AbstractFileSystem, tmp: str, path: str) -> None:
 def ensure_dir(fs: fsspec.AbstractFileSystem, path: str) -> None:
     try:
         fs.makedirs(path, exist_ok=True)
-    except PermissionError:
-        raise ConfigError(f"output not writable: {path}") from None
     except OSError as exc:
-        raise ConfigError(f"output not writable: {path} ({exc.strerror or exc})") from None
+        shown = path if _is_local(fs) else fs.unstrip_protocol(path)
+        raise ConfigError(f"output not writable: {shown} ({exc.strerror or exc})") from None
+
+
+# Filesystems whose first path component is a bucket (a container): lwm writes into buckets, never creates one.
+BUCKET_PROTOCOLS = {"s3", "s3a", "gs", "gcs", "az", "abfs", "abfss", "adl", "oss"}
+
+
+def check_bucket(fs: fsspec.AbstractFileSystem, path: str, shown: str) -> None:
+    """An output on an object store whose bucket does not exist is one line: making the folder would create the
+    bucket (s3fs does), in whatever account and region the credentials name."""
+    protocols = {fs.protocol} if isinstance(fs.protocol, str) else set(fs.protocol)
+    if not protocols & BUCKET_PROTOCOLS:
+        return
+    bucket = path.strip("/").split("/", 1)[0]
+    if bucket and not fs.exists(bucket):
+        raise ConfigError(f"{shown}: the bucket {bucket} does not exist; lwm writes into a bucket, it does not "
+                          "create one")
+
+
+def _is_local(fs: fsspec.AbstractFileSystem) -> bool:
+    protocols = (fs.protocol,) if isinstance(fs.protocol, str) else tuple(fs.protocol)
+    return "file" in protocols
 
 
 def write_bytes_atomic(fs: fsspec.AbstractFileSystem, path: str, data: bytes) -> None:

@@ -24,7 +24,7 @@ from pipeline.executors import make_executor
 from pipeline.ingest_stage import INGEST, SCAN, check_output_outside_inputs
 from pipeline.leftovers import remove_stale_temps
 from pipeline.llm_stage import LLM
-from pipeline.outputs import ensure_dir, out_fs, write_bytes_atomic, write_json_atomic
+from pipeline.outputs import check_bucket, ensure_dir, out_fs, write_bytes_atomic, write_json_atomic
 from pipeline.preflight import preflight
 from pipeline.samples_stage import SAMPLES, SHARDS
 from pipeline.wmat_pools import WMAT_POOLS_STAGE
@@ -50,6 +50,7 @@ def run_pipeline(cfg: dict[str, Any], echo: Echo = _stderr, executor: Executor |
         check_output_outside_inputs(cfg)  # before the output folder is touched
     _check_tokenizer(cfg)
     fs, root = out_fs(cfg["run"]["out"])
+    check_bucket(fs, root, cfg["run"]["out"])
     ensure_dir(fs, root)
     with run_lock(fs, root, cfg["run"]["out"]):
         return _locked_run(cfg, fs, root, echo, executor)

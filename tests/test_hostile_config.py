@@ -553,3 +553,33 @@ def test_limits_of_the_process_are_named_with_what_to_do():
                     "and run the same command again)")
     assert "ulimit -f" in os_error_line(OSError(errno.EFBIG, "File too large"))
     assert "free space" in os_error_line(OSError(errno.ENOSPC, "No space left on device", "/out"))
+
+
+def test_a_glob_that_reaches_into_the_output_folder_leaves_its_outputs_out(corpus, tmp_path):
+    """`-i 'g/*' -o g`: the glob matches the input files and the folders the first run wrote; the second run
+    reads the same inputs (the run's own lock, layers and shards are left out), and writes the same bytes."""
+    import shutil
+
+    folder = tmp_path / "g"
+    shutil.copytree(corpus, folder)
+    args = ["run", "--executor", "local", "--progress", "off", "-i", str(folder / "*"), "-o", str(folder)]
+    status, stderr = _invoke(args)
+    assert status == 0, stderr
+    first = json.loads((folder / "manifest.json").read_text())["inputs"]
+    assert all(Path(i["uri"]).parent == folder and i["uri"].endswith(".jsonl") for i in first), first
+    shutil.copytree(folder, tmp_path / "first")
+    status, stderr = _invoke(args)
+    assert status == 0 and "input: left out " in stderr, stderr
+    assert json.loads((folder / "manifest.json").read_text())["inputs"] == first
+    assert_same_outputs(tmp_path / "first", folder)
+
+
+def test_an_object_store_client_error_is_the_environment_not_a_bug():
+    from botocore.exceptions import EndpointConnectionError, NoCredentialsError
+
+    from pipeline.errors import error_line
+
+    line, status = error_line(EndpointConnectionError(endpoint_url="http://127.0.0.1:9/b"))
+    assert status == 2 and line.startswith("EndpointConnectionError: Could not connect to the endpoint URL")
+    assert error_line(NoCredentialsError()) == ("NoCredentialsError: Unable to locate credentials", 2)
+    assert error_line(ValueError("x"))[1] == 1  # a bug stays one

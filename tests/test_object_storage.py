@@ -202,3 +202,19 @@ def test_what_the_output_writes_is_seen_by_the_shared_instance_that_listed_it_be
     write_bytes_atomic(out, f"{root}/shards/b.parquet", b"new")
     assert shared.ls(folder, detail=False) == [f"{folder}/a.parquet", f"{folder}/b.parquet"]
     assert shared.size(f"{folder}/a.parquet") == 7
+
+
+def test_an_output_bucket_that_does_not_exist_is_one_line_and_is_not_created(s3_here, tmp_path):
+    import fsspec
+
+    for command in (["run", "--executor", "local", "--progress", "off", "-i", f"s3://{BUCKET}/in",
+                     "-o", "s3://no-such-bucket/out"],
+                    ["export", "verl", "s3://no-such-bucket-2/run", "s3://no-such-bucket-3/rl"]):
+        proc = lwm_in_process(*command)
+        assert proc.returncode == 2, proc.stderr
+    proc = lwm_in_process("run", "--executor", "local", "--progress", "off", "-i", f"s3://{BUCKET}/in",
+                          "-o", "s3://no-such-bucket/out")
+    assert proc.stderr.strip().splitlines()[-1] == ("lwm: error: s3://no-such-bucket/out: the bucket no-such-bucket "
+                                                     "does not exist; lwm writes into a bucket, it does not create one")
+    fs = fsspec.filesystem("s3", skip_instance_cache=True)
+    assert not fs.exists("no-such-bucket") and not fs.exists("no-such-bucket-3")

@@ -46,6 +46,7 @@ import pyarrow.parquet as pq
 
 from pipeline.cli.run_files import find_trajectories, finished_run, parquet_files, run_templates
 from pipeline.errors import handle_errors
+from pipeline.outputs import check_bucket
 from schemas.errors import ConfigError
 from schemas.trajectory import Trajectory
 from stages.render import history_reply, target_prompt, user_prompt
@@ -141,6 +142,7 @@ def write_agentworldbench(run_dir: str, out: str) -> ExportSummary:
     if fs.isdir(path):  # a move onto it would put the file inside, under its temporary name
         raise ConfigError(f"{out} is a directory; give the file to write, e.g. {posixpath.join(out, 'lwm_test.jsonl')} "
                           "(the evaluator reads every *_test.jsonl of its --data-dir)")
+    check_bucket(fs, path, out)
     parent = posixpath.dirname(path)
     if parent:
         fs.makedirs(parent, exist_ok=True)

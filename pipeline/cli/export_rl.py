@@ -36,7 +36,7 @@ import pyarrow as pa
 from pipeline.cli.export import export_group
 from pipeline.cli.run_files import finished_run, rl_shard_rows
 from pipeline.errors import handle_errors
-from pipeline.outputs import AtomicParquetWriter, out_fs
+from pipeline.outputs import AtomicParquetWriter, check_bucket, out_fs
 from schemas.errors import ConfigError
 from stages.reward.core import split_prompt
 from stages.reward.verifiers import verifier_kind
@@ -128,6 +128,7 @@ def write_rl_dataset(run_dir: str, out_dir: str, fmt: str, val_fraction: float =
     schema, make_row = FORMATS[fmt]
     samples = rl_samples(run_dir)
     fs, root = out_fs(out_dir)
+    check_bucket(fs, root, out_dir)
     splits = ["train", "val"] if val_fraction > 0 else ["train"]
     writers = {s: AtomicParquetWriter(fs, posixpath.join(root, f"{s}.parquet"), schema, rows_per_group=512) for s in splits}
     counts = dict.fromkeys(splits, 0)
