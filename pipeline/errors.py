@@ -97,15 +97,18 @@ def os_error_line(exc: OSError) -> str:
     if exc.errno == errno.ENOSPC and not isinstance(exc, StreamWriteError):
         line += " (free space and run the same command again: finished tasks are kept)"
     elif exc.errno == errno.EFBIG:
-        line += " (a file size limit, `ulimit -f`, is lower than a file this run writes)"
-    elif exc.errno in (errno.EMFILE, errno.ENFILE):
+        line += " (a file is larger than a limit allows: `ulimit -f`, or the filesystem's largest file)"
+    elif exc.errno == errno.EMFILE:
         line += " (raise the limit of open files, e.g. `ulimit -n 4096`, and run the same command again)"
+    elif exc.errno == errno.ENFILE:
+        line += " (the system's table of open files is full)"
     return line
 
 
 # The clients of object stores: what they raise past fsspec (an endpoint that does not answer, no credentials)
 # is about the environment, not a bug.
-_STORAGE_CLIENTS = frozenset({"botocore", "aiobotocore", "aiohttp", "s3fs", "gcsfs", "adlfs", "azure", "google"})
+_STORAGE_CLIENTS = ("botocore", "aiobotocore", "aiohttp", "s3fs", "gcsfs", "adlfs", "azure", "google.auth",
+                    "google.api_core", "google.cloud")
 
 
 def error_line(exc: BaseException) -> tuple[str, int]:
@@ -115,7 +118,8 @@ def error_line(exc: BaseException) -> tuple[str, int]:
     if isinstance(exc, OSError):
         return os_error_line(exc), 2
     text = " ".join(str(exc).split())[:500]
-    if type(exc).__module__.split(".")[0] in _STORAGE_CLIENTS:  # no endpoint, no credentials: the environment
+    module = type(exc).__module__
+    if any(module == m or module.startswith(m + ".") for m in _STORAGE_CLIENTS):  # no endpoint, no credentials: the environment
         return f"{type(exc).__name__}: {text}", 2
     return f"internal error: {type(exc).__name__}: {text} (run with --debug for the traceback)", 1
 

@@ -59,9 +59,12 @@ def resolve_units(cfg: dict[str, Any], echo: Echo = _stderr) -> list[tuple[Input
     return resolved
 
 
-# What `lwm run` writes at the top of its output folder (README: Output layout), and the temporaries of those.
-OUTPUT_ENTRIES = frozenset({"raw", "trajectories", "quarantine", "shards", "wmat", "dedup", "llm", "_llm", "_tasks",
-                            "_work", "manifest.json", "_timings.json", "_SUCCESS", "_lock"})
+# What `lwm run` writes at the top of its output folder (README: Output layout): its folders, in which it writes
+# files of these suffixes (and their ``.tmp-`` temporaries), and its own files.
+OUTPUT_FOLDERS = frozenset({"raw", "trajectories", "quarantine", "shards", "wmat", "dedup", "llm", "_llm", "_tasks",
+                            "_work"})
+OUTPUT_SUFFIXES = (".parquet", ".json", ".arrow", ".bin")
+OUTPUT_FILES = frozenset({"manifest.json", "_timings.json", "_SUCCESS", "_lock"})
 
 
 def _without_output(units: list[InputUnit], cfg: dict[str, Any], echo: Echo) -> list[InputUnit]:
@@ -70,12 +73,17 @@ def _without_output(units: list[InputUnit], cfg: dict[str, Any], echo: Echo) -> 
     input. Other files that happen to lie there are inputs like any. Local paths and object-store URLs alike
     (`check_output_outside_inputs` has refused an output folder that is an input folder or holds one)."""
     out_protocol, out_root, _ = _place(cfg["run"]["out"], folder=False)
+    named = {_place(spec, folder=False)[:2] for spec in cfg["run"]["input"] if not any(c in spec for c in "*?[")}
 
     def written_by_lwm(uri: str) -> bool:
         protocol, path, _ = _place(uri, folder=False)
-        if protocol != out_protocol or path == out_root or not _within(path, out_root):
-            return False
-        return path[len(out_root):].lstrip("/").split("/", 1)[0].split(".tmp-", 1)[0] in OUTPUT_ENTRIES
+        if protocol != out_protocol or path == out_root or not _within(path, out_root) or (protocol, path) in named:
+            return False  # a file named as an input is one, wherever it lies
+        parts = path[len(out_root):].lstrip("/").split("/")
+        name = parts[-1].split(".tmp-", 1)[0]
+        if len(parts) == 1:
+            return name in OUTPUT_FILES
+        return parts[0] in OUTPUT_FOLDERS and (name.endswith(OUTPUT_SUFFIXES) or parts[0] in ("_tasks", "_work", "_llm"))
 
     kept = [u for u in units if not written_by_lwm(u.uri)]
     if len(kept) < len(units):
@@ -89,8 +97,8 @@ def check_output_outside_inputs(cfg: dict[str, Any]) -> None:
     be told apart (an input folder that holds the output folder is fine: its files are left out)."""
     out = _place(cfg["run"]["out"], folder=False)
     for spec in cfg["run"]["input"]:
-        protocol, path, is_folder = _place(spec)
-        if is_folder and protocol == out[0] and _within(path, out[1]):
+        protocol, path, _ = _place(spec, folder=False)  # no request unless the paths could meet
+        if protocol == out[0] and _within(path, out[1]) and _place(spec)[2]:
             raise ConfigError(f"the output folder {cfg['run']['out']} is, or holds, the input folder {spec}; write "
                               "the output outside it")
 

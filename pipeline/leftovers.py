@@ -4,15 +4,22 @@
 from __future__ import annotations
 
 import posixpath
+import re
 
 import fsspec
 
+# The names lwm gives what it writes: a temporary (`pipeline.outputs._tmp_name`: ``<name>.tmp-<pid>-<8 hex>``),
+# and a file named after an ingest task (``part-<16 hex>.parquet``, ``<16 hex>.json``, ``<16 hex>.pieces.arrow``).
+# Only such names are ever removed: a file of the user's that lies in the output folder is never touched.
+TEMPORARY = re.compile(r"\.tmp-\d+-[0-9a-f]{8}$")
+TASK_NAMED = re.compile(r"^(?:part-)?[0-9a-f]{16}(?:\.[A-Za-z0-9_]+)+(?:\.tmp-\d+-[0-9a-f]{8})?$")
+
 
 def remove_stale_temps(fs: fsspec.AbstractFileSystem, root: str) -> int:
-    """Delete ``*.tmp-*`` leftovers of a crashed run under `root`; returns how many."""
+    """Delete the temporaries (``*.tmp-<pid>-<hex>``) a crashed run left under `root`; returns how many."""
     if not fs.exists(root):
         return 0
-    stale = [p for p in fs.find(root) if ".tmp-" in posixpath.basename(p)]
+    stale = [p for p in fs.find(root) if TEMPORARY.search(posixpath.basename(p))]
     for p in stale:
         fs.rm(p)
     return len(stale)
@@ -38,8 +45,9 @@ def remove_stale_task_outputs(fs: fsspec.AbstractFileSystem, root: str, task_ids
         if not fs.exists(base):
             continue
         for p in fs.find(base):
-            if ".tmp-" in posixpath.basename(p):
-                continue
+            name = posixpath.basename(p)
+            if ".tmp-" in name or not TASK_NAMED.match(name):
+                continue  # a temporary (`remove_stale_temps`), or not a name lwm writes
             if task_id_of(p) not in task_ids:
                 stale.append(p)
     for p in stale:

@@ -583,3 +583,23 @@ def test_an_object_store_client_error_is_the_environment_not_a_bug():
     assert status == 2 and line.startswith("EndpointConnectionError: Could not connect to the endpoint URL")
     assert error_line(NoCredentialsError()) == ("NoCredentialsError: Unable to locate credentials", 2)
     assert error_line(ValueError("x"))[1] == 1  # a bug stays one
+
+
+def test_input_files_in_folders_named_like_the_outputs_are_read(corpus, tmp_path):
+    """A user's `data/raw/*.jsonl` with `-o data`: lwm's own layer files there are Parquet; the user's JSONL files
+    are inputs, named one by one or by a glob."""
+    import shutil
+
+    data = tmp_path / "data"
+    shutil.copytree(corpus, data / "raw")
+    (data / "raw" / "notes.tmp-draft").write_text("mine")  # not a name lwm writes: never removed
+    named = sorted((data / "raw").glob("*.jsonl"))[0]
+    for inputs in ([str(named)], [str(data / "raw" / "*.jsonl")]):
+        for _ in range(2):  # the second run meets the first one's files in data/raw
+            status, stderr = _invoke(["run", "--executor", "local", "--progress", "off", "-o", str(data),
+                                      *[x for i in inputs for x in ("-i", i)]])
+            assert status == 0, stderr
+        read = {i["uri"] for i in json.loads((data / "manifest.json").read_text())["inputs"]}
+        assert read and all(u.endswith(".jsonl") for u in read), read
+    assert len(list((data / "raw").glob("*.jsonl"))) == len(list(corpus.glob("*.jsonl")))  # no input was removed
+    assert (data / "raw" / "notes.tmp-draft").read_text() == "mine"

@@ -76,7 +76,7 @@ def runs(tmp_path_factory):
         on = _run(corpus, base / "on", server.url)
         first_calls = len(writer.calls)
         # files of a part that no longer exists (another input or task layout) must not survive a run
-        stale = base / "on" / "wmat" / "midtrain" / "part-0000stale0000.parquet"
+        stale = base / "on" / "wmat" / "midtrain" / "part-00000000deadbeef.parquet"  # a part id no task has
         stale.write_bytes((base / "on" / on["wmat"]["shards"][0]["path"]).read_bytes())
         again = _run(corpus, base / "on", server.url)  # same output directory: resumes, all cached
         resent = len(writer.calls) - first_calls
@@ -317,7 +317,7 @@ def test_lwm_train_takes_a_wmat_span_as_its_category_weight(runs):
     result = CliRunner().invoke(train_command, ["--shards", source, *tiny, "--category-weight", "world_model=0.5"])
     assert result.exit_code == 0, result.output  # the README's command
     typo = CliRunner().invoke(train_command, ["--shards", source, *tiny, "--category-weight", "world_modle=0.5"])
-    assert typo.exit_code == 1 and "no such category" in typo.output
+    assert typo.exit_code == 2 and "no such category" in typo.output
 
 
 def test_trajectories_sharing_an_id_get_their_own_wmat_sample_ids(runs, tmp_path):

@@ -16,14 +16,9 @@ from pipeline.errors import handle_errors
 @handle_errors
 def demo_cmd(domain: str, out: str, seed: int, n: int | None, native: bool) -> None:
     """Write a deterministic demo corpus of simulated sandbox logs."""
-    import os
-
     from pipeline.demo import write_demo
 
-    def files() -> int:
-        return sum(len(names) for _, _, names in os.walk(out))
-
-    before = files()
-    write_demo(domain, out, seed=seed, n=n, native=native)
-    written = files() - before  # a native log names screen files of its own beside it
-    click.echo(f"wrote demo corpus for {domain}: {written} new file(s) under {out}", err=True)
+    paths = write_demo(domain, out, seed=seed, n=n, native=native)
+    names = ", ".join(paths)
+    also = " and the screen files it names" if native and domain == "android" else ""
+    click.echo(f"wrote demo corpus for {domain}: {names}{also}", err=True)
