@@ -21,6 +21,7 @@ import pyarrow.parquet as pq
 from fsspec.dircache import DirCache
 
 from pipeline.digest import HashingFile
+from pipeline.object_stores import BUCKET_PROTOCOLS, protocols
 from schemas.errors import ConfigError
 from schemas.text import escape_surrogates
 from stages.distinct import distinct, distinct_first
@@ -131,41 +132,13 @@ def _commit(fs: fsspec.AbstractFileSystem, tmp: str, path: str) -> None:
 def ensure_dir(fs: fsspec.AbstractFileSystem, path: str) -> None:
     """The folder `path`, made where folders exist (an object store has none: making one there could create a
     bucket, which lwm never does)."""
-    if _protocols(fs) & BUCKET_PROTOCOLS:
+    if protocols(fs) & BUCKET_PROTOCOLS:
         return
     try:
         fs.makedirs(path, exist_ok=True)
     except OSError as exc:
-        shown = path if _is_local(fs) else fs.unstrip_protocol(path)
+        shown = path if is_local(fs) else fs.unstrip_protocol(path)
         raise ConfigError(f"output not writable: {shown} ({exc.strerror or exc})") from None
-
-
-# Filesystems whose first path component is a bucket (a container): lwm writes into buckets, never creates one.
-BUCKET_PROTOCOLS = {"s3", "s3a", "gs", "gcs", "az", "abfs", "abfss", "adl", "oss"}
-
-
-def check_bucket(fs: fsspec.AbstractFileSystem, path: str, shown: str) -> None:
-    """An output on S3 whose bucket the store says does not exist is one line now, not a failed write later.
-    Only a definite answer counts: an endpoint that does not answer, or credentials that may write objects but
-    not look at the bucket, leave the writes to tell (lwm creates no bucket either way: `ensure_dir`)."""
-    bucket = path.strip("/").split("/", 1)[0]
-    if not bucket or not {"s3", "s3a"} & _protocols(fs) or not hasattr(fs, "call_s3"):
-        return
-    try:
-        fs.call_s3("head_bucket", Bucket=bucket)
-    except FileNotFoundError:  # s3fs's translation of NoSuchBucket / 404
-        raise ConfigError(f"{shown}: the bucket {bucket} does not exist; lwm writes into a bucket, it does not "
-                          "create one") from None
-    except Exception:  # no answer, no right to look: not ours to judge here
-        return
-
-
-def _protocols(fs: fsspec.AbstractFileSystem) -> set[str]:
-    return {fs.protocol} if isinstance(fs.protocol, str) else set(fs.protocol)
-
-
-def _is_local(fs: fsspec.AbstractFileSystem) -> bool:
-    return "file" in _protocols(fs)
 
 
 def write_bytes_atomic(fs: fsspec.AbstractFileSystem, path: str, data: bytes) -> None:

@@ -24,7 +24,8 @@ from pipeline.executors import make_executor
 from pipeline.ingest_stage import INGEST, SCAN, check_output_outside_inputs
 from pipeline.leftovers import remove_stale_temps
 from pipeline.llm_stage import LLM
-from pipeline.outputs import check_bucket, ensure_dir, out_fs, write_bytes_atomic, write_json_atomic
+from pipeline.object_stores import check_bucket
+from pipeline.outputs import ensure_dir, out_fs, write_bytes_atomic, write_json_atomic
 from pipeline.preflight import preflight
 from pipeline.samples_stage import SAMPLES, SHARDS
 from pipeline.wmat_pools import WMAT_POOLS_STAGE

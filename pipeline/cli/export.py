@@ -46,7 +46,7 @@ import pyarrow.parquet as pq
 
 from pipeline.cli.run_files import find_trajectories, finished_run, parquet_files, run_templates
 from pipeline.errors import handle_errors
-from pipeline.outputs import check_bucket
+from pipeline.object_stores import check_bucket
 from schemas.errors import ConfigError
 from schemas.trajectory import Trajectory
 from stages.render import history_reply, target_prompt, user_prompt

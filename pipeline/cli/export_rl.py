@@ -36,7 +36,8 @@ import pyarrow as pa
 from pipeline.cli.export import export_group
 from pipeline.cli.run_files import finished_run, rl_shard_rows
 from pipeline.errors import handle_errors
-from pipeline.outputs import AtomicParquetWriter, check_bucket, out_fs
+from pipeline.object_stores import check_bucket
+from pipeline.outputs import AtomicParquetWriter, out_fs
 from schemas.errors import ConfigError
 from stages.reward.core import split_prompt
 from stages.reward.verifiers import verifier_kind
