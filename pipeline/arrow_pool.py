@@ -32,3 +32,15 @@ def choose_memory_pool() -> str:
     effect on this process only when called before pyarrow is imported."""
     os.environ[POOL_VARIABLE] = run_memory_pool()
     return os.environ[POOL_VARIABLE]
+
+
+BLAS_THREADS = "OPENBLAS_NUM_THREADS"
+
+
+def one_blas_thread() -> None:
+    """``OPENBLAS_NUM_THREADS=1`` for this process and its children unless it is set (before numpy is imported).
+    numpy's OpenBLAS otherwise starts a thread per core, each reserving its buffers in the address space, while the
+    pipeline does no BLAS work: under a virtual-memory limit (``ulimit -v``, as clusters set) those reservations
+    left the tokenizer too little (on 2 cores with a 1 GB limit a 0.2 MB run aborted; with one thread it
+    finished). Not for ``lwm train``, whose CPU math may use them."""
+    os.environ.setdefault(BLAS_THREADS, "1")

@@ -117,6 +117,9 @@ def error_line(exc: BaseException) -> tuple[str, int]:
         return str(exc), 2
     if isinstance(exc, OSError):
         return os_error_line(exc), 2
+    if isinstance(exc, MemoryError):
+        return ("out of memory: this process may not use what the step needs (a memory limit such as "
+                "`ulimit -v`, or the machine's memory); raise it, or use fewer --num-cpus"), 2
     text = " ".join(str(exc).split())[:500]
     module = type(exc).__module__
     if any(module == m or module.startswith(m + ".") for m in _STORAGE_CLIENTS):  # no endpoint, no credentials: the environment

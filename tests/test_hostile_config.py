@@ -603,3 +603,26 @@ def test_input_files_in_folders_named_like_the_outputs_are_read(corpus, tmp_path
         assert read and all(u.endswith(".jsonl") for u in read), read
     assert len(list((data / "raw").glob("*.jsonl"))) == len(list(corpus.glob("*.jsonl")))  # no input was removed
     assert (data / "raw" / "notes.tmp-draft").read_text() == "mine"
+
+
+@pytest.mark.parametrize(("argv", "preset", "expected"), [
+    (["lwm", "run"], None, "1"), (["lwm", "--debug", "validate"], None, "1"), (["lwm", "run"], "4", "4"),
+    (["lwm", "train"], None, None), (["lwm", "--debug", "train"], None, None),
+])
+def test_one_blas_thread_for_every_command_but_train(argv, preset, expected):
+    """numpy's OpenBLAS threads reserve address space the pipeline never uses (under `ulimit -v 1000000` on 2 cores
+    a small run aborted in the tokenizer without this); `lwm train` keeps them, a user's setting stays."""
+    env = {k: v for k, v in os.environ.items() if k not in ("OPENBLAS_NUM_THREADS", "RAY_ADDRESS")}
+    env["PYTHONPATH"] = str(ROOT)
+    if preset:
+        env["OPENBLAS_NUM_THREADS"] = preset
+    code = f"import sys, os; sys.argv = {argv!r}; import pipeline.cli; print(os.environ.get('OPENBLAS_NUM_THREADS'))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=60)
+    assert out.stdout.strip() == str(expected), out.stderr
+
+
+def test_running_out_of_memory_is_the_environment_not_a_bug():
+    from pipeline.errors import error_line
+
+    line, status = error_line(MemoryError())
+    assert status == 2 and line.startswith("out of memory: ") and "ulimit -v" in line

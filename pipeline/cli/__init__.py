@@ -8,14 +8,17 @@ Errors are one clear line (file, line, what was expected) and exit status 2
 
 from __future__ import annotations
 
-from pipeline.arrow_pool import choose_memory_pool
+import sys
+
+from pipeline.arrow_pool import choose_memory_pool, one_blas_thread
 
 choose_memory_pool()  # before anything imports pyarrow: Arrow reads it once, at that import
+if "train" not in sys.argv[1:3]:  # `lwm train`, `lwm --debug train`
+    one_blas_thread()  # before anything imports numpy
 
 import importlib  # noqa: E402
 import logging  # noqa: E402
 import os  # noqa: E402
-import sys  # noqa: E402
 
 import click  # noqa: E402
 
