@@ -94,12 +94,13 @@ stage.run_task = lambda task: tasks.append(task) or run_task(task)
 inputs = [str(write_corpus(tmp / "in", files=3, per_file=12)), *demo_inputs(tmp / "demo", n=4)]
 run_pipeline(corpus_config(inputs, tmp / "out"), echo=lambda *a, **k: None)
 assert len(tasks) >= 2, tasks
+rows = []
 for task in tasks:
     gc.collect()
-    assert run_task(task)["rows"] > 0
+    rows.append(run_task(task)["rows"])  # a part whose trajectories dedup removed (copies) may give none
     found = gc.collect()
     assert found == 0, (task["task_id"], found)
-print("tasks", len(tasks))
+print("tasks", sum(n > 0 for n in rows))
 """
 
 
