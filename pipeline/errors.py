@@ -13,12 +13,7 @@ import sys
 
 import click
 
-from schemas.errors import ConfigError
-
-# The errno an OSError without one stands for, by its type: an fsspec backend's own (s3fs raises
-# ``FileNotFoundError(path)``) carries the path alone, which on its own line says nothing of what failed.
-_ERRNO = {FileNotFoundError: errno.ENOENT, PermissionError: errno.EACCES, FileExistsError: errno.EEXIST,
-          IsADirectoryError: errno.EISDIR, NotADirectoryError: errno.ENOTDIR}
+from schemas.errors import ConfigError, os_error_text
 
 
 class StreamWriteError(OSError):
@@ -89,11 +84,7 @@ def one_line_notices() -> None:
 
 def os_error_line(exc: OSError) -> str:
     """One line for an operating-system error: what failed, on which path, and what to do for a full disk."""
-    what = exc.strerror or str(exc) or type(exc).__name__
-    if exc.strerror is None and exc.filename is None and type(exc) in _ERRNO:
-        what = os.strerror(_ERRNO[type(exc)]) + (f": {exc}" if str(exc) else "")
-    paths = [str(p) for p in (exc.filename, getattr(exc, "filename2", None)) if p is not None]
-    line = f"{what}: {' → '.join(paths)}" if paths else what
+    line = os_error_text(exc)
     if exc.errno == errno.ENOSPC and not isinstance(exc, StreamWriteError):
         line += " (free space and run the same command again: finished tasks are kept)"
     elif exc.errno == errno.EFBIG:

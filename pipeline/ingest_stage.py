@@ -24,7 +24,7 @@ from pipeline.split_input import input_entries, run_scan_task, scan_tasks
 from schemas.errors import ConfigError
 from schemas.stats import merge_all
 from stages.ingest.ranges import IngestWork, apply_scans, content_stamp, input_size, plan_ingest, split_settings
-from stages.ingest.reading import InputUnit, expand_inputs, filesystem, is_local
+from stages.ingest.reading import InputUnit, expand_inputs, filesystem, inside, is_local
 from stages.ingest.registry import claims_dir, get_adapter, sniff, sniffed_opts
 from stages.steps import step_sections
 from stages.uri_credentials import strip_uri_credentials
@@ -77,7 +77,7 @@ def _without_output(units: list[InputUnit], cfg: dict[str, Any], echo: Echo) -> 
 
     def written_by_lwm(uri: str) -> bool:
         protocol, path, _ = _place(uri, folder=False)
-        if protocol != out_protocol or path == out_root or not _within(path, out_root) or (protocol, path) in named:
+        if protocol != out_protocol or path == out_root or not inside(path, out_root) or (protocol, path) in named:
             return False  # a file named as an input is one, wherever it lies
         parts = path[len(out_root):].lstrip("/").split("/")
         name = parts[-1].split(".tmp-", 1)[0]
@@ -98,7 +98,7 @@ def check_output_outside_inputs(cfg: dict[str, Any]) -> None:
     out = _place(cfg["run"]["out"], folder=False)
     for spec in cfg["run"]["input"]:
         protocol, path, _ = _place(spec, folder=False)  # no request unless the paths could meet
-        if protocol == out[0] and _within(path, out[1]) and _place(spec)[2]:
+        if protocol == out[0] and inside(path, out[1]) and _place(spec)[2]:
             raise ConfigError(f"the output folder {cfg['run']['out']} is, or holds, the input folder {spec}; write "
                               "the output outside it")
 
@@ -115,10 +115,6 @@ def _place(spec: str, folder: bool = True) -> tuple[str, str, bool]:
     except Exception:  # unreachable, no credentials: the scan names the input and why, in one line
         is_folder = False
     return protocol, path.rstrip("/"), is_folder
-
-
-def _within(path: str, root: str) -> bool:
-    return path == root or path.startswith(root.rstrip(os.sep) + os.sep)
 
 
 def _expand_inputs(specs: list[str], fmt: str | None) -> list[InputUnit]:
@@ -238,11 +234,15 @@ class IngestStage(Stage):
         # sniffed formats: each unit's adapter takes the options it has (`sniffed_opts`); a given one takes all
         per_format = None if cfg["run"]["format"] else sniffed_opts((w.format for w in plan), opts)
         tasks = []
+        stamped: dict[str, Any] = {}  # each file's stamp once, whatever the number of its ranges
         for work in plan:
             fields = work.task_fields()
             ranged = [fields["range"]] if "range" in fields else []
             task_opts = per_format(work.format) if per_format is not None and work.format else opts
-            stamps = [content_stamp(u) for u in work.units]  # a file changed in place is read again
+            for u in work.units:
+                if u.uri not in stamped:
+                    stamped[u.uri] = content_stamp(u)
+            stamps = [stamped[u.uri] for u in work.units]  # a file changed in place is read again
             tasks.append({**fields, "opts": task_opts, "out": cfg["run"]["out"], "cfg": cfg,
                           "spec": [work.identity, work.format, task_opts, *ranged, stamps]})
         return tasks

@@ -36,7 +36,6 @@ from typing import Any
 
 from pipeline.config import output_config
 from pipeline.dedup_stage import removed_ids
-from pipeline.digest import file_sha256
 from pipeline.engine import RunContext, Stage, run_tasks, spec_hash
 from pipeline.leftovers import remove_stale_task_outputs
 from pipeline.llm_budget import LedgerOwner, Ticker, ledger_for
@@ -84,9 +83,9 @@ def make_client(llm: dict[str, Any], out: str, ledger=None, judge: bool = False)
     )
 
 
-def _read_part(fs, root: str, task_id: str, drop: set[str], dups: dict[str, int] | None = None):
-    """The trajectories of one part that the dedup stage kept (`drop`: removed keys; `dups`: the part's
-    `pipeline.occurrences.duplicate_offsets`)."""
+def read_kept(fs, root: str, task_id: str, drop: set[str], dups: dict[str, int] | None = None):
+    """``(key, trajectory)`` for each trajectory of one part that the dedup stage kept (`drop`: removed keys;
+    `dups`: the part's `pipeline.occurrences.duplicate_offsets`); the model and WMAT stages read parts so."""
     import pyarrow.parquet as pq
 
     from schemas.trajectory import Trajectory
@@ -96,8 +95,8 @@ def _read_part(fs, root: str, task_id: str, drop: set[str], dups: dict[str, int]
     keys = Occurrences(dups)
     for batch in pf.iter_batches(batch_size=64):
         for d in batch.to_pylist():
-            if keys.key(d["traj_id"]) not in drop:
-                yield Trajectory.from_dict(d)
+            if (key := keys.key(d["traj_id"])) not in drop:
+                yield key, Trajectory.from_dict(d)
 
 
 def stage_output(root: str, stage: str, task_id: str) -> str:
@@ -142,7 +141,7 @@ def run_llm_task(task: dict[str, Any]) -> dict[str, Any]:
     ctx = StageContext(cfg, make_client(llm, task["out"], ledger), make_client(llm, task["out"], ledger, judge=True))
     earlier = Augment(cfg, fs, root, task["task_id"], task["earlier"])
     trajs = []
-    for traj in _read_part(fs, root, task["task_id"], set(task.get("drop") or ()), task.get("dups")):
+    for _, traj in read_kept(fs, root, task["task_id"], set(task.get("drop") or ()), task.get("dups")):
         earlier.apply(traj)
         if stage.wants(traj, ctx):
             trajs.append(traj)
@@ -151,7 +150,7 @@ def run_llm_task(task: dict[str, Any]) -> dict[str, Any]:
     for i in range(0, len(trajs), step):
         rows.extend(stage.process(trajs[i : i + step], ctx))
     with AtomicParquetWriter(fs, stage_output(root, stage.name, task["task_id"]), stage.schema, rows_per_group=1024,
-                             compression_level=3) as w:
+                             compression_level=3, digest=True) as w:
         import pyarrow as pa
 
         w.write_table(pa.Table.from_pylist(rows, schema=stage.schema))
@@ -159,7 +158,7 @@ def run_llm_task(task: dict[str, Any]) -> dict[str, Any]:
     result = {"task_id": task["task_id"], "stage": f"llm_{stage.name}", "stats": ctx.stats.to_dict(), "usage": usage,
               "rows": len(rows), "bytes": 0, "spec_hash": task["spec_hash"],
               # what later stages and the samples depend on: these rows, which a run again may change
-              "output": file_sha256(fs, stage_output(root, stage.name, task["task_id"]))}
+              "output": w.sha256()}
     if usage["failures"]:  # never answered (failed requests are not cached): the next run asks again
         result["incomplete"] = True
     return result
@@ -262,7 +261,7 @@ def dry_run(cfg: dict[str, Any], fs, root: str, ingest_results, drop: set[str], 
         shown: list[Any] = []
         low = high = items = 0
         for r in sorted(ingest_results, key=lambda r: r["task_id"]):
-            for traj in _read_part(fs, root, r["task_id"], drop, (dups or {}).get(r["task_id"])):
+            for _, traj in read_kept(fs, root, r["task_id"], drop, (dups or {}).get(r["task_id"])):
                 if not stage.wants(traj, ctx):
                     continue
                 requests, (lo, hi) = stage.dry_requests(traj, ctx)

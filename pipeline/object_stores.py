@@ -5,6 +5,7 @@ from __future__ import annotations
 import fsspec
 
 from schemas.errors import ConfigError
+from stages.ingest.reading import protocols
 
 # Filesystems whose first path component is a bucket (a container): lwm writes into buckets, never creates one.
 BUCKET_PROTOCOLS = {"s3", "s3a", "gs", "gcs", "az", "abfs", "abfss", "adl", "oss"}
@@ -24,9 +25,3 @@ def check_bucket(fs: fsspec.AbstractFileSystem, path: str, shown: str) -> None:
                           "create one") from None
     except Exception:  # no answer, no right to look: not ours to judge here
         return
-
-
-def protocols(fs: fsspec.AbstractFileSystem) -> set[str]:
-    return {fs.protocol} if isinstance(fs.protocol, str) else set(fs.protocol)
-
-

@@ -20,13 +20,16 @@ from stages.uri_credentials import recorded_uri
 def scan_tasks(plan: list[IngestWork], out: str) -> list[dict[str, Any]]:
     """One scan task per byte range of the plan (the first pass that counts newlines)."""
     tasks = []
+    stamps: dict[str, object] = {}  # a file's stamp, once for all its ranges
     for work in plan:
         if work.byte_range is None:
             continue
         r, uri = work.byte_range, work.units[0].uri
+        if uri not in stamps:
+            stamps[uri] = content_stamp(work.units[0])
         tasks.append({"task_id": work.task_id, "uri": uri, "start": r.start, "end": r.end,
                       "compression": r.compression, "out": out,
-                      "spec": [uri, r.start, r.end, r.compression, content_stamp(work.units[0])]})
+                      "spec": [uri, r.start, r.end, r.compression, stamps[uri]]})
     return tasks
 
 

@@ -32,8 +32,8 @@ from pipeline.dedup_stage import removed_ids
 from pipeline.digest import file_sha256
 from pipeline.engine import RunContext, Stage
 from pipeline.leftovers import remove_stale_task_outputs
-from pipeline.llm_stage import Augment, get_stage
-from pipeline.occurrences import Occurrences, run_offsets
+from pipeline.llm_stage import Augment, get_stage, read_kept
+from pipeline.occurrences import run_offsets
 from pipeline.outputs import AtomicParquetWriter, out_fs
 from schemas.shard import MESSAGE_TYPE, SHARD_SCHEMA
 from schemas.stats import Stats, merge_all
@@ -107,17 +107,6 @@ def _row(traj: Trajectory, key: str, pool: str, step: int, seg, segments, weight
     }
 
 
-def _trajectories(fs, root: str, task_id: str, drop: set[str], dups: dict[str, int] | None = None):
-    import pyarrow.parquet as pq
-
-    pf = pq.ParquetFile(fs.open(f"{root}/trajectories/part-{task_id}.parquet", "rb"))
-    keys = Occurrences(dups)  # `drop` holds the keys of `pipeline.occurrences`
-    for batch in pf.iter_batches(batch_size=64):
-        for d in batch.to_pylist():
-            if (key := keys.key(d["traj_id"])) not in drop:
-                yield key, Trajectory.from_dict(d)
-
-
 def pool_path(root: str, pool: str, task_id: str) -> str:
     return f"{root}/wmat/{pool}/part-{task_id}.parquet"
 
@@ -140,7 +129,7 @@ def run_wmat_pool_task(task: dict[str, Any]) -> dict[str, Any]:
                 blocks_by_traj.setdefault(r["traj_id"], {})[r["step"]] = r["block"]
     stats = Stats()
     out: dict[str, list[dict[str, Any]]] = {p: [] for p in (*WMAT_POOLS, "rl")}
-    for key, traj in _trajectories(fs, root, task["task_id"], set(task.get("drop") or ()), task.get("dups")):
+    for key, traj in read_kept(fs, root, task["task_id"], set(task.get("drop") or ()), task.get("dups")):
         blocks = blocks_by_traj.get(traj.traj_id)
         if not blocks:
             continue

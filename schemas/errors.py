@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import errno
+import os
+
 
 class InvalidRecord(Exception):
     """A native record that cannot become a trajectory.
@@ -37,3 +40,18 @@ class ConfigError(Exception):
 class Notice(UserWarning):
     """Something the user should know that does not stop the command (a cache that cannot be written). The
     ``lwm`` process prints it as one ``warning:`` line (`pipeline.errors.one_line_notices`)."""
+
+
+# The errno an OSError without one stands for, by its type: an fsspec backend's own (s3fs raises
+# ``FileNotFoundError(path)``) carries the path alone, which on its own line says nothing of what failed.
+_ERRNO = {FileNotFoundError: errno.ENOENT, PermissionError: errno.EACCES, FileExistsError: errno.EEXIST,
+          IsADirectoryError: errno.EISDIR, NotADirectoryError: errno.ENOTDIR}
+
+
+def os_error_text(exc: OSError) -> str:
+    """An operating-system error as one line: what failed and on which path (``A → B`` for a rename)."""
+    what = exc.strerror or str(exc) or type(exc).__name__
+    if exc.strerror is None and exc.filename is None and type(exc) in _ERRNO:
+        what = os.strerror(_ERRNO[type(exc)]) + (f": {exc}" if str(exc) else "")
+    paths = [str(p) for p in (exc.filename, getattr(exc, "filename2", None)) if p is not None]
+    return f"{what}: {' → '.join(paths)}" if paths else what

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import click
 
-from schemas.errors import ConfigError
+from schemas.errors import ConfigError, os_error_text
 
 
 class TrainError(click.ClickException):
@@ -184,6 +184,4 @@ def train(**options: object) -> None:
     except ConfigError as error:
         raise TrainError(str(error)) from error
     except OSError as error:  # a full disk, a folder it may not write: one line naming the path
-        paths = [str(p) for p in (error.filename, getattr(error, "filename2", None)) if p is not None]
-        what = error.strerror or str(error) or type(error).__name__
-        raise TrainError(f"{what}: {' → '.join(paths)}" if paths else what) from error
+        raise TrainError(os_error_text(error)) from error

@@ -19,6 +19,7 @@ from pipeline.cli.run_files import finished_run
 from pipeline.errors import handle_errors
 from schemas.errors import ConfigError
 from stages.histogram import aggregate, render_table
+from stages.ingest.reading import is_local
 
 KEYS = ("domain", "pool", "template", "category")
 
@@ -68,7 +69,7 @@ def load_histogram(run_dir: str, source: str = "auto") -> tuple[list[dict[str, A
     manifest = read_json(fs, posixpath.join(base, "manifest.json"))
     table = load_table(manifest["config"]["masking"]["table"])
     keep = {c.name: c.keep for c in table.categories}
-    remote = "file" not in (fs.protocol if isinstance(fs.protocol, tuple) else (fs.protocol,))
+    remote = not is_local(fs)
     if source == "manifest" or (source == "auto" and remote):
         return manifest["histogram"]["records"], keep
     return histogram_from_shards(run_dir)["records"], keep

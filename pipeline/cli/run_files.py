@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import posixpath
 from typing import Any
 
@@ -10,7 +9,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from pipeline.outputs import out_fs
+from pipeline.outputs import out_fs, read_json
 from schemas.errors import ConfigError
 from schemas.trajectory import Trajectory
 
@@ -37,14 +36,8 @@ def finished_run(run_dir: str):
     return fs, root
 
 
-def run_config(fs, root: str) -> dict[str, Any]:
-    """The resolved config the run wrote into its ``manifest.json``."""
-    return run_manifest(fs, root)["config"]
-
-
 def run_manifest(fs, root: str) -> dict[str, Any]:
-    with fs.open(posixpath.join(root, "manifest.json"), "rb") as f:
-        return json.loads(f.read())
+    return read_json(fs, posixpath.join(root, "manifest.json"))
 
 
 def run_templates(fs, root: str, run_dir: str) -> tuple[str, ...]:

@@ -40,6 +40,7 @@ import posixpath
 import re
 from bisect import bisect_left
 from collections.abc import Iterator
+from functools import lru_cache
 from typing import Any
 
 from schemas.errors import InvalidRecord
@@ -172,6 +173,11 @@ def normalize_session(record: RawRecord, domain: str, source_kind: str) -> Traje
 def os_demonstrations() -> list[Demonstration]:
     """The fixed demonstrations of this adapter's desktop trajectories (SPEC §4), an invented Windows session
     rendered by `format_elements` as the recorded trees are, so they show the observation format of the turns."""
+    return [Demonstration(action, observation) for action, observation in _os_demonstrations()]
+
+
+@lru_cache(maxsize=1)
+def _os_demonstrations() -> tuple[tuple[str, str], ...]:
     start_menu = [
         DesktopElement("Window", "Start", bounds=(0, 328, 640, 728)),
         DesktopElement("Edit", "Type here to search", bounds=(12, 676, 628, 716), flags=("focusable",)),
@@ -187,11 +193,11 @@ def os_demonstrations() -> list[Demonstration]:
                        flags=("focusable", "focused")),
         DesktopElement("StatusBar", "Status bar", bounds=(128, 596, 1012, 616)),
     ]
-    return [
-        Demonstration(canonical_json({"action": "click", "button": "left", "x": 24, "y": 748}),
+    return (
+        (canonical_json({"action": "click", "button": "left", "x": 24, "y": 748}),
                       "\n".join(format_elements(start_menu))),
-        Demonstration(canonical_json({"action": "type", "text": "meeting at 10"}), "\n".join(format_elements(notepad))),
-    ]
+        (canonical_json({"action": "type", "text": "meeting at 10"}), "\n".join(format_elements(notepad))),
+    )
 
 
 def _read_jsonl(uri: str, max_bytes: int) -> list[tuple[int, Any]]:

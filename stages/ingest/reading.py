@@ -71,10 +71,14 @@ def _unstrip(fs: fsspec.AbstractFileSystem, path: str) -> str:
     return fs.unstrip_protocol(path) if not fs.protocol or not is_local(fs) else path
 
 
+def protocols(fs: fsspec.AbstractFileSystem) -> set[str]:
+    """Every name of `fs`'s protocol (fsspec gives one string or a tuple of them)."""
+    return {fs.protocol} if isinstance(fs.protocol, str) else set(fs.protocol)
+
+
 def is_local(fs: fsspec.AbstractFileSystem) -> bool:
     """Whether `fs` is this machine's own filesystem (fsspec's ``file`` protocol, whatever other names it has)."""
-    p = fs.protocol
-    return "file" in ((p,) if isinstance(p, str) else tuple(p))
+    return "file" in protocols(fs)
 
 
 class LinkOutsideInput(OSError):
@@ -89,11 +93,12 @@ def check_link(fs: fsspec.AbstractFileSystem, path: str) -> None:
     """
     if not is_local(fs) or not os.path.islink(path):
         return
-    if not _inside(os.path.realpath(path), os.path.realpath(os.path.dirname(path) or ".")):
+    if not inside(os.path.realpath(path), os.path.realpath(os.path.dirname(path) or ".")):
         raise LinkOutsideInput(f"{os.path.basename(path)} is a link out of its folder; not read")
 
 
-def _inside(path: str, root: str) -> bool:
+def inside(path: str, root: str) -> bool:
+    """Whether `path` is `root` or lies below it (both spelled alike: real paths, or paths of one store)."""
     return path == root or path.startswith(root.rstrip(os.sep) + os.sep)
 
 
@@ -376,12 +381,13 @@ def _walk(fs, path: str, units: dict[str, InputUnit], claims_dir, root: str | No
     for entry in sorted(fs.ls(path, detail=True), key=lambda e: e["name"]):
         name = entry["name"]
         if (root is not None and entry["type"] == "directory" and os.path.islink(name)
-                and not _inside(os.path.realpath(name), root)):
+                and not inside(os.path.realpath(name), root)):
             continue  # a folder link out of the input root, like a ../ path: not walked
         if entry["type"] == "directory":
             _walk(fs, name, units, claims_dir, root)
         elif is_data_file(name):
-            _check_regular(fs, name)
+            if entry["type"] != "file":  # fsspec calls a regular file (or a link to one) "file"
+                _check_regular(fs, name)
             u = _unstrip(fs, name)
             units[u] = InputUnit(u)
 

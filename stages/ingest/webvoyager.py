@@ -44,6 +44,7 @@ import posixpath
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any
 
 from schemas.errors import InvalidRecord
@@ -190,6 +191,11 @@ def normalize_messages(record: RawRecord, domain: str, source_kind: str) -> Traj
 def web_demonstrations() -> list[Demonstration]:
     """The fixed demonstrations of this adapter's web trajectories (SPEC §4), an invented shop rendered by
     `render_web_elements` as the harness's pages are, so they show the observation format the turns have."""
+    return [Demonstration(action, observation) for action, observation in _web_demonstrations()]
+
+
+@lru_cache(maxsize=1)
+def _web_demonstrations() -> tuple[tuple[str, str], ...]:
     results = render_web_elements(
         '[0]: "Northwind Supplies", "Home";\t[1]: <input> "Search";\t[2]: "Cart", "0 items in cart";\t'
         '[3]: "Results for \u201cusb-c cable\u201d";\t[4]: "USB-C to USB-C Cable, 2 m, 100 W";\t[5]: "$12.99";\t'
@@ -200,10 +206,10 @@ def web_demonstrations() -> list[Demonstration]:
         '[3]: "USB-C to USB-C Cable, 2 m, 100 W";\t[4]: "$12.99";\t[5]: "In stock";\t'
         '[6]: <button> "Add to Cart";\t[7]: "Customer reviews";'
     )
-    return [
-        Demonstration(canonical_json({"action": "type", "element": 1, "text": "usb-c cable"}), "\n".join(results)),
-        Demonstration(canonical_json({"action": "click", "element": 4}), "\n".join(product)),
-    ]
+    return (
+        (canonical_json({"action": "type", "element": 1, "text": "usb-c cable"}), "\n".join(results)),
+        (canonical_json({"action": "click", "element": 4}), "\n".join(product)),
+    )
 
 
 def parse_reply(text: str) -> tuple[dict[str, Any], str | None]:

@@ -58,9 +58,11 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Sequence
+from functools import lru_cache
 
 from schemas.errors import ConfigError
 from schemas.trajectory import Trajectory
+from stages.filters import parse_action
 from stages.templates.fill import field_values, fill_template
 from stages.templates.library import (
     check_domain,
@@ -107,22 +109,21 @@ def implied_action_space(domain: str, actions: Sequence[str]) -> str:
 
 def _is_keystrokes(action: str) -> bool:
     """A terminal action as the adapters write it: a JSON list of ``{"keystrokes": str, ...}`` objects."""
-    if not action.startswith("[{"):
-        return False
-    try:
-        steps = json.loads(action)
-    except ValueError:
-        return False
-    return bool(steps) and all(isinstance(s, dict) and isinstance(s.get("keystrokes"), str) for s in steps)
+    steps = parse_action(action) if action.startswith("[{") else None
+    return isinstance(steps, list) and bool(steps) and all(
+        isinstance(s, dict) and isinstance(s.get("keystrokes"), str) for s in steps)
 
 
 def templates_digest(extra_dirs: Sequence[str]) -> str:
     """sha256 of the text of every template in `extra_dirs` (in order), "" without any: what samples rendered
     with them depend on besides the folders' names (a template edited in place renders other samples)."""
-    if not extra_dirs:
-        return ""
+    return _digest(_dirs(extra_dirs)) if extra_dirs else ""
+
+
+@lru_cache(maxsize=8)
+def _digest(dirs: tuple[str, ...]) -> str:
     digest = hashlib.sha256()
-    for source in _dirs(extra_dirs):
+    for source in dirs:
         texts = sorted(((d or "", name), text) for (d, name), text in read_source(source).items())
         digest.update(json.dumps([source, texts], ensure_ascii=False).encode())
     return digest.hexdigest()
@@ -133,3 +134,4 @@ def reload_templates() -> None:
     starts with this, so a process that runs again sees templates edited since)."""
     read_source.cache_clear()
     variant_texts.cache_clear()
+    _digest.cache_clear()

@@ -98,22 +98,24 @@ def variant_texts(domain: str, extra_dirs: tuple[str, ...] = ()) -> dict[str, st
 
 
 @lru_cache(maxsize=len(DOMAINS))
-def domain_notes(domain: str) -> dict[str, str]:
-    """The built-in description of a domain's environment: one text per `NOTE_KEYS` entry, plus ``domain``."""
+def _notes_file(domain: str) -> dict:
+    """A domain's notes file (`NOTES_DIR`), parsed once."""
     check_domain(domain)
-    path = NOTES_DIR / f"{domain}.toml"
-    with path.open("rb") as handle:
-        notes = tomllib.load(handle)
-    missing = [key for key in NOTE_KEYS if not str(notes.get(key, "")).strip()]
-    if missing:
-        raise ConfigError(f"domain notes {path} lack {', '.join(missing)}")
-    return {"domain": domain, **{key: str(notes[key]).strip() for key in NOTE_KEYS}}
+    with (NOTES_DIR / f"{domain}.toml").open("rb") as handle:
+        return tomllib.load(handle)
 
 
 @lru_cache(maxsize=len(DOMAINS))
+def domain_notes(domain: str) -> dict[str, str]:
+    """The built-in description of a domain's environment: one text per `NOTE_KEYS` entry, plus ``domain``."""
+    notes = _notes_file(domain)
+    missing = [key for key in NOTE_KEYS if not str(notes.get(key, "")).strip()]
+    if missing:
+        raise ConfigError(f"domain notes {NOTES_DIR / f'{domain}.toml'} lack {', '.join(missing)}")
+    return {"domain": domain, **{key: str(notes[key]).strip() for key in NOTE_KEYS}}
+
+
 def fixed_action_space(domain: str) -> str:
     """The built-in action space of a domain whose actions have one fixed form (``action_space`` in its notes
     file; only terminal's keystroke JSON has one), or ""."""
-    check_domain(domain)
-    with (NOTES_DIR / f"{domain}.toml").open("rb") as handle:
-        return str(tomllib.load(handle).get("action_space", "")).strip()
+    return str(_notes_file(domain).get("action_space", "")).strip()
