@@ -53,6 +53,7 @@ from pipeline.outputs import AtomicParquetWriter, out_fs
 from pipeline.process_executor import in_this_process
 from schemas.stats import merge_all
 from stages.llm.stage import BudgetExhausted, StageClient, StageContext
+from stages.sample_rows import key_parts, sample_key
 from stages.templates import templates_digest
 
 
@@ -103,8 +104,32 @@ def stage_output(root: str, stage: str, task_id: str) -> str:
     return f"{root}/llm/{stage}/part-{task_id}.parquet"
 
 
+def output_schema(stage):
+    """A stage's rows as written: its own columns and ``occurrence``, which of the run's trajectories carrying
+    the row's ``traj_id`` it belongs to (1 unless several do: `pipeline.occurrences`)."""
+    import pyarrow as pa
+
+    schema = stage.schema
+    return schema if "occurrence" in schema.names else schema.append(pa.field("occurrence", pa.int32()))
+
+
+def unique_id_batches(kept: Sequence[tuple[str, Any]], size: int) -> list[list[tuple[str, Any]]]:
+    """`kept` ``(key, trajectory)`` pairs in batches of at most `size`, no two in one batch sharing a
+    ``traj_id``: a stage names its rows (and its answers within a batch) by the trajectory's id."""
+    batches: list[list[tuple[str, Any]]] = []
+    ids: set[str] = set()
+    for key, traj in kept:
+        if not batches or len(batches[-1]) >= size or traj.traj_id in ids:
+            batches.append([])
+            ids = set()
+        batches[-1].append((key, traj))
+        ids.add(traj.traj_id)
+    return batches
+
+
 class Augment:
-    """The outputs of the model-in-the-loop stages for one trajectories part, applied in stage order."""
+    """The outputs of the model-in-the-loop stages for one trajectories part, applied in stage order; each
+    stage's rows are grouped by the key of the trajectory they belong to (`stages.sample_rows.sample_key`)."""
 
     def __init__(self, cfg: dict[str, Any], fs, root: str, task_id: str, stages: Sequence[str]) -> None:
         import pyarrow.parquet as pq
@@ -118,16 +143,19 @@ class Augment:
             rows: dict[str, list[dict[str, Any]]] = {}
             if fs.exists(path):
                 for row in pq.read_table(fs.open(path, "rb")).to_pylist():
-                    rows.setdefault(row["traj_id"], []).append(row)
+                    # rows written before the column existed name first occurrences
+                    rows.setdefault(sample_key(row["traj_id"], row.get("occurrence") or 1), []).append(row)
             self.stages.append((stage, rows))
         self.reasoning_weight = float(cfg["llm"]["reasoning_weight"]) if cfg.get("llm") else 1.0
 
-    def apply(self, traj) -> dict[int, str]:
-        """Change `traj` as every stage says; returns target turns to drop with their reason."""
+    def apply(self, traj, key: str | None = None) -> dict[int, str]:
+        """Change `traj` (its key: `key`, default its id) as every stage says; returns target turns to drop
+        with their reason."""
+        key = key or traj.traj_id
         dropped: dict[int, str] = {}
         for stage, rows in self.stages:
-            if traj.traj_id in rows:
-                dropped.update(stage.apply(traj, rows[traj.traj_id], self.ctx) or {})
+            if key in rows:
+                dropped.update(stage.apply(traj, rows[key], self.ctx) or {})
         return dropped
 
 
@@ -140,20 +168,22 @@ def run_llm_task(task: dict[str, Any]) -> dict[str, Any]:
     llm = cfg["llm"]
     ctx = StageContext(cfg, make_client(llm, task["out"], ledger), make_client(llm, task["out"], ledger, judge=True))
     earlier = Augment(cfg, fs, root, task["task_id"], task["earlier"])
-    trajs = []
-    for _, traj in read_kept(fs, root, task["task_id"], set(task.get("drop") or ()), task.get("dups")):
-        earlier.apply(traj)
+    kept = []
+    for key, traj in read_kept(fs, root, task["task_id"], set(task.get("drop") or ()), task.get("dups")):
+        earlier.apply(traj, key)
         if stage.wants(traj, ctx):
-            trajs.append(traj)
+            kept.append((key, traj))
     rows: list[dict[str, Any]] = []
-    step = max(1, int(llm["batch"]))
-    for i in range(0, len(trajs), step):
-        rows.extend(stage.process(trajs[i : i + step], ctx))
-    with AtomicParquetWriter(fs, stage_output(root, stage.name, task["task_id"]), stage.schema, rows_per_group=1024,
+    for batch in unique_id_batches(kept, max(1, int(llm["batch"]))):
+        occurrence = {traj.traj_id: key_parts(key)[1] for key, traj in batch}
+        rows.extend({**row, "occurrence": occurrence[row["traj_id"]]}
+                    for row in stage.process([traj for _, traj in batch], ctx))
+    schema = output_schema(stage)
+    with AtomicParquetWriter(fs, stage_output(root, stage.name, task["task_id"]), schema, rows_per_group=1024,
                              compression_level=3, digest=True) as w:
         import pyarrow as pa
 
-        w.write_table(pa.Table.from_pylist(rows, schema=stage.schema))
+        w.write_table(pa.Table.from_pylist(rows, schema=schema))
     usage = _merge_usage([ctx.client.usage.as_dict(), ctx.judge.usage.as_dict()])
     result = {"task_id": task["task_id"], "stage": f"llm_{stage.name}", "stats": ctx.stats.to_dict(), "usage": usage,
               "rows": len(rows), "bytes": 0, "spec_hash": task["spec_hash"],

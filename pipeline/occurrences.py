@@ -3,7 +3,7 @@
 A run may hold several trajectories carrying one ``traj_id``: the same file under two input folders, a log
 given twice, two tools that number their episodes alike. Each stage that names a trajectory — the nodes of the
 dedup graph, the removal list ``dedup/removed.parquet`` (``traj_id`` and ``occurrence``), the sample ids, the
-skip lists of the model-in-the-loop stages — names the n-th of them (parts in task-id order, rows in file
+skip lists and the rows of the model-in-the-loop stages (``traj_id`` and ``occurrence``) — names the n-th of them (parts in task-id order, rows in file
 order) by `stages.sample_rows.sample_key`: the plain id for the first, so a run without shared ids names
 everything by its id alone.
 """

@@ -122,18 +122,18 @@ def run_wmat_pool_task(task: dict[str, Any]) -> dict[str, Any]:
     seg = segment_tokenizer(load_tokenizer(cfg["tokenizer"]["spec"], cfg["tokenizer"]["engine"] or None))
     weights, limit = _weights(llm), int(cfg["pools"]["context_limit"])
     aug = Augment(cfg, fs, root, task["task_id"], task["stages"])
-    blocks_by_traj: dict[str, dict[int, str]] = {}
-    for traj_rows in next(rows for stage, rows in aug.stages if stage.name == STAGE_NAME).values():
+    blocks_by_key: dict[str, dict[int, str]] = {}
+    for key, traj_rows in next(rows for stage, rows in aug.stages if stage.name == STAGE_NAME).items():
         for r in traj_rows:
             if r["status"] == "kept":
-                blocks_by_traj.setdefault(r["traj_id"], {})[r["step"]] = r["block"]
+                blocks_by_key.setdefault(key, {})[r["step"]] = r["block"]
     stats = Stats()
     out: dict[str, list[dict[str, Any]]] = {p: [] for p in (*WMAT_POOLS, "rl")}
     for key, traj in read_kept(fs, root, task["task_id"], set(task.get("drop") or ()), task.get("dups")):
-        blocks = blocks_by_traj.get(traj.traj_id)
+        blocks = blocks_by_key.get(key)
         if not blocks:
             continue
-        aug.apply(traj)
+        aug.apply(traj, key)
         row = _row(traj, key, "midtrain", 0, seg, midtrain_segments(traj, blocks, chat_format), weights, limit, stats)
         if row:
             out["midtrain"].append(row)

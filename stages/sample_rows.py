@@ -113,7 +113,7 @@ def build_rows(traj: Trajectory, cfg: dict[str, Any], seg, table, stats: Stats, 
     instead the ``pieces`` (`stages.samples.Piece`) they join, which its samples share.
     """
     id_key = id_key or traj.traj_id
-    dropped = aug.apply(traj) if aug is not None else {}
+    dropped = aug.apply(traj, id_key) if aug is not None else {}
     pools_cfg = cfg["pools"]
     pool = pool_of(traj.split_key, pools_cfg["ratios"], pools_cfg["seed"])
     stats.add(f"pools.{pool}.trajectories")

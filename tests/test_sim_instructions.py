@@ -4,6 +4,7 @@ check; the instruction in the rendered system prompt of the samples and of the r
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -111,3 +112,24 @@ def test_the_reasoning_stage_sees_the_derived_instruction(tmp_path):
     assert manifest["llm"]["stages"]["instructions"]["counts"]["status"] == {"derived": 2}
     assert manifest["llm"]["stages"]["sft_reasoning"]["counts"]["kept"] == 2
     assert manifest["counts"]["samples"]["sft"] == 2
+
+
+def test_trajectories_sharing_an_id_keep_the_answers_to_their_own_requests(tmp_path):
+    """Three different trajectories carrying one id (dedup off, so all stay): each is asked for its own
+    instruction, its row names its occurrence, and its rendered prompt holds its own answer, not another's."""
+    corpus = write_llm_corpus(tmp_path / "in.jsonl", ["ierr", "inone", "ispoilall"])
+    lines = [{**json.loads(line), "traj_id": "t-shared"} for line in corpus.read_text().splitlines()]
+    corpus.write_text("".join(json.dumps(d) + "\n" for d in lines))
+    cfg = llm_config([corpus], tmp_path / "out", "", "rl", stages=["instructions"])
+    with JudgeServer(Script()) as server:
+        cfg["llm"]["endpoint"] = server.url
+        cfg["dedup"].update(exact=False, near=False)
+        run_pipeline(cfg, echo=lambda m: None)
+    rows = _rows(tmp_path / "out", "llm/instructions")
+    assert sorted((r["occurrence"], r["status"], r["instruction"]) for r in rows) == [
+        (1, "derived", GOOD_INSTRUCTION), (2, "none", None), (3, "rejected", None)]
+    systems = {scenario(json.dumps(r["messages"][1:])): r["messages"][0]["content"]
+               for r in _rows(tmp_path / "out", "shards/rl")}
+    assert sorted(systems) == ["ierr", "inone", "ispoilall"]
+    assert GOOD_INSTRUCTION in systems["ierr"]
+    assert GOOD_INSTRUCTION not in systems["inone"] and GOOD_INSTRUCTION not in systems["ispoilall"]

@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -336,3 +337,35 @@ def test_trajectories_sharing_an_id_get_their_own_wmat_sample_ids(runs, tmp_path
         assert ids and len(ids) == len(set(ids)), pool
         by_traj = Counter(r["traj_id"] for r in _rows(tmp_path / "out", f"wmat/{pool}"))
         assert max(by_traj.values()) >= 2  # a trajectory id that both copies carry
+
+
+def test_different_trajectories_sharing_an_id_get_their_own_blocks(runs, tmp_path):
+    """Two different trajectories carrying one id (dedup off, so both stay): each one's pool rows hold the
+    blocks written for its own steps and task, and each block row names its occurrence."""
+    out = runs["base"] / "on"
+    trajs = _trajs(out)
+    kept_ids = sorted({r["traj_id"] for r in _rows(out, "llm/wmat_blocks") if r["status"] == "kept"})
+
+    def keyword(tid: str) -> str:
+        return re.search(r"<keyword>.*?</keyword>", valid_block(trajs[tid]["system"]["task_description"], True))[0]
+
+    pick = [kept_ids[0], next(t for t in kept_ids if keyword(t) != keyword(kept_ids[0]))]
+    tasks = [trajs[t]["system"]["task_description"] for t in pick]
+    keywords = [keyword(t) for t in pick]
+    corpus = tmp_path / "shared.jsonl"
+    corpus.write_text("".join(json.dumps({**trajs[t], "traj_id": "shared"}) + "\n" for t in pick))
+    cfg = tmp_path / "no-dedup.toml"
+    cfg.write_text('[llm]\nmodel = "writer"\nstages = ["wmat_blocks"]\n[dedup]\nexact = false\nnear = false\n')
+    with JudgeServer(BlockWriter()) as server:
+        _lwm("run", "--input", str(corpus), "--out", str(tmp_path / "out"), "--executor", "local", "--progress",
+             "off", "--config", str(cfg), "--llm-endpoint", server.url)
+    rows = _rows(tmp_path / "out", "llm/wmat_blocks")
+    assert {r["traj_id"] for r in rows} == {"shared"} and {r["occurrence"] for r in rows} == {1, 2}
+    tok = load_tokenizer("default")
+    midtrain = [tok.decode(r["input_ids"]) for r in _rows(tmp_path / "out", "wmat/midtrain")]
+    assert len(midtrain) == 2
+    for text in midtrain:
+        own = 0 if tasks[0] in text else 1
+        assert tasks[1 - own] not in text
+        kept = sum(1 for r in rows if r["occurrence"] == own + 1 and r["status"] == "kept")
+        assert text.count(keywords[own]) == kept > 0 and keywords[1 - own] not in text

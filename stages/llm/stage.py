@@ -3,7 +3,9 @@
 A stage (see `pipeline.llm_stage` for how stages are run, resumed and accounted) is an object with:
 
 - ``name`` and ``schema`` — its rows (pyarrow, with a ``traj_id`` column) are written per
-  trajectories part to ``llm/<name>/part-<task>.parquet``;
+  trajectories part to ``llm/<name>/part-<task>.parquet``, each with the ``occurrence`` of its
+  trajectory added (trajectories that share an id: `pipeline.occurrences`); one ``process`` call
+  is never given two trajectories that share an id;
 - ``wants(traj, ctx) -> bool`` — whether it has work for a trajectory;
 - ``process(trajs, ctx) -> rows`` — asks through ``ctx.send`` (model) or ``ctx.send(…, judge=True)``;
 - ``dry_requests(traj, ctx) -> (first-round requests, (min calls, max calls))`` — for the dry run;
