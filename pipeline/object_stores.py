@@ -1,27 +1,118 @@
-"""Object stores as outputs: which filesystems have buckets, and the one check lwm makes of a bucket."""
+"""Object stores: which filesystems have buckets, and what lwm asks a store before a run (that it answers, and
+that an output's bucket exists)."""
 
 from __future__ import annotations
+
+import math
+import os
 
 import fsspec
 
 from schemas.errors import ConfigError
 from stages.ingest.reading import protocols
+from stages.uri_credentials import strip_uri_credentials
 
 # Filesystems whose first path component is a bucket (a container): lwm writes into buckets, never creates one.
 BUCKET_PROTOCOLS = {"s3", "s3a", "gs", "gcs", "az", "abfs", "abfss", "adl", "oss"}
 
 
+WAIT_ENV = "LWM_STORE_WAIT_S"
+DEFAULT_WAIT_S = 20.0
+
+
+def store_wait() -> float:
+    """Seconds lwm waits for an object store's first answer before a run (``LWM_STORE_WAIT_S``; 0: no bound)."""
+    raw = os.environ.get(WAIT_ENV, "").strip()
+    try:
+        wait = float(raw) if raw else DEFAULT_WAIT_S
+    except ValueError:
+        wait = -1.0
+    if not math.isfinite(wait) or wait < 0:
+        raise ConfigError(f"{WAIT_ENV}={raw!r}: give seconds (0: no bound on the wait for an object store's answer)")
+    return wait
+
+
+def _is_s3(fs: fsspec.AbstractFileSystem) -> bool:
+    return bool({"s3", "s3a"} & protocols(fs)) and hasattr(fs, "call_s3")
+
+
+def _bounded(fs: fsspec.AbstractFileSystem, wait: float):
+    """The same store, user and settings as `fs`, asked once (no retries) with `wait` seconds to connect and
+    to answer; botocore's own defaults (60 s each, retried by botocore and by s3fs) leave a frozen endpoint
+    holding a run for many minutes with nothing printed."""
+    opts = dict(fs.storage_options)
+    config = {**(opts.get("config_kwargs") or {}), "connect_timeout": wait, "read_timeout": wait,
+              "retries": {"mode": "standard", "total_max_attempts": 1}}
+    probe = type(fs)(**{**opts, "config_kwargs": config, "skip_instance_cache": True})
+    probe.retries = 1  # s3fs's own loop around each call
+    return probe
+
+
+def _no_answer(exc: BaseException) -> bool:
+    """Whether `exc` says the endpoint never answered (refused, unreachable, timed out), not what it answered."""
+    import botocore.exceptions as bc
+
+    return isinstance(exc, (bc.ConnectionError, bc.HTTPClientError, TimeoutError))
+
+
+def _ask_bucket(fs: fsspec.AbstractFileSystem, bucket: str, shown: str) -> None:
+    """``head_bucket`` within `store_wait` seconds; an endpoint that does not answer is one line (`ConfigError`)."""
+    wait = store_wait()
+    client = _bounded(fs, wait) if wait else fs
+    try:
+        client.call_s3("head_bucket", Bucket=bucket)
+    except Exception as exc:
+        if not wait or not _no_answer(exc):
+            raise
+        import botocore.exceptions as bc
+
+        endpoint = strip_uri_credentials(str(getattr(client.s3.meta, "endpoint_url", "") or "the default endpoint"))
+        timed_out = isinstance(exc, (bc.ReadTimeoutError, bc.ConnectTimeoutError, TimeoutError))
+        what = (f"no answer from the object store at {endpoint} within {wait:g} s" if timed_out else
+                f"the object store at {endpoint} could not be reached")
+        raise ConfigError(f"{shown}: {what} ({type(exc).__name__}); check the endpoint (FSSPEC_S3_ENDPOINT_URL, "
+                          f"AWS_ENDPOINT_URL, ~/.aws/config) and the network"
+                          + (f", or give it longer with {WAIT_ENV}" if timed_out else "")) from None
+
+
 def check_bucket(fs: fsspec.AbstractFileSystem, path: str, shown: str) -> None:
-    """An output on S3 whose bucket the store says does not exist is one line now, not a failed write later.
-    Only a definite answer counts: an endpoint that does not answer, or credentials that may write objects but
-    not look at the bucket, leave the writes to tell (lwm creates no bucket either way: `ensure_dir`)."""
+    """An output on S3 whose bucket the store says does not exist is one line now, not a failed write later;
+    so is a store that does not answer at all (`store_wait`). Only a definite answer counts: credentials that
+    may write objects but not look at the bucket leave the writes to tell (lwm creates no bucket either way:
+    `ensure_dir`)."""
     bucket = path.strip("/").split("/", 1)[0]
-    if not bucket or not {"s3", "s3a"} & protocols(fs) or not hasattr(fs, "call_s3"):
+    if not bucket or not _is_s3(fs):
         return
     try:
-        fs.call_s3("head_bucket", Bucket=bucket)
+        _ask_bucket(fs, bucket, shown)
     except FileNotFoundError:  # s3fs's translation of NoSuchBucket / 404
         raise ConfigError(f"{shown}: the bucket {bucket} does not exist; lwm writes into a bucket, it does not "
                           "create one") from None
-    except Exception:  # no answer, no right to look: not ours to judge here
+    except ConfigError:
+        raise
+    except Exception:  # no right to look, or another answer: not ours to judge here
         return
+
+
+def check_inputs_answer(inputs: list[str]) -> None:
+    """Each object store the inputs name answers within `store_wait` seconds (one question per bucket), so a
+    frozen endpoint is one line before the run, not a listing that waits for minutes. What it answers (no such
+    bucket, no right to list) is left to the scan, which names the input."""
+    from stages.ingest.reading import filesystem
+
+    asked: set[tuple[str, str]] = set()
+    for spec in inputs:
+        fs, path = filesystem(spec)
+        bucket = path.strip("/").split("/", 1)[0]
+        if not bucket or not _is_s3(fs) or any(c in bucket for c in "*?["):
+            continue
+        key = (repr(sorted(fs.storage_options.items(), key=str)), bucket)
+        if key in asked:
+            continue
+        asked.add(key)
+        try:
+            _ask_bucket(fs, bucket, spec)
+        except ConfigError:
+            raise
+        except Exception:
+            continue

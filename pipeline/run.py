@@ -24,7 +24,7 @@ from pipeline.executors import make_executor
 from pipeline.ingest_stage import INGEST, SCAN, check_output_outside_inputs
 from pipeline.leftovers import remove_stale_temps
 from pipeline.llm_stage import LLM
-from pipeline.object_stores import check_bucket
+from pipeline.object_stores import check_bucket, check_inputs_answer
 from pipeline.outputs import ensure_dir, out_fs, write_bytes_atomic, write_json_atomic
 from pipeline.preflight import preflight
 from pipeline.samples_stage import SAMPLES, SHARDS
@@ -47,6 +47,8 @@ def run_pipeline(cfg: dict[str, Any], echo: Echo = _stderr, executor: Executor |
     if not cfg["run"]["out"]:
         raise ConfigError("no output given (--out DIR, or run.out in the config)")
     preflight(cfg)
+    if cfg["run"]["from_layer"] != "trajectories":
+        check_inputs_answer(cfg["run"]["input"])
     if cfg["run"]["input"] and cfg["run"]["from_layer"] != "trajectories":
         check_output_outside_inputs(cfg)  # before the output folder is touched
     _check_tokenizer(cfg)

@@ -218,3 +218,60 @@ def test_an_output_bucket_that_does_not_exist_is_one_line_and_is_not_created(s3_
                                                      "does not exist; lwm writes into a bucket, it does not create one")
     fs = fsspec.filesystem("s3", skip_instance_cache=True)
     assert not fs.exists("no-such-bucket") and not fs.exists("no-such-bucket-3")
+
+
+@pytest.fixture
+def frozen_endpoint():
+    """A loopback port that accepts connections and never answers (a hung proxy or store)."""
+    import socket
+    import threading
+
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(64)
+    held: list[socket.socket] = []
+    stop = threading.Event()
+
+    def accept() -> None:
+        while not stop.is_set():
+            try:
+                held.append(server.accept()[0])
+            except OSError:
+                return
+
+    threading.Thread(target=accept, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{server.getsockname()[1]}"
+    finally:
+        stop.set()
+        server.close()
+        for conn in held:
+            conn.close()
+
+
+@pytest.mark.parametrize("inside", ["input", "output"])
+def test_a_store_that_never_answers_is_one_line_within_the_wait(frozen_endpoint, tmp_path, inside):
+    """Without a bound, botocore's and s3fs's retries of 60-second waits hold such a run for many minutes with
+    nothing printed; lwm asks the store once before the run and stops after LWM_STORE_WAIT_S seconds."""
+    corpus = write_corpus(tmp_path / "in", files=1, per_file=3)
+    paths = (["s3://frozen/in", str(tmp_path / "out")] if inside == "input" else [str(corpus), "s3://frozen/out"])
+    env = {**clean_env(), "AWS_ACCESS_KEY_ID": KEY_ID, "AWS_SECRET_ACCESS_KEY": SECRET,
+           "AWS_DEFAULT_REGION": "us-east-1", "FSSPEC_S3_ENDPOINT_URL": frozen_endpoint, "LWM_STORE_WAIT_S": "1"}
+    proc = subprocess.run([LWM, "run", "-i", paths[0], "-o", paths[1], "--executor", "local", "--progress", "off"],
+                          env=env, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.strip().splitlines()[-1] == (
+        f"lwm: error: {paths[inside == 'output']}: no answer from the object store at {frozen_endpoint} within 1 s "
+        "(ReadTimeoutError); check the endpoint (FSSPEC_S3_ENDPOINT_URL, AWS_ENDPOINT_URL, ~/.aws/config) and the "
+        "network, or give it longer with LWM_STORE_WAIT_S")
+    assert not (tmp_path / "out").exists()
+
+
+def test_an_unreadable_store_wait_is_one_line(tmp_path):
+    corpus = write_corpus(tmp_path / "in", files=1, per_file=3)
+    env = {**clean_env(), "LWM_STORE_WAIT_S": "soon"}
+    proc = subprocess.run([LWM, "run", "-i", str(corpus), "-o", "s3://any/out", "--executor", "local"],
+                          env=env, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines()[-1] == (
+        "lwm: error: LWM_STORE_WAIT_S='soon': give seconds (0: no bound on the wait for an object store's answer)")
