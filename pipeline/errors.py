@@ -102,13 +102,17 @@ _STORAGE_CLIENTS = ("botocore", "aiobotocore", "aiohttp", "s3fs", "gcsfs", "adlf
                     "google.api_core", "google.cloud")
 
 
+# What the dynamic loader says when a library does not fit in the address space left (`ulimit -v`).
+_NO_ROOM_TO_LOAD = "failed to map segment from shared object"
+
+
 def error_line(exc: BaseException) -> tuple[str, int]:
     """The one line and exit status for an error that ends a command (2: input, config or environment; 1: a bug)."""
     if isinstance(exc, ConfigError):
         return str(exc), 2
     if isinstance(exc, OSError):
         return os_error_line(exc), 2
-    if isinstance(exc, MemoryError):
+    if isinstance(exc, MemoryError) or (isinstance(exc, ImportError) and _NO_ROOM_TO_LOAD in str(exc)):
         return ("out of memory: this process may not use what the step needs (a memory limit such as "
                 "`ulimit -v`, or the machine's memory); raise it, or use fewer --num-cpus"), 2
     text = " ".join(str(exc).split())[:500]

@@ -626,3 +626,7 @@ def test_running_out_of_memory_is_the_environment_not_a_bug():
 
     line, status = error_line(MemoryError())
     assert status == 2 and line.startswith("out of memory: ") and "ulimit -v" in line
+    # what importing numpy's bundled libraries raised under `ulimit -v 800000` (a run with a 0.8 GB address space)
+    line, status = error_line(ImportError("libquadmath-828275a7.so.0.0.0: failed to map segment from shared object"))
+    assert status == 2 and line.startswith("out of memory: ")
+    assert error_line(ImportError("No module named 'ray'"))[1] == 1  # a missing module is not memory
