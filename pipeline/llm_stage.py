@@ -51,6 +51,7 @@ from pipeline.llm_config import (  # noqa: F401  (re-exported: the stage API liv
 from pipeline.occurrences import Occurrences, run_offsets
 from pipeline.outputs import AtomicParquetWriter, out_fs
 from pipeline.process_executor import in_this_process
+from schemas.errors import ConfigError
 from schemas.stats import merge_all
 from stages.llm.stage import BudgetExhausted, StageClient, StageContext
 from stages.sample_rows import key_parts, sample_key
@@ -106,11 +107,14 @@ def stage_output(root: str, stage: str, task_id: str) -> str:
 
 def output_schema(stage):
     """A stage's rows as written: its own columns and ``occurrence``, which of the run's trajectories carrying
-    the row's ``traj_id`` it belongs to (1 unless several do: `pipeline.occurrences`)."""
+    the row's ``traj_id`` it belongs to (1 unless several do: `pipeline.occurrences`; null for a row naming no
+    trajectory of its batch)."""
     import pyarrow as pa
 
-    schema = stage.schema
-    return schema if "occurrence" in schema.names else schema.append(pa.field("occurrence", pa.int32()))
+    if "occurrence" in stage.schema.names:
+        raise ConfigError(f"llm stage {stage.name}: its schema has a column 'occurrence', which lwm adds to every "
+                          "stage's rows (which trajectory of those sharing a traj_id a row belongs to); rename it")
+    return stage.schema.append(pa.field("occurrence", pa.int32()))
 
 
 def unique_id_batches(kept: Sequence[tuple[str, Any]], size: int) -> list[list[tuple[str, Any]]]:
@@ -176,7 +180,7 @@ def run_llm_task(task: dict[str, Any]) -> dict[str, Any]:
     rows: list[dict[str, Any]] = []
     for batch in unique_id_batches(kept, max(1, int(llm["batch"]))):
         occurrence = {traj.traj_id: key_parts(key)[1] for key, traj in batch}
-        rows.extend({**row, "occurrence": occurrence[row["traj_id"]]}
+        rows.extend({**row, "occurrence": occurrence.get(row["traj_id"])}
                     for row in stage.process([traj for _, traj in batch], ctx))
     schema = output_schema(stage)
     with AtomicParquetWriter(fs, stage_output(root, stage.name, task["task_id"]), schema, rows_per_group=1024,
@@ -238,10 +242,13 @@ def run_llm_stages(cfg: dict[str, Any], fs, root: str, executor, ingest_results,
     try:
         for name in llm["stages"]:
             _remove_stale(fs, root, get_stage(name).name, set(prior))
+            output_schema(get_stage(name))  # a schema lwm cannot add its column to is one line before any request
             tasks = [{"task_id": tid, "stage": name, "out": cfg["run"]["out"], "cfg": cfg, "drop": sorted(drop),
                       "ledger": owner.spec, "earlier": list(done), "dups": dups.get(tid, {}),
+                      # a part with shared ids: its rows are told apart by occurrence, which rows written
+                      # before that column existed were not (their tasks run again, answered from the cache)
                       "spec_hash": spec_hash(base, name, prior[tid], sorted(drop),
-                                             *([dups[tid]] if dups.get(tid) else []))}
+                                             *([dups[tid], "rows by occurrence"] if dups.get(tid) else []))}
                      for tid in sorted(prior)]
             stage_key = f"llm_{get_stage(name).name}"
             with Ticker(stage_key, owner.ledger, progress_mode):

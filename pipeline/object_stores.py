@@ -37,22 +37,24 @@ def _is_s3(fs: fsspec.AbstractFileSystem) -> bool:
 
 
 def _bounded(fs: fsspec.AbstractFileSystem, wait: float):
-    """The same store, user and settings as `fs`, asked once (no retries) with `wait` seconds to connect and
-    to answer; botocore's own defaults (60 s each, retried by botocore and by s3fs) leave a frozen endpoint
+    """The same store, user and settings as `fs`, asked at most twice with `wait` / 2 seconds to connect and to
+    answer each time; botocore's own defaults (60 s each, retried by botocore and by s3fs) leave a frozen endpoint
     holding a run for many minutes with nothing printed."""
     opts = dict(fs.storage_options)
-    config = {**(opts.get("config_kwargs") or {}), "connect_timeout": wait, "read_timeout": wait,
-              "retries": {"mode": "standard", "total_max_attempts": 1}}
+    config = {**(opts.get("config_kwargs") or {}), "connect_timeout": wait / 2, "read_timeout": wait / 2,
+              "retries": {"mode": "standard", "total_max_attempts": 2}}
     probe = type(fs)(**{**opts, "config_kwargs": config, "skip_instance_cache": True})
-    probe.retries = 1  # s3fs's own loop around each call
+    probe.retries = 1  # s3fs's own loop around each call: botocore's two attempts are the retry
     return probe
 
 
 def _no_answer(exc: BaseException) -> bool:
-    """Whether `exc` says the endpoint never answered (refused, unreachable, timed out), not what it answered."""
+    """Whether `exc` says the endpoint never answered (refused, unreachable, timed out). An answer lwm cannot
+    use (a TLS failure, a closed connection, an error status) is left to the run, whose message says more."""
     import botocore.exceptions as bc
 
-    return isinstance(exc, (bc.ConnectionError, bc.HTTPClientError, TimeoutError))
+    return isinstance(exc, (bc.EndpointConnectionError, bc.ProxyConnectionError, bc.ConnectTimeoutError,
+                            bc.ReadTimeoutError, TimeoutError))
 
 
 def _ask_bucket(fs: fsspec.AbstractFileSystem, bucket: str, shown: str) -> None:
@@ -68,10 +70,10 @@ def _ask_bucket(fs: fsspec.AbstractFileSystem, bucket: str, shown: str) -> None:
 
         endpoint = strip_uri_credentials(str(getattr(client.s3.meta, "endpoint_url", "") or "the default endpoint"))
         timed_out = isinstance(exc, (bc.ReadTimeoutError, bc.ConnectTimeoutError, TimeoutError))
-        what = (f"no answer from the object store at {endpoint} within {wait:g} s" if timed_out else
+        what = (f"no answer from the object store at {endpoint} (asked twice, {wait:g} s in all)" if timed_out else
                 f"the object store at {endpoint} could not be reached")
-        raise ConfigError(f"{shown}: {what} ({type(exc).__name__}); check the endpoint (FSSPEC_S3_ENDPOINT_URL, "
-                          f"AWS_ENDPOINT_URL, ~/.aws/config) and the network"
+        hint = "check the endpoint (FSSPEC_S3_ENDPOINT_URL, AWS_ENDPOINT_URL, ~/.aws/config) and the network"
+        raise ConfigError(f"{strip_uri_credentials(shown)}: {what} ({type(exc).__name__}); {hint}"
                           + (f", or give it longer with {WAIT_ENV}" if timed_out else "")) from None
 
 

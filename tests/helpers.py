@@ -500,6 +500,31 @@ class TurnCountStage:
 TURN_COUNT = TurnCountStage()
 
 
+class SummaryRowStage(TurnCountStage):
+    """`TurnCountStage` that also writes a row naming no trajectory (a count per batch)."""
+
+    name = "turn_count_summary"
+
+    def process(self, trajs, ctx):
+        return [*super().process(trajs, ctx), {"traj_id": "", "answer_chars": len(trajs)}]
+
+
+class OwnOccurrenceStage(TurnCountStage):
+    """`TurnCountStage` whose rows have a column of the name lwm adds to every stage's rows."""
+
+    name = "own_occurrence"
+
+    def __init__(self) -> None:
+        import pyarrow as pa
+
+        super().__init__()
+        self.schema = self.schema.append(pa.field("occurrence", pa.string()))
+
+
+SUMMARY_ROW = SummaryRowStage()
+OWN_OCCURRENCE = OwnOccurrenceStage()
+
+
 # ------------------------------------------------------------------ the scripted WMAT block writer
 
 # A scripted block writer for the WMAT tests: answers block requests by a scenario per (task, step).

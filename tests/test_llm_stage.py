@@ -210,6 +210,28 @@ def test_a_stage_outside_the_package_runs_by_its_path(corpus, tmp_path):
     assert (out / "_tasks" / "llm_turn_count").is_dir()
 
 
+def test_a_row_naming_no_trajectory_of_its_batch_has_no_occurrence(corpus, tmp_path):
+    out = tmp_path / "out"
+    with JudgeServer(Script()) as server:
+        run_pipeline(llm_config([corpus], out, server.url, "cpt", stages=["tests.helpers:SUMMARY_ROW"]),
+                     echo=lambda m: None)
+    rows = [r for p in (out / "llm" / "turn_count_summary").glob("*.parquet") for r in pq.read_table(p).to_pylist()]
+    assert sorted(r["traj_id"] for r in rows if r["traj_id"]) == sorted(f"t-{s}" for s in CLEAN)
+    assert {r["occurrence"] for r in rows if r["traj_id"]} == {1}
+    summaries = [r for r in rows if not r["traj_id"]]
+    assert summaries and {r["occurrence"] for r in summaries} == {None}
+    assert sum(r["answer_chars"] for r in summaries) == len(CLEAN)
+
+
+def test_a_stage_with_a_column_named_occurrence_is_one_line_before_any_request(corpus, tmp_path):
+    with JudgeServer(Script()) as server:
+        with pytest.raises(ConfigError, match=r"^llm stage own_occurrence: its schema has a column 'occurrence', "
+                                              r"which lwm adds to every stage's rows .*; rename it$"):
+            run_pipeline(llm_config([corpus], tmp_path / "out", server.url, "cpt",
+                                    stages=["tests.helpers:OWN_OCCURRENCE"]), echo=lambda m: None)
+        assert server.requests == []
+
+
 def test_the_request_budget_holds_when_the_run_has_worker_processes(corpus, tmp_path):
     cfg = llm_config([corpus], tmp_path / "out", "", "sft", stages=["sft_reasoning"], max_requests=5)
     cfg["executor"].update(kind="processes", num_cpus=2)

@@ -249,22 +249,44 @@ def frozen_endpoint():
             conn.close()
 
 
+def _probe_run(tmp_path, endpoint: str, source: str, out: str, wait: str = "1") -> subprocess.CompletedProcess:
+    env = {**clean_env(), "AWS_ACCESS_KEY_ID": KEY_ID, "AWS_SECRET_ACCESS_KEY": SECRET,
+           "AWS_DEFAULT_REGION": "us-east-1", "FSSPEC_S3_ENDPOINT_URL": endpoint, "LWM_STORE_WAIT_S": wait}
+    # the bound is a few seconds; botocore's and s3fs's own retries of even 0.5-second waits take longer than 20 s
+    return subprocess.run([LWM, "run", "-i", source, "-o", out, "--executor", "local", "--progress", "off"],
+                          env=env, capture_output=True, text=True, timeout=20)
+
+
 @pytest.mark.parametrize("inside", ["input", "output"])
 def test_a_store_that_never_answers_is_one_line_within_the_wait(frozen_endpoint, tmp_path, inside):
     """Without a bound, botocore's and s3fs's retries of 60-second waits hold such a run for many minutes with
-    nothing printed; lwm asks the store once before the run and stops after LWM_STORE_WAIT_S seconds."""
+    nothing printed; lwm asks the store before the run and stops after LWM_STORE_WAIT_S seconds. A credential in
+    the input's URL stays out of the line."""
     corpus = write_corpus(tmp_path / "in", files=1, per_file=3)
-    paths = (["s3://frozen/in", str(tmp_path / "out")] if inside == "input" else [str(corpus), "s3://frozen/out"])
-    env = {**clean_env(), "AWS_ACCESS_KEY_ID": KEY_ID, "AWS_SECRET_ACCESS_KEY": SECRET,
-           "AWS_DEFAULT_REGION": "us-east-1", "FSSPEC_S3_ENDPOINT_URL": frozen_endpoint, "LWM_STORE_WAIT_S": "1"}
-    proc = subprocess.run([LWM, "run", "-i", paths[0], "-o", paths[1], "--executor", "local", "--progress", "off"],
-                          env=env, capture_output=True, text=True, timeout=60)
+    source, out = (("s3://frozen/in?X-Amz-Signature=SIGSECRET123", str(tmp_path / "out")) if inside == "input"
+                   else (str(corpus), "s3://frozen/out"))
+    proc = _probe_run(tmp_path, frozen_endpoint, source, out)
     assert proc.returncode == 2, proc.stderr
+    shown = "s3://frozen/in" if inside == "input" else out
     assert proc.stderr.strip().splitlines()[-1] == (
-        f"lwm: error: {paths[inside == 'output']}: no answer from the object store at {frozen_endpoint} within 1 s "
+        f"lwm: error: {shown}: no answer from the object store at {frozen_endpoint} (asked twice, 1 s in all) "
         "(ReadTimeoutError); check the endpoint (FSSPEC_S3_ENDPOINT_URL, AWS_ENDPOINT_URL, ~/.aws/config) and the "
         "network, or give it longer with LWM_STORE_WAIT_S")
+    assert "SIGSECRET123" not in proc.stderr
     assert not (tmp_path / "out").exists()
+
+
+def test_a_store_nothing_listens_for_is_one_line(tmp_path):
+    import socket
+
+    with socket.socket() as sock:  # a port that was free a moment ago: connections to it are refused
+        sock.bind(("127.0.0.1", 0))
+        endpoint = f"http://127.0.0.1:{sock.getsockname()[1]}"
+    proc = _probe_run(tmp_path, endpoint, "s3://nobody/in", str(tmp_path / "out"), wait="20")
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.strip().splitlines()[-1] == (
+        f"lwm: error: s3://nobody/in: the object store at {endpoint} could not be reached (EndpointConnectionError); "
+        "check the endpoint (FSSPEC_S3_ENDPOINT_URL, AWS_ENDPOINT_URL, ~/.aws/config) and the network")
 
 
 def test_an_unreadable_store_wait_is_one_line(tmp_path):
