@@ -239,15 +239,16 @@ def run_llm_stages(cfg: dict[str, Any], fs, root: str, executor, ingest_results,
     prior: dict[str, str] = {r["task_id"]: r["spec_hash"] for r in ingest_results}
     done: list[str] = []
     owner = LedgerOwner(executor, llm)  # one budget for the whole invocation, every stage drawing from it
+    removed = sorted(drop)
     try:
         for name in llm["stages"]:
             _remove_stale(fs, root, get_stage(name).name, set(prior))
             output_schema(get_stage(name))  # a schema lwm cannot add its column to is one line before any request
-            tasks = [{"task_id": tid, "stage": name, "out": cfg["run"]["out"], "cfg": cfg, "drop": sorted(drop),
+            tasks = [{"task_id": tid, "stage": name, "out": cfg["run"]["out"], "cfg": cfg, "drop": removed,
                       "ledger": owner.spec, "earlier": list(done), "dups": dups.get(tid, {}),
                       # a part with shared ids: its rows are told apart by occurrence, which rows written
                       # before that column existed were not (their tasks run again, answered from the cache)
-                      "spec_hash": spec_hash(base, name, prior[tid], sorted(drop),
+                      "spec_hash": spec_hash(base, name, prior[tid], removed,
                                              *([dups[tid], "rows by occurrence"] if dups.get(tid) else []))}
                      for tid in sorted(prior)]
             stage_key = f"llm_{get_stage(name).name}"

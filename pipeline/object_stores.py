@@ -32,8 +32,11 @@ def store_wait() -> float:
     return wait
 
 
-def _is_s3(fs: fsspec.AbstractFileSystem) -> bool:
-    return bool({"s3", "s3a"} & protocols(fs)) and hasattr(fs, "call_s3")
+def _s3_bucket(fs: fsspec.AbstractFileSystem, path: str) -> str:
+    """The bucket `path` names where `fs` is S3 (s3fs); "" elsewhere."""
+    if not ({"s3", "s3a"} & protocols(fs) and hasattr(fs, "call_s3")):
+        return ""
+    return path.strip("/").split("/", 1)[0]
 
 
 def _bounded(fs: fsspec.AbstractFileSystem, wait: float):
@@ -48,13 +51,15 @@ def _bounded(fs: fsspec.AbstractFileSystem, wait: float):
     return probe
 
 
-def _no_answer(exc: BaseException) -> bool:
-    """Whether `exc` says the endpoint never answered (refused, unreachable, timed out). An answer lwm cannot
-    use (a TLS failure, a closed connection, an error status) is left to the run, whose message says more."""
+def _silence(exc: BaseException) -> str:
+    """How `exc` says the endpoint never answered: "timeout", "unreachable" (refused, no route), or "" where it
+    answered something lwm cannot use (a TLS failure, a closed connection, an error status), which the run's own
+    message then says more about."""
     import botocore.exceptions as bc
 
-    return isinstance(exc, (bc.EndpointConnectionError, bc.ProxyConnectionError, bc.ConnectTimeoutError,
-                            bc.ReadTimeoutError, TimeoutError))
+    if isinstance(exc, (bc.ReadTimeoutError, bc.ConnectTimeoutError, TimeoutError)):
+        return "timeout"
+    return "unreachable" if isinstance(exc, (bc.EndpointConnectionError, bc.ProxyConnectionError)) else ""
 
 
 def _ask_bucket(fs: fsspec.AbstractFileSystem, bucket: str, shown: str) -> None:
@@ -64,17 +69,15 @@ def _ask_bucket(fs: fsspec.AbstractFileSystem, bucket: str, shown: str) -> None:
     try:
         client.call_s3("head_bucket", Bucket=bucket)
     except Exception as exc:
-        if not wait or not _no_answer(exc):
+        silence = _silence(exc) if wait else ""
+        if not silence:
             raise
-        import botocore.exceptions as bc
-
         endpoint = strip_uri_credentials(str(getattr(client.s3.meta, "endpoint_url", "") or "the default endpoint"))
-        timed_out = isinstance(exc, (bc.ReadTimeoutError, bc.ConnectTimeoutError, TimeoutError))
-        what = (f"no answer from the object store at {endpoint} (asked twice, {wait:g} s in all)" if timed_out else
-                f"the object store at {endpoint} could not be reached")
+        what = (f"no answer from the object store at {endpoint} (asked twice, {wait:g} s in all)"
+                if silence == "timeout" else f"the object store at {endpoint} could not be reached")
         hint = "check the endpoint (FSSPEC_S3_ENDPOINT_URL, AWS_ENDPOINT_URL, ~/.aws/config) and the network"
         raise ConfigError(f"{strip_uri_credentials(shown)}: {what} ({type(exc).__name__}); {hint}"
-                          + (f", or give it longer with {WAIT_ENV}" if timed_out else "")) from None
+                          + (f", or give it longer with {WAIT_ENV}" if silence == "timeout" else "")) from None
 
 
 def check_bucket(fs: fsspec.AbstractFileSystem, path: str, shown: str) -> None:
@@ -82,14 +85,14 @@ def check_bucket(fs: fsspec.AbstractFileSystem, path: str, shown: str) -> None:
     so is a store that does not answer at all (`store_wait`). Only a definite answer counts: credentials that
     may write objects but not look at the bucket leave the writes to tell (lwm creates no bucket either way:
     `ensure_dir`)."""
-    bucket = path.strip("/").split("/", 1)[0]
-    if not bucket or not _is_s3(fs):
+    bucket = _s3_bucket(fs, path)
+    if not bucket:
         return
     try:
         _ask_bucket(fs, bucket, shown)
     except FileNotFoundError:  # s3fs's translation of NoSuchBucket / 404
-        raise ConfigError(f"{shown}: the bucket {bucket} does not exist; lwm writes into a bucket, it does not "
-                          "create one") from None
+        raise ConfigError(f"{strip_uri_credentials(shown)}: the bucket {bucket} does not exist; lwm writes into a "
+                          "bucket, it does not create one") from None
     except ConfigError:
         raise
     except Exception:  # no right to look, or another answer: not ours to judge here
@@ -105,8 +108,8 @@ def check_inputs_answer(inputs: list[str]) -> None:
     asked: set[tuple[str, str]] = set()
     for spec in inputs:
         fs, path = filesystem(spec)
-        bucket = path.strip("/").split("/", 1)[0]
-        if not bucket or not _is_s3(fs) or any(c in bucket for c in "*?["):
+        bucket = _s3_bucket(fs, path)
+        if not bucket or any(c in bucket for c in "*?["):
             continue
         key = (repr(sorted(fs.storage_options.items(), key=str)), bucket)
         if key in asked:

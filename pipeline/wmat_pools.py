@@ -180,7 +180,8 @@ class WmatPoolsStage(Stage):
             return None
         drop, dups = sorted(removed_ids(ctx)), run_offsets(ctx)
         return [{"task_id": tid, "out": ctx.cfg["run"]["out"], "cfg": ctx.cfg, "stages": list(llm_run["stages"]),
-                 "drop": drop, "dups": dups.get(tid, {}), "spec": [spec, drop, *([dups[tid]] if dups.get(tid) else [])]}
+                 # `spec`: the model stages' spec of the part, which holds its shared ids already
+                 "drop": drop, "dups": dups.get(tid, {}), "spec": [spec, drop]}
                 for tid, spec in sorted(llm_run["specs"].items())]
 
     def finish(self, ctx: RunContext, results: list[dict[str, Any]]) -> None:

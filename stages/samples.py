@@ -270,24 +270,27 @@ class TrajectorySamples:
         whole oldest history turns are dropped until the sample fits `limit` (a cpt sample keeps its last
         turn); None if it never does. The text is tokenized whole, so the fewest turns to drop are searched
         for by halving (a few tokenizations, not one per turn)."""
-        parts = self._plain_text(history, target)
-        if len(parts.pieces[0].ids) <= limit:
-            return parts
+        encoded = self._plain_encode(history, target)
+        if len(encoded[1]) <= limit:
+            return self._plain_parts(*encoded, target)
         most = len(history) - (1 if target is None else 0)
-        if most < 1 or len((fewest := self._plain_text(history[most:], target)).pieces[0].ids) > limit:
+        if most < 1 or len((fewest := self._plain_encode(history[most:], target))[1]) > limit:
             return None
-        low, high, parts = 1, most, fewest  # `high` fits; find the least number of dropped turns that does
+        low, high, encoded = 1, most, fewest  # `high` fits; find the least number of dropped turns that does
         while low < high:
             mid = (low + high) // 2
-            trial = self._plain_text(history[mid:], target)
-            if len(trial.pieces[0].ids) <= limit:
-                high, parts = mid, trial
+            trial = self._plain_encode(history[mid:], target)
+            if len(trial[1]) <= limit:
+                high, encoded = mid, trial
             else:
                 low = mid + 1
+        parts = self._plain_parts(*encoded, target)
         parts.dropped_turns = high
         return parts
 
-    def _plain_text(self, history: list[int], target: int | None) -> SampleParts:
+    def _plain_encode(self, history: list[int], target: int | None):
+        """The plain text's ``(spans, ids, idx)``: its ``(text, weight, turn)`` spans, its token ids and the span of
+        each token; all the search for a cut needs (weights and spans are built once, for the cut chosen)."""
         spans: list[tuple[str, float, int]] = [(plain("system", self.system_text), 0.0, 0)]
         for t in history:
             spans.append((plain("user", user_prompt(self.traj, t)), 0.0, 0))
@@ -303,6 +306,9 @@ class TrajectorySamples:
             else:
                 spans.append((target_reply(turn.observation, turn.reasoning) + "\n\n", 1.0, target))
         ids, idx = project_weights(self.seg, [(self.seg.norm(s), 1.0) for s, _, _ in spans], return_index=True)
+        return spans, ids, idx
+
+    def _plain_parts(self, spans: list[tuple[str, float, int]], ids, idx, target: int | None) -> SampleParts:
         weights, out_spans, span_turns = [], [], []
         drawn: dict[int, list[int]] = {}  # a weighted cpt turn: the positions of its tokens, drawn below
         for i, k in enumerate(idx):

@@ -46,9 +46,10 @@ import pyarrow.parquet as pq
 
 from pipeline.cli.run_files import find_trajectories, finished_run, parquet_files, run_templates
 from pipeline.errors import handle_errors
-from pipeline.object_stores import check_bucket
+from pipeline.object_stores import BUCKET_PROTOCOLS, check_bucket
 from schemas.errors import ConfigError
 from schemas.trajectory import Trajectory
+from stages.ingest.reading import protocols
 from stages.render import history_reply, target_prompt, user_prompt
 from stages.templates import render_system
 
@@ -126,12 +127,16 @@ def agentworldbench_rows(run_dir: str) -> Iterator[tuple[EvalSample, dict[str, A
         raise ConfigError(f"{run_dir}: the eval pool is empty (pools.ratios.eval, eval_subsample?)")
     trajs = load_trajectories(fs, root, {s.traj_id for s in samples})
     dirs = run_templates(fs, root, run_dir)
+    systems: dict[tuple[str, str], str] = {}  # a trajectory's system prompt, rendered once for its eval samples
     for sample in samples:
         traj = trajs[sample.traj_id]
         if sample.total_turns != len(traj.turns):
             raise ConfigError(f"sample {sample.sample_id}: {sample.total_turns} turns in the shard, "
                               f"{len(traj.turns)} in the trajectories layer")
-        yield sample, export_row(traj, sample, render_system(traj, sample.template, dirs))
+        key = (sample.traj_id, sample.template)
+        if key not in systems:
+            systems[key] = render_system(traj, sample.template, dirs)
+        yield sample, export_row(traj, sample, systems[key])
 
 
 def write_agentworldbench(run_dir: str, out: str) -> ExportSummary:
@@ -144,7 +149,7 @@ def write_agentworldbench(run_dir: str, out: str) -> ExportSummary:
                           "(the evaluator reads every *_test.jsonl of its --data-dir)")
     check_bucket(fs, path, out)
     parent = posixpath.dirname(path)
-    if parent:
+    if parent and not protocols(fs) & BUCKET_PROTOCOLS:  # an object store has no folders; lwm makes no bucket
         fs.makedirs(parent, exist_ok=True)
     tmp = f"{path}.tmp-{uuid.uuid4().hex[:8]}"
     summary = ExportSummary(0, 0)
