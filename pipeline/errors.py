@@ -162,17 +162,11 @@ def handle_errors(fn):
             again = " (finished tasks are kept: the same command resumes)" if ctx.info_name == "run" else ""
             click.echo(f"lwm: {'terminated' if terminated else 'interrupted'}{again}", err=True)
             sys.exit(143 if terminated else 130)
-        except BrokenPipeError as exc:
-            if debug or not stdout_reader_gone():
-                if debug:
-                    raise
-                line, status = error_line(exc)  # another pipe (a worker's, an endpoint's): a real error
-                click.echo(f"lwm: error: {line}", err=True)
-                sys.exit(status)
-            reader_went_away()
         except Exception as exc:
             if debug:
                 raise
+            if isinstance(exc, BrokenPipeError) and stdout_reader_gone():  # not another pipe (a worker's, an endpoint's)
+                reader_went_away()
             line, status = error_line(exc)
             click.echo(f"lwm: error: {line}", err=True)
             sys.exit(status)

@@ -89,14 +89,19 @@ def run_manifests(files: Sequence[str]) -> dict[str, tuple[dict[str, Any] | None
     return manifests
 
 
-def longest_sample(files: Sequence[str]) -> LongestSample | None:
-    """The longest sample over `files`: from the manifest's shard entries, else the footers; None if unknown."""
+def longest_sample(files: Sequence[str], manifests: dict[str, tuple[dict[str, Any] | None, str]] | None = None,
+                   ) -> LongestSample | None:
+    """The longest sample over `files`: from the manifest's shard entries, else the footers; None if unknown.
+    `manifests`: `run_manifests` of `files`, where the caller has it."""
     longest, sources = 0, set()
-    manifests = run_manifests(files)
+    manifests = run_manifests(files) if manifests is None else manifests
+    entries: dict[str, dict[str, dict[str, Any]]] = {}  # per run root: its manifest's shard entries by path
     for uri in files:
-        manifest, root = manifests[posixpath.dirname(fsspec.core.url_to_fs(uri)[1])]
-        relative = posixpath.relpath(fsspec.core.url_to_fs(uri)[1], root) if root else None
-        entry = next((s for s in (manifest or {}).get("shards", []) if s.get("path") == relative), None)
+        path = fsspec.core.url_to_fs(uri)[1]
+        manifest, root = manifests[posixpath.dirname(path)]
+        if root not in entries:
+            entries[root] = {s.get("path"): s for s in (manifest or {}).get("shards", [])}
+        entry = entries[root].get(posixpath.relpath(path, root)) if root else None
         if entry is not None and "max_tokens" in entry:
             longest, sources = max(longest, int(entry["max_tokens"])), sources | {MANIFEST}
             continue

@@ -32,6 +32,7 @@ from training.long_samples import (
     PieceTracker,
     check_row_length,
     longest_sample,
+    run_manifests,
 )
 from training.loss import LOSS_NORMS, all_ranks_sum
 from training.models import ATTENTION, TINY, build_model, pick_attention, vocabulary_rows
@@ -267,9 +268,10 @@ def _train(config: TrainConfig, dist: Distributed, echo: Callable[[str], None]) 
     if not dataset.total_rows:
         raise ConfigError(f"no samples to train on in {', '.join(config.shards)} (an empty pool?)")
     files = sorted({group.uri for group in dataset.groups})
+    manifests = run_manifests(files)  # each run's manifest, read once for both checks
     if config.category_weights:
-        check_category_names(files, config.category_weights)
-    longest = longest_sample(files)
+        check_category_names(files, config.category_weights, manifests)
+    longest = longest_sample(files, manifests)
     note = check_row_length(longest, config.micro_batch_tokens, config.long_samples)
     if note:
         echo(note)

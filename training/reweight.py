@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -55,16 +56,17 @@ def apply_category_weights(
     return result
 
 
-def check_category_names(files: Sequence[str], names: Iterable[str]) -> None:
+def check_category_names(files: Sequence[str], names: Iterable[str],
+                          manifests: dict[str, tuple[dict[str, Any] | None, str]] | None = None) -> None:
     """Refuse a ``--category-weight`` naming no category of the masking tables the shards were made with, nor a
     span of the WMAT pools (a typo would otherwise change nothing, silently). Shards whose run manifest is not
-    found are not checked."""
+    found are not checked. `manifests`: `training.long_samples.run_manifests` of `files`, where the caller has it."""
     from masking import load_table
     from stages.wmat import OBSERVATION, POLICY, WORLD_MODEL
     from training.long_samples import run_manifests
 
     known: set[str] = {WORLD_MODEL, POLICY, OBSERVATION}  # the spans of the WMAT pools (`stages.wmat`)
-    for manifest, _ in run_manifests(files).values():
+    for manifest, _ in (run_manifests(files) if manifests is None else manifests).values():
         if manifest is None:
             return
         table = load_table(((manifest.get("config") or {}).get("masking") or {}).get("table"))

@@ -44,7 +44,7 @@ from typing import Any
 import click
 import pyarrow.parquet as pq
 
-from pipeline.cli.run_files import find_trajectories, finished_run, parquet_files, run_templates
+from pipeline.cli.run_files import find_trajectories, finished_manifest, parquet_files, run_templates
 from pipeline.errors import handle_errors
 from pipeline.object_stores import BUCKET_PROTOCOLS, check_bucket
 from schemas.errors import ConfigError
@@ -121,12 +121,12 @@ def export_row(traj: Trajectory, sample: EvalSample, system_text: str) -> dict[s
 
 def agentworldbench_rows(run_dir: str) -> Iterator[tuple[EvalSample, dict[str, Any]]]:
     """The rows of a finished run's eval pool, in sample id order."""
-    fs, root = finished_run(run_dir)
+    fs, root, manifest = finished_manifest(run_dir)
     samples = eval_samples(fs, root)
     if not samples:
         raise ConfigError(f"{run_dir}: the eval pool is empty (pools.ratios.eval, eval_subsample?)")
     trajs = load_trajectories(fs, root, {s.traj_id for s in samples})
-    dirs = run_templates(fs, root, run_dir)
+    dirs = run_templates(fs, root, run_dir, manifest)
     systems: dict[tuple[str, str], str] = {}  # a trajectory's system prompt, rendered once for its eval samples
     for sample in samples:
         traj = trajs[sample.traj_id]

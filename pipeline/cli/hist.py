@@ -15,7 +15,7 @@ from typing import Any
 import click
 import numpy as np
 
-from pipeline.cli.run_files import finished_run
+from pipeline.cli.run_files import finished_manifest
 from pipeline.errors import handle_errors
 from schemas.errors import ConfigError
 from stages.histogram import aggregate, render_table
@@ -63,10 +63,8 @@ def histogram_from_shards(root: str) -> dict[str, Any]:
 def load_histogram(run_dir: str, source: str = "auto") -> tuple[list[dict[str, Any]], dict[str, float]]:
     """Histogram records and keep ratios of a run: from its shards (local) or its manifest."""
     from masking import load_table
-    from pipeline.outputs import read_json
 
-    fs, base = finished_run(run_dir)  # one line where it is not (the same as show, export and reward)
-    manifest = read_json(fs, posixpath.join(base, "manifest.json"))
+    fs, _, manifest = finished_manifest(run_dir)  # one line where it is not (the same as show, export and reward)
     table = load_table(manifest["config"]["masking"]["table"])
     keep = {c.name: c.keep for c in table.categories}
     remote = not is_local(fs)

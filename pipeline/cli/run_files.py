@@ -17,14 +17,27 @@ from schemas.trajectory import Trajectory
 def finished_run(run_dir: str):
     """(filesystem, root) of a finished run; `ConfigError` when it has no ``_SUCCESS``, or when a shard its
     manifest lists is missing or of another size (deleted or cut short since: what is read would be partial)."""
+    fs, root, _ = _finished(run_dir, False)
+    return fs, root
+
+
+def finished_manifest(run_dir: str):
+    """(filesystem, root, manifest) of a finished run, checked as `finished_run` checks it; an unreadable
+    ``manifest.json`` raises as `run_manifest` does."""
+    return _finished(run_dir, True)
+
+
+def _finished(run_dir: str, need_manifest: bool):
     fs, root = out_fs(run_dir)
     if not fs.exists(posixpath.join(root, "_SUCCESS")):
         raise ConfigError(f"{run_dir}: not a finished run (no _SUCCESS); run `lwm run` to completion first")
     try:
-        listed = run_manifest(fs, root).get("shards") or []
+        manifest = run_manifest(fs, root)
     except (FileNotFoundError, ValueError):
-        return fs, root  # no readable manifest: the commands that need one say so
-    for shard in listed:
+        if need_manifest:
+            raise
+        return fs, root, None  # no readable manifest: the commands that need one say so
+    for shard in manifest.get("shards") or []:
         path = posixpath.join(root, shard["path"])
         try:
             size = int(fs.size(path))
@@ -33,21 +46,21 @@ def finished_run(run_dir: str):
         if size != int(shard["bytes"]):
             what = "is missing" if size < 0 else f"has {size} bytes, not the {shard['bytes']} the manifest lists"
             raise ConfigError(f"{run_dir}: shard {shard['path']} {what}; run the same `lwm run` again to rebuild it")
-    return fs, root
+    return fs, root, manifest
 
 
 def run_manifest(fs, root: str) -> dict[str, Any]:
     return read_json(fs, posixpath.join(root, "manifest.json"))
 
 
-def run_templates(fs, root: str, run_dir: str) -> tuple[str, ...]:
+def run_templates(fs, root: str, run_dir: str, manifest: dict[str, Any] | None = None) -> tuple[str, ...]:
     """The run's ``templates.dirs``, checked to hold the template texts its samples were rendered with
     (``manifest.json`` records their digest): a template edited or removed since is one line, not system
     prompts that differ from the trained ones."""
     from stages.templates import reload_templates, templates_digest
 
     reload_templates()
-    manifest = run_manifest(fs, root)
+    manifest = manifest if manifest is not None else run_manifest(fs, root)
     dirs = tuple(manifest["config"]["templates"]["dirs"])
     recorded = (manifest.get("templates") or {}).get("sha256")
     if recorded and templates_digest(dirs) != recorded:

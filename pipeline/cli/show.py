@@ -170,12 +170,10 @@ def _wrap(texts: list[str], k: int, marked: set[int]) -> str:
 @handle_errors
 def show_cmd(run_dir: str, sample: str | None, index: int | None, pool: str | None, plain: bool) -> None:
     """One sample decoded, each token colored by its weight, with per-turn categories."""
-    from pipeline.cli.run_files import finished_run
-    from pipeline.outputs import read_json
+    from pipeline.cli.run_files import finished_manifest
     from stages.tokenizer import load_tokenizer
 
-    fs, base = finished_run(run_dir)
-    manifest = read_json(fs, posixpath.join(base, "manifest.json"))
+    manifest = finished_manifest(run_dir)[2]
     cfg = manifest["config"]["tokenizer"]
     row = find_sample(run_dir, sample, index, pool)  # first: a lookup that fails need not load the tokenizer
     tok = load_tokenizer(cfg["spec"], cfg["engine"] or None)
