@@ -206,7 +206,7 @@ class ScanStage(Stage):
         if hasattr(ctx.executor, "plan_for_input"):
             ctx.executor.plan_for_input(sum(input_size(u) for u, _ in units))
         ctx.shared["ingest_plan"] = plan_ingest(units, split_settings(cfg))
-        return scan_tasks(ctx.shared["ingest_plan"], cfg["run"]["out"]) or None
+        return scan_tasks(ctx.shared["ingest_plan"], cfg["run"]["out"], ctx.shared.setdefault("stamps", {})) or None
 
     def finish(self, ctx: RunContext, results: list[dict[str, Any]]) -> None:
         if results:
@@ -234,7 +234,7 @@ class IngestStage(Stage):
         # sniffed formats: each unit's adapter takes the options it has (`sniffed_opts`); a given one takes all
         per_format = None if cfg["run"]["format"] else sniffed_opts((w.format for w in plan), opts)
         tasks = []
-        stamped: dict[str, Any] = {}  # each file's stamp once, whatever the number of its ranges
+        stamped: dict[str, Any] = ctx.shared.setdefault("stamps", {})  # each file's stamp once per run (the scan's)
         for work in plan:
             fields = work.task_fields()
             ranged = [fields["range"]] if "range" in fields else []

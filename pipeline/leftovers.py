@@ -12,7 +12,7 @@ import fsspec
 # and a file named after an ingest task (``part-<16 hex>.parquet``, ``<16 hex>.json``, ``<16 hex>.pieces.arrow``).
 # Only such names are ever removed: a file of the user's that lies in the output folder is never touched.
 TEMPORARY = re.compile(r"\.tmp-\d+-[0-9a-f]{8}$")
-TASK_NAMED = re.compile(r"^(?:part-)?[0-9a-f]{16}(?:\.[A-Za-z0-9_]+)+(?:\.tmp-\d+-[0-9a-f]{8})?$")
+TASK_FILE = re.compile(r"^(?:part-)?[0-9a-f]{16}(?:\.[A-Za-z0-9_]+)+$")
 
 
 def remove_stale_temps(fs: fsspec.AbstractFileSystem, root: str) -> int:
@@ -46,7 +46,7 @@ def remove_stale_task_outputs(fs: fsspec.AbstractFileSystem, root: str, task_ids
             continue
         for p in fs.find(base):
             name = posixpath.basename(p)
-            if ".tmp-" in name or not TASK_NAMED.match(name):
+            if ".tmp-" in name or not TASK_FILE.match(name):
                 continue  # a temporary (`remove_stale_temps`), or not a name lwm writes
             if task_id_of(p) not in task_ids:
                 stale.append(p)

@@ -76,7 +76,8 @@ def removed_keys(fs, root: str) -> set[str]:
     if not fs.exists(path):
         return set()
     with fs.open(path, "rb") as f:
-        table = pq.read_table(f)
+        parquet = pq.ParquetFile(f)
+        table = parquet.read(columns=[c for c in ("traj_id", "occurrence") if c in parquet.schema_arrow.names])
     ids = table.column("traj_id").to_pylist()
     if "occurrence" not in table.column_names:
         return set(ids)

@@ -17,10 +17,11 @@ from stages.ingest.ranges import IngestWork, content_stamp
 from stages.uri_credentials import recorded_uri
 
 
-def scan_tasks(plan: list[IngestWork], out: str) -> list[dict[str, Any]]:
-    """One scan task per byte range of the plan (the first pass that counts newlines)."""
+def scan_tasks(plan: list[IngestWork], out: str, stamps: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+    """One scan task per byte range of the plan (the first pass that counts newlines). `stamps`: each file's
+    `content_stamp` by uri, filled here and kept by the caller (the ingest tasks stamp their files with it)."""
     tasks = []
-    stamps: dict[str, object] = {}  # a file's stamp, once for all its ranges
+    stamps = {} if stamps is None else stamps  # a file's stamp, once for all its ranges
     for work in plan:
         if work.byte_range is None:
             continue
