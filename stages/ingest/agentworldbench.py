@@ -349,9 +349,7 @@ def trajectory_of_chain(record: RawRecord, chain: list[ParsedRow], opts: dict[st
             initial_state=longest.state,
             simulation_instruction=simulation_instruction_of(
                 longest.system_str, longest.instruction, longest.state,
-                # only a prompt with an action-space section can end in one (the check parses every action)
-                implied_action_space(domain, [t.action for t in turns])
-                if f"\n## {FIELD_HEADINGS['action_space']}\n" in longest.system_str else ""),
+                implied_action_space(domain, [t.action for t in turns])),
         ),
         source_kind=opts.get("source_kind") or "public",
         meta=meta,
