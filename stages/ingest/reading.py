@@ -134,9 +134,14 @@ def unrecognized(unit: InputUnit) -> InvalidRecord | None:
         failure = open_failure(unit.uri)
         if failure is not None:
             return failure
-        if not read_head(unit.uri).strip():
+        if not read_head(unit.uri).strip() or _holds_nothing(unit.uri):
             return None
     return InvalidRecord("unknown_format", "no adapter recognizes this input (give --format)", "document", unit.uri)
+
+
+def _holds_nothing(uri: str) -> bool:
+    """A CSV with only its header, or a Parquet file without rows: an empty file, as a blank JSONL is."""
+    return container_of(uri) in ("csv", "parquet") and next(iter_container(uri), None) is None
 
 
 def join_uri(base: str, *parts: str) -> str:
@@ -528,7 +533,8 @@ def decode_line(uri: str, lineno: int, text: str) -> Any:
     try:
         return loads(text)
     except json.JSONDecodeError as exc:
-        return InvalidRecord("malformed_json", f"{exc.msg} at column {exc.colno}", f"line {lineno}", uri)
+        at = "" if exc.msg.endswith(" at") else " at"  # "Unterminated string starting at", "Invalid control character at"
+        return InvalidRecord("malformed_json", f"{exc.msg}{at} column {exc.colno}", f"line {lineno}", uri)
     except RecursionError:
         return InvalidRecord("too_deep", "JSON nested deeper than the parser allows", f"line {lineno}", uri)
 
@@ -580,51 +586,112 @@ def iter_json(uri: str, max_bytes: int = DEFAULT_MAX_RECORD_BYTES) -> Iterator[t
         yield "document", value
 
 
+_ESCAPED_BYTE = re.compile("[\udc80-\udcff]")  # what "surrogateescape" makes of a byte that is not UTF-8
+_SHORT = object()  # the value DictReader gives the fields a row lacks
+
+
 def iter_csv(uri: str, max_bytes: int = DEFAULT_MAX_RECORD_BYTES) -> Iterator[tuple[str, Any] | InvalidRecord]:
-    """CSV rows as dicts keyed by the header, ``("row N", dict)`` (N counts data rows from 1)."""
+    """CSV rows as dicts keyed by the header, ``("row N", dict)`` (N counts data rows from 1).
+
+    A row the parser rejects (a field over `max_bytes`, a stray quote), one with more fields than the
+    header or bytes that are not UTF-8 is its own record (``malformed_csv``, ``bad_encoding``) and reading
+    goes on at the next row; the lines that belonged to a rejected row (a quoted field over several lines)
+    are not counted again. A header naming one column twice is one record for the whole file: which of the
+    two values a row means cannot be told.
+    """
     csv.field_size_limit(min(max_bytes, sys.maxsize))
     try:
         with open_binary(uri) as f:
-            text = io.TextIOWrapper(f, encoding="utf-8-sig", newline="")
-            reader = csv.DictReader(text)
-            row = 0
+            text = io.TextIOWrapper(f, encoding="utf-8-sig", errors="surrogateescape", newline="")
+            reader = csv.DictReader(text, restval=_SHORT)
+            try:
+                header = reader.fieldnames or []
+            except csv.Error as exc:
+                yield InvalidRecord("malformed_csv", f"header: {exc}", "row 0", uri)
+                return
+            problem = _header_problem(header)
+            if problem:
+                yield InvalidRecord(*problem, "row 0", uri)
+                return
+            row, broken = 0, False  # broken: the last row was rejected, and may have left lines of itself
             while True:
                 try:
                     record = next(reader)
                 except StopIteration:
                     return
                 except csv.Error as exc:
-                    row += 1
+                    row, broken = row + 1, True
                     yield InvalidRecord("malformed_csv", str(exc), f"row {row}", uri)
-                    return
-                row += 1
+                    continue
+                short = _SHORT in record.values()
+                if short and broken:
+                    continue  # the rest of the rejected row's field, read as rows of their own
+                row, broken = row + 1, False
                 if None in record:
                     yield InvalidRecord("malformed_csv", "more fields than the header", f"row {row}", uri)
                     continue
-                yield f"row {row}", record
-    except (EOFError, zstandard.ZstdError, OSError, UnicodeDecodeError) as exc:
+                if any(isinstance(v, str) and _ESCAPED_BYTE.search(v) for v in record.values()):
+                    yield InvalidRecord("bad_encoding", "not UTF-8", f"row {row}", uri)
+                    continue
+                yield f"row {row}", {k: None if v is _SHORT else v for k, v in record.items()} if short else record
+    except (EOFError, zstandard.ZstdError, OSError) as exc:
         yield stream_failure(exc, "document", uri)
 
 
+def _header_problem(header: list[str]) -> tuple[str, str] | None:
+    """Why a CSV header cannot key its rows: bytes that are not UTF-8, or a column named twice."""
+    if any(_ESCAPED_BYTE.search(name) for name in header):
+        return "bad_encoding", "header: not UTF-8"
+    seen: set[str] = set()
+    for name in header:
+        if name in seen:
+            return "malformed_csv", f"column {name!r} appears twice in the header"
+        seen.add(name)
+    return None
+
+
 def iter_parquet(uri: str, max_bytes: int = DEFAULT_MAX_RECORD_BYTES) -> Iterator[tuple[str, Any] | InvalidRecord]:
-    """Parquet rows as dicts, read a row group at a time, ``("row N", dict)`` (0-based N)."""
+    """Parquet rows as dicts, read a row group at a time, ``("row N", dict)`` (0-based N).
+
+    A row group that cannot be decoded (corrupt pages, a checksum or compression failure) is one
+    ``malformed_parquet`` record naming its rows; the groups after it are still read.
+    """
     import pyarrow.parquet as pq
 
     fs, path = filesystem(uri)
     try:
         check_link(fs, path)
-        pf = pq.ParquetFile(fs.open(path, "rb"))
+        f = fs.open(path, "rb")
     except LinkOutsideInput as exc:
         yield InvalidRecord("link_outside_input", str(exc), "document", uri)
         return
-    except Exception as exc:  # pyarrow raises ArrowInvalid/OSError variants for non-parquet bytes
-        yield InvalidRecord("malformed_parquet", str(exc).splitlines()[0], "document", uri)
+    except OSError as exc:
+        yield stream_failure(exc, "document", uri)
         return
-    row = 0
-    for batch in pf.iter_batches(batch_size=256):
-        for record in batch.to_pylist():
-            yield f"row {row}", record
-            row += 1
+    with f:
+        try:
+            pf = pq.ParquetFile(f)
+        except Exception as exc:  # pyarrow raises ArrowInvalid/OSError variants for non-parquet bytes
+            yield InvalidRecord("malformed_parquet", _first_line(exc), "document", uri)
+            return
+        start = 0
+        for group in range(pf.metadata.num_row_groups):
+            rows = pf.metadata.row_group(group).num_rows
+            row = start
+            try:
+                for batch in pf.iter_batches(batch_size=256, row_groups=[group], use_threads=False):
+                    for record in batch.to_pylist():
+                        yield f"row {row}", record
+                        row += 1
+            except Exception as exc:  # any failure to decode the group's pages
+                where = f"rows {row}-{start + rows - 1}" if rows > 1 else f"row {row}"
+                yield InvalidRecord("malformed_parquet", f"row group {group} unreadable: {_first_line(exc)}",
+                                    where, uri)
+            start += rows
+
+
+def _first_line(exc: BaseException) -> str:
+    return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
 
 
 def iter_container(uri: str, max_bytes: int = DEFAULT_MAX_RECORD_BYTES) -> Iterator[tuple[str, Any] | InvalidRecord]:
@@ -632,6 +699,8 @@ def iter_container(uri: str, max_bytes: int = DEFAULT_MAX_RECORD_BYTES) -> Itera
     kind = container_of(uri)
     reader = {"jsonl": iter_jsonl, "json": iter_json, "csv": iter_csv, "parquet": iter_parquet}.get(kind)
     if reader is None:
-        yield InvalidRecord("wrong_format", f"no container reader for .{kind} files", "document", uri)
+        what = f".{kind} files" if kind else "a file without a suffix"
+        yield InvalidRecord("wrong_format", f"no container reader for {what} (JSONL, JSON, CSV or Parquet)",
+                            "document", uri)
         return
     yield from reader(uri, max_bytes)

@@ -24,6 +24,7 @@ import importlib
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from functools import cached_property
+from itertools import islice
 from typing import Any, Protocol, runtime_checkable
 
 from schemas.errors import ConfigError, InvalidRecord
@@ -50,6 +51,7 @@ ADAPTER_MODULES = [
 ]
 
 SNIFF_THRESHOLD = 0.5
+SNIFF_RECORDS = 32  # records a sniffer's `Probe.first_record` may look through for one that reads
 
 
 @dataclass(frozen=True)
@@ -93,12 +95,12 @@ class Probe:
 
     @cached_property
     def first_record(self) -> Any:
-        """The first record of a JSON/JSONL/CSV/Parquet container, or None."""
+        """The first readable record of a JSON/JSONL/CSV/Parquet container among its first `SNIFF_RECORDS`, or
+        None: a file whose first line is damaged is still recognized, and that line quarantined by its reader."""
         if self.unit.is_dir or self.container not in ("json", "jsonl", "csv", "parquet"):
             return None
-        for item in iter_container(self.unit.uri, max_bytes=16 * 1024 * 1024):
-            return None if isinstance(item, InvalidRecord) else item[1]
-        return None
+        items = iter_container(self.unit.uri, max_bytes=16 * 1024 * 1024)
+        return next((item[1] for item in islice(items, SNIFF_RECORDS) if not isinstance(item, InvalidRecord)), None)
 
 
 @runtime_checkable
