@@ -14,6 +14,7 @@ import sys
 import click
 
 from schemas.errors import ConfigError, os_error_text
+from schemas.text import one_line
 
 
 class StreamWriteError(OSError):
@@ -168,7 +169,7 @@ def handle_errors(fn):
             if isinstance(exc, BrokenPipeError) and stdout_reader_gone():  # not another pipe (a worker's, an endpoint's)
                 reader_went_away()
             line, status = error_line(exc)
-            click.echo(f"lwm: error: {line}", err=True)
+            click.echo(f"lwm: error: {one_line(line)}", err=True)
             sys.exit(status)
 
     return wrapper

@@ -13,6 +13,7 @@ from typing import Any
 
 from schemas.errors import ConfigError
 from schemas.stats import Stats
+from schemas.text import one_line
 from stages.ingest.reading import expand_inputs, unrecognized
 from stages.ingest.registry import claims_dir, get_adapter, resolve_opts, sniff, sniffed_opts
 from stages.normalize import FILTERED_NO_TURNS, normalize_unit
@@ -46,7 +47,7 @@ def validate_inputs(
             stats.add("records.quarantined")
             stats.add(f"quarantined.{err.reason}")
             if echo:
-                echo(f"{unit.uri}: {err.locator}: {err.reason}: {err.detail}")
+                echo(one_line(f"{unit.uri}: {err.locator}: {err.reason}: {err.detail}"))
             continue
         formats.add(name)
         adapter = get_adapter(name)
@@ -55,7 +56,7 @@ def validate_inputs(
         for item in normalize_unit(unit, adapter, unit_opts, stats):
             if item.quarantine is not None and echo:
                 q = item.quarantine
-                echo(f"{q['uri']}: {q['locator']}: {q['reason']}: {q['detail']}")
+                echo(one_line(f"{q['uri']}: {q['locator']}: {q['reason']}: {q['detail']}"))
     report = {
         "format": ",".join(sorted(formats)),
         "records": int(stats.get("records.read")),

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
+
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f]")
 
 
 def escape_surrogates(value: Any) -> Any:
@@ -18,3 +21,9 @@ def escape_surrogates(value: Any) -> Any:
     if isinstance(value, list):
         return [escape_surrogates(v) for v in value]
     return value
+
+
+def one_line(text: str) -> str:
+    """`text` with its control characters (line breaks, terminal escapes) written as escapes, ``\\n``, ``\\x1b``:
+    a file name holding a newline must not start a second line of a one-line message, nor pose as one."""
+    return _CONTROL.sub(lambda m: m.group().encode("unicode_escape").decode("ascii"), text)

@@ -147,3 +147,25 @@ def test_a_csv_with_only_its_header_or_a_parquet_without_rows_is_an_empty_file(t
     proc = lwm_in_process("run", "--executor", "local", "--progress", "off", "-i", str(src), "-o", str(tmp_path / "o"))
     assert proc.returncode == 0, proc.stderr
     assert "1 records read, 0 quarantined, 2 empty files" in proc.stdout + proc.stderr
+
+
+def test_a_json_error_reason_reads_as_one_phrase(tmp_path):
+    path = tmp_path / "a.jsonl"
+    path.write_text('{"id": "x", "messages": "unterminated\n')
+    proc = lwm_in_process("validate", str(path), "--format", "openai-messages")
+    assert "Unterminated string starting at column 25" in proc.stdout, proc.stdout
+
+
+def test_a_file_name_with_a_line_break_stays_on_the_error_line(tmp_path):
+    src = tmp_path / "in"
+    src.mkdir()
+    (src / "evil\nlwm: ok.jsonl").write_text("{not json\n")
+    proc = lwm_in_process("run", "--executor", "local", "--progress", "off", "-i", str(src), "-o", str(tmp_path / "o"))
+    assert proc.returncode == 2
+    lines = proc.stderr.splitlines()
+    errors = [line for line in lines if line.startswith("lwm: error: ")]
+    assert len(errors) == 1 and "evil\\nlwm: ok.jsonl" in errors[0], lines
+    assert not any(line.startswith("lwm: ok") for line in lines), lines
+    proc = lwm_in_process("validate", str(src), "--format", "openai-messages")
+    assert not any(line.startswith("lwm: ok") for line in proc.stdout.splitlines()), proc.stdout
+    assert "evil\\nlwm: ok.jsonl" in proc.stdout
