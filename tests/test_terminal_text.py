@@ -92,3 +92,18 @@ def test_cleaned_terminal_text_never_contains_escape_or_overwrite_characters(tex
 @given(st.text(alphabet=st.characters(blacklist_characters="\x1b\r\x08"), max_size=80))
 def test_collapse_is_the_identity_on_text_without_escapes_or_overwrites(text):
     assert collapse_overwrites(text) == text
+
+
+def test_a_huge_cursor_move_or_insert_stops_at_the_margin_instead_of_filling_memory():
+    """``ESC[999999999@`` once inserted a billion blanks (a 13-byte observation took gigabytes); a count of more
+    digits than Python converts raised ValueError. Both now stop at the margin, as a terminal stops at its width."""
+    from stages.ingest.terminal_text import MAX_COLUMNS
+
+    for seq, kept in (("\x1b[999999999@", 3), ("\x1b[999999999C", 3), ("\x1b[" + "9" * 5000 + "C", 3),
+                      ("\x1b[999999999G", 1)):  # G is absolute: each x lands on the last column, over the one before
+        out = clean_tool_output((seq + "x") * 3)
+        assert len(out) <= MAX_COLUMNS + 3 and out.count("x") == kept, (seq[:12], len(out))
+    assert clean_tool_output("abc\x1b[2Dz\x1b[5@q") == "azq    c"  # small counts act as before
+    assert clean_tool_output("ab\x1b[3Cc") == "ab   c"
+    long_line = "y" * (MAX_COLUMNS + 10)
+    assert clean_tool_output(long_line + "\x1b[5Cz") == long_line + "z"  # past the margin: no move, no text lost

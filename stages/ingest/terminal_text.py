@@ -45,6 +45,10 @@ _TOKEN = re.compile(
 _FULL_SCREEN_SWITCH = re.compile(r"\x1b\[\?(?:1049|1047|47)([hl])")
 _CONTROL_CHARS = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
 _ESCAPE_OR_OVERWRITE = re.compile(r"[\x1b\r\x08]")
+# The right margin of the terminal a line is drawn on: cursor moves and inserted blanks stop there, as a real
+# terminal stops them at its width, so a few bytes (``ESC[999999999C``) cannot ask for a gigabyte of blanks.
+# Text itself is never cut: a line written without a terminal may be longer.
+MAX_COLUMNS = 4096
 
 
 def keystroke_action(keys: str, duration: float | None = None) -> str:
@@ -93,7 +97,7 @@ def _apply_csi(cells: list[str], col: int, seq: str) -> int:
     final, params = seq[-1], seq[2:-1]
     if params.startswith("?") or not re.fullmatch(r"\d*", params):
         return col  # private modes and multi-parameter sequences (colors) do not move the cursor
-    n = int(params) if params else None
+    n = (int(params) if len(params) <= 6 else MAX_COLUMNS) if params else None  # larger counts: the margin
     if final == "K":
         if not n:
             del cells[col:]
@@ -102,9 +106,9 @@ def _apply_csi(cells: list[str], col: int, seq: str) -> int:
         else:
             cells.clear()
     elif final == "G":
-        col = max(0, (n or 1) - 1)
+        col = min(max(0, (n or 1) - 1), MAX_COLUMNS)
     elif final == "C":
-        col += n or 1
+        col = max(col, min(col + (n or 1), MAX_COLUMNS))
     elif final == "D":
         col = max(0, col - (n or 1))
     elif final == "P":
@@ -112,8 +116,10 @@ def _apply_csi(cells: list[str], col: int, seq: str) -> int:
     elif final == "X":
         end = min(len(cells), col + (n or 1))
         cells[col:end] = " " * max(0, end - col)
-    elif final == "@":
-        cells[col:col] = " " * (n or 1)
+    elif final == "@":  # blanks pushed past the margin fall off the line, but no text already there
+        width = max(len(cells), MAX_COLUMNS)
+        cells[col:col] = " " * min(n or 1, max(0, width - col))
+        del cells[width:]
     return col
 
 
