@@ -261,3 +261,13 @@ def test_one_tool_reply_with_a_result_list_answers_the_parallel_calls_in_order(s
 
 def test_registry_sniffs_typed_parts(shared_data):
     assert registry.sniff(InputUnit(str(shared_data / TYPED)))[0] == "openai-messages"
+
+
+def test_a_content_part_whose_type_is_not_a_string_is_read_as_data_not_an_adapter_crash(tmp_path):
+    """A part ``{"type": [], "value": …}`` once raised TypeError (a list cannot be looked up in a set of names)."""
+    path = tmp_path / "odd.jsonl"
+    odd = [{"type": [], "value": "v"}, {"type": {"a": 1}, "value": "v"}]
+    path.write_text("".join(json.dumps({"messages": [{"role": "user", "content": [part]},
+                                                     {"role": "assistant", "content": "x"}]}) + "\n" for part in odd))
+    trajs, errors = ingest_unit(ADAPTER, path)
+    assert trajs == [] and [e.reason for e in errors] == ["no_turns", "no_turns"]

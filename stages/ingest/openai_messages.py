@@ -217,7 +217,8 @@ def is_typed_content(content: Any) -> bool:
     return (
         isinstance(content, list)
         and bool(content)
-        and all(isinstance(p, dict) and "value" in p and p.get("type") in TYPED_PART_TYPES for p in content)
+        and all(isinstance(p, dict) and "value" in p and isinstance(p.get("type"), str) and p["type"] in TYPED_PART_TYPES
+                for p in content)
     )
 
 
