@@ -6,9 +6,10 @@ Every count names the step it follows, and is the number left after that step:
     filter: 237 trajectories read, 18 filtered (no_turns 18) → 219 kept; 4 turns stripped (retry_cycle 4)
     dedup: 166 removed (exact 150, near 16) → 53 trajectories
     samples: cpt 20, sft 18, rl 6, eval 9 (filtered: sample_over_context_limit 1)
-    shards: 53 trajectories, 53 samples in 4 files
+    shards: 51 trajectories, 53 samples in 4 files; 2 trajectories got no sample (eval_subsample 2)
 
-The last line is what actually reached the shards.
+The last line is what actually reached the shards, and which trajectories left after dedup got no sample: eval
+ones whose every turn ``pools.eval_subsample`` left out, and those whose every sample was filtered.
 """
 
 from __future__ import annotations
@@ -80,8 +81,20 @@ def summary_lines(manifest: dict[str, Any]) -> list[str]:
         shipped = _n((counts.get("pools") or {}).get("trajectories_in_shards"))
         files = sum(1 for s in shards if _n(s.get("rows")))
         empty = f" (and {len(shards) - files} empty)" if len(shards) > files else ""  # a pool that got no sample
-        lines.append(f"shards: {shipped} trajectories, {rows} samples in {files} file{'s' if files != 1 else ''}{empty}")
+        line = f"shards: {shipped} trajectories, {rows} samples in {files} file{'s' if files != 1 else ''}{empty}"
+        lines.append(line + _without_samples(counts.get("pools") or {}))
     return lines
+
+
+def _without_samples(pools: dict[str, Any]) -> str:
+    """What keeps the shards' trajectory count below the one after dedup: trajectories without a sample, those of
+    the eval pool whose every turn ``pools.eval_subsample`` left out, and those whose every sample a filter took."""
+    without = _n(pools.get("trajectories_without_samples"))
+    if not without:
+        return ""
+    unsampled = sum(_n((pools.get(p) or {}).get("unsampled")) for p in POOLS if isinstance(pools.get(p), dict))
+    reasons = _parts({"eval_subsample": unsampled, "samples_filtered": without - unsampled})
+    return f"; {without} trajector{'ies' if without != 1 else 'y'} got no sample ({reasons})"
 
 
 def print_run_summary(manifest: dict[str, Any], out: str) -> None:
