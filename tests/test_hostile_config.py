@@ -436,6 +436,25 @@ def test_settings_the_run_would_fail_on_are_one_line_before_any_work(toml, expec
     assert not out.exists()  # not even the output folder: nothing was read or written
 
 
+@pytest.mark.parametrize("left", ["no manifest", "a manifest"], ids=["interrupted", "rerun in progress"])
+def test_decontaminating_against_an_unfinished_run_names_it_before_any_work(left, corpus, tmp_path):
+    other = tmp_path / "other"
+    args = ["run", "--executor", "local", "--progress", "off", "-i", str(corpus)]
+    assert _invoke([*args, "-o", str(other)])[0] == 0
+    (other / "_SUCCESS").unlink()  # as a run stopped before its end, or started again over the folder, leaves it
+    if left == "no manifest":
+        (other / "manifest.json").unlink()
+    config = tmp_path / "c.toml"
+    config.write_text(f'[dedup]\ndecontaminate = ["{other}"]\n')
+    out = tmp_path / "out"
+    for dry_run in ([], ["--dry-run"]):
+        status, stderr = _invoke([*args, "-o", str(out), "--config", str(config), *dry_run])
+        assert status == 2
+        assert _one_error_line(stderr) == (f"dedup.decontaminate: {other}: not a finished run (no _SUCCESS); "
+                                           "run `lwm run` to completion first")
+        assert not out.exists()
+
+
 def test_a_config_file_that_is_not_utf8_or_not_a_file_is_one_line(tmp_path):
     binary = tmp_path / "bin.toml"
     binary.write_bytes(b'[run]\nformat = "\xff"\n')
