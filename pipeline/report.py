@@ -97,6 +97,27 @@ def _without_samples(pools: dict[str, Any]) -> str:
     return f"; {without} trajector{'ies' if without != 1 else 'y'} got no sample ({reasons})"
 
 
+def no_samples_warning(manifest: dict[str, Any]) -> str | None:
+    """For a finished run whose shards hold no sample (a valid outcome: everything was filtered), one ``warning:``
+    line naming the largest loss: a filter's count, dedup's removals, quarantined records or eval trajectories
+    without a turn; None when a sample was written."""
+    if "shards" not in manifest or any(_n(s.get("rows")) for s in manifest["shards"] or []):
+        return None
+    counts = manifest.get("counts", {})
+    losses: dict[str, tuple[int, str]] = {}
+    for name, n in (counts.get("filtered") or {}).items():
+        losses[f"filter {name}"] = (_n(n), "samples" if name in SAMPLE_FILTERS or name.startswith("llm_")
+                                    else "trajectories")
+    losses["dedup"] = (_n((counts.get("dedup") or {}).get("removed")), "trajectories removed")
+    losses["quarantine"] = (_n((counts.get("records") or {}).get("quarantined")), "records")
+    unsampled = _n(((counts.get("pools") or {}).get("eval") or {}).get("unsampled"))
+    losses["pools.eval_subsample"] = (unsampled, "eval trajectories without a turn")
+    name, (n, what) = max(losses.items(), key=lambda item: item[1][0])
+    if not n:
+        return "warning: no samples were written; no record was read"
+    return f"warning: no samples were written; the largest loss: {name} ({n} {what})"
+
+
 def print_run_summary(manifest: dict[str, Any], out: str) -> None:
     lines = summary_lines(manifest)
     for line in lines[:3]:
@@ -125,3 +146,6 @@ def print_run_summary(manifest: dict[str, Any], out: str) -> None:
     for line in lines[3:]:
         click.echo(line, err=True)
     click.echo(f"outputs: {out}", err=True)
+    warning = no_samples_warning(manifest)
+    if warning:
+        click.echo(warning, err=True)

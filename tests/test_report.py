@@ -58,3 +58,28 @@ def test_the_run_summary_adds_up_from_dedup_to_shards(tmp_path):
     without = int(lines["shards"].split("; ")[1].split()[0])
     assert shipped + without == after_dedup, lines["shards"]
     assert "eval_subsample" in lines["shards"]
+
+
+def test_a_run_without_samples_warns_with_its_largest_loss():
+    from pipeline.report import no_samples_warning
+
+    manifest = {
+        "counts": {"records": {"read": 21, "quarantined": 2}, "trajectories": {"normalized": 19, "kept": 0},
+                   "filtered": {"no_turns": 15, "min_turns": 4}},
+        "shards": [{"path": "shards/cpt/part-00000.parquet", "rows": 0}],
+    }
+    assert no_samples_warning(manifest) == ("warning: no samples were written; the largest loss: filter no_turns "
+                                            "(15 trajectories)")
+    manifest["shards"][0]["rows"] = 1
+    assert no_samples_warning(manifest) is None
+
+
+def test_a_run_that_writes_no_sample_exits_0_with_a_warning_on_stderr(tmp_path):
+    from tests.helpers import lwm_in_process, make_traj, write_jsonl
+
+    write_jsonl(tmp_path / "one_turn.jsonl", [make_traj(1, seed=i).to_dict() for i in range(3)])  # min_turns is 2
+    proc = lwm_in_process("run", "-i", str(tmp_path / "one_turn.jsonl"), "-o", str(tmp_path / "out"),
+                          "--executor", "local", "--progress", "off")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr.splitlines()[-1] == ("warning: no samples were written; the largest loss: filter min_turns "
+                                            "(3 trajectories)")
