@@ -261,3 +261,16 @@ def test_one_tool_reply_with_a_result_list_answers_the_parallel_calls_in_order(s
 
 def test_registry_sniffs_typed_parts(shared_data):
     assert registry.sniff(InputUnit(str(shared_data / TYPED)))[0] == "openai-messages"
+
+
+@pytest.mark.parametrize(("cell", "detail"), [
+    ('[{"name": "x\x01"}]', "tools: Invalid control character at column 13"),  # json's message ends in "at"
+    ('[{"name" "x"}]', "tools: Expecting ':' delimiter at column 10"),
+])
+def test_a_json_cell_that_does_not_parse_names_its_column_once(cell, detail):
+    from stages.ingest.tool_calls import decoded_field
+
+    with pytest.raises(InvalidRecord) as err:
+        decoded_field(cell, "tools", "row 1")
+    assert err.value.reason == "malformed_json"
+    assert err.value.detail == detail

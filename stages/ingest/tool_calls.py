@@ -97,7 +97,9 @@ def decoded_field(value: Any, what: str, locator: str) -> Any:
         try:
             return loads(value)
         except json.JSONDecodeError as exc:
-            raise InvalidRecord("malformed_json", f"{what}: {exc.msg} at column {exc.colno}", locator) from None
+            # some of json's messages end in "at" ("Invalid control character at"): the column follows once
+            message = exc.msg.removesuffix(" at")
+            raise InvalidRecord("malformed_json", f"{what}: {message} at column {exc.colno}", locator) from None
     return value
 
 
