@@ -35,7 +35,7 @@ $(VENV)/.kernels: $(VENV)/.installed stages/kernels.py stages/digit_fields.py st
 
 data: bytecode
 	@set -e; if [ -z "$(INPUT)" ]; then \
-	  $(VENV)/bin/lwm demo --domain $(DOMAIN) --native --out out/demo/$(DOMAIN); \
+	  $(VENV)/bin/lwm demo --domain $(DOMAIN) $(if $(filter android,$(DOMAIN)),--native) --out out/demo/$(DOMAIN); \
 	  $(VENV)/bin/lwm run --input out/demo/$(DOMAIN) --domain $(DOMAIN) --out $(OUT) $(if $(EXECUTOR),--executor $(EXECUTOR)); \
 	else \
 	  $(VENV)/bin/lwm run --input "$(INPUT)" --domain $(DOMAIN) --out $(OUT) $(if $(EXECUTOR),--executor $(EXECUTOR)); \

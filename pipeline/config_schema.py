@@ -17,7 +17,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from schemas.errors import ConfigError
+from schemas.errors import ConfigError, OptionError
 
 POOLS = ("cpt", "sft", "rl", "eval")
 Domain = Literal["", "mcp", "search", "terminal", "swe", "android", "web", "os"]
@@ -233,17 +233,34 @@ def _first_error(exc: ValidationError, prefix: tuple[str, ...] = (), flags: bool
 
 def check_config(cfg: dict[str, Any], flags: bool = True) -> None:
     """Raise one `ConfigError` line for the first value of `cfg` that breaks the schema; it names the key's
-    command-line flag too, unless `flags` is off (a value that came from a config file)."""
+    command-line flag too, unless `flags` is off (a value that came from a config file). The adapter options
+    (`ingest.options`) are checked by name and value against the format of the run, or every format when it is
+    sniffed (`stages.ingest.registry.check_options`)."""
     try:
         RunConfig.model_validate(cfg)
     except ValidationError as exc:
         raise _first_error(exc, flags=flags) from None
+    opts = dict(cfg["ingest"]["options"])
+    if cfg["run"]["domain"]:
+        opts["domain"] = cfg["run"]["domain"]
+    _check_named_options(cfg["run"]["format"] or None, opts, flags)
 
 
-def check_adapter_options(opts: dict[str, Any]) -> None:
+def check_adapter_options(opts: dict[str, Any], fmt: str | None = None) -> None:
     """The `--opt` values of `lwm validate`, checked as `ingest.options` of a run would be."""
     try:
         AdapterOptions.model_validate(opts)
     except ValidationError as exc:
         raise _first_error(exc, ("ingest", "options")) from None
+    _check_named_options(fmt, opts, True)
+
+
+def _check_named_options(fmt: str | None, opts: dict[str, Any], flags: bool) -> None:
+    from stages.ingest.registry import check_options  # the adapters: imported by the commands that read input
+
+    try:
+        check_options(fmt, opts)
+    except OptionError as exc:
+        flag = " (--opt)" if flags else ""
+        raise ConfigError(f"ingest.options.{exc.key}{flag}: {exc.problem}") from None
 

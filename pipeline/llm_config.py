@@ -84,6 +84,9 @@ def resolve_llm(sections: Sequence[dict[str, Any]]) -> dict[str, Any]:
             raise ConfigError(f"llm.{key} must be an integer ≥ 0 (0 = no limit), not {out[key]!r}")
     if out["endpoint"] and not out["model"]:
         raise ConfigError("llm.model is required with llm.endpoint")
+    if out["dry_run"] and not (out["endpoint"] and out["stages"]):  # else the whole run would go ahead, for real
+        raise ConfigError("llm.dry_run (--llm-dry-run): no model stage is configured, so there is nothing to show; "
+                          "give llm.endpoint (--llm-endpoint), llm.model (--llm-model) and at least one of llm.stages")
     return out
 
 

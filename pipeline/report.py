@@ -6,9 +6,10 @@ Every count names the step it follows, and is the number left after that step:
     filter: 237 trajectories read, 18 filtered (no_turns 18) → 219 kept; 4 turns stripped (retry_cycle 4)
     dedup: 166 removed (exact 150, near 16) → 53 trajectories
     samples: cpt 20, sft 18, rl 6, eval 9 (filtered: sample_over_context_limit 1)
-    shards: 53 trajectories, 53 samples in 4 files
+    shards: 51 trajectories, 53 samples in 4 files; 2 trajectories got no sample (eval_subsample 2)
 
-The last line is what actually reached the shards.
+The last line is what actually reached the shards, and which trajectories left after dedup got no sample: eval
+ones whose every turn ``pools.eval_subsample`` left out, and those whose every sample was filtered.
 """
 
 from __future__ import annotations
@@ -80,8 +81,41 @@ def summary_lines(manifest: dict[str, Any]) -> list[str]:
         shipped = _n((counts.get("pools") or {}).get("trajectories_in_shards"))
         files = sum(1 for s in shards if _n(s.get("rows")))
         empty = f" (and {len(shards) - files} empty)" if len(shards) > files else ""  # a pool that got no sample
-        lines.append(f"shards: {shipped} trajectories, {rows} samples in {files} file{'s' if files != 1 else ''}{empty}")
+        line = f"shards: {shipped} trajectories, {rows} samples in {files} file{'s' if files != 1 else ''}{empty}"
+        lines.append(line + _without_samples(counts.get("pools") or {}))
     return lines
+
+
+def _without_samples(pools: dict[str, Any]) -> str:
+    """What keeps the shards' trajectory count below the one after dedup: trajectories without a sample, those of
+    the eval pool whose every turn ``pools.eval_subsample`` left out, and those whose every sample a filter took."""
+    without = _n(pools.get("trajectories_without_samples"))
+    if not without:
+        return ""
+    unsampled = sum(_n((pools.get(p) or {}).get("unsampled")) for p in POOLS if isinstance(pools.get(p), dict))
+    reasons = _parts({"eval_subsample": unsampled, "samples_filtered": without - unsampled})
+    return f"; {without} trajector{'ies' if without != 1 else 'y'} got no sample ({reasons})"
+
+
+def no_samples_warning(manifest: dict[str, Any]) -> str | None:
+    """For a finished run whose shards hold no sample (a valid outcome: everything was filtered), one ``warning:``
+    line naming the largest loss: a filter's count, dedup's removals, quarantined records or eval trajectories
+    without a turn; None when a sample was written."""
+    if "shards" not in manifest or any(_n(s.get("rows")) for s in manifest["shards"] or []):
+        return None
+    counts = manifest.get("counts", {})
+    losses: dict[str, tuple[int, str]] = {}
+    for name, n in (counts.get("filtered") or {}).items():
+        losses[f"filter {name}"] = (_n(n), "samples" if name in SAMPLE_FILTERS or name.startswith("llm_")
+                                    else "trajectories")
+    losses["dedup"] = (_n((counts.get("dedup") or {}).get("removed")), "trajectories removed")
+    losses["quarantine"] = (_n((counts.get("records") or {}).get("quarantined")), "records")
+    unsampled = _n(((counts.get("pools") or {}).get("eval") or {}).get("unsampled"))
+    losses["pools.eval_subsample"] = (unsampled, "eval trajectories without a turn")
+    name, (n, what) = max(losses.items(), key=lambda item: item[1][0])
+    if not n:
+        return "warning: no samples were written; no record was read"
+    return f"warning: no samples were written; the largest loss: {name} ({n} {what})"
 
 
 def print_run_summary(manifest: dict[str, Any], out: str) -> None:
@@ -112,3 +146,6 @@ def print_run_summary(manifest: dict[str, Any], out: str) -> None:
     for line in lines[3:]:
         click.echo(line, err=True)
     click.echo(f"outputs: {out}", err=True)
+    warning = no_samples_warning(manifest)
+    if warning:
+        click.echo(warning, err=True)

@@ -290,6 +290,8 @@ def _run_sample_task(task: dict[str, Any]) -> dict[str, Any]:
                 writer.write(key, rows)
                 if rows:  # the trajectory reaches the shards (counted for the run summary)
                     stats.add("pools.trajectories_in_shards")
+                else:  # every sample filtered, or none drawn (`pools.<pool>.unsampled`)
+                    stats.add("pools.trajectories_without_samples")
                 verify = False
         writer.close()
     except BaseException:

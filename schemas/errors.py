@@ -37,6 +37,16 @@ class ConfigError(Exception):
     """A configuration or usage error: the run stops with this one line."""
 
 
+class OptionError(ConfigError):
+    """A value an adapter cannot use for one of its options (``--opt KEY=VALUE``): `key` and `problem`, the rule and
+    the value (``must be 'quarantine' or 'skip', not 'keep'``), so that a run can name the key as its config does."""
+
+    def __init__(self, key: str, problem: str) -> None:
+        self.key = key
+        self.problem = problem
+        super().__init__(f"option {key} {problem}")
+
+
 class Notice(UserWarning):
     """Something the user should know that does not stop the command (a cache that cannot be written). The
     ``lwm`` process prints it as one ``warning:`` line (`pipeline.errors.one_line_notices`)."""

@@ -76,10 +76,23 @@ def is_run_directory(uri: str) -> bool:
     )
 
 
+def _unfinished_run(uri: str) -> bool:
+    """Whether `uri` is the output folder of an lwmkit run that has not finished (stopped, or running again): its
+    task markers or manifest, but no ``_SUCCESS``. Its eval pool may be partial, and its files are no input."""
+    fs, path = filesystem(uri)
+    if not fs.isdir(path) or fs.exists(posixpath.join(path, "_SUCCESS")):
+        return False
+    return fs.isdir(posixpath.join(path, "_tasks")) or fs.exists(posixpath.join(path, "manifest.json"))
+
+
 def reference_units(specs: list[str]) -> list[str]:
-    """The reference sources of ``dedup.decontaminate``: run directories whole, other paths expanded to files."""
+    """The reference sources of ``dedup.decontaminate``: run directories whole, other paths expanded to files. A
+    run's folder without ``_SUCCESS`` is a `ConfigError`."""
     out = []
     for spec in specs:
+        if _unfinished_run(spec):
+            raise ConfigError(f"dedup.decontaminate: {spec}: not a finished run (no _SUCCESS); run `lwm run` to "
+                              "completion first")
         if is_run_directory(spec):
             out.append(spec.rstrip("/"))
         else:

@@ -154,6 +154,8 @@ def build_rows(traj: Trajectory, cfg: dict[str, Any], seg, table, stats: Stats, 
     targets = [0] if pool == "cpt" else choose_turns(
         traj.traj_id, pool, total, pools_cfg["sft_turns"], pools_cfg["eval_subsample"], pools_cfg["seed"]
     )
+    if not targets:  # an eval trajectory whose every turn `pools.eval_subsample` left out: no sample at all
+        stats.add(f"pools.{pool}.unsampled")
     whole = joined or len(targets) == 1  # a sample that shares no piece with another is joined at once
     for t in targets:
         if t in dropped:

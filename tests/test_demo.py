@@ -256,3 +256,16 @@ def test_few_near_duplicates(corpus, domain):
         if min(len(a), len(b)) >= 0.8 * max(len(a), len(b)) and len(a & b) >= 0.8 * len(a | b):
             near.add(j)
     assert len(near) <= 0.05 * len(shingles), sorted(near)
+
+
+@pytest.mark.parametrize("domain", SIX)
+def test_the_native_flag_for_a_domain_without_a_native_form_is_one_line(domain, tmp_path):
+    from tests.helpers import lwm_in_process
+
+    proc = lwm_in_process("demo", "-d", domain, "-o", str(tmp_path / "demo"), "--native")
+    assert proc.returncode == 2
+    assert proc.stderr.splitlines() == [f"lwm: error: --native: the {domain} demo has no native log format but "
+                                        "lwm-jsonl (write it without --native); domains with one: android"]
+    assert not (tmp_path / "demo").exists()
+    assert lwm_in_process("demo", "-d", "android", "-o", str(tmp_path / "android"), "-n", "2",
+                          "--native").returncode == 0

@@ -116,6 +116,17 @@ def round_trip(tmp_path_factory):
     return base, rows, read_jsonl(base / "out.jsonl"), proc
 
 
+def test_a_name_the_evaluator_would_not_load_is_written_with_a_warning(round_trip):
+    base, _, exported, proc = round_trip
+    # out.jsonl: fine to read back (--format agentworldbench), but eval.py loads only *_test.jsonl
+    assert proc.stderr.splitlines()[-1] == (f"warning: {base / 'out.jsonl'}: AgentWorldBench's eval.py reads only the "
+                                           "*_test.jsonl files of its --data-dir; name the file NAME_test.jsonl for it")
+    assert proc.returncode == 0 and exported
+    kept = lwm("export", "agentworldbench", str(base / "run"), str(base / "lwm_test.jsonl"))
+    assert "warning" not in kept.stderr
+    assert read_jsonl(base / "lwm_test.jsonl") == exported
+
+
 def test_round_trip_reproduces_every_row(round_trip):
     _, rows, exported, _ = round_trip
     assert len(exported) == len(rows) == 9

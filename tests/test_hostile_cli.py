@@ -122,12 +122,18 @@ def test_show_into_a_closed_pipe_ends_quietly(plain_run):
     assert "error" not in err and "Traceback" not in err and "Exception ignored" not in err
 
 
-@pytest.mark.parametrize("command", ["show", "hist"])
-def test_show_and_hist_of_a_folder_that_is_no_finished_run_say_so(command, tmp_path):
-    proc = lwm_in_process(command, str(tmp_path / "nothing"))
+@pytest.mark.parametrize("command", ["show", "hist", "export agentworldbench", "export verl"])
+def test_show_hist_and_export_of_a_folder_that_is_no_finished_run_say_so(command, tmp_path):
+    extra = [str(tmp_path / "x_test.jsonl")] if command.startswith("export") else []
+    (tmp_path / "empty").mkdir()
+    proc = lwm_in_process(*command.split(), str(tmp_path / "empty"), *extra)
     assert proc.returncode == 2
     assert proc.stderr.strip().splitlines() == [
-        f"lwm: error: {tmp_path / 'nothing'}: not a finished run (no _SUCCESS); run `lwm run` to completion first"]
+        f"lwm: error: {tmp_path / 'empty'}: not a finished run (no _SUCCESS); run `lwm run` to completion first"]
+    proc = lwm_in_process(*command.split(), str(tmp_path / "nothing"), *extra)  # a typo: nothing is there
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines() == [
+        f"lwm: error: {tmp_path / 'nothing'}: does not exist; give the output folder of a finished `lwm run`"]
 
 
 def test_hist_of_a_run_without_samples_says_so(tmp_path):

@@ -65,6 +65,10 @@ FILE_PROBES = [
     ('[tokenizer]\nengine = "fast"', "tokenizer.engine", "one of"),
     ("[filter]\nmin_turns = 2.5", "filter.min_turns", "integer"),
     ("[templates]\nmapping = {cpt = []}", "templates.mapping.cpt", "at least 1 item"),  # a pool needs a template
+    ('[ingest.options]\norphanz = "skip"', "ingest.options.orphanz", "not an option of any input format"),
+    ('[ingest.options]\norphans = "maybe"', "ingest.options.orphans", "'quarantine' or 'skip'"),
+    ('[run]\nformat = "swe-agent"\n[ingest.options]\norphans = "skip"', "ingest.options.orphans",
+     "not an option of format swe-agent"),
 ]
 
 
@@ -87,6 +91,11 @@ FLAG_PROBES = [
     (["--num-cpus", "-1"], "executor.num_cpus (--num-cpus)", "-1"),
     (["--max-quarantine-rate", "1.5"], "run.max_quarantine_rate (--max-quarantine-rate)", "1.5"),
     (["--opt", "source_kind=vendor"], "ingest.options.source_kind (--opt)", "'vendor'"),
+    (["--opt", "orphans=maybe"], "ingest.options.orphans (--opt)", "'maybe'"),
+    (["--opt", "messages_path=5"], "ingest.options.messages_path (--opt)", "5"),
+    (["--format", "sharegpt", "--opt", "orphans=keep"], "ingest.options.orphans (--opt)", "'keep'"),
+    (["--format", "swe-agent", "--opt", "messages_column=traj"], "ingest.options.messages_column (--opt)",
+     "source_kind"),  # what the format has
 ]
 
 
@@ -252,14 +261,44 @@ def test_an_option_of_some_sniffed_formats_applies_to_those(mixed_input, tmp_pat
     assert status == 0, stderr
 
 
-def test_an_option_no_sniffed_format_has_is_one_line_naming_them(mixed_input, tmp_path):
-    for command in (["run", "--executor", "local", "-o", str(tmp_path / "out")], ["validate"]):
+def test_an_option_no_format_has_is_one_line_before_anything_is_read(mixed_input, tmp_path):
+    out = tmp_path / "out"
+    for command in (["run", "--executor", "local", "-o", str(out)], ["run", "-o", str(out), "--dry-run"],
+                    ["validate"]):
         args = [*command, *(["-i"] if command[0] == "run" else []), str(mixed_input), "--opt", "orphan=skip"]
         status, stderr = _invoke(args)
         assert status == 2
         line = _one_error_line(stderr)
-        assert line.startswith("no format of this input (openai-messages, swe-agent) has option orphan;"), line
-        assert "orphans" in line  # the options they have
+        assert line.startswith("ingest.options.orphan (--opt): is not an option of any input format; options: "), line
+        assert "orphans" in line  # the options there are
+        assert not out.exists()
+
+
+def test_an_option_of_other_formats_than_the_sniffed_ones_is_one_line_naming_them(tmp_path):
+    fixtures = ROOT / "tests" / "fixtures"
+    src = tmp_path / "in"
+    src.mkdir()
+    (src / "run.traj").write_bytes((fixtures / "swe-agent" / "thought_action_1x.traj").read_bytes())
+    (src / "mini.traj.json").write_bytes((fixtures / "mini-swe-agent" / "acme__sizes-7.traj.json").read_bytes())
+    for command in (["run", "--executor", "local", "-o", str(tmp_path / "out")], ["validate"]):
+        args = [*command, *(["-i"] if command[0] == "run" else []), str(src), "--opt", "orphans=skip"]
+        status, stderr = _invoke(args)
+        assert status == 2
+        line = _one_error_line(stderr)
+        assert line.startswith("no format of this input (mini-swe-agent, swe-agent) has option orphans;"), line
+
+
+@pytest.mark.parametrize("opt", ["orphans=maybe", "messages_path=5"])
+def test_a_bad_option_value_of_sniffed_input_fails_before_ingest_writes(opt, mixed_input, tmp_path):
+    out = tmp_path / "out"
+    status, stderr = _invoke(["run", "--executor", "local", "--progress", "off", "-i", str(mixed_input),
+                              "-o", str(out), "--opt", opt])
+    assert status == 2
+    assert _one_error_line(stderr).startswith(f"ingest.options.{opt.partition('=')[0]} (--opt): must be "), stderr
+    assert not out.exists()  # nothing scanned, nothing written
+    status, stderr = _invoke(["validate", str(mixed_input), "--opt", opt])
+    assert status == 2
+    assert _one_error_line(stderr).startswith(f"ingest.options.{opt.partition('=')[0]} (--opt): must be ")
 
 
 def test_validate_exits_1_where_run_would_fail_on_quarantine_and_2_without_input(corpus, tmp_path):
@@ -395,6 +434,25 @@ def test_settings_the_run_would_fail_on_are_one_line_before_any_work(toml, expec
     assert status == 2
     assert _one_error_line(stderr).startswith(expected.format(tmp=tmp_path))
     assert not out.exists()  # not even the output folder: nothing was read or written
+
+
+@pytest.mark.parametrize("left", ["no manifest", "a manifest"], ids=["interrupted", "rerun in progress"])
+def test_decontaminating_against_an_unfinished_run_names_it_before_any_work(left, corpus, tmp_path):
+    other = tmp_path / "other"
+    args = ["run", "--executor", "local", "--progress", "off", "-i", str(corpus)]
+    assert _invoke([*args, "-o", str(other)])[0] == 0
+    (other / "_SUCCESS").unlink()  # as a run stopped before its end, or started again over the folder, leaves it
+    if left == "no manifest":
+        (other / "manifest.json").unlink()
+    config = tmp_path / "c.toml"
+    config.write_text(f'[dedup]\ndecontaminate = ["{other}"]\n')
+    out = tmp_path / "out"
+    for dry_run in ([], ["--dry-run"]):
+        status, stderr = _invoke([*args, "-o", str(out), "--config", str(config), *dry_run])
+        assert status == 2
+        assert _one_error_line(stderr) == (f"dedup.decontaminate: {other}: not a finished run (no _SUCCESS); "
+                                           "run `lwm run` to completion first")
+        assert not out.exists()
 
 
 def test_a_config_file_that_is_not_utf8_or_not_a_file_is_one_line(tmp_path):

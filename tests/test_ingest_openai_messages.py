@@ -271,3 +271,16 @@ def test_a_content_part_whose_type_is_not_a_string_is_read_as_data_not_an_adapte
                                                      {"role": "assistant", "content": "x"}]}) + "\n" for part in odd))
     trajs, errors = ingest_unit(ADAPTER, path)
     assert trajs == [] and [e.reason for e in errors] == ["no_turns", "no_turns"]
+
+
+@pytest.mark.parametrize(("cell", "detail"), [
+    ('[{"name": "x\x01"}]', "tools: Invalid control character at column 13"),  # json's message ends in "at"
+    ('[{"name" "x"}]', "tools: Expecting ':' delimiter at column 10"),
+])
+def test_a_json_cell_that_does_not_parse_names_its_column_once(cell, detail):
+    from stages.ingest.tool_calls import decoded_field
+
+    with pytest.raises(InvalidRecord) as err:
+        decoded_field(cell, "tools", "row 1")
+    assert err.value.reason == "malformed_json"
+    assert err.value.detail == detail

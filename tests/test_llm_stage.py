@@ -97,6 +97,23 @@ def test_the_cli_dry_run(corpus, tmp_path):
     assert "[llm dry run] stage instructions: " in done.stderr and "nothing was sent" in done.stderr
 
 
+@pytest.mark.parametrize("stages", [None, []], ids=["no endpoint", "no stage"])
+def test_an_llm_dry_run_without_a_model_stage_is_one_line_before_any_work(stages, corpus, tmp_path):
+    out = tmp_path / "out"
+    args = [LWM, "run", "--executor", "local", "--input", str(corpus), "--out", str(out), "--progress", "off",
+            "--llm-dry-run"]
+    if stages is not None:  # an endpoint, but no stage to send to it
+        config = tmp_path / "run.toml"
+        config.write_text("[llm]\nendpoint = 'http://127.0.0.1:9/v1'\nmodel = 'm'\nstages = []\n")
+        args += ["--config", str(config)]
+    done = subprocess.run(args, env=clean_env(), capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2, done.stderr[-2000:]
+    assert done.stderr.splitlines() == ["lwm: error: llm.dry_run (--llm-dry-run): no model stage is configured, so "
+                                        "there is nothing to show; give llm.endpoint (--llm-endpoint), llm.model "
+                                        "(--llm-model) and at least one of llm.stages"]
+    assert not out.exists()  # nothing ran
+
+
 def _keys(bodies) -> set[str]:
     return {json.dumps(b, sort_keys=True) for b in bodies}
 

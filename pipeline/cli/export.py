@@ -181,8 +181,14 @@ def export_group() -> None:
 @click.argument("out")
 @handle_errors
 def agentworldbench_cmd(run_dir: str, out: str) -> None:
-    """Write the eval pool of RUN_DIR as AgentWorldBench JSONL to OUT (one row per evaluated turn)."""
+    """Write the eval pool of RUN_DIR as AgentWorldBench JSONL to OUT (one row per evaluated turn).
+
+    OUT is read back by ``--format agentworldbench`` whatever its name; the official evaluator loads only the
+    ``*_test.jsonl`` files of its ``--data-dir``, so another name is written, with a warning."""
     summary = write_agentworldbench(run_dir, out)
     note = f" ({summary.truncated_history} with history the shard sample truncated)" if summary.truncated_history else ""
     click.echo(f"wrote {summary.rows} AgentWorldBench rows to {out}{note}", err=True)
+    if not out.endswith("_test.jsonl"):
+        click.echo(f"warning: {out}: AgentWorldBench's eval.py reads only the *_test.jsonl files of its --data-dir; "
+                   "name the file NAME_test.jsonl for it", err=True)
 

@@ -15,7 +15,7 @@ from schemas.trajectory import Trajectory
 
 
 def finished_run(run_dir: str):
-    """(filesystem, root) of a finished run; `ConfigError` when it has no ``_SUCCESS``, or when a shard its
+    """(filesystem, root) of a finished run; `ConfigError` when it does not exist or has no ``_SUCCESS``, or when a shard its
     manifest lists is missing or of another size (deleted or cut short since: what is read would be partial)."""
     fs, root, _ = _finished(run_dir, False)
     return fs, root
@@ -30,6 +30,8 @@ def finished_manifest(run_dir: str):
 def _finished(run_dir: str, need_manifest: bool):
     fs, root = out_fs(run_dir)
     if not fs.exists(posixpath.join(root, "_SUCCESS")):
+        if not fs.exists(root):  # a typo, most likely: not a run that stopped early
+            raise ConfigError(f"{run_dir}: does not exist; give the output folder of a finished `lwm run`")
         raise ConfigError(f"{run_dir}: not a finished run (no _SUCCESS); run `lwm run` to completion first")
     try:
         manifest = run_manifest(fs, root)

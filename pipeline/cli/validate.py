@@ -30,7 +30,7 @@ def validate_cmd(paths: tuple[str, ...], format: str | None, domain: str | None,
     from pipeline.validate import validate_inputs
 
     adapter_opts = parse_opt(opts)
-    check_adapter_options(adapter_opts)
+    check_adapter_options(adapter_opts, format)
     report = validate_inputs(list(paths), format, domain, adapter_opts, echo=None if as_json else click.echo)
     if as_json:
         click.echo(json.dumps(report, sort_keys=True))

@@ -19,6 +19,8 @@ from schemas.errors import ConfigError
 from schemas.trajectory import DOMAINS
 
 DEFAULT_N = 240
+# Domains whose demo has a native log format of its own (android: uiautomator XML); for the others it is lwm-jsonl.
+NATIVE_DOMAINS = ("android",)
 
 # domain → (module, generator function); android is handled by its own writer.
 _GENERATORS = {
@@ -62,7 +64,7 @@ def write_demo(domain: str, out_dir: str, seed: int = 0, n: int | None = None, n
     format, which is lwm-jsonl itself for every domain except android.
     """
     n = _checked(domain, seed, n)
-    if domain == "android":
+    if domain in NATIVE_DOMAINS:
         from pipeline.demo.android import write_android_demo
 
         return write_android_demo(out_dir, seed, n, native)
@@ -71,4 +73,4 @@ def write_demo(domain: str, out_dir: str, seed: int = 0, n: int | None = None, n
     return [path]
 
 
-__all__ = ["DEFAULT_N", "generate", "write_demo"]
+__all__ = ["DEFAULT_N", "NATIVE_DOMAINS", "generate", "write_demo"]

@@ -52,6 +52,7 @@ Dialects met in the wild, read with the same rules:
 
 from __future__ import annotations
 
+import itertools
 import json
 import re
 from collections.abc import Iterator
@@ -370,6 +371,7 @@ class AtifAdapter:
     default_domain = "terminal"
     line_records = True  # a .jsonl file may be read as byte ranges of whole lines
     options = {"orphans": "quarantine (default) or skip: what to do with a result whose call is missing"}
+    check_options = staticmethod(orphans_policy)
 
     def sniff(self, probe: Probe) -> float:
         rec = probe.first_record
@@ -393,7 +395,7 @@ class AtifAdapter:
             return
         if isinstance(first, InvalidRecord) or not (isinstance(first[1], dict) and first[1].get("__header__") is True):
             # one trajectory document per line
-            for item in _chain(first, items):
+            for item in itertools.chain([first], items):
                 if isinstance(item, InvalidRecord):
                     yield item
                 else:
@@ -421,11 +423,6 @@ def is_streaming_atif(uri: str) -> bool:
         return False
     first = head.lstrip().split("\n", 1)[0]
     return bool(re.match(r'\{\s*"__header__"\s*:\s*true\b', first))
-
-
-def _chain(first, rest):
-    yield first
-    yield from rest
 
 
 ADAPTER = AtifAdapter()

@@ -54,6 +54,7 @@ from stages.ingest.common import (
     strip_ansi,
     text_of,
 )
+from stages.ingest.openai_options import OPENAI_OPTIONS, check_openai_options
 from stages.ingest.reading import InputUnit, container_of, loads
 from stages.ingest.registry import Probe, RawRecord
 from stages.ingest.tool_calls import (
@@ -342,15 +343,8 @@ class OpenAIMessagesAdapter:
     domains = DOMAINS
     default_domain = "mcp"
     line_records = True  # a .jsonl file may be read as byte ranges of whole lines
-    options = {
-        "messages_path": "dotted path to the message list, with list indices (answer_generation.train_messages.-1)",
-        "messages_column": "field/column holding the messages (default: messages, traj, TRAJECTORY, trajectory)",
-        "tools_column": "field/column with the declared tools (default: tools, ENABLED_TOOLS)",
-        "prompt_column": "field/column with the task prompt (default: PROMPT, prompt; else the first user message)",
-        "task_column": "field/column with the task id used as split key (default: TASK, task_id, instance_id)",
-        "id_column": "field/column with the native trajectory id (default: id, traj_id, session_id, ID)",
-        "orphans": "quarantine (default) or skip: what to do with a tool result whose call is missing",
-    }
+    options = OPENAI_OPTIONS
+    check_options = staticmethod(check_openai_options)
 
     def sniff(self, probe: Probe) -> float:
         rec = probe.first_record

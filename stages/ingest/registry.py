@@ -12,6 +12,8 @@ An adapter is any object with these attributes (a Protocol, not a base class):
   so a large file may be read as byte ranges of lines (`stages.ingest.ranges`);
 - ``sniff(probe) -> float``: confidence in [0, 1] that the unit is in this format;
 - ``claims_dir(uri) -> bool`` (optional): whether a directory is one session of this format;
+- ``check_options(opts)`` (optional): raise `OptionError` for a value of one of its options that it cannot use
+  (`check_options` below calls it before any input is read);
 - ``read(unit, opts) -> Iterator[RawRecord | InvalidRecord]``: native records with provenance;
 - ``normalize(record, opts) -> Iterator[Trajectory]``: raises `InvalidRecord` for a bad record.
 
@@ -27,7 +29,7 @@ from functools import cached_property
 from itertools import islice
 from typing import Any, Protocol, runtime_checkable
 
-from schemas.errors import ConfigError, InvalidRecord
+from schemas.errors import ConfigError, InvalidRecord, OptionError
 from schemas.trajectory import Trajectory
 from stages.ingest.reading import InputUnit, container_of, iter_container, loads, read_head
 
@@ -185,6 +187,33 @@ def sniffed_opts(formats: Iterable[str | None], opts: dict[str, Any]) -> Callabl
         raise ConfigError(f"no format of this input ({names}) has option {', '.join(sorted(unknown))}; "
                           f"their options: {known}")
     return lambda name: {k: v for k, v in opts.items() if k in declared[name]}
+
+
+def check_options(fmt: str | None, opts: dict[str, Any]) -> None:
+    """The names and values of a run's adapter options, checked before any input is read: an unknown name or a
+    bad value is an `OptionError` (a domain the given format cannot produce, a `ConfigError`).
+
+    With a format (`fmt`), its adapter's options and the values it accepts. Sniffed (`fmt` None), an option must be
+    one that some adapter has, and its value one that every adapter having it accepts: which formats the input
+    holds is known only once it is scanned (`sniffed_opts` then checks the names against those)."""
+    given = {k: v for k, v in opts.items() if k not in COMMON_OPTIONS}
+    if fmt:
+        candidates = [get_adapter(fmt)]
+        known = set(candidates[0].options)
+        where = f"format {fmt}"
+    else:
+        candidates = [a for a in adapters().values() if set(a.options) & set(given)]
+        known = set().union(*(a.options for a in adapters().values()))
+        where = "any input format"
+    unknown = sorted(set(given) - known)
+    if unknown:
+        raise OptionError(unknown[0], f"is not an option of {where}; options: {', '.join(sorted(known | COMMON_OPTIONS))}")
+    for adapter in candidates:
+        check = getattr(adapter, "check_options", None)
+        if check is not None:
+            check({k: v for k, v in given.items() if k in adapter.options})
+    if fmt:
+        resolve_opts(candidates[0], opts)  # the domain
 
 
 def resolve_opts(adapter: Adapter, opts: dict[str, Any]) -> dict[str, Any]:

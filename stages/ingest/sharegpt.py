@@ -146,6 +146,7 @@ class ShareGPTAdapter:
     default_domain = "mcp"
     line_records = True  # a .jsonl file may be read as byte ranges of whole lines
     options = {"orphans": "quarantine (default) or skip: what to do with an observation whose call is missing"}
+    check_options = staticmethod(orphans_policy)
 
     def sniff(self, probe: Probe) -> float:
         rec = probe.first_record

@@ -9,7 +9,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from schemas.errors import ConfigError, InvalidRecord
+from schemas.errors import InvalidRecord, OptionError
 from schemas.trajectory import Turn
 from stages.ingest.common import canonical_json
 from stages.ingest.reading import loads
@@ -33,10 +33,11 @@ def tool_action(name: str, arguments: Any) -> str:
 
 
 def orphans_policy(opts: dict[str, Any]) -> str:
-    """``quarantine`` (default) or ``skip`` from ``opts["orphans"]``; anything else is a `ConfigError`."""
+    """``quarantine`` (default) or ``skip`` from ``opts["orphans"]``; anything else is an `OptionError`. It is
+    also the option check (``check_options``) of the adapters whose only option it is."""
     value = opts.get("orphans") or "quarantine"
     if value not in ("quarantine", "skip"):
-        raise ConfigError(f"option orphans must be 'quarantine' or 'skip', not {value!r}")
+        raise OptionError("orphans", f"must be 'quarantine' or 'skip', not {value!r}")
     return value
 
 
@@ -96,7 +97,9 @@ def decoded_field(value: Any, what: str, locator: str) -> Any:
         try:
             return loads(value)
         except json.JSONDecodeError as exc:
-            raise InvalidRecord("malformed_json", f"{what}: {exc.msg} at column {exc.colno}", locator) from None
+            # some of json's messages end in "at" ("Invalid control character at"): the column follows once
+            message = exc.msg.removesuffix(" at")
+            raise InvalidRecord("malformed_json", f"{what}: {message} at column {exc.colno}", locator) from None
     return value
 
 
