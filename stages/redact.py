@@ -18,6 +18,10 @@ scans per text and no rule regex at all):
   ``openai_key`` (``sk-…``, ``sk-proj-…``; the body must look generated — digits and capitals, or 32+
   characters without dashes — so slugs like ``sk-learn-tutorial-2`` stay), ``huggingface_token``,
   ``stripe_key``, ``npm_token``, ``pypi_token``, ``jwt`` (``eyJ….eyJ….…``);
+- GitHub (``gh[pousr]_``, its body mixed case), GitLab, Hugging Face, JWT and AWS tokens also glued to the word
+  before them (``gh_ghp_…``, ``call_eyJ…``, ``1glpat-…``, ``xAKIA…``); an ``AKIA`` key only where no longer run of
+  capitals and digits holds it and no ``+``, ``/`` or ``=`` follows (base64). The other prefixes still need a word
+  boundary: ``sk-``, ``sk_live_``, ``xoxb-`` or ``AIza`` end ordinary words and base64 (``task-…``, ``disk_live_…``);
 - ``url_password`` (``scheme://user:PASS@``), ``bearer_token``/``basic_auth`` (``Authorization:``
   headers and a bare ``Bearer <long token>``);
 - command-line passwords: ``--password X``, ``--password=X``, ``--api-key X`` …; ``-pSECRET`` only
@@ -379,6 +383,15 @@ def _keep_plain(group: str) -> Callable[[re.Match], bool]:
     return lambda m: keep_value(m.group(group), True, "password")
 
 
+def _aws_access_key(m: re.Match) -> tuple[str, str] | None:
+    """An access key glued to a lowercase letter or a digit (``xAKIA…``) is one, unless base64 goes on after it: the
+    rule's lookbehinds already refuse a key inside a longer run of capitals and digits."""
+    glued = m.string[m.start() - 1 : m.start()].isalnum()
+    if glued and m.string[m.end() : m.end() + 1] in ("+", "/", "="):
+        return None
+    return PLACEHOLDER.format("aws_access_key"), "aws_access_key"
+
+
 def _auth_kind(m: re.Match) -> str:
     scheme = (m.group("scheme") or "").lower()
     return "basic_auth" if scheme == "basic" else "bearer_token"
@@ -403,16 +416,16 @@ _RULES: list[SecretRule] = [
         re.compile(r"\"private_key_id\\*\"[ \t]*:[ \t]*\\*\"(?P<v>[0-9a-fA-F]{16,64})"),
         _value("v", "gcp_private_key_id"),
     ),
-    SecretRule("aws", re.compile(r"A(?<![A-Za-z0-9]A)(?:KIA|SIA|BIA|CCA)[A-Z0-9]{16}(?![A-Za-z0-9])"),
-               _whole("aws_access_key")),
+    SecretRule("aws", re.compile(r"A(?<![A-Z]A)(?<![A-Z0-9][0-9]A)(?:KIA|SIA|BIA|CCA)[A-Z0-9]{16}(?![A-Za-z0-9])"),
+               _aws_access_key),
     SecretRule("aws", re.compile(r"AIza(?<![A-Za-z0-9_-]AIza)[0-9A-Za-z_\-]{35}(?![A-Za-z0-9_-])"), _whole("gcp_api_key")),
     SecretRule("azure", re.compile(r"(?P<k>AccountKey|SharedAccessKey)=(?P<v>" + _B64 + r"{20,}={0,2})", re.IGNORECASE),
                _value("v", "azure_storage_key")),
-    SecretRule("underscore_token", re.compile(r"gh(?<![A-Za-z0-9_]gh)[pousr]_[A-Za-z0-9]{36,251}(?![A-Za-z0-9_])"),
-               _whole("github_token")),
+    SecretRule("underscore_token", re.compile(r"gh[pousr]_[A-Za-z0-9]{36,251}(?![A-Za-z0-9_])"),
+               _whole("github_token", lambda s: _mixed_case(s[4:]))),
     SecretRule("underscore_token", re.compile(r"github_pat_(?<![A-Za-z0-9_]github_pat_)[A-Za-z0-9_]{22,244}"),
                _whole("github_token")),
-    SecretRule("dash_token", re.compile(r"gl(?<![A-Za-z0-9_-]gl)(?:pat|dt|rt|ptt)-[A-Za-z0-9_\-]{20,}"),
+    SecretRule("dash_token", re.compile(r"gl(?:pat|dt|rt|ptt)-[A-Za-z0-9_\-]{20,}"),
                _whole("gitlab_token")),
     SecretRule(
         "slack_webhook",
@@ -427,7 +440,7 @@ _RULES: list[SecretRule] = [
         re.compile(r"sk-(?<![A-Za-z0-9_-]sk-)(?:(?:proj|svcacct|admin|None)-)?(?P<body>[A-Za-z0-9_\-]{20,})(?![A-Za-z0-9_-])"),
         lambda m: _whole("openai_key")(m) if _random_like(m.group("body")) else None,
     ),
-    SecretRule("underscore_token", re.compile(r"hf_(?<![A-Za-z0-9_]hf_)[A-Za-z0-9]{30,}(?![A-Za-z0-9_])"),
+    SecretRule("underscore_token", re.compile(r"hf_[A-Za-z0-9]{30,}(?![A-Za-z0-9_])"),
                _whole("huggingface_token", lambda s: _mixed_case(s[3:]))),
     *(
         SecretRule("underscore_token", re.compile(prefix + r"(?<![A-Za-z0-9_]" + prefix + r")(?:live|test)_[A-Za-z0-9]{16,}"),
@@ -438,7 +451,7 @@ _RULES: list[SecretRule] = [
     SecretRule("underscore_token", re.compile(r"npm_(?<![A-Za-z0-9_]npm_)[A-Za-z0-9]{36}(?![A-Za-z0-9_])"),
                _whole("npm_token", lambda s: _has_digit(s[4:]))),
     SecretRule("dash_token", re.compile(r"pypi-Ag[A-Za-z0-9_\-]{50,}"), _whole("pypi_token")),
-    SecretRule("jwt", re.compile(r"eyJ(?<![A-Za-z0-9_-]eyJ)[A-Za-z0-9_\-]{8,}\.eyJ[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]*"),
+    SecretRule("jwt", re.compile(r"eyJ[A-Za-z0-9_\-]{8,}\.eyJ[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]*"),
                _whole("jwt")),
     SecretRule(
         "url",

@@ -158,6 +158,43 @@ def test_lookalike_is_unchanged(text):
     assert redact_text(text) == (text, Counter())
 
 
+# A provider token glued to the word before it: a tool name, an env name or a run of output without a separator.
+GLUED = [
+    (f"gh_{GITHUB}", "gh_<SECRET:github_token>"),
+    (f"GITHUB_TOKEN_{GITHUB}", "GITHUB_TOKEN_<SECRET:github_token>"),
+    (f'{{"name": "call_{GITHUB}"}}', '{"name": "call_<SECRET:github_token>"}'),
+    (f"x{GITHUB} 1{GITHUB}", "x<SECRET:github_token> 1<SECRET:github_token>"),
+    (f"id_{JWT} x{JWT} 7{JWT} auth-{JWT}", "id_<SECRET:jwt> x<SECRET:jwt> 7<SECRET:jwt> auth-<SECRET:jwt>"),
+    (f"ci_{GITLAB} x{GITLAB} 9{GITLAB} ci-{GITLAB}", " ".join(f"{p}<SECRET:gitlab_token>" for p in ("ci_", "x", "9", "ci-"))),
+    (f"my_{HF} x{HF} 2{HF}", "my_<SECRET:huggingface_token> x<SECRET:huggingface_token> 2<SECRET:huggingface_token>"),
+    (f"x{AWS_ID} 1{AWS_ID} id{AWS_ID} {_j('x', 'AK', 'IAIOSFODNN7EXAMPLE')}",
+     "x<SECRET:aws_access_key> 1<SECRET:aws_access_key> id<SECRET:aws_access_key> x<SECRET:aws_access_key>"),
+]
+# What gluing could take by mistake: a word ending in a prefix (`weighs_` holds `ghs_`) before a hex digest, and
+# `AKIA` inside a run of capitals and digits, as base64 of sparse binary data has them.
+GLUED_LOOKALIKES = [
+    "self.weighs_3f786850e387550fdab836ed7e6dc881de23001b = None",
+    "coughs_3F786850E387550FDAB836ED7E6DC881DE23001B",
+    "use_hf_transfer=1; load_hf_dataset_from_cache(path); weigh_ghp_count",
+    "monkeyJumpedOverTheFence.and.surveyJsonSchema.validate()",
+    "data:application/octet-stream;base64,iVBORw0KGgoAAAANSUhEUgAA" + "AKIA" + "A" * 16 + "/8Q9" + "AKIA" + "B" * 16 + "+w==",
+    "base64: TWFu" + "0AKIA" + "Q" * 16 + "=",
+]
+
+
+@pytest.mark.parametrize(("text", "expected"), GLUED, ids=[c[1][:40] for c in GLUED])
+def test_token_glued_to_the_word_before_it_is_redacted(text, expected):
+    out, counts = redact_text(text)
+    assert out == expected
+    (kind,) = counts
+    assert counts[kind] == expected.count("<SECRET:")
+
+
+@pytest.mark.parametrize("text", GLUED_LOOKALIKES, ids=[t[:30] for t in GLUED_LOOKALIKES])
+def test_word_glued_to_a_prefix_lookalike_is_unchanged(text):
+    assert redact_text(text) == (text, Counter())
+
+
 def test_emails_only_when_asked():
     text = "Signed-off-by: Ada Lovelace <ada@example.org>, cc bob.smith+ci@mail.example.co.uk"
     assert redact_text(text)[0] == text
