@@ -34,6 +34,10 @@ scans per text and no rule regex at all):
   (secret, password, passwd, passphrase, token, api_key/apikey, access_key, secret_key, private_key,
   credential, auth_key, client_secret): ``aws_secret_key``, ``azure_client_secret``, ``password``,
   ``token``, ``api_key`` or ``secret`` by the key's name;
+- any of the above percent-encoded (``next=https%3A%2F%2Fdeploy%3APASS%40host``, ``password%3DPASS``, also
+  encoded twice): a run between whitespace that holds an escape of ASCII punctuation, a space or a line break is
+  read decoded (``+`` stays: it is a space only in forms, and base64 holds it), and the placeholder takes the encoded
+  span of the secret, the rest of the run staying as written;
 - ``email`` — only when asked (``emails=True``).
 
 What stays, by decision: values that are not secrets but references or descriptions — empty values,
@@ -51,6 +55,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import bisect
 import itertools
 import re
 from collections import Counter
@@ -82,6 +87,11 @@ _WRAPPED_GATE_REVERSED = re.compile(
     rb"(?:_[pousr]hg|_tap_buhtig|-(?:tap|td|tr|ttp)lg|-[a-z]xox|-ks|_fh|_mpn|-ipyp|_ceshw|_(?:evil|tset)_k[sr]"
     rb"|(?:AIK|AIS|AIB|ACC|azI)A|Jye)(?![A-Za-z0-9_\-])"
 )
+# Escapes of ASCII punctuation, space, tab and line breaks: what encoders escape and what the rules' separators are made
+# of. An escaped letter or digit and the bytes of a non-ASCII character stay as written (value classes take `%`).
+_ESCAPE = r"%(?:0[9AaDd]|2[0-9A-Fa-f]|3[A-Fa-f]|40|5[B-Fb-f]|60|7[B-Eb-e])"
+_ESCAPE_GATE = re.compile(_ESCAPE.encode("ascii"))
+_PERCENT_BYTE = ord("%")  # an int needle is one memchr; a bytes needle costs a buffer lookup per text
 _KEYWORDS = ("secret", "pass", "token", "key", "credential")
 _KEYWORD_BYTES = tuple(w.encode("ascii") for w in _KEYWORDS)
 
@@ -139,6 +149,8 @@ def open_gates(text: str) -> set[str]:
         gates.add("pgpass")
     if b"\n" in raw and _WRAPPED_GATE_REVERSED.search(raw[::-1]):
         gates.add("wrapped")
+    if _PERCENT_BYTE in raw and _ESCAPE_GATE.search(raw):
+        gates.add("percent")
     return gates
 
 
@@ -397,6 +409,83 @@ def _auth_kind(m: re.Match) -> str:
     return "basic_auth" if scheme == "basic" else "bearer_token"
 
 
+# --- percent-encoded runs: the rules read them decoded, a placeholder takes the encoded span of its secret ----------
+
+_ESCAPE_RE = re.compile(_ESCAPE)
+_RUN_END = re.compile(r"[ \t\n\r\f\v]")
+_PLACEHOLDER_RE = re.compile(r"<SECRET:[a-z_]+>")
+# Decoded runs are redacted as one text, each after this separator: no pattern crosses its newline and NUL, a run after
+# it starts no line (the `.pgpass` rule reads whole lines) and follows whitespace, as in the text. No decoded run holds
+# the separator: a form feed ends a run, and its escape is not decoded.
+_RUN_SEPARATOR = "\n\x00\f"
+
+
+def _encoded_runs(text: str) -> list[tuple[int, int]]:
+    """Spans of the runs of `text` between ASCII whitespace that hold an escape."""
+    runs = []
+    end = 0
+    while (m := _ESCAPE_RE.search(text, end)) is not None:
+        start = max(end, *(text.rfind(c, end, m.start()) + 1 for c in " \t\n\r\f\v"))
+        space = _RUN_END.search(text, m.end())
+        end = space.start() if space else len(text)
+        runs.append((start, end))
+    return runs
+
+
+def _decoded(run: str) -> tuple[str, list[int]]:
+    """`run` with its escapes decoded, and the index of each decoded escape in the decoded text."""
+    at: list[int] = []
+
+    def one(m: re.Match) -> str:
+        at.append(m.start() - 2 * len(at))
+        return chr(int(m.group()[1:], 16))
+
+    return _ESCAPE_RE.sub(one, run), at
+
+
+def _placeholder_spans(before: str, after: str) -> list[tuple[int, int, str]] | None:
+    """The (start, end, placeholder) spans of `before` that its redaction `after` replaced, or None where more than one
+    split of `before` fits (the text between two placeholders occurs inside a secret too, or there is none)."""
+    literals = [re.escape(part) for part in _PLACEHOLDER_RE.split(after)]
+    shortest = re.fullmatch("(.+?)".join(literals), before, re.DOTALL)
+    longest = re.fullmatch("(.+)".join(literals), before, re.DOTALL)
+    if shortest is None or longest is None or shortest.regs != longest.regs:
+        return None
+    return [(*shortest.span(i), holder) for i, holder in enumerate(_PLACEHOLDER_RE.findall(after), 1)]
+
+
+def _reencoded(run: str, view: str, at: list[int], redacted: str) -> str:
+    """`run` with each placeholder of `redacted` (its decoded `view`, redacted) over the encoded span of its secret;
+    the whole run decoded and redacted where the spans are not certain."""
+    spans = _placeholder_spans(view, redacted)
+    if spans is None:
+        return redacted
+    out, pos = [], 0
+    for start, end, holder in spans:
+        # an escape before a decoded index stands for three characters of the run
+        out += [run[pos : start + 2 * bisect.bisect_left(at, start)], holder]
+        pos = end + 2 * bisect.bisect_left(at, end)
+    return "".join(out) + run[pos:]
+
+
+def _scan_percent_encoded(text: str, counts: Counter) -> str:
+    """Secrets that only a decoded view shows; the runs are decoded and redacted together, as one text."""
+    runs = _encoded_runs(text)
+    if not runs:
+        return text
+    views = [_decoded(text[start:end]) for start, end in runs]
+    joined, found = redact_text("".join(_RUN_SEPARATOR + view for view, _ in views))
+    if not found:
+        return text
+    counts.update(found)
+    out, pos = [], 0
+    for (start, end), (view, at), part in zip(runs, views, joined.split(_RUN_SEPARATOR)[1:], strict=True):
+        if part != view:
+            out += [text[pos:start], _reencoded(text[start:end], view, at, part)]
+            pos = end
+    return "".join(out) + text[pos:]
+
+
 # --- the rules, in order: specific formats first, so generic rules see their placeholders -----------------------
 
 _B64 = r"[A-Za-z0-9+/]"
@@ -516,6 +605,7 @@ _RULES: list[SecretRule] = [
         _value("v", "password", _keep_plain("v")),
     ),
     SecretRule("keyword", None, scan=_scan_assignments),
+    SecretRule("percent", None, scan=_scan_percent_encoded),  # last: what the plain text shows is already taken
 ]
 _EMAIL_RULE = SecretRule(
     "email",
