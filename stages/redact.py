@@ -412,6 +412,8 @@ def _auth_kind(m: re.Match) -> str:
 # --- percent-encoded runs: the rules read them decoded, a placeholder takes the encoded span of its secret ----------
 
 _ESCAPE_RE = re.compile(_ESCAPE)
+_ESCAPE_SPLIT = re.compile(f"({_ESCAPE})")
+_DECODE = {f"%{i:02{case}}": chr(i) for i in range(128) for case in "xX"}
 _RUN_END = re.compile(r"[ \t\n\r\f\v]")
 _PLACEHOLDER_RE = re.compile(r"<SECRET:[a-z_]+>")
 # Decoded runs are redacted as one text, each after this separator: no pattern crosses its newline and NUL, a run after
@@ -432,37 +434,51 @@ def _encoded_runs(text: str) -> list[tuple[int, int]]:
     return runs
 
 
-def _decoded(run: str) -> tuple[str, list[int]]:
-    """`run` with its escapes decoded, and the index of each decoded escape in the decoded text."""
-    at: list[int] = []
-
-    def one(m: re.Match) -> str:
-        at.append(m.start() - 2 * len(at))
-        return chr(int(m.group()[1:], 16))
-
-    return _ESCAPE_RE.sub(one, run), at
+def _decoded(run: str) -> str:
+    parts = _ESCAPE_SPLIT.split(run)  # text, escape, text, …, text
+    parts[1::2] = [_DECODE[escape] for escape in parts[1::2]]
+    return "".join(parts)
 
 
 def _placeholder_spans(before: str, after: str) -> list[tuple[int, int, str]] | None:
     """The (start, end, placeholder) spans of `before` that its redaction `after` replaced, or None where more than one
     split of `before` fits (the text between two placeholders occurs inside a secret too, or there is none)."""
-    literals = [re.escape(part) for part in _PLACEHOLDER_RE.split(after)]
-    shortest = re.fullmatch("(.+?)".join(literals), before, re.DOTALL)
-    longest = re.fullmatch("(.+)".join(literals), before, re.DOTALL)
-    if shortest is None or longest is None or shortest.regs != longest.regs:
+    head, *between, tail = _PLACEHOLDER_RE.split(after)
+    low, high = len(head), len(before) - len(tail)
+    if not (before.startswith(head) and before.endswith(tail)) or high <= low:
         return None
-    return [(*shortest.span(i), holder) for i, holder in enumerate(_PLACEHOLDER_RE.findall(after), 1)]
+    # Each text between two placeholders at its earliest and at its latest place (a secret is never empty): the split
+    # is certain where the two agree.
+    earliest, pos = [], low
+    for text in between:
+        pos = before.find(text, pos + 1, high - 1)
+        if pos < 0:
+            return None
+        earliest.append(pos)
+        pos += len(text)
+    latest, pos = [], high
+    for text in reversed(between):
+        pos = before.rfind(text, low + 1, pos - 1)
+        if pos < 0:
+            return None
+        latest.append(pos)
+    if earliest != latest[::-1]:
+        return None
+    starts = [low, *(at + len(text) for at, text in zip(earliest, between, strict=True))]
+    ends = [*earliest, high]
+    return list(zip(starts, ends, _PLACEHOLDER_RE.findall(after), strict=True))
 
 
-def _reencoded(run: str, view: str, at: list[int], redacted: str) -> str:
+def _reencoded(run: str, view: str, redacted: str) -> str:
     """`run` with each placeholder of `redacted` (its decoded `view`, redacted) over the encoded span of its secret;
     the whole run decoded and redacted where the spans are not certain."""
     spans = _placeholder_spans(view, redacted)
     if spans is None:
         return redacted
+    # where each escape sits in `view`: one character there for three in `run`
+    at = [m.start() - 2 * k for k, m in enumerate(_ESCAPE_RE.finditer(run))]
     out, pos = [], 0
     for start, end, holder in spans:
-        # an escape before a decoded index stands for three characters of the run
         out += [run[pos : start + 2 * bisect.bisect_left(at, start)], holder]
         pos = end + 2 * bisect.bisect_left(at, end)
     return "".join(out) + run[pos:]
@@ -474,14 +490,14 @@ def _scan_percent_encoded(text: str, counts: Counter) -> str:
     if not runs:
         return text
     views = [_decoded(text[start:end]) for start, end in runs]
-    joined, found = redact_text("".join(_RUN_SEPARATOR + view for view, _ in views))
+    joined, found = redact_text("".join(_RUN_SEPARATOR + view for view in views))
     if not found:
         return text
     counts.update(found)
     out, pos = [], 0
-    for (start, end), (view, at), part in zip(runs, views, joined.split(_RUN_SEPARATOR)[1:], strict=True):
+    for (start, end), view, part in zip(runs, views, joined.split(_RUN_SEPARATOR)[1:], strict=True):
         if part != view:
-            out += [text[pos:start], _reencoded(text[start:end], view, at, part)]
+            out += [text[pos:start], _reencoded(text[start:end], view, part)]
             pos = end
     return "".join(out) + text[pos:]
 
