@@ -88,8 +88,9 @@ _WRAPPED_GATE_REVERSED = re.compile(
     rb"|(?:AIK|AIS|AIB|ACC|azI)A|Jye)(?![A-Za-z0-9_\-])"
 )
 # Escapes of ASCII punctuation, space, tab and line breaks: what encoders escape and what the rules' separators are made
-# of. An escaped letter or digit and the bytes of a non-ASCII character stay as written (value classes take `%`).
-_ESCAPE = r"%(?:0[9AaDd]|2[0-9A-Fa-f]|3[A-Fa-f]|40|5[B-Fb-f]|60|7[B-Eb-e])"
+# of. An escaped letter or digit and the bytes of a non-ASCII character stay as written (value classes take `%`), and so
+# does a colon between digits: a time, a port or a Debian epoch (`passwd_1%3a4.13`), never `key: value`.
+_ESCAPE = r"%(?:0[9AaDd]|2[0-9A-Fa-f]|3[B-Fb-f]|(?<![0-9]%)3[Aa]|3[Aa](?![0-9])|40|5[B-Fb-f]|60|7[B-Eb-e])"
 _ESCAPE_GATE = re.compile(_ESCAPE.encode("ascii"))
 _PERCENT_BYTE = ord("%")  # an int needle is one memchr; a bytes needle costs a buffer lookup per text
 _KEYWORDS = ("secret", "pass", "token", "key", "credential")

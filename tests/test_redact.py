@@ -216,6 +216,8 @@ ENCODED = [
 ENCODED_LOOKALIKES = [
     "https://www.bing.com/search?q=Michael+Jackson+%27Human+Nature%27+lyrics&FORM=QBLH",
     "Preparing to unpack .../07-libgc1_1%3a8.2.2-3_amd64.deb ...",
+    "Preparing to unpack .../passwd_1%3a4.13+dfsg1-1_amd64.deb ...",  # a Debian epoch, not `passwd_1: <value>`
+    "?at=12%3A30%3A45&host=10.0.0.1%3A8080&secret_key_id=7",
     "https://accounts.example.com/login?continue=https%3A%2F%2Fmail.example.com%2Fmail%2Fu%2F0%2F&service=mail",
     "?redirect_uri=https%3A%2F%2Fapp.example.com%2Fcb&token_type=bearer&scope=read%20write&state=a%2Bb%3D%3D",
     "password%3D&user%3Dbob password%3D%24%7BDB_PASSWORD%7D password%3D%2A%2A%2A%2A token%3D%3Cyour-token%3E",
