@@ -18,6 +18,10 @@ scans per text and no rule regex at all):
   ``openai_key`` (``sk-…``, ``sk-proj-…``; the body must look generated — digits and capitals, or 32+
   characters without dashes — so slugs like ``sk-learn-tutorial-2`` stay), ``huggingface_token``,
   ``stripe_key``, ``npm_token``, ``pypi_token``, ``jwt`` (``eyJ….eyJ….…``);
+- GitHub (``gh[pousr]_``, its body mixed case), GitLab, Hugging Face, JWT and AWS tokens also glued to the word
+  before them (``gh_ghp_…``, ``call_eyJ…``, ``1glpat-…``, ``xAKIA…``); an ``AKIA`` key only where no longer run of
+  capitals and digits holds it and no ``+``, ``/`` or ``=`` follows (base64). The other prefixes still need a word
+  boundary: ``sk-``, ``sk_live_``, ``xoxb-`` or ``AIza`` end ordinary words and base64 (``task-…``, ``disk_live_…``);
 - ``url_password`` (``scheme://user:PASS@``), ``bearer_token``/``basic_auth`` (``Authorization:``
   headers and a bare ``Bearer <long token>``);
 - command-line passwords: ``--password X``, ``--password=X``, ``--api-key X`` …; ``-pSECRET`` only
@@ -30,6 +34,10 @@ scans per text and no rule regex at all):
   (secret, password, passwd, passphrase, token, api_key/apikey, access_key, secret_key, private_key,
   credential, auth_key, client_secret): ``aws_secret_key``, ``azure_client_secret``, ``password``,
   ``token``, ``api_key`` or ``secret`` by the key's name;
+- any of the above percent-encoded (``next=https%3A%2F%2Fdeploy%3APASS%40host``, ``password%3DPASS``, also
+  encoded twice): a run between whitespace that holds an escape of ASCII punctuation, a space or a line break is
+  read decoded (``+`` stays: it is a space only in forms, and base64 holds it), and the placeholder takes the encoded
+  span of the secret, the rest of the run staying as written;
 - ``email`` — only when asked (``emails=True``).
 
 What stays, by decision: values that are not secrets but references or descriptions — empty values,
@@ -47,6 +55,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import bisect
 import itertools
 import re
 from collections import Counter
@@ -78,6 +87,12 @@ _WRAPPED_GATE_REVERSED = re.compile(
     rb"(?:_[pousr]hg|_tap_buhtig|-(?:tap|td|tr|ttp)lg|-[a-z]xox|-ks|_fh|_mpn|-ipyp|_ceshw|_(?:evil|tset)_k[sr]"
     rb"|(?:AIK|AIS|AIB|ACC|azI)A|Jye)(?![A-Za-z0-9_\-])"
 )
+# Escapes of ASCII punctuation, space, tab and line breaks: what encoders escape and what the rules' separators are made
+# of. An escaped letter or digit and the bytes of a non-ASCII character stay as written (value classes take `%`), and so
+# does a colon between digits: a time, a port or a Debian epoch (`passwd_1%3a4.13`), never `key: value`.
+_ESCAPE = r"%(?:0[9AaDd]|2[0-9A-Fa-f]|3[B-Fb-f]|(?<![0-9]%)3[Aa]|3[Aa](?![0-9])|40|5[B-Fb-f]|60|7[B-Eb-e])"
+_ESCAPE_GATE = re.compile(_ESCAPE.encode("ascii"))
+_PERCENT_BYTE = ord("%")  # an int needle is one memchr; a bytes needle costs a buffer lookup per text
 _KEYWORDS = ("secret", "pass", "token", "key", "credential")
 _KEYWORD_BYTES = tuple(w.encode("ascii") for w in _KEYWORDS)
 
@@ -135,6 +150,8 @@ def open_gates(text: str) -> set[str]:
         gates.add("pgpass")
     if b"\n" in raw and _WRAPPED_GATE_REVERSED.search(raw[::-1]):
         gates.add("wrapped")
+    if _PERCENT_BYTE in raw and _ESCAPE_GATE.search(raw):
+        gates.add("percent")
     return gates
 
 
@@ -379,9 +396,111 @@ def _keep_plain(group: str) -> Callable[[re.Match], bool]:
     return lambda m: keep_value(m.group(group), True, "password")
 
 
+def _aws_access_key(m: re.Match) -> tuple[str, str] | None:
+    """An access key glued to a lowercase letter or a digit (``xAKIA…``) is one, unless base64 goes on after it: the
+    rule's lookbehinds already refuse a key inside a longer run of capitals and digits."""
+    glued = m.string[m.start() - 1 : m.start()].isalnum()
+    if glued and m.string[m.end() : m.end() + 1] in ("+", "/", "="):
+        return None
+    return PLACEHOLDER.format("aws_access_key"), "aws_access_key"
+
+
 def _auth_kind(m: re.Match) -> str:
     scheme = (m.group("scheme") or "").lower()
     return "basic_auth" if scheme == "basic" else "bearer_token"
+
+
+# --- percent-encoded runs: the rules read them decoded, a placeholder takes the encoded span of its secret ----------
+
+_ESCAPE_RE = re.compile(_ESCAPE)
+_ESCAPE_SPLIT = re.compile(f"({_ESCAPE})")
+_DECODE = {f"%{i:02{case}}": chr(i) for i in range(128) for case in "xX"}
+_RUN_END = re.compile(r"[ \t\n\r\f\v]")
+_PLACEHOLDER_RE = re.compile(r"<SECRET:[a-z_]+>")
+# Decoded runs are redacted as one text, each after this separator: no pattern crosses its newline and NUL, a run after
+# it starts no line (the `.pgpass` rule reads whole lines) and follows whitespace, as in the text. No decoded run holds
+# the separator: a form feed ends a run, and its escape is not decoded.
+_RUN_SEPARATOR = "\n\x00\f"
+
+
+def _encoded_runs(text: str) -> list[tuple[int, int]]:
+    """Spans of the runs of `text` between ASCII whitespace that hold an escape."""
+    runs = []
+    end = 0
+    while (m := _ESCAPE_RE.search(text, end)) is not None:
+        start = max(end, *(text.rfind(c, end, m.start()) + 1 for c in " \t\n\r\f\v"))
+        space = _RUN_END.search(text, m.end())
+        end = space.start() if space else len(text)
+        runs.append((start, end))
+    return runs
+
+
+def _decoded(run: str) -> str:
+    parts = _ESCAPE_SPLIT.split(run)  # text, escape, text, …, text
+    parts[1::2] = [_DECODE[escape] for escape in parts[1::2]]
+    return "".join(parts)
+
+
+def _placeholder_spans(before: str, after: str) -> list[tuple[int, int, str]] | None:
+    """The (start, end, placeholder) spans of `before` that its redaction `after` replaced, or None where more than one
+    split of `before` fits (the text between two placeholders occurs inside a secret too, or there is none)."""
+    head, *between, tail = _PLACEHOLDER_RE.split(after)
+    low, high = len(head), len(before) - len(tail)
+    if not (before.startswith(head) and before.endswith(tail)) or high <= low:
+        return None
+    # Each text between two placeholders at its earliest and at its latest place (a secret is never empty): the split
+    # is certain where the two agree.
+    earliest, pos = [], low
+    for text in between:
+        pos = before.find(text, pos + 1, high - 1)
+        if pos < 0:
+            return None
+        earliest.append(pos)
+        pos += len(text)
+    latest, pos = [], high
+    for text in reversed(between):
+        pos = before.rfind(text, low + 1, pos - 1)
+        if pos < 0:
+            return None
+        latest.append(pos)
+    if earliest != latest[::-1]:
+        return None
+    starts = [low, *(at + len(text) for at, text in zip(earliest, between, strict=True))]
+    ends = [*earliest, high]
+    return list(zip(starts, ends, _PLACEHOLDER_RE.findall(after), strict=True))
+
+
+def _reencoded(run: str, view: str, redacted: str) -> str:
+    """`run` with each placeholder of `redacted` (its decoded `view`, redacted) over the encoded span of its secret;
+    the whole run decoded and redacted where the spans are not certain."""
+    spans = _placeholder_spans(view, redacted)
+    if spans is None:
+        return redacted
+    # where each escape sits in `view`: one character there for three in `run`
+    at = [m.start() - 2 * k for k, m in enumerate(_ESCAPE_RE.finditer(run))]
+    out, pos = [], 0
+    for start, end, holder in spans:
+        out += [run[pos : start + 2 * bisect.bisect_left(at, start)], holder]
+        pos = end + 2 * bisect.bisect_left(at, end)
+    return "".join(out) + run[pos:]
+
+
+def _scan_percent_encoded(text: str, counts: Counter) -> str:
+    """Secrets that only a decoded view shows; the runs are decoded and redacted together, as one text."""
+    runs = _encoded_runs(text)
+    if not runs:
+        return text
+    views = [_decoded(text[start:end]) for start, end in runs]
+    joined, found = redact_text("".join(_RUN_SEPARATOR + view for view in views))
+    if not found:
+        return text
+    counts.update(found)
+    out, pos = [], 0
+    for (start, end), view, part in zip(runs, views, joined.split(_RUN_SEPARATOR)[1:], strict=True):
+        if part != view:
+            out += [text[pos:start], _reencoded(text[start:end], view, part)]
+            pos = end
+    return "".join(out) + text[pos:]
 
 
 # --- the rules, in order: specific formats first, so generic rules see their placeholders -----------------------
@@ -403,16 +522,16 @@ _RULES: list[SecretRule] = [
         re.compile(r"\"private_key_id\\*\"[ \t]*:[ \t]*\\*\"(?P<v>[0-9a-fA-F]{16,64})"),
         _value("v", "gcp_private_key_id"),
     ),
-    SecretRule("aws", re.compile(r"A(?<![A-Za-z0-9]A)(?:KIA|SIA|BIA|CCA)[A-Z0-9]{16}(?![A-Za-z0-9])"),
-               _whole("aws_access_key")),
+    SecretRule("aws", re.compile(r"A(?<![A-Z]A)(?<![A-Z0-9][0-9]A)(?:KIA|SIA|BIA|CCA)[A-Z0-9]{16}(?![A-Za-z0-9])"),
+               _aws_access_key),
     SecretRule("aws", re.compile(r"AIza(?<![A-Za-z0-9_-]AIza)[0-9A-Za-z_\-]{35}(?![A-Za-z0-9_-])"), _whole("gcp_api_key")),
     SecretRule("azure", re.compile(r"(?P<k>AccountKey|SharedAccessKey)=(?P<v>" + _B64 + r"{20,}={0,2})", re.IGNORECASE),
                _value("v", "azure_storage_key")),
-    SecretRule("underscore_token", re.compile(r"gh(?<![A-Za-z0-9_]gh)[pousr]_[A-Za-z0-9]{36,251}(?![A-Za-z0-9_])"),
-               _whole("github_token")),
+    SecretRule("underscore_token", re.compile(r"gh[pousr]_[A-Za-z0-9]{36,251}(?![A-Za-z0-9_])"),
+               _whole("github_token", lambda s: _mixed_case(s[4:]))),
     SecretRule("underscore_token", re.compile(r"github_pat_(?<![A-Za-z0-9_]github_pat_)[A-Za-z0-9_]{22,244}"),
                _whole("github_token")),
-    SecretRule("dash_token", re.compile(r"gl(?<![A-Za-z0-9_-]gl)(?:pat|dt|rt|ptt)-[A-Za-z0-9_\-]{20,}"),
+    SecretRule("dash_token", re.compile(r"gl(?:pat|dt|rt|ptt)-[A-Za-z0-9_\-]{20,}"),
                _whole("gitlab_token")),
     SecretRule(
         "slack_webhook",
@@ -427,7 +546,7 @@ _RULES: list[SecretRule] = [
         re.compile(r"sk-(?<![A-Za-z0-9_-]sk-)(?:(?:proj|svcacct|admin|None)-)?(?P<body>[A-Za-z0-9_\-]{20,})(?![A-Za-z0-9_-])"),
         lambda m: _whole("openai_key")(m) if _random_like(m.group("body")) else None,
     ),
-    SecretRule("underscore_token", re.compile(r"hf_(?<![A-Za-z0-9_]hf_)[A-Za-z0-9]{30,}(?![A-Za-z0-9_])"),
+    SecretRule("underscore_token", re.compile(r"hf_[A-Za-z0-9]{30,}(?![A-Za-z0-9_])"),
                _whole("huggingface_token", lambda s: _mixed_case(s[3:]))),
     *(
         SecretRule("underscore_token", re.compile(prefix + r"(?<![A-Za-z0-9_]" + prefix + r")(?:live|test)_[A-Za-z0-9]{16,}"),
@@ -438,7 +557,7 @@ _RULES: list[SecretRule] = [
     SecretRule("underscore_token", re.compile(r"npm_(?<![A-Za-z0-9_]npm_)[A-Za-z0-9]{36}(?![A-Za-z0-9_])"),
                _whole("npm_token", lambda s: _has_digit(s[4:]))),
     SecretRule("dash_token", re.compile(r"pypi-Ag[A-Za-z0-9_\-]{50,}"), _whole("pypi_token")),
-    SecretRule("jwt", re.compile(r"eyJ(?<![A-Za-z0-9_-]eyJ)[A-Za-z0-9_\-]{8,}\.eyJ[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]*"),
+    SecretRule("jwt", re.compile(r"eyJ[A-Za-z0-9_\-]{8,}\.eyJ[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]*"),
                _whole("jwt")),
     SecretRule(
         "url",
@@ -503,6 +622,7 @@ _RULES: list[SecretRule] = [
         _value("v", "password", _keep_plain("v")),
     ),
     SecretRule("keyword", None, scan=_scan_assignments),
+    SecretRule("percent", None, scan=_scan_percent_encoded),  # last: what the plain text shows is already taken
 ]
 _EMAIL_RULE = SecretRule(
     "email",

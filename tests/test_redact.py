@@ -158,6 +158,112 @@ def test_lookalike_is_unchanged(text):
     assert redact_text(text) == (text, Counter())
 
 
+# A provider token glued to the word before it: a tool name, an env name or a run of output without a separator.
+GLUED = [
+    (f"gh_{GITHUB}", "gh_<SECRET:github_token>"),
+    (f"GITHUB_TOKEN_{GITHUB}", "GITHUB_TOKEN_<SECRET:github_token>"),
+    (f'{{"name": "call_{GITHUB}"}}', '{"name": "call_<SECRET:github_token>"}'),
+    (f"x{GITHUB} 1{GITHUB}", "x<SECRET:github_token> 1<SECRET:github_token>"),
+    (f"id_{JWT} x{JWT} 7{JWT} auth-{JWT}", "id_<SECRET:jwt> x<SECRET:jwt> 7<SECRET:jwt> auth-<SECRET:jwt>"),
+    (f"ci_{GITLAB} x{GITLAB} 9{GITLAB} ci-{GITLAB}", " ".join(f"{p}<SECRET:gitlab_token>" for p in ("ci_", "x", "9", "ci-"))),
+    (f"my_{HF} x{HF} 2{HF}", "my_<SECRET:huggingface_token> x<SECRET:huggingface_token> 2<SECRET:huggingface_token>"),
+    (f"x{AWS_ID} 1{AWS_ID} id{AWS_ID} {_j('x', 'AK', 'IAIOSFODNN7EXAMPLE')}",
+     "x<SECRET:aws_access_key> 1<SECRET:aws_access_key> id<SECRET:aws_access_key> x<SECRET:aws_access_key>"),
+]
+# What gluing could take by mistake: a word ending in a prefix (`weighs_` holds `ghs_`) before a hex digest, and
+# `AKIA` inside a run of capitals and digits, as base64 of sparse binary data has them.
+GLUED_LOOKALIKES = [
+    "self.weighs_3f786850e387550fdab836ed7e6dc881de23001b = None",
+    "coughs_3F786850E387550FDAB836ED7E6DC881DE23001B",
+    "use_hf_transfer=1; load_hf_dataset_from_cache(path); weigh_ghp_count",
+    "monkeyJumpedOverTheFence.and.surveyJsonSchema.validate()",
+    "data:application/octet-stream;base64,iVBORw0KGgoAAAANSUhEUgAA" + "AKIA" + "A" * 16 + "/8Q9" + "AKIA" + "B" * 16 + "+w==",
+    "base64: TWFu" + "0AKIA" + "Q" * 16 + "=",
+]
+
+
+@pytest.mark.parametrize(("text", "expected"), GLUED, ids=[c[1][:40] for c in GLUED])
+def test_token_glued_to_the_word_before_it_is_redacted(text, expected):
+    out, counts = redact_text(text)
+    assert out == expected
+    (kind,) = counts
+    assert counts[kind] == expected.count("<SECRET:")
+
+
+@pytest.mark.parametrize("text", GLUED_LOOKALIKES, ids=[t[:30] for t in GLUED_LOOKALIKES])
+def test_word_glued_to_a_prefix_lookalike_is_unchanged(text):
+    assert redact_text(text) == (text, Counter())
+
+
+BEARER_BODY = "9f8e7d6c5b4a39281706f5e4d3c2b1a0ZqWx"
+# A percent-encoded credential: the placeholder takes its encoded span, the rest of the text stays encoded.
+ENCODED = [
+    ("https://x.com/cb?next=https%3A%2F%2Fdeploy%3AHunt3r2Secret99%40git.example.com%2Fr",
+     "https://x.com/cb?next=https%3A%2F%2Fdeploy%3A<SECRET:url_password>%40git.example.com%2Fr"),
+    ("/login?to=%2Fv1%2Fdata%3Fapi_key%3DZx81kQpL0mNa9bc7Yt2", "/login?to=%2Fv1%2Fdata%3Fapi_key%3D<SECRET:api_key>"),
+    ("password%3DHunt3r2Secret99", "password%3D<SECRET:password>"),
+    (f"Authorization%3A%20Bearer%20{BEARER_BODY}", "Authorization%3A%20Bearer%20<SECRET:bearer_token>"),
+    ("postgres%3A%2F%2Fadmin%3AS3cr3t%40db", "postgres%3A%2F%2Fadmin%3A<SECRET:url_password>%40db"),
+    # escapes inside the secret go with it; lowercase hex; a redirect encoded twice
+    ("form: user=bob&password%3DHunt%21er2%40x%26next%3D1", "form: user=bob&password%3D<SECRET:password>%26next%3D1"),
+    ("cb=postgres%3a%2f%2fapp%3aPw9%21x%40db%2fshop", "cb=postgres%3a%2f%2fapp%3a<SECRET:url_password>%40db%2fshop"),
+    ("?r=https%253A%252F%252Fdeploy%253AHunt3r2Secret99%2540git.example.com",
+     "?r=https%253A%252F%252Fdeploy%253A<SECRET:url_password>%2540git.example.com"),
+    # two secrets in one encoded run, and one in plain text before it
+    (f"{GITHUB} next=https%3A%2F%2Fu%3AHunt3r2Secret99%40h%2Fp%3Ftoken%3DZx81kQpL0mNa9bc7Yt2%26page%3D2",
+     "<SECRET:github_token> next=https%3A%2F%2Fu%3A<SECRET:url_password>%40h%2Fp%3Ftoken%3D<SECRET:token>%26page%3D2"),
+]
+ENCODED_LOOKALIKES = [
+    "https://www.bing.com/search?q=Michael+Jackson+%27Human+Nature%27+lyrics&FORM=QBLH",
+    "Preparing to unpack .../07-libgc1_1%3a8.2.2-3_amd64.deb ...",
+    "Preparing to unpack .../passwd_1%3a4.13+dfsg1-1_amd64.deb ...",  # a Debian epoch, not `passwd_1: <value>`
+    "?at=12%3A30%3A45&host=10.0.0.1%3A8080&secret_key_id=7",
+    "https://accounts.example.com/login?continue=https%3A%2F%2Fmail.example.com%2Fmail%2Fu%2F0%2F&service=mail",
+    "?redirect_uri=https%3A%2F%2Fapp.example.com%2Fcb&token_type=bearer&scope=read%20write&state=a%2Bb%3D%3D",
+    "password%3D&user%3Dbob password%3D%24%7BDB_PASSWORD%7D password%3D%2A%2A%2A%2A token%3D%3Cyour-token%3E",
+    "https%3A%2F%2Fuser%40example.com%2Fpath http%3A%2F%2Flocalhost%3A8080%2Fapi%3Fid%3D42",
+    "data:image/svg+xml,%3Csvg%20xmlns%3D%22http%3A%2F%2Fwww.w3.org%2F2000%2Fsvg%22%3E%3Cpath%20d%3D%22M12%202L2%207%22%2F%3E",
+    'printf("%3d items, %2d%% done\\n", n, pct); s = "%5Bkey%5D%3Dvalue"',
+    "caf%C3%A9 50%25 off, 100% sure, %zz and a lone %",
+]
+
+
+@pytest.mark.parametrize(("text", "expected"), ENCODED, ids=[c[1][:40] for c in ENCODED])
+def test_percent_encoded_credential_is_redacted_where_it_is_encoded(text, expected):
+    out, counts = redact_text(text)
+    assert out == expected
+    assert sum(counts.values()) == expected.count("<SECRET:")
+
+
+@pytest.mark.parametrize("text", ENCODED_LOOKALIKES, ids=[t[:30] for t in ENCODED_LOOKALIKES])
+def test_percent_encoded_text_without_a_secret_comes_back_byte_identical(text):
+    assert redact_text(text) == (text, Counter())
+
+
+def test_encoded_run_whose_secrets_cannot_be_placed_back_comes_back_decoded_without_them():
+    # dots encoded too: the text between the two tokens, ".", occurs inside each, so it cannot say where the first ends
+    text = "?jwt%3D" + JWT.replace(".", "%2E") + "%2E" + JWT.replace(".", "%2E") + " page%3D2"
+    assert redact_text(text) == ("?jwt=<SECRET:jwt>.<SECRET:jwt> page%3D2", Counter(jwt=2))
+
+
+_URL_PIECES = ["password", "token", "api_key", "Authorization", "Bearer", "https", "://", "u", ":", "@", "=", "&", "?",
+               "/", " ", "Hunt3r2Secret99", BEARER_BODY, "${X}", "***", "h.example.com", "'", '"', ";", "+", "-", "%"]
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.sampled_from(_URL_PIECES), min_size=1, max_size=14))
+def test_a_text_and_its_percent_encoding_lose_the_same_secrets(pieces):
+    from urllib.parse import quote, unquote
+
+    text = "".join(pieces)
+    plain, plain_counts = redact_text(text)
+    encoded, counts = redact_text(quote(text, safe=""))
+    assert counts == plain_counts
+    assert unquote(encoded) == plain
+    if not counts:
+        assert encoded == quote(text, safe="")
+
+
 def test_emails_only_when_asked():
     text = "Signed-off-by: Ada Lovelace <ada@example.org>, cc bob.smith+ci@mail.example.co.uk"
     assert redact_text(text)[0] == text
