@@ -22,13 +22,13 @@ def _table() -> dict:
 
 CASES = {
     "defaults": {},
-    "flags and options": {"run": {"input": ["a b.jsonl", "s3://bucket/x"], "out": "out", "format": "sharegpt"},
+    "flags and options": {"run": {"input": ["a b.jsonl", "s3://bucket/x"], "out": "out", "format": "openai-messages"},
                           "ingest": {"options": {"orphans": "skip", "messages_column": "TRAJECTORY"}},
                           "pools": {"sft_turns": "all", "ratios": {"cpt": 0.5, "sft": 0.5, "rl": 0.0, "eval": 0.0}},
                           "dedup": {"decontaminate": ["bench.jsonl"], "threshold": 0.75}},
     "masking table": {"masking": {"table": _table(), "keep_mode": "token"}},
     "characters beyond U+FFFF and DEL": {"run": {"input": ["logs/😀 run.jsonl", "del\x7f.jsonl"], "out": "o_😀"},
-                                         "ingest": {"options": {"note\U0001F600": "x\x7fy"}}},
+                                         "ingest": {"options": {"messages_path": "note\U0001F600.x\x7fy"}}},
     "model stages": {"llm": {"endpoint": "http://127.0.0.1:9/v1", "model": "m \"quoted\" é", "max_requests": 10}},
 }
 
@@ -38,6 +38,14 @@ def test_the_toml_reads_back_to_the_same_config(override):
     cfg = resolve(overrides=override)
     text = dumps(cfg)
     assert resolve(tomllib.loads(text)) == cfg
+
+
+def test_a_key_beyond_u_ffff_or_with_del_is_quoted_and_reads_back():
+    """Option names are checked against the formats before a config is resolved, so an odd key is written here
+    into a resolved config directly: the TOML writer must quote it as it quotes such values."""
+    cfg = resolve()
+    cfg["ingest"]["options"]["note\U0001F600\x7f"] = "x\x7fy"
+    assert tomllib.loads(dumps(cfg))["ingest"]["options"] == cfg["ingest"]["options"]
 
 
 def test_dry_run_prints_it_and_the_model_stage_keys_as_comments(tmp_path):
