@@ -33,6 +33,7 @@ def preflight(cfg: dict[str, Any], inputs: bool = True) -> None:
     if inputs:
         _check_inputs(cfg["run"]["input"])
     _check_templates(cfg["templates"])
+    _check_tokenizer(cfg["tokenizer"], cfg["render"]["chat_format"] == "chatml")
     try:
         reference_units(list(dedup["decontaminate"]))
     except ConfigError as exc:
@@ -54,6 +55,25 @@ def _check_templates(section: dict[str, Any]) -> None:
             if name not in known:
                 raise ConfigError(f"templates.mapping.{pool}: unknown variant {name!r}; known: "
                                   f"{', '.join(sorted(known, key=natural_key))}")
+
+
+def _check_tokenizer(section: dict[str, Any], chatml: bool) -> None:
+    """A tokenizer.json the run could not use is one line now, not after ingest and dedup have run."""
+    import json
+
+    from stages.tokenizer.engines import DEFAULT_NAME, resolve_spec, tokenizer_file_problem
+
+    path, _ = resolve_spec(section["spec"], section["engine"])
+    if path == DEFAULT_NAME:
+        return
+    try:
+        with open(path, "rb") as f:
+            document = json.load(f)
+    except (OSError, ValueError) as exc:
+        raise ConfigError(f"cannot read tokenizer {path}: not JSON ({exc})") from None
+    problem = tokenizer_file_problem(document, chatml)
+    if problem:
+        raise ConfigError(f"tokenizer {path} (tokenizer.spec, --tokenizer): {problem}")
 
 
 def _check_inputs(inputs: list[str]) -> None:

@@ -361,6 +361,53 @@ def test_a_tokenizer_the_run_cannot_read_fails_before_anything_runs(kind, corpus
     assert not list(out.glob("*"))  # no ingest, no dedup: nothing was written
 
 
+def _tokenizer_file(path: Path, model: str, chat_tokens: bool) -> Path:
+    """A small tokenizer.json: a byte-level BPE or a WordLevel model, with or without the ChatML tokens."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    specials = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"] if chat_tokens else ["<|endoftext|>"]
+    if model == "bpe":
+        tok = Tokenizer(models.BPE())
+        tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+        tok.decoder = decoders.ByteLevel()
+        trainer = trainers.BpeTrainer(vocab_size=300, special_tokens=specials,
+                                      initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    else:
+        tok = Tokenizer(models.WordLevel(unk_token="<|endoftext|>"))
+        tok.pre_tokenizer = pre_tokenizers.Whitespace()
+        trainer = trainers.WordLevelTrainer(special_tokens=specials)
+    tok.train_from_iterator(["echo hello world", "ls -la /tmp && cat notes.txt"], trainer)
+    tok.save(str(path))
+    return path
+
+
+@pytest.mark.parametrize(("kind", "expected"), [
+    ("word-level", "a WordLevel model without byte-level pre-tokenizer; only byte-level BPE"),
+    ("no chat tokens", "has no special token '<|im_start|>', which ChatML samples need"),
+    ("JSON that is no tokenizer", "not a tokenizer.json (no model section)"),
+])
+def test_a_tokenizer_json_the_samples_cannot_use_is_one_line_before_ingest(kind, expected, corpus, tmp_path):
+    """Such files were refused only when the samples stage loaded them, after ingest and dedup had run."""
+    spec = tmp_path / "tokenizer.json"
+    if kind == "JSON that is no tokenizer":
+        spec.write_text('{"not": "a tokenizer"}')
+    else:
+        _tokenizer_file(spec, "wordlevel" if kind == "word-level" else "bpe", chat_tokens=kind != "no chat tokens")
+    out = tmp_path / "out"
+    for extra in ([], ["--dry-run"]):
+        status, stderr = _invoke(["run", "--executor", "local", "--progress", "off", "-i", str(corpus), "-o", str(out),
+                                  "--tokenizer", str(spec), *extra])
+        assert status == 2
+        assert _one_error_line(stderr) == f"tokenizer {spec} (tokenizer.spec, --tokenizer): {expected}" + (
+            " tokenizer.json files are supported" if kind == "word-level" else
+            " (or give --chat-format plain)" if kind == "no chat tokens" else "")
+        assert not list(out.glob("*"))  # nothing ran
+    if kind == "no chat tokens":  # plain samples need no chat tokens: the same file serves them
+        status, stderr = _invoke(["run", "--executor", "local", "--progress", "off", "-i", str(corpus), "-o", str(out),
+                                  "--tokenizer", str(spec), "--chat-format", "plain"])
+        assert status == 0, stderr
+
+
 def test_a_ray_address_that_cannot_work_is_one_line_before_anything_runs(corpus, tmp_path):
     import importlib.util
 

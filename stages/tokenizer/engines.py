@@ -14,7 +14,9 @@ receiving a vocabulary over the wire.
 Only the renderer emits special tokens, by id (``token_id``). ``encode`` treats every string as
 data: a special-token string inside it (``<|im_end|>``, ``<|endoftext|>``, ...) is encoded as the
 ordinary text it spells, so logged content can never forge chat structure or end-of-text. Added
-tokens that a ``tokenizer.json`` marks as not special are still matched in text.
+tokens that a ``tokenizer.json`` marks as not special are still matched in text (some vocabularies add
+ordinary words or runs of spaces that way), except control tokens spelled ``<|…|>``, which count as
+special whatever the file says: a file that forgot the flag on ``<|im_start|>`` must not let data forge it.
 
 Unicode normalization: the default vocabulary normalizes text to NFC before encoding (as its
 reference encoder and the Hugging Face Qwen tokenizers do), so ``decode(encode(x)) == x`` holds
@@ -28,6 +30,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
+import re
 import unicodedata
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -190,6 +193,7 @@ class HFTokenizer:
         self._backend = backend
         self._backend.no_truncation()
         self._backend.no_padding()
+        _treat_control_tokens_as_special(backend)
         self._backend.encode_special_tokens = True
         self._spec = spec
         self._source = source
@@ -241,6 +245,43 @@ class HFTokenizer:
 
     def describe(self) -> dict[str, str]:
         return {"name": self.name, "engine": self.engine, "vocab_hash": self.vocab_hash}
+
+
+# How chat-control tokens are spelled (`<|im_start|>`, `<|endoftext|>`, `<|vision_pad|>` …): never an ordinary word.
+_CONTROL_TOKEN = re.compile(r"<\|[^|<>\s]+\|>")
+
+
+def _treat_control_tokens_as_special(backend: tokenizers.Tokenizer) -> None:
+    """Mark the added tokens spelled like chat-control tokens special (their ids unchanged), so that
+    ``encode_special_tokens`` keeps data from matching them even where the file left ``special`` false."""
+    loose = [t for t in backend.get_added_tokens_decoder().values() if not t.special and _CONTROL_TOKEN.fullmatch(t.content)]
+    if not loose:
+        return
+    ids = [backend.token_to_id(t.content) for t in loose]
+    backend.add_special_tokens([tokenizers.AddedToken(t.content, single_word=t.single_word, lstrip=t.lstrip,
+                                                      rstrip=t.rstrip, normalized=t.normalized, special=True)
+                                for t in loose])
+    if [backend.token_to_id(t.content) for t in loose] != ids:  # the library added new ids instead
+        raise ConfigError("tokenizer: could not mark its control tokens special: " + ", ".join(t.content for t in loose))
+
+
+def tokenizer_file_problem(document: Any, chatml: bool = True) -> str | None:
+    """Why a parsed tokenizer.json cannot serve a run, or None: it is no tokenizer file, its model is not a
+    byte-level BPE (the only kind whose token slices `stages.tokenizer.segments` can reuse exactly), or, for
+    ChatML samples, it lacks the ``<|im_start|>`` / ``<|im_end|>`` tokens the renderer writes."""
+    if not isinstance(document, dict) or not isinstance(document.get("model"), dict):
+        return "not a tokenizer.json (no model section)"
+    kind = document["model"].get("type") or ("BPE" if "merges" in document["model"] else None)  # older files: no type
+    byte_level = "ByteLevel" in json.dumps([document.get("pre_tokenizer"), document.get("decoder")])
+    if kind != "BPE" or not byte_level:
+        return f"a {kind or 'untyped'} model{'' if byte_level else ' without byte-level pre-tokenizer'}; only byte-level " \
+               "BPE tokenizer.json files are supported"
+    if chatml:
+        added = {t.get("content") for t in document.get("added_tokens") or [] if isinstance(t, dict)}
+        missing = [t for t in ("<|im_start|>", "<|im_end|>") if t not in added]
+        if missing:
+            return f"has no special token {missing[0]!r}, which ChatML samples need (or give --chat-format plain)"
+    return None
 
 
 def hf_tokenizer_hash(document: Mapping[str, Any]) -> str:
