@@ -135,6 +135,18 @@ def test_val_fraction_splits_by_sample_id(run, tmp_path):
     assert len(ids) == 18
 
 
+def test_a_split_left_without_rows_is_a_warning(run, tmp_path):
+    """18 rl samples and --val-fraction 0.9999: the hash of every sample id may fall in val, leaving train.parquet
+    empty; the export says so instead of only counting 0 rows."""
+    proc = lwm("export", "verl", str(run), str(tmp_path), "--val-fraction", "0.9999")
+    train = pq.read_table(tmp_path / "train.parquet").num_rows
+    warned = [line for line in proc.stderr.splitlines() if line.startswith("warning: train.parquet has no rows")]
+    assert (train == 0) == bool(warned), proc.stderr
+    assert train == 0  # these 18 ids: every hash below 0.9999
+    proc = lwm("export", "verl", str(run), str(tmp_path / "b"), "--val-fraction", "0.3")
+    assert "warning" not in proc.stderr
+
+
 def test_verl_rlhf_dataset_reads_the_export(verl_dir, shard_rows, hf_tokenizer, tmp_path):
     pytest.importorskip("verl")
     from omegaconf import OmegaConf

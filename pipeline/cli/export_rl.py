@@ -160,6 +160,9 @@ def _export_command(fmt: str, help_text: str) -> click.Command:
         counts = write_rl_dataset(run_dir, out_dir, fmt, val_fraction)
         parts = ", ".join(f"{n} {s}" for s, n in counts.items())
         click.echo(f"wrote {fmt} RL dataset to {out_dir}: {parts} rows", err=True)
+        for split in (s for s, n in counts.items() if not n):  # the split is by a hash of each sample id
+            click.echo(f"warning: {split}.parquet has no rows: {sum(counts.values())} rl samples are too few for "
+                       f"--val-fraction {val_fraction:g}", err=True)
 
     return export_cmd
 
