@@ -135,10 +135,26 @@ def _check_tokenizer(cfg: dict[str, Any]) -> None:
 PLAN: list[Stage] = [SCAN, INGEST, DEDUP_MAP, DEDUP_REDUCE, DEDUP_DECONTAM, DEDUP_CLUSTERS, LLM, SAMPLES, SHARDS, WMAT_POOLS_STAGE]
 
 
+def _say_what_was_resumed(stage_runs: dict[str, Any], echo: Echo) -> None:
+    """The summary counts what the outputs hold, finished tasks of earlier runs included (their model requests
+    too): one line says when some or all of those figures were not made by this run."""
+    total = sum(int(r.get("tasks", 0)) for r in stage_runs.values())
+    earlier = sum(int(r.get("skipped", 0)) for r in stage_runs.values())
+    if not earlier:
+        return
+    if earlier == total:
+        echo(f"nothing to do: all {total} tasks were finished by an earlier run into this folder; "
+             "the figures below are that run's")
+    else:
+        echo(f"resumed: {earlier} of {total} tasks were finished by an earlier run into this folder; "
+             "the figures below count their work too")
+
+
 def _run(cfg: dict[str, Any], fs, root: str, executor: Executor, echo: Echo) -> dict[str, Any]:
     ctx = RunContext(cfg, fs, root, executor, echo)
     for stage in PLAN:
         stage.run(ctx)
+    _say_what_was_resumed(ctx.stage_runs, echo)
     write_json_atomic(fs, posixpath.join(root, "manifest.json"), ctx.manifest)
     write_json_atomic(fs, posixpath.join(root, "_timings.json"), ctx.stage_runs)
     write_bytes_atomic(fs, posixpath.join(root, "_SUCCESS"), b"")

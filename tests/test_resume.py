@@ -72,6 +72,29 @@ def test_a_lost_task_is_the_only_one_run_again(corpus, fresh, tmp_path):
     assert_same_outputs(fresh, out)
 
 
+def test_a_rerun_says_that_its_figures_are_an_earlier_runs(corpus, tmp_path):
+    """The summary counts what the outputs hold; a rerun that found every task finished (model requests
+    included) says so, and one that found some finished says how many."""
+    out = tmp_path / "out"
+    cfg = corpus_config([str(corpus)], out)
+    said: list[str] = []
+    run_pipeline(cfg, echo=said.append)
+    assert not [line for line in said if line.startswith(("nothing to do", "resumed"))]
+    said.clear()
+    run_pipeline(cfg, echo=said.append)
+    total = sum(t["tasks"] for t in _timings(out).values())
+    assert f"nothing to do: all {total} tasks were finished by an earlier run into this folder; the figures below " \
+           "are that run's" in said
+    marker = sorted((out / "_tasks" / "ingest").glob("*.json"))[0]
+    (out / "trajectories" / f"part-{marker.stem}.parquet").unlink()
+    marker.unlink()
+    said.clear()
+    run_pipeline(cfg, echo=said.append)
+    earlier = sum(t["skipped"] for t in _timings(out).values())
+    assert earlier == total - 1
+    assert any(line.startswith(f"resumed: {earlier} of {total} tasks were finished by an earlier run") for line in said)
+
+
 def test_an_input_changed_in_place_is_read_again(corpus, tmp_path):
     """An input edited since the last run (same name, same size, other bytes; a small file and one split into
     byte ranges) is ingested again, and the result is that of a fresh run over the edited inputs."""
