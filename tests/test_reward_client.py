@@ -164,3 +164,36 @@ def test_chat_many_keeps_the_order_of_requests():
         c = client(judge.url, max_concurrency=5)
         out = c.chat_many([[{"role": "user", "content": f"q{i}"}] for i in range(5)])
         assert [r.text for r in out] == [f"a{i}" for i in range(5)]
+
+
+def test_an_interrupt_sends_no_further_request_and_waits_for_no_answer(tmp_path):
+    """Ctrl-C during `chat_many` once left a thread pool that, on its way out, waited for the requests in flight
+    (up to timeout_s each) and then sent every queued one; now the process ends at once, having sent only the
+    requests already in flight."""
+    import signal
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    with JudgeServer(lambda body, n: Slow(30, Answer("late"))) as judge:
+        script = ("from stages.llm.client import ChatClient\n"
+                  f"client = ChatClient({judge.url!r}, 'm', max_concurrency=2, timeout_s=60, max_retries=0)\n"
+                  "client.chat_many([[{'role': 'user', 'content': str(i)}] for i in range(10)])\n")
+        proc = subprocess.Popen([sys.executable, "-c", script], cwd=root, stderr=subprocess.PIPE, text=True)
+        try:
+            deadline = time.monotonic() + 30
+            while len(judge.requests) < 2 and time.monotonic() < deadline:
+                time.sleep(0.05)
+            assert len(judge.requests) == 2, "the two first requests never arrived"
+            proc.send_signal(signal.SIGINT)
+            started = time.monotonic()
+            proc.wait(timeout=15)
+            assert time.monotonic() - started < 5
+        finally:
+            proc.kill()
+            proc.wait()
+        time.sleep(0.5)
+        assert len(judge.requests) == 2  # none of the 8 queued ones was sent
+    assert "KeyboardInterrupt" in proc.stderr.read()

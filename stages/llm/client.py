@@ -30,12 +30,58 @@ import threading
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 RETRY_STATUS = frozenset({408, 409, 425, 429, 500, 502, 503, 504})
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+
+def map_in_threads(fn: Callable[[T], R], items: Sequence[T], workers: int) -> list[R]:
+    """``[fn(x) for x in items]`` on up to `workers` threads, results in order.
+
+    Unlike a `ThreadPoolExecutor` left by an interrupt, an interrupt (Ctrl-C, SIGTERM) ends it at once: no item
+    not yet begun is started (a pool's exit would still send every queued request), and the threads, daemons,
+    do not hold the process's exit while a request waits for its answer (up to ``timeout_s``, per retry)."""
+    results: list[Any] = [None] * len(items)
+    failure: list[BaseException] = []
+    lock, done = threading.Lock(), threading.Event()
+    state = {"next": 0, "left": len(items)}
+
+    def work() -> None:
+        while not done.is_set():
+            with lock:
+                index = state["next"]
+                if index >= len(items) or failure:
+                    return
+                state["next"] = index + 1
+            try:
+                results[index] = fn(items[index])
+            except BaseException as exc:  # raised on the caller's thread, as `pool.map` would
+                with lock:
+                    failure.append(exc)
+                done.set()
+                return
+            with lock:
+                state["left"] -= 1
+                if not state["left"]:
+                    done.set()
+
+    if not items:
+        return []
+    for _ in range(max(1, min(workers, len(items)))):
+        threading.Thread(target=work, name="llm-request", daemon=True).start()
+    try:
+        while not done.wait(0.5):  # a bounded wait: the interrupt reaches this thread between waits
+            pass
+    finally:
+        done.set()  # on an interrupt: the threads take no further item
+    if failure:
+        raise failure[0]
+    return results
 
 
 @dataclass
@@ -127,8 +173,7 @@ class ChatClient:
         """`chat` for each message list, up to `max_concurrency` at a time, results in order."""
         if not requests:
             return []
-        with ThreadPoolExecutor(max_workers=min(self.max_concurrency, len(requests))) as pool:
-            return list(pool.map(lambda m: self.chat(m, **params), requests))
+        return map_in_threads(lambda m: self.chat(m, **params), requests, self.max_concurrency)
 
     def cache_key(self, body: dict[str, Any], salt: str = "") -> str:
         """sha256 of the endpoint and the canonical request body (the API key is not part of it)."""

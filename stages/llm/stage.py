@@ -18,14 +18,13 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from schemas.errors import ConfigError
 from schemas.stats import Stats
 from schemas.trajectory import Trajectory
-from stages.llm.client import ChatClient, ChatResult
+from stages.llm.client import ChatClient, ChatResult, map_in_threads
 from stages.redact import redact_text
 
 
@@ -72,8 +71,8 @@ def send_all(client: ChatClient, requests: Sequence[Request]) -> list[ChatResult
     """Every request through `client`, up to its concurrency at a time; results in order."""
     if not requests:
         return []
-    with ThreadPoolExecutor(max_workers=min(client.max_concurrency, len(requests))) as pool:
-        return list(pool.map(lambda r: client.chat(list(r.messages), cache_salt=r.salt, **r.params), requests))
+    return map_in_threads(lambda r: client.chat(list(r.messages), cache_salt=r.salt, **r.params), requests,
+                          client.max_concurrency)
 
 
 @dataclass
