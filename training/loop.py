@@ -12,6 +12,7 @@ window of a windowed sample), and the step count.
 from __future__ import annotations
 
 import functools
+import math
 import os
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field, replace
@@ -114,6 +115,19 @@ def check_config(config: TrainConfig) -> None:
         raise ConfigError(f"--attention must be one of {', '.join(ATTENTION)}")
     if not 0 <= config.empty_row_warn <= 1:
         raise ConfigError("--empty-row-warn is a share of a step's rows, between 0 and 1")
+    # AdamW and the tiny model would refuse these too, but with a traceback and after the shards were read
+    if not (math.isfinite(config.lr) and config.lr > 0):
+        raise ConfigError(f"--lr must be a finite number above 0, not {config.lr:g}")
+    if not (math.isfinite(config.weight_decay) and config.weight_decay >= 0):
+        raise ConfigError(f"--weight-decay must be a finite number of at least 0, not {config.weight_decay:g}")
+    if not 0 <= config.min_lr_ratio <= 1:  # above 1 the schedule would raise the rate instead of lowering it
+        raise ConfigError(f"--min-lr-ratio is a share of --lr, between 0 and 1, not {config.min_lr_ratio:g}")
+    if not (math.isfinite(config.max_grad_norm) and config.max_grad_norm >= 0):
+        raise ConfigError(f"--max-grad-norm must be a finite number above 0 (or 0: no clipping), not "
+                          f"{config.max_grad_norm:g}")
+    if config.model == TINY and config.tiny_dim % (2 * config.tiny_heads):
+        raise ConfigError(f"--tiny-dim {config.tiny_dim} must be a multiple of twice --tiny-heads "
+                          f"({2 * config.tiny_heads}): each head's rotary embedding takes pairs of dimensions")
 
 
 def init_distributed(device_choice: str) -> Distributed:

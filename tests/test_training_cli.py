@@ -1,0 +1,70 @@
+"""`lwm train` as a user meets it: settings it cannot train with and errors of its environment are one line."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+pytest.importorskip("torch")
+
+from pipeline.cli import main as lwm
+from tests.helpers import clean_env, write_synthetic_shards
+
+ROOT = Path(__file__).resolve().parent.parent
+TINY = ["--tiny-vocab", "64", "--tiny-dim", "32", "--micro-batch-tokens", "64", "--shuffle-buffer", "8"]
+
+
+@pytest.fixture(scope="module")
+def shards(tmp_path_factory: pytest.TempPathFactory) -> str:
+    return write_synthetic_shards(str(tmp_path_factory.mktemp("run")), rows_per_file=(24, 24), row_group_rows=8)
+
+
+def _lwm_train(*args: str):
+    return CliRunner().invoke(lwm, ["train", *args])
+
+
+@pytest.mark.parametrize(
+    ("flags", "named"),
+    [
+        (["--lr", "nan"], "--lr"),
+        (["--lr", "-1"], "--lr"),
+        (["--lr", "0"], "--lr"),
+        (["--weight-decay", "-1"], "--weight-decay"),
+        (["--min-lr-ratio", "5"], "--min-lr-ratio"),
+        (["--max-grad-norm", "-1"], "--max-grad-norm"),
+        (["--max-grad-norm", "nan"], "--max-grad-norm"),
+        (["--tiny-dim", "6", "--tiny-heads", "4"], "--tiny-dim"),
+    ],
+)
+def test_a_setting_that_cannot_train_is_one_line_naming_its_flag(shards, flags, named):
+    result = _lwm_train("--shards", shards, "--max-steps", "2", *flags)
+    assert result.exit_code == 2, result.output
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"lwm: error: {named} "), result.output
+
+
+def test_gradient_clipping_off_is_still_accepted(shards):
+    result = _lwm_train("--shards", shards, "--max-steps", "1", "--max-grad-norm", "0", *TINY)
+    assert result.exit_code == 0, result.output
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def test_an_object_store_that_cannot_be_reached_is_one_line():
+    env = {**clean_env(), "AWS_ENDPOINT_URL": f"http://127.0.0.1:{_free_port()}", "AWS_ACCESS_KEY_ID": "x",
+           "AWS_SECRET_ACCESS_KEY": "x", "AWS_MAX_ATTEMPTS": "1"}
+    proc = subprocess.run([sys.executable, "-m", "pipeline.cli", "train", "--shards", "s3://b/out/shards/cpt",
+                           "--max-steps", "1"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("lwm: error: ") and "127.0.0.1" in lines[0], proc.stderr[-2000:]
+
