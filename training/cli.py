@@ -173,9 +173,9 @@ def train(**options: object) -> None:
         import torch  # noqa: F401  (only to fail early with a clear message)
     except ImportError as missing:
         raise TrainError("lwm train needs torch: pip install 'lwmkit[train]'") from missing
-    from training.loop import TrainConfig
     from training.loop import train as run_training
     from training.reweight import parse_category_weights
+    from training.settings import TrainConfig
 
     try:
         options["category_weights"] = parse_category_weights(options["category_weights"])  # type: ignore[arg-type]
