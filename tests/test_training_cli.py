@@ -1,4 +1,5 @@
-"""`lwm train` as a user meets it: settings it cannot train with and errors of its environment are one line."""
+"""`lwm train` as a user meets it: settings it cannot train with, errors of its environment and a URL for
+``--out`` are one line."""
 
 from __future__ import annotations
 
@@ -68,3 +69,10 @@ def test_an_object_store_that_cannot_be_reached_is_one_line():
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("lwm: error: ") and "127.0.0.1" in lines[0], proc.stderr[-2000:]
 
+
+def test_an_object_storage_out_is_refused_before_anything_is_written(shards, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    result = _lwm_train("--shards", shards, "--max-steps", "1", "--out", "s3://bucket/ck", *TINY)
+    assert result.exit_code == 2, result.output
+    assert result.output.startswith("lwm: error: --out s3://bucket/ck: ")
+    assert list(tmp_path.iterdir()) == []  # no folder named "s3:"

@@ -38,7 +38,7 @@ class TrainError(click.ClickException):
     "--out",
     type=click.Path(file_okay=False),
     default=None,
-    help="Checkpoint folder; a run resumes from the newest checkpoint found there.",
+    help="Checkpoint folder (local or mounted, not a URL); a run resumes from the newest checkpoint found there.",
 )
 @click.option("--max-steps", type=click.IntRange(min=1), required=True, help="Optimizer steps to reach.")
 @click.option("--lr", type=float, default=3e-4, show_default=True, help="Peak learning rate (AdamW).")

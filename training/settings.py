@@ -90,6 +90,11 @@ def check_config(config: TrainConfig) -> None:
     if not (math.isfinite(config.max_grad_norm) and config.max_grad_norm >= 0):
         raise ConfigError(f"--max-grad-norm must be a finite number above 0 (or 0: no clipping), not "
                           f"{config.max_grad_norm:g}")
+    if config.out and "://" in config.out:
+        # checkpoints are written with local renames (the atomic `latest` pointer); through the local filesystem a
+        # URL would become a folder named after its scheme ("s3:")
+        raise ConfigError(f"--out {config.out}: checkpoints are written to a local (or mounted) folder, not to a URL; "
+                          "give a local path and copy the folder to object storage afterwards")
     if config.model == TINY and config.tiny_dim % (2 * config.tiny_heads):
         raise ConfigError(f"--tiny-dim {config.tiny_dim} must be a multiple of twice --tiny-heads "
                           f"({2 * config.tiny_heads}): each head's rotary embedding takes pairs of dimensions")
