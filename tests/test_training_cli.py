@@ -1,11 +1,13 @@
 """`lwm train` as a user meets it: settings it cannot train with, errors of its environment and a URL for
-``--out`` are one line."""
+``--out`` are one line; runs that cannot be mixed are refused."""
 
 from __future__ import annotations
 
+import json
 import socket
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import pytest
@@ -76,3 +78,51 @@ def test_an_object_storage_out_is_refused_before_anything_is_written(shards, tmp
     assert result.exit_code == 2, result.output
     assert result.output.startswith("lwm: error: --out s3://bucket/ck: ")
     assert list(tmp_path.iterdir()) == []  # no folder named "s3:"
+
+
+def _run(root: Path, tokenizer: dict | None = None, table: dict | None = None) -> str:
+    """A run of synthetic shards under `root` whose manifest says it used `tokenizer` and the masking `table`."""
+    pool = write_synthetic_shards(str(root), rows_per_file=(24, 24), row_group_rows=8)
+    manifest = json.loads((root / "manifest.json").read_text())
+    if tokenizer is not None:
+        manifest["tokenizer"] = tokenizer
+    if table is not None:
+        manifest["config"] = {"masking": {"table": table}}
+    (root / "manifest.json").write_text(json.dumps(manifest))
+    return pool
+
+
+QWEN = {"engine": "tiktoken", "name": "qwen3.6", "vocab_hash": "cb8b82adc548f042fd99ba5645902a75d6cd9899ecc4"}
+OTHER = {"engine": "tokenizers", "name": "tokenizer.json", "vocab_hash": "0f1e2d3c4b5a69788796a5b4c3d2e1f00112"}
+
+
+def test_runs_of_different_tokenizers_are_not_mixed(shards, tmp_path):
+    first = _run(tmp_path / "a", tokenizer=QWEN)
+    second = _run(tmp_path / "b", tokenizer=OTHER)
+    result = _lwm_train("--shards", first, "--shards", second, "--max-steps", "1", *TINY)
+    assert result.exit_code == 2, result.output
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 1, result.output
+    for named in (str(tmp_path / "a"), str(tmp_path / "b"), "qwen3.6", "tokenizer.json"):
+        assert named in lines[0]
+    same = _run(tmp_path / "c", tokenizer=QWEN)
+    assert _lwm_train("--shards", first, "--shards", same, "--max-steps", "1", *TINY).exit_code == 0
+
+
+def test_a_category_weight_that_only_some_runs_have_is_warned_about(shards, tmp_path):
+    from masking.table import DEFAULT_TABLE_PATH, read_table_file
+
+    table = read_table_file(DEFAULT_TABLE_PATH)
+    *rules, catch_all = table["categories"]
+    extended = {**table, "categories": [*rules, {**rules[0], "name": "diffs"}, catch_all]}
+    first = _run(tmp_path / "a", table=table)
+    second = _run(tmp_path / "b", table=extended)
+    with pytest.warns(UserWarning, match=r"--category-weight diffs: .*" + str(tmp_path / "a")):
+        result = _lwm_train("--shards", first, "--shards", second, "--max-steps", "1", "--category-weight",
+                            "diffs=0", *TINY)
+    assert result.exit_code == 0, result.output
+    with warnings.catch_warnings(record=True) as caught:  # a category every run has: no warning
+        warnings.simplefilter("always")
+        assert _lwm_train("--shards", first, "--shards", second, "--max-steps", "1", "--category-weight",
+                          "echo=0", *TINY).exit_code == 0
+    assert not [w for w in caught if "--category-weight" in str(w.message)]

@@ -37,6 +37,7 @@ from training.loss import all_ranks_sum
 from training.models import TINY, build_model, pick_attention, vocabulary_rows
 from training.progress import StepLogger
 from training.reweight import check_category_names
+from training.runs import check_same_tokenizer
 from training.schedule import lr_multiplier
 from training.settings import TrainConfig, check_config
 from training.sharding import compute_dtype, shard_model
@@ -205,7 +206,8 @@ def _train(config: TrainConfig, dist: Distributed, echo: Callable[[str], None]) 
     if not dataset.total_rows:
         raise ConfigError(f"no samples to train on in {', '.join(config.shards)} (an empty pool?)")
     files = sorted({group.uri for group in dataset.groups})
-    manifests = run_manifests(files)  # each run's manifest, read once for both checks
+    manifests = run_manifests(files)  # each run's manifest, read once for every check
+    check_same_tokenizer(manifests)
     if config.category_weights:
         check_category_names(files, config.category_weights, manifests)
     longest = longest_sample(files, manifests)
