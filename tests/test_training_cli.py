@@ -1,12 +1,15 @@
 """`lwm train` as a user meets it: settings it cannot train with, errors of its environment and a URL for
-``--out`` are one line; runs that cannot be mixed are refused."""
+``--out`` are one line; runs that cannot be mixed are refused;
+Ctrl-C and SIGTERM save the step reached."""
 
 from __future__ import annotations
 
 import json
+import signal
 import socket
 import subprocess
 import sys
+import time
 import warnings
 from pathlib import Path
 
@@ -17,6 +20,7 @@ pytest.importorskip("torch")
 
 from pipeline.cli import main as lwm
 from tests.helpers import clean_env, write_synthetic_shards
+from training.checkpoint import load_checkpoint
 
 ROOT = Path(__file__).resolve().parent.parent
 TINY = ["--tiny-vocab", "64", "--tiny-dim", "32", "--micro-batch-tokens", "64", "--shuffle-buffer", "8"]
@@ -126,3 +130,34 @@ def test_a_category_weight_that_only_some_runs_have_is_warned_about(shards, tmp_
         assert _lwm_train("--shards", first, "--shards", second, "--max-steps", "1", "--category-weight",
                           "echo=0", *TINY).exit_code == 0
     assert not [w for w in caught if "--category-weight" in str(w.message)]
+
+
+def _start(shards: str, out: Path, log: Path) -> subprocess.Popen:
+    """`lwm train` into `out` that would take long, once it has logged a few steps."""
+    command = [sys.executable, "-m", "pipeline.cli", "train", "--shards", shards, "--out", str(out), "--max-steps",
+               "100000", "--log-every", "1", "--log-json", str(log), *TINY]
+    run = subprocess.Popen(command, cwd=ROOT, env={**clean_env(), "OMP_NUM_THREADS": "1"}, stdout=subprocess.DEVNULL,
+                           stderr=subprocess.PIPE, text=True,
+                           preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    deadline = time.monotonic() + 120
+    while not (log.exists() and len(log.read_text().splitlines()) >= 3):
+        assert run.poll() is None, run.communicate()[1][-2000:]
+        assert time.monotonic() < deadline
+        time.sleep(0.1)
+    return run
+
+
+@pytest.mark.parametrize(("signum", "status", "word"), [(signal.SIGINT, 130, "interrupted"),
+                                                         (signal.SIGTERM, 143, "terminated")])
+def test_a_stopped_run_saves_its_step_and_the_same_command_resumes_from_it(shards, tmp_path, signum, status, word):
+    out, log = tmp_path / "ck", tmp_path / "log.jsonl"
+    run = _start(shards, out, log)
+    run.send_signal(signum)
+    _, stderr = run.communicate(timeout=60)
+    assert run.returncode == status, stderr[-2000:]
+    step = load_checkpoint(str(out)).step
+    assert step >= 3 and step == len(log.read_text().splitlines())  # every step trained is in the checkpoint
+    assert stderr.strip().splitlines()[-1] == f"lwm: {word} (step {step} saved in {out}: the same command resumes)"
+    again = _lwm_train("--shards", shards, "--out", str(out), "--max-steps", str(step + 1), *TINY)
+    assert again.exit_code == 0, again.output
+    assert f"resumed from {out} at step {step}" in again.output

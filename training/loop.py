@@ -25,6 +25,7 @@ from schemas.errors import ConfigError
 from training.checkpoint import load_checkpoint, load_sharded_state, save_checkpoint, sharded_state
 from training.collate import MicroBatch, micro_batches
 from training.dataset import ShardDataset
+from training.interrupts import StopBetweenSteps
 from training.long_samples import (
     LongSampleCounts,
     LongSamplePolicy,
@@ -257,51 +258,58 @@ def _train(config: TrainConfig, dist: Distributed, echo: Callable[[str], None]) 
     logger = StepLogger(config.log_every, config.log_json if dist.rank == 0 else None, echo, config.max_steps)
     logged: list[dict[str, Any]] = []
     warned = False
-    while step < config.max_steps:
-        drawn = _draw(batches, config.grad_accum)
-        if rows is not None:
-            _check_vocabulary(drawn, rows, config.model)
-        micro = [b.to(dist.device) for b in drawn]
-        if config.model == TINY:
-            micro = [_fold_ids(b, config.tiny_vocab) for b in micro]
-        result: StepResult = accumulate_gradients(wrapped, micro, config.loss_norm, config.loss_chunk_tokens, autocast)
-        if config.max_grad_norm > 0:
-            torch.nn.utils.clip_grad_norm_(model.parameters(), config.max_grad_norm)
-        lr = optimizer.param_groups[0]["lr"]
-        optimizer.step()
-        scheduler.step()
-        optimizer.zero_grad(set_to_none=True)
-        for batch in micro:
-            # in stream order: the samples the policy skipped before each one (they are used up too: a resumed
-            # run neither reads them again nor loses the loader's turn order), then the sample, once finished
-            used = []
-            for i, (position, piece) in enumerate(zip(batch.positions, batch.pieces)):
-                if i < len(batch.skipped) and batch.skipped[i]:
-                    used += batch.skipped[i]
-                used += tracker.finished_positions([position], [piece])
-            dataset.record_consumed(used)
-            for counted in batch.long_counts:
-                if counted is not None:
-                    trained.add(counted)
-        step += 1
-        counts = LongSampleCounts.from_list(all_ranks_sum(trained.as_list(), dist.device))
-        entry = logger.record(step, result, lr, {"long_samples": vars(counts)})
-        if entry is not None:
-            logged.append(entry)
-        empty_share = result.empty_rows / result.rows if result.rows else 0.0
-        if empty_share > config.empty_row_warn and (not warned or entry is not None):
-            warned = True
-            echo(
-                f"warning: step {step}: {result.empty_rows} of {result.rows} rows have no loss token "
-                f"(over --empty-row-warn {config.empty_row_warn:g}); these rows train nothing"
-            )
-        if config.out and (step == config.max_steps or (config.save_every and step % config.save_every == 0)):
-            data_state = {
-                **dataset.state_dict(),
-                "pieces_done": tracker.state(),
-                "long_sample_counts": trained.as_list(),
-            }
-            _save(config, dist, step, model, optimizer, scheduler, data_state)
+    with StopBetweenSteps() as stopping:
+        while step < config.max_steps:
+            drawn = _draw(batches, config.grad_accum)
+            if rows is not None:
+                _check_vocabulary(drawn, rows, config.model)
+            micro = [b.to(dist.device) for b in drawn]
+            if config.model == TINY:
+                micro = [_fold_ids(b, config.tiny_vocab) for b in micro]
+            result: StepResult = accumulate_gradients(wrapped, micro, config.loss_norm, config.loss_chunk_tokens, autocast)
+            if config.max_grad_norm > 0:
+                torch.nn.utils.clip_grad_norm_(model.parameters(), config.max_grad_norm)
+            lr = optimizer.param_groups[0]["lr"]
+            optimizer.step()
+            scheduler.step()
+            optimizer.zero_grad(set_to_none=True)
+            for batch in micro:
+                # in stream order: the samples the policy skipped before each one (they are used up too: a resumed
+                # run neither reads them again nor loses the loader's turn order), then the sample, once finished
+                used = []
+                for i, (position, piece) in enumerate(zip(batch.positions, batch.pieces)):
+                    if i < len(batch.skipped) and batch.skipped[i]:
+                        used += batch.skipped[i]
+                    used += tracker.finished_positions([position], [piece])
+                dataset.record_consumed(used)
+                for counted in batch.long_counts:
+                    if counted is not None:
+                        trained.add(counted)
+            step += 1
+            # one collective for both: the counts over all ranks, and whether any rank was asked to stop (so that
+            # every rank stops after the same step, and saves it together)
+            *summed, stops = all_ranks_sum([*trained.as_list(), float(stopping.requested)], dist.device)
+            counts = LongSampleCounts.from_list(summed)
+            entry = logger.record(step, result, lr, {"long_samples": vars(counts)})
+            if entry is not None:
+                logged.append(entry)
+            empty_share = result.empty_rows / result.rows if result.rows else 0.0
+            if empty_share > config.empty_row_warn and (not warned or entry is not None):
+                warned = True
+                echo(
+                    f"warning: step {step}: {result.empty_rows} of {result.rows} rows have no loss token "
+                    f"(over --empty-row-warn {config.empty_row_warn:g}); these rows train nothing"
+                )
+            saved_now = step == config.max_steps or (config.save_every and step % config.save_every == 0) or stops
+            if config.out and saved_now:
+                data_state = {
+                    **dataset.state_dict(),
+                    "pieces_done": tracker.state(),
+                    "long_sample_counts": trained.as_list(),
+                }
+                _save(config, dist, step, model, optimizer, scheduler, data_state)
+            if stops:
+                stopping.stop(f"step {step} saved in {config.out}: the same command resumes" if config.out else "")
     if counts.long:
         echo(describe_counts(counts, config.micro_batch_tokens, config.long_samples))
     return logged
