@@ -1,10 +1,11 @@
 """`lwm train` as a user meets it: settings it cannot train with, errors of its environment and a URL for
 ``--out`` are one line; runs that cannot be mixed are refused;
-Ctrl-C and SIGTERM save the step reached."""
+Ctrl-C and SIGTERM save the step reached; one run at a time trains into a checkpoint folder."""
 
 from __future__ import annotations
 
 import json
+import os
 import signal
 import socket
 import subprocess
@@ -161,3 +162,17 @@ def test_a_stopped_run_saves_its_step_and_the_same_command_resumes_from_it(shard
     again = _lwm_train("--shards", shards, "--out", str(out), "--max-steps", str(step + 1), *TINY)
     assert again.exit_code == 0, again.output
     assert f"resumed from {out} at step {step}" in again.output
+
+
+def test_a_second_run_into_a_checkpoint_folder_in_use_is_refused(shards, tmp_path):
+    out, log = tmp_path / "ck", tmp_path / "log.jsonl"
+    run = _start(shards, out, log)
+    try:
+        second = _lwm_train("--shards", shards, "--out", str(out), "--max-steps", "2", *TINY)
+        assert second.exit_code == 2, second.output
+        assert second.output.strip() == f"lwm: error: {out} is in use by another lwm train; wait for it to end or " \
+                                        "choose another --out"
+    finally:
+        os.kill(run.pid, signal.SIGINT)
+        run.communicate(timeout=60)
+    assert _lwm_train("--shards", shards, "--out", str(out), "--max-steps", "2", *TINY).exit_code == 0

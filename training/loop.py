@@ -11,6 +11,7 @@ window of a windowed sample), and the step count.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 from collections.abc import Callable, Iterator
@@ -22,7 +23,7 @@ from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader
 
 from schemas.errors import ConfigError
-from training.checkpoint import load_checkpoint, load_sharded_state, save_checkpoint, sharded_state
+from training.checkpoint import checkpoint_lock, load_checkpoint, load_sharded_state, save_checkpoint, sharded_state
 from training.collate import MicroBatch, micro_batches
 from training.dataset import ShardDataset
 from training.interrupts import StopBetweenSteps
@@ -180,8 +181,10 @@ def train(config: TrainConfig, echo: Callable[[str], None] = print) -> list[dict
     """Run (or resume) training; returns the logged step objects of rank 0 (empty on other ranks)."""
     check_config(config)
     dist = init_distributed(config.device)
+    locked = checkpoint_lock(config.out) if config.out and dist.rank == 0 else contextlib.nullcontext()
     try:
-        logged = _train(config, dist, echo if dist.rank == 0 else (lambda _line: None))
+        with locked:
+            logged = _train(config, dist, echo if dist.rank == 0 else (lambda _line: None))
         if dist.world_size > 1:
             # No rank tears the group down while another still waits in a collective: gloo aborts
             # the waiting process ("terminate called without an active exception") otherwise.
