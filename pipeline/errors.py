@@ -161,6 +161,8 @@ def handle_errors(fn):
                 raise
             terminated = isinstance(stop, Terminated)
             again = " (finished tasks are kept: the same command resumes)" if ctx.info_name == "run" else ""
+            if str(stop):  # what the command did about it (`lwm train`: the step it saved)
+                again = f" ({stop})"
             click.echo(f"lwm: {'terminated' if terminated else 'interrupted'}{again}", err=True)
             sys.exit(143 if terminated else 130)
         except Exception as exc:

@@ -21,7 +21,7 @@ _LAZY = {
     "accumulate_gradients": "training.step",
     "TinyConfig": "training.tiny_model",
     "TinyDecoder": "training.tiny_model",
-    "TrainConfig": "training.loop",
+    "TrainConfig": "training.settings",
     "train": "training.loop",
     "ShardError": "training.shards",
     "LongSamplePolicy": "training.long_samples",

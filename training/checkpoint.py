@@ -9,6 +9,7 @@ Layout::
                       data_state.json  one `ShardDataset.state_dict()` per rank
                       sharded/      with --fsdp, instead of model.pt and optimizer.pt: every
                                     rank's shards (torch.distributed.checkpoint)
+    out/_lock                     while a run trains into the folder (`checkpoint_lock`)
 
 A killed run leaves at most an unpublished ``*.tmp`` folder, which is ignored. Checkpoints are
 loaded with ``weights_only=True``: tensors and plain containers, never pickled code.
@@ -16,9 +17,11 @@ loaded with ``weights_only=True``: tensors and plain containers, never pickled c
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,6 +30,7 @@ import torch
 from schemas.errors import ConfigError
 
 LATEST = "latest"
+LOCK = "_lock"
 KEEP_CHECKPOINTS = 2
 
 
@@ -117,6 +121,36 @@ def save_checkpoint(
     for old in published[:-KEEP_CHECKPOINTS]:
         shutil.rmtree(os.path.join(out, old), ignore_errors=True)
     return final
+
+
+@contextlib.contextmanager
+def checkpoint_lock(out: str) -> Iterator[None]:
+    """One run at a time in a checkpoint folder: an exclusive lock on ``out/_lock`` (an empty file), held while
+    the run lasts and released by the system when its process ends, however it ends. Two runs would otherwise
+    publish and prune each other's checkpoints; the second is one line at once instead. The file is removed as
+    the run ends, so a finished folder holds only its checkpoints (a killed run leaves it, unlocked)."""
+    import fcntl
+
+    os.makedirs(out, exist_ok=True)
+    path = os.path.join(out, LOCK)
+    while True:
+        handle = open(path, "a")  # noqa: SIM115 (held for the run's whole length)
+        try:
+            fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            handle.close()
+            raise ConfigError(f"{out} is in use by another lwm train; wait for it to end or choose another --out"
+                              ) from None
+        with contextlib.suppress(FileNotFoundError):
+            if os.stat(path).st_ino == os.fstat(handle.fileno()).st_ino:
+                break
+        handle.close()  # the run that held it removed the file meanwhile: lock the one at the path now
+    with handle:
+        try:
+            yield
+        finally:
+            with contextlib.suppress(OSError):
+                os.unlink(path)  # still locked: whoever opened this file meanwhile sees it gone and retries
 
 
 def sharded_state(model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> dict[str, Any]:

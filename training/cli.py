@@ -38,7 +38,7 @@ class TrainError(click.ClickException):
     "--out",
     type=click.Path(file_okay=False),
     default=None,
-    help="Checkpoint folder; a run resumes from the newest checkpoint found there.",
+    help="Checkpoint folder (local or mounted, not a URL); a run resumes from the newest checkpoint found there.",
 )
 @click.option("--max-steps", type=click.IntRange(min=1), required=True, help="Optimizer steps to reach.")
 @click.option("--lr", type=float, default=3e-4, show_default=True, help="Peak learning rate (AdamW).")
@@ -173,9 +173,9 @@ def train(**options: object) -> None:
         import torch  # noqa: F401  (only to fail early with a clear message)
     except ImportError as missing:
         raise TrainError("lwm train needs torch: pip install 'lwmkit[train]'") from missing
-    from training.loop import TrainConfig
     from training.loop import train as run_training
     from training.reweight import parse_category_weights
+    from training.settings import TrainConfig
 
     try:
         options["category_weights"] = parse_category_weights(options["category_weights"])  # type: ignore[arg-type]

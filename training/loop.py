@@ -1,4 +1,4 @@
-"""The training run behind `lwm train`: settings, distributed set-up, the step loop, checkpoints.
+"""The training run behind `lwm train`: distributed set-up, the step loop, checkpoints (settings: `training.settings`).
 
 Runs as one process, or one process per rank under ``torchrun`` (DistributedDataParallel, or
 FSDP2 with ``--fsdp``: gloo on CPU, nccl on GPU). Before the first step the longest sample of the
@@ -11,10 +11,11 @@ window of a windowed sample), and the step count.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 from collections.abc import Callable, Iterator
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 import torch
@@ -22,11 +23,11 @@ from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader
 
 from schemas.errors import ConfigError
-from training.checkpoint import load_checkpoint, load_sharded_state, save_checkpoint, sharded_state
+from training.checkpoint import checkpoint_lock, load_checkpoint, load_sharded_state, save_checkpoint, sharded_state
 from training.collate import MicroBatch, micro_batches
-from training.dataset import DEFAULT_SHUFFLE_BUFFER, ShardDataset
+from training.dataset import ShardDataset
+from training.interrupts import StopBetweenSteps
 from training.long_samples import (
-    POLICIES,
     LongSampleCounts,
     LongSamplePolicy,
     PieceTracker,
@@ -34,55 +35,16 @@ from training.long_samples import (
     longest_sample,
     run_manifests,
 )
-from training.loss import LOSS_NORMS, all_ranks_sum
-from training.models import ATTENTION, TINY, build_model, pick_attention, vocabulary_rows
+from training.loss import all_ranks_sum
+from training.models import TINY, build_model, pick_attention, vocabulary_rows
 from training.progress import StepLogger
 from training.reweight import check_category_names
-from training.schedule import SCHEDULES, lr_multiplier
-from training.sharding import PRECISIONS, compute_dtype, shard_model
+from training.runs import check_same_tokenizer
+from training.schedule import lr_multiplier
+from training.settings import TrainConfig, check_config
+from training.sharding import compute_dtype, shard_model
 from training.step import StepResult, accumulate_gradients
-from training.tiny_model import QWEN_VOCAB_SIZE, TinyConfig
-
-
-@dataclass(frozen=True)
-class TrainConfig:
-    """Every setting of a run (the `lwm train` flags)."""
-
-    shards: tuple[str, ...]
-    max_steps: int
-    model: str = TINY
-    out: str | None = None
-    lr: float = 3e-4
-    min_lr_ratio: float = 0.1
-    warmup_steps: int = 0
-    schedule: str = "cosine"
-    weight_decay: float = 0.0
-    max_grad_norm: float = 1.0
-    seed: int = 0
-    grad_accum: int = 1
-    micro_batch_tokens: int = 4096
-    pack: bool = False
-    loss_norm: str = "tokens"
-    category_weights: dict[str, float] = field(default_factory=dict)
-    num_workers: int = 0
-    shuffle: bool = True
-    shuffle_buffer: int = DEFAULT_SHUFFLE_BUFFER
-    log_every: int = 10
-    log_json: str | None = None
-    save_every: int = 0
-    device: str = "auto"
-    tiny_vocab: int = QWEN_VOCAB_SIZE
-    tiny_dim: int = 64
-    tiny_layers: int = 2
-    tiny_heads: int = 4
-    long_samples: str = "refuse"
-    window_overlap: int | None = None
-    empty_row_warn: float = 0.5
-    loss_chunk_tokens: int = 1024
-    fsdp: bool = False
-    activation_checkpointing: bool = False
-    precision: str = "auto"
-    attention: str = "auto"
+from training.tiny_model import TinyConfig
 
 
 @dataclass(frozen=True)
@@ -92,28 +54,6 @@ class Distributed:
     rank: int
     world_size: int
     device: torch.device
-
-
-def check_config(config: TrainConfig) -> None:
-    """Refuse settings that cannot run, with one line each."""
-    if config.max_steps < 1 or config.grad_accum < 1:
-        raise ConfigError("--max-steps and --grad-accum must be at least 1")
-    if config.micro_batch_tokens < 2:
-        raise ConfigError("--micro-batch-tokens must be at least 2")
-    if config.loss_norm not in LOSS_NORMS:
-        raise ConfigError(f"--loss-norm must be one of {', '.join(LOSS_NORMS)}")
-    if config.schedule not in SCHEDULES:
-        raise ConfigError(f"--schedule must be one of {', '.join(SCHEDULES)}")
-    if config.device not in ("auto", "cpu", "cuda"):
-        raise ConfigError("--device must be auto, cpu or cuda")
-    if config.long_samples not in POLICIES:
-        raise ConfigError(f"--long-samples must be one of {', '.join(POLICIES)}")
-    if config.precision not in PRECISIONS:
-        raise ConfigError(f"--precision must be one of {', '.join(PRECISIONS)}")
-    if config.attention not in ATTENTION:
-        raise ConfigError(f"--attention must be one of {', '.join(ATTENTION)}")
-    if not 0 <= config.empty_row_warn <= 1:
-        raise ConfigError("--empty-row-warn is a share of a step's rows, between 0 and 1")
 
 
 def init_distributed(device_choice: str) -> Distributed:
@@ -241,8 +181,10 @@ def train(config: TrainConfig, echo: Callable[[str], None] = print) -> list[dict
     """Run (or resume) training; returns the logged step objects of rank 0 (empty on other ranks)."""
     check_config(config)
     dist = init_distributed(config.device)
+    locked = checkpoint_lock(config.out) if config.out and dist.rank == 0 else contextlib.nullcontext()
     try:
-        logged = _train(config, dist, echo if dist.rank == 0 else (lambda _line: None))
+        with locked:
+            logged = _train(config, dist, echo if dist.rank == 0 else (lambda _line: None))
         if dist.world_size > 1:
             # No rank tears the group down while another still waits in a collective: gloo aborts
             # the waiting process ("terminate called without an active exception") otherwise.
@@ -268,7 +210,8 @@ def _train(config: TrainConfig, dist: Distributed, echo: Callable[[str], None]) 
     if not dataset.total_rows:
         raise ConfigError(f"no samples to train on in {', '.join(config.shards)} (an empty pool?)")
     files = sorted({group.uri for group in dataset.groups})
-    manifests = run_manifests(files)  # each run's manifest, read once for both checks
+    manifests = run_manifests(files)  # each run's manifest, read once for every check
+    check_same_tokenizer(manifests)
     if config.category_weights:
         check_category_names(files, config.category_weights, manifests)
     longest = longest_sample(files, manifests)
@@ -318,51 +261,58 @@ def _train(config: TrainConfig, dist: Distributed, echo: Callable[[str], None]) 
     logger = StepLogger(config.log_every, config.log_json if dist.rank == 0 else None, echo, config.max_steps)
     logged: list[dict[str, Any]] = []
     warned = False
-    while step < config.max_steps:
-        drawn = _draw(batches, config.grad_accum)
-        if rows is not None:
-            _check_vocabulary(drawn, rows, config.model)
-        micro = [b.to(dist.device) for b in drawn]
-        if config.model == TINY:
-            micro = [_fold_ids(b, config.tiny_vocab) for b in micro]
-        result: StepResult = accumulate_gradients(wrapped, micro, config.loss_norm, config.loss_chunk_tokens, autocast)
-        if config.max_grad_norm > 0:
-            torch.nn.utils.clip_grad_norm_(model.parameters(), config.max_grad_norm)
-        lr = optimizer.param_groups[0]["lr"]
-        optimizer.step()
-        scheduler.step()
-        optimizer.zero_grad(set_to_none=True)
-        for batch in micro:
-            # in stream order: the samples the policy skipped before each one (they are used up too: a resumed
-            # run neither reads them again nor loses the loader's turn order), then the sample, once finished
-            used = []
-            for i, (position, piece) in enumerate(zip(batch.positions, batch.pieces)):
-                if i < len(batch.skipped) and batch.skipped[i]:
-                    used += batch.skipped[i]
-                used += tracker.finished_positions([position], [piece])
-            dataset.record_consumed(used)
-            for counted in batch.long_counts:
-                if counted is not None:
-                    trained.add(counted)
-        step += 1
-        counts = LongSampleCounts.from_list(all_ranks_sum(trained.as_list(), dist.device))
-        entry = logger.record(step, result, lr, {"long_samples": vars(counts)})
-        if entry is not None:
-            logged.append(entry)
-        empty_share = result.empty_rows / result.rows if result.rows else 0.0
-        if empty_share > config.empty_row_warn and (not warned or entry is not None):
-            warned = True
-            echo(
-                f"warning: step {step}: {result.empty_rows} of {result.rows} rows have no loss token "
-                f"(over --empty-row-warn {config.empty_row_warn:g}); these rows train nothing"
-            )
-        if config.out and (step == config.max_steps or (config.save_every and step % config.save_every == 0)):
-            data_state = {
-                **dataset.state_dict(),
-                "pieces_done": tracker.state(),
-                "long_sample_counts": trained.as_list(),
-            }
-            _save(config, dist, step, model, optimizer, scheduler, data_state)
+    with StopBetweenSteps() as stopping:
+        while step < config.max_steps:
+            drawn = _draw(batches, config.grad_accum)
+            if rows is not None:
+                _check_vocabulary(drawn, rows, config.model)
+            micro = [b.to(dist.device) for b in drawn]
+            if config.model == TINY:
+                micro = [_fold_ids(b, config.tiny_vocab) for b in micro]
+            result: StepResult = accumulate_gradients(wrapped, micro, config.loss_norm, config.loss_chunk_tokens, autocast)
+            if config.max_grad_norm > 0:
+                torch.nn.utils.clip_grad_norm_(model.parameters(), config.max_grad_norm)
+            lr = optimizer.param_groups[0]["lr"]
+            optimizer.step()
+            scheduler.step()
+            optimizer.zero_grad(set_to_none=True)
+            for batch in micro:
+                # in stream order: the samples the policy skipped before each one (they are used up too: a resumed
+                # run neither reads them again nor loses the loader's turn order), then the sample, once finished
+                used = []
+                for i, (position, piece) in enumerate(zip(batch.positions, batch.pieces)):
+                    if i < len(batch.skipped) and batch.skipped[i]:
+                        used += batch.skipped[i]
+                    used += tracker.finished_positions([position], [piece])
+                dataset.record_consumed(used)
+                for counted in batch.long_counts:
+                    if counted is not None:
+                        trained.add(counted)
+            step += 1
+            # one collective for both: the counts over all ranks, and whether any rank was asked to stop (so that
+            # every rank stops after the same step, and saves it together)
+            *summed, stops = all_ranks_sum([*trained.as_list(), float(stopping.requested)], dist.device)
+            counts = LongSampleCounts.from_list(summed)
+            entry = logger.record(step, result, lr, {"long_samples": vars(counts)})
+            if entry is not None:
+                logged.append(entry)
+            empty_share = result.empty_rows / result.rows if result.rows else 0.0
+            if empty_share > config.empty_row_warn and (not warned or entry is not None):
+                warned = True
+                echo(
+                    f"warning: step {step}: {result.empty_rows} of {result.rows} rows have no loss token "
+                    f"(over --empty-row-warn {config.empty_row_warn:g}); these rows train nothing"
+                )
+            saved_now = step == config.max_steps or (config.save_every and step % config.save_every == 0) or stops
+            if config.out and saved_now:
+                data_state = {
+                    **dataset.state_dict(),
+                    "pieces_done": tracker.state(),
+                    "long_sample_counts": trained.as_list(),
+                }
+                _save(config, dist, step, model, optimizer, scheduler, data_state)
+            if stops:
+                stopping.stop(f"step {step} saved in {config.out}: the same command resumes" if config.out else "")
     if counts.long:
         echo(describe_counts(counts, config.micro_batch_tokens, config.long_samples))
     return logged

@@ -11,11 +11,13 @@ instead of their keep ratio. Tokens outside every overridden span are never touc
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
+from schemas.errors import Notice
 from training.shards import ShardError
 
 
@@ -59,19 +61,26 @@ def apply_category_weights(
 def check_category_names(files: Sequence[str], names: Iterable[str],
                           manifests: dict[str, tuple[dict[str, Any] | None, str]] | None = None) -> None:
     """Refuse a ``--category-weight`` naming no category of the masking tables the shards were made with, nor a
-    span of the WMAT pools (a typo would otherwise change nothing, silently). Shards whose run manifest is not
-    found are not checked. `manifests`: `training.long_samples.run_manifests` of `files`, where the caller has it."""
+    span of the WMAT pools (a typo would otherwise change nothing, silently), and warn (a `Notice`) of one that
+    the tables of only some of the runs have. Shards whose run manifest is not found are not checked. `manifests`: `training.long_samples.run_manifests` of `files`, where the caller has it."""
     from masking import load_table
     from stages.wmat import OBSERVATION, POLICY, WORLD_MODEL
     from training.long_samples import run_manifests
 
-    known: set[str] = {WORLD_MODEL, POLICY, OBSERVATION}  # the spans of the WMAT pools (`stages.wmat`)
-    for manifest, _ in (run_manifests(files) if manifests is None else manifests).values():
+    spans = {WORLD_MODEL, POLICY, OBSERVATION}  # the spans of the WMAT pools (`stages.wmat`)
+    per_run: dict[str, set[str]] = {}  # run root -> the categories of its masking table
+    for manifest, root in (run_manifests(files) if manifests is None else manifests).values():
         if manifest is None:
             return
         table = load_table(((manifest.get("config") or {}).get("masking") or {}).get("table"))
-        known.update(c.name for c in table.categories)
+        per_run[root] = {c.name for c in table.categories}
+    known = spans.union(*per_run.values())
     unknown = sorted(set(names) - known)
     if unknown:
         raise ShardError(f"--category-weight {unknown[0]}: no such category in the masking table of these shards "
                          f"({', '.join(sorted(known))})")
+    for name in sorted(set(names) - spans):
+        lacking = sorted(root for root, categories in per_run.items() if name not in categories)
+        if lacking:  # runs made with different masking tables: the override reaches only some of the shards
+            warnings.warn(Notice(f"--category-weight {name}: the masking table of {', '.join(lacking)} has no such "
+                                 "category; the shards of that run keep their weights"), stacklevel=2)

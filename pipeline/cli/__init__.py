@@ -16,6 +16,7 @@ choose_memory_pool()  # before anything imports pyarrow: Arrow reads it once, at
 if "train" not in sys.argv[1:3]:  # `lwm train`, `lwm --debug train`
     one_blas_thread()  # before anything imports numpy
 
+import copy  # noqa: E402
 import importlib  # noqa: E402
 import logging  # noqa: E402
 import os  # noqa: E402
@@ -23,7 +24,7 @@ import os  # noqa: E402
 import click  # noqa: E402
 
 from pipeline.cli.common import finished_cleanly  # noqa: E402
-from pipeline.errors import guard_streams, one_line_notices, stop_on_sigterm  # noqa: E402
+from pipeline.errors import guard_streams, handle_errors, one_line_notices, stop_on_sigterm  # noqa: E402
 
 
 class LazyCommands(click.Group):
@@ -45,6 +46,9 @@ class LazyCommands(click.Group):
             cmd = getattr(importlib.import_module(mod_name), attr)
             for more in extra:  # modules that add subcommands to the group
                 importlib.import_module(more)
+            if name in OUTSIDE_PIPELINE:
+                cmd = copy.copy(cmd)
+                cmd.callback = handle_errors(cmd.callback)
             self.add_command(cmd, name=name)
         return self.commands[name]
 
@@ -69,6 +73,11 @@ COMMANDS: dict[str, tuple[str, ...]] = {
     "check-format": ("pipeline.cli.check_format", "check_format_cmd"),
     "train": ("training.cli", "train"),
 }
+
+# Commands defined below `pipeline` in the layers (`training` may not import it), which therefore cannot wear
+# `handle_errors` themselves: the group gives it to them here, so that an unexpected error, Ctrl-C and SIGTERM end
+# them as they end every other command (one line; exit 2, 130 or 143), and ``--debug`` shows the traceback.
+OUTSIDE_PIPELINE = frozenset({"train"})
 
 
 def entry() -> None:

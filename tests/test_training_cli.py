@@ -1,0 +1,178 @@
+"""`lwm train` as a user meets it: settings it cannot train with, errors of its environment and a URL for
+``--out`` are one line; runs that cannot be mixed are refused;
+Ctrl-C and SIGTERM save the step reached; one run at a time trains into a checkpoint folder."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import warnings
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+pytest.importorskip("torch")
+
+from pipeline.cli import main as lwm
+from tests.helpers import clean_env, write_synthetic_shards
+from training.checkpoint import load_checkpoint
+
+ROOT = Path(__file__).resolve().parent.parent
+TINY = ["--tiny-vocab", "64", "--tiny-dim", "32", "--micro-batch-tokens", "64", "--shuffle-buffer", "8"]
+
+
+@pytest.fixture(scope="module")
+def shards(tmp_path_factory: pytest.TempPathFactory) -> str:
+    return write_synthetic_shards(str(tmp_path_factory.mktemp("run")), rows_per_file=(24, 24), row_group_rows=8)
+
+
+def _lwm_train(*args: str):
+    return CliRunner().invoke(lwm, ["train", *args])
+
+
+@pytest.mark.parametrize(
+    ("flags", "named"),
+    [
+        (["--lr", "nan"], "--lr"),
+        (["--lr", "-1"], "--lr"),
+        (["--lr", "0"], "--lr"),
+        (["--weight-decay", "-1"], "--weight-decay"),
+        (["--min-lr-ratio", "5"], "--min-lr-ratio"),
+        (["--max-grad-norm", "-1"], "--max-grad-norm"),
+        (["--max-grad-norm", "nan"], "--max-grad-norm"),
+        (["--tiny-dim", "6", "--tiny-heads", "4"], "--tiny-dim"),
+    ],
+)
+def test_a_setting_that_cannot_train_is_one_line_naming_its_flag(shards, flags, named):
+    result = _lwm_train("--shards", shards, "--max-steps", "2", *flags)
+    assert result.exit_code == 2, result.output
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"lwm: error: {named} "), result.output
+
+
+def test_gradient_clipping_off_is_still_accepted(shards):
+    result = _lwm_train("--shards", shards, "--max-steps", "1", "--max-grad-norm", "0", *TINY)
+    assert result.exit_code == 0, result.output
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def test_an_object_store_that_cannot_be_reached_is_one_line():
+    env = {**clean_env(), "AWS_ENDPOINT_URL": f"http://127.0.0.1:{_free_port()}", "AWS_ACCESS_KEY_ID": "x",
+           "AWS_SECRET_ACCESS_KEY": "x", "AWS_MAX_ATTEMPTS": "1"}
+    proc = subprocess.run([sys.executable, "-m", "pipeline.cli", "train", "--shards", "s3://b/out/shards/cpt",
+                           "--max-steps", "1"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("lwm: error: ") and "127.0.0.1" in lines[0], proc.stderr[-2000:]
+
+
+def test_an_object_storage_out_is_refused_before_anything_is_written(shards, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    result = _lwm_train("--shards", shards, "--max-steps", "1", "--out", "s3://bucket/ck", *TINY)
+    assert result.exit_code == 2, result.output
+    assert result.output.startswith("lwm: error: --out s3://bucket/ck: ")
+    assert list(tmp_path.iterdir()) == []  # no folder named "s3:"
+
+
+def _run(root: Path, tokenizer: dict | None = None, table: dict | None = None) -> str:
+    """A run of synthetic shards under `root` whose manifest says it used `tokenizer` and the masking `table`."""
+    pool = write_synthetic_shards(str(root), rows_per_file=(24, 24), row_group_rows=8)
+    manifest = json.loads((root / "manifest.json").read_text())
+    if tokenizer is not None:
+        manifest["tokenizer"] = tokenizer
+    if table is not None:
+        manifest["config"] = {"masking": {"table": table}}
+    (root / "manifest.json").write_text(json.dumps(manifest))
+    return pool
+
+
+QWEN = {"engine": "tiktoken", "name": "qwen3.6", "vocab_hash": "cb8b82adc548f042fd99ba5645902a75d6cd9899ecc4"}
+OTHER = {"engine": "tokenizers", "name": "tokenizer.json", "vocab_hash": "0f1e2d3c4b5a69788796a5b4c3d2e1f00112"}
+
+
+def test_runs_of_different_tokenizers_are_not_mixed(shards, tmp_path):
+    first = _run(tmp_path / "a", tokenizer=QWEN)
+    second = _run(tmp_path / "b", tokenizer=OTHER)
+    result = _lwm_train("--shards", first, "--shards", second, "--max-steps", "1", *TINY)
+    assert result.exit_code == 2, result.output
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 1, result.output
+    for named in (str(tmp_path / "a"), str(tmp_path / "b"), "qwen3.6", "tokenizer.json"):
+        assert named in lines[0]
+    same = _run(tmp_path / "c", tokenizer=QWEN)
+    assert _lwm_train("--shards", first, "--shards", same, "--max-steps", "1", *TINY).exit_code == 0
+
+
+def test_a_category_weight_that_only_some_runs_have_is_warned_about(shards, tmp_path):
+    from masking.table import DEFAULT_TABLE_PATH, read_table_file
+
+    table = read_table_file(DEFAULT_TABLE_PATH)
+    *rules, catch_all = table["categories"]
+    extended = {**table, "categories": [*rules, {**rules[0], "name": "diffs"}, catch_all]}
+    first = _run(tmp_path / "a", table=table)
+    second = _run(tmp_path / "b", table=extended)
+    with pytest.warns(UserWarning, match=r"--category-weight diffs: .*" + str(tmp_path / "a")):
+        result = _lwm_train("--shards", first, "--shards", second, "--max-steps", "1", "--category-weight",
+                            "diffs=0", *TINY)
+    assert result.exit_code == 0, result.output
+    with warnings.catch_warnings(record=True) as caught:  # a category every run has: no warning
+        warnings.simplefilter("always")
+        assert _lwm_train("--shards", first, "--shards", second, "--max-steps", "1", "--category-weight",
+                          "echo=0", *TINY).exit_code == 0
+    assert not [w for w in caught if "--category-weight" in str(w.message)]
+
+
+def _start(shards: str, out: Path, log: Path) -> subprocess.Popen:
+    """`lwm train` into `out` that would take long, once it has logged a few steps."""
+    command = [sys.executable, "-m", "pipeline.cli", "train", "--shards", shards, "--out", str(out), "--max-steps",
+               "100000", "--log-every", "1", "--log-json", str(log), *TINY]
+    run = subprocess.Popen(command, cwd=ROOT, env={**clean_env(), "OMP_NUM_THREADS": "1"}, stdout=subprocess.DEVNULL,
+                           stderr=subprocess.PIPE, text=True,
+                           preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    deadline = time.monotonic() + 120
+    while not (log.exists() and len(log.read_text().splitlines()) >= 3):
+        assert run.poll() is None, run.communicate()[1][-2000:]
+        assert time.monotonic() < deadline
+        time.sleep(0.1)
+    return run
+
+
+@pytest.mark.parametrize(("signum", "status", "word"), [(signal.SIGINT, 130, "interrupted"),
+                                                         (signal.SIGTERM, 143, "terminated")])
+def test_a_stopped_run_saves_its_step_and_the_same_command_resumes_from_it(shards, tmp_path, signum, status, word):
+    out, log = tmp_path / "ck", tmp_path / "log.jsonl"
+    run = _start(shards, out, log)
+    run.send_signal(signum)
+    _, stderr = run.communicate(timeout=60)
+    assert run.returncode == status, stderr[-2000:]
+    step = load_checkpoint(str(out)).step
+    assert step >= 3 and step == len(log.read_text().splitlines())  # every step trained is in the checkpoint
+    assert stderr.strip().splitlines()[-1] == f"lwm: {word} (step {step} saved in {out}: the same command resumes)"
+    again = _lwm_train("--shards", shards, "--out", str(out), "--max-steps", str(step + 1), *TINY)
+    assert again.exit_code == 0, again.output
+    assert f"resumed from {out} at step {step}" in again.output
+
+
+def test_a_second_run_into_a_checkpoint_folder_in_use_is_refused(shards, tmp_path):
+    out, log = tmp_path / "ck", tmp_path / "log.jsonl"
+    run = _start(shards, out, log)
+    try:
+        second = _lwm_train("--shards", shards, "--out", str(out), "--max-steps", "2", *TINY)
+        assert second.exit_code == 2, second.output
+        assert second.output.strip() == f"lwm: error: {out} is in use by another lwm train; wait for it to end or " \
+                                        "choose another --out"
+    finally:
+        os.kill(run.pid, signal.SIGINT)
+        run.communicate(timeout=60)
+    assert _lwm_train("--shards", shards, "--out", str(out), "--max-steps", "2", *TINY).exit_code == 0
