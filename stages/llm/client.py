@@ -43,42 +43,44 @@ R = TypeVar("R")
 def map_in_threads(fn: Callable[[T], R], items: Sequence[T], workers: int) -> list[R]:
     """``[fn(x) for x in items]`` on up to `workers` threads, results in order.
 
-    Unlike a `ThreadPoolExecutor` left by an interrupt, an interrupt (Ctrl-C, SIGTERM) ends it at once: no item
-    not yet begun is started (a pool's exit would still send every queued request), and the threads, daemons,
-    do not hold the process's exit while a request waits for its answer (up to ``timeout_s``, per retry)."""
+    An exception from `fn` is raised here once the items already begun have ended, and no further item is begun,
+    as with a thread pool's ``map``. Unlike a `ThreadPoolExecutor` left by an interrupt (Ctrl-C, SIGTERM on this
+    thread), an interrupt ends it at once: no item not yet begun is started (a pool's exit would still send every
+    queued request), and the threads, daemons, do not hold the process's exit while a request waits for its
+    answer (up to ``timeout_s``, per retry)."""
+    if not items:
+        return []
     results: list[Any] = [None] * len(items)
     failure: list[BaseException] = []
-    lock, done = threading.Lock(), threading.Event()
-    state = {"next": 0, "left": len(items)}
+    lock, stop, done = threading.Lock(), threading.Event(), threading.Event()
+    state = {"next": 0, "ended": 0, "active": 0}
 
     def work() -> None:
-        while not done.is_set():
+        while True:
             with lock:
                 index = state["next"]
-                if index >= len(items) or failure:
+                if stop.is_set() or index >= len(items):
+                    if not state["active"] and (stop.is_set() or state["ended"] == len(items)):
+                        done.set()
                     return
-                state["next"] = index + 1
+                state["next"], state["active"] = index + 1, state["active"] + 1
             try:
                 results[index] = fn(items[index])
             except BaseException as exc:  # raised on the caller's thread, as `pool.map` would
                 with lock:
                     failure.append(exc)
-                done.set()
-                return
+                stop.set()
             with lock:
-                state["left"] -= 1
-                if not state["left"]:
-                    done.set()
+                state["active"] -= 1
+                state["ended"] += 1
 
-    if not items:
-        return []
     for _ in range(max(1, min(workers, len(items)))):
         threading.Thread(target=work, name="llm-request", daemon=True).start()
     try:
-        while not done.wait(0.5):  # a bounded wait: the interrupt reaches this thread between waits
+        while not done.wait(0.5):  # a bounded wait: an interrupt reaches this thread between waits
             pass
     finally:
-        done.set()  # on an interrupt: the threads take no further item
+        stop.set()  # after an interrupt: the threads take no further item
     if failure:
         raise failure[0]
     return results
