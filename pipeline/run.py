@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import os
 import posixpath
 import sys
 from collections.abc import Callable
@@ -30,6 +29,7 @@ from pipeline.preflight import preflight
 from pipeline.samples_stage import SAMPLES, SHARDS
 from pipeline.wmat_pools import WMAT_POOLS_STAGE
 from schemas.errors import ConfigError
+from schemas.locks import folder_lock
 from stages.ingest.reading import is_local
 from stages.tokenizer.engines import load_tokenizer, resolve_spec
 from stages.tokenizer.vocab import DEFAULT_NAME
@@ -61,40 +61,15 @@ def run_pipeline(cfg: dict[str, Any], echo: Echo = _stderr, executor: Executor |
 
 @contextlib.contextmanager
 def run_lock(fs, root: str, out: str):
-    """One run at a time in a local output folder: an exclusive lock on ``OUT/_lock`` (an empty file), held
-    while the run lasts and released by the system when its process ends, however it ends. A second run into
-    the folder is one line at once, instead of each removing the other's partial files. The run removes the
-    file as it ends, so a finished folder holds only its outputs (a run killed leaves it, unlocked, for the
-    next). (An output folder on object storage has no such lock: one run per folder is then the user's to keep.)"""
+    """One run at a time in a local output folder (`schemas.locks.folder_lock` on ``OUT/_lock``): a second run
+    into the folder is one line at once, instead of each removing the other's partial files. (An output folder
+    on object storage has no such lock: one run per folder is then the user's to keep.)"""
     if not is_local(fs):
         yield
         return
-    import fcntl
-
-    path = posixpath.join(root, "_lock")
-    while True:
-        try:
-            handle = open(path, "a")  # noqa: SIM115 (held for the run's whole length)
-        except IsADirectoryError:
-            raise ConfigError(f"{path} is a directory; remove it or choose another --out") from None
-        try:
-            fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            handle.close()
-            raise ConfigError(f"{out} is in use by another lwm run; wait for it to end or choose another --out") from None
-        try:
-            current = os.stat(path).st_ino
-        except FileNotFoundError:
-            current = None
-        if current == os.fstat(handle.fileno()).st_ino:
-            break
-        handle.close()  # the run that held it removed the file meanwhile: lock the one at the path now
-    with handle:
-        try:
-            yield
-        finally:
-            with contextlib.suppress(OSError):
-                os.unlink(path)  # still locked: whoever opened this file meanwhile sees it gone and retries
+    busy = f"{out} is in use by another lwm run; wait for it to end or choose another --out"
+    with folder_lock(posixpath.join(root, "_lock"), busy):
+        yield
 
 
 def _locked_run(cfg: dict[str, Any], fs, root: str, echo: Echo, executor: Executor | None) -> dict[str, Any]:

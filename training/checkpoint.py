@@ -28,6 +28,7 @@ from typing import Any
 import torch
 
 from schemas.errors import ConfigError
+from schemas.locks import folder_lock
 
 LATEST = "latest"
 LOCK = "_lock"
@@ -125,32 +126,12 @@ def save_checkpoint(
 
 @contextlib.contextmanager
 def checkpoint_lock(out: str) -> Iterator[None]:
-    """One run at a time in a checkpoint folder: an exclusive lock on ``out/_lock`` (an empty file), held while
-    the run lasts and released by the system when its process ends, however it ends. Two runs would otherwise
-    publish and prune each other's checkpoints; the second is one line at once instead. The file is removed as
-    the run ends, so a finished folder holds only its checkpoints (a killed run leaves it, unlocked)."""
-    import fcntl
-
+    """One run at a time in a checkpoint folder (`schemas.locks.folder_lock` on ``out/_lock``): two runs would
+    otherwise publish and prune each other's checkpoints; the second is one line at once instead."""
     os.makedirs(out, exist_ok=True)
-    path = os.path.join(out, LOCK)
-    while True:
-        handle = open(path, "a")  # noqa: SIM115 (held for the run's whole length)
-        try:
-            fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            handle.close()
-            raise ConfigError(f"{out} is in use by another lwm train; wait for it to end or choose another --out"
-                              ) from None
-        with contextlib.suppress(FileNotFoundError):
-            if os.stat(path).st_ino == os.fstat(handle.fileno()).st_ino:
-                break
-        handle.close()  # the run that held it removed the file meanwhile: lock the one at the path now
-    with handle:
-        try:
-            yield
-        finally:
-            with contextlib.suppress(OSError):
-                os.unlink(path)  # still locked: whoever opened this file meanwhile sees it gone and retries
+    busy = f"{out} is in use by another lwm train; wait for it to end or choose another --out"
+    with folder_lock(os.path.join(out, LOCK), busy):
+        yield
 
 
 def sharded_state(model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> dict[str, Any]:
