@@ -96,6 +96,18 @@ def test_a_csv_row_the_parser_rejects_is_one_record_and_the_rows_after_it_are_re
         ("malformed_csv", "row 6"), ("row 7", "r6"), ("row 8", "r7")]
 
 
+def test_reading_goes_on_after_the_quoted_field_of_a_rejected_row_not_at_its_next_line(tmp_path):
+    """The lines left of a rejected multi-line field are not rows, even where one has every field; a short row
+    after a rejected one-line row is a row of its own."""
+    long = "x" * 80
+    path = tmp_path / "rows.csv"
+    path.write_text(f'a,b,c\n1,2,3\n4,"{long}\nmore ""quoted""\ntail",5,6\n7,8,9\n4,"{long}",6\n10,11\n')
+    items = [(i.reason, i.locator) if isinstance(i, InvalidRecord) else (i[0], i[1]) for i in iter_csv(str(path), 60)]
+    assert items == [("row 1", {"a": "1", "b": "2", "c": "3"}), ("malformed_csv", "row 2"),
+                     ("row 3", {"a": "7", "b": "8", "c": "9"}), ("malformed_csv", "row 4"),
+                     ("row 5", {"a": "10", "b": "11", "c": None})]
+
+
 def test_a_csv_row_that_is_not_utf8_is_one_record(tmp_path):
     data = _csv_text([_chat(i) for i in range(4)]).encode().replace(b"city 1?", b"cit\xf3 1?")
     (tmp_path / "in").mkdir()

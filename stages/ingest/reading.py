@@ -587,7 +587,35 @@ def iter_json(uri: str, max_bytes: int = DEFAULT_MAX_RECORD_BYTES) -> Iterator[t
 
 
 _ESCAPED_BYTE = re.compile("[\udc80-\udcff]")  # what "surrogateescape" makes of a byte that is not UTF-8
-_SHORT = object()  # the value DictReader gives the fields a row lacks
+
+
+class _QuoteCountingLines:
+    """The lines of a CSV text as its reader takes them, with the quote characters taken since the last `reset`:
+    an odd count after a rejected row means the reader stopped inside a quoted field, whose remaining lines
+    `skip_rest_of_field` passes over (a doubled quote inside a field adds two)."""
+
+    def __init__(self, lines: Iterator[str]) -> None:
+        self._lines = lines
+        self.quotes = 0
+
+    def __iter__(self) -> Iterator[str]:
+        return self
+
+    def __next__(self) -> str:
+        line = next(self._lines)
+        self.quotes += line.count('"')
+        return line
+
+    def reset(self) -> None:
+        self.quotes = 0
+
+    def skip_rest_of_field(self) -> None:
+        while self.quotes % 2:
+            try:
+                next(self)
+            except StopIteration:
+                break
+        self.quotes = 0
 
 
 def iter_csv(uri: str, max_bytes: int = DEFAULT_MAX_RECORD_BYTES) -> Iterator[tuple[str, Any] | InvalidRecord]:
@@ -595,15 +623,15 @@ def iter_csv(uri: str, max_bytes: int = DEFAULT_MAX_RECORD_BYTES) -> Iterator[tu
 
     A row the parser rejects (a field over `max_bytes`, a stray quote), one with more fields than the
     header or bytes that are not UTF-8 is its own record (``malformed_csv``, ``bad_encoding``) and reading
-    goes on at the next row; the lines that belonged to a rejected row (a quoted field over several lines)
-    are not counted again. A header naming one column twice is one record for the whole file: which of the
-    two values a row means cannot be told.
+    goes on at the next row: where the rejected row stopped inside a quoted field, after the line that closes
+    it. A header naming one column twice is one record for the whole file: which of the two values a row
+    means cannot be told.
     """
     csv.field_size_limit(min(max_bytes, sys.maxsize))
     try:
         with open_binary(uri) as f:
-            text = io.TextIOWrapper(f, encoding="utf-8-sig", errors="surrogateescape", newline="")
-            reader = csv.DictReader(text, restval=_SHORT)
+            lines = _QuoteCountingLines(io.TextIOWrapper(f, encoding="utf-8-sig", errors="surrogateescape", newline=""))
+            reader = csv.DictReader(lines)
             try:
                 header = reader.fieldnames or []
             except csv.Error as exc:
@@ -613,27 +641,26 @@ def iter_csv(uri: str, max_bytes: int = DEFAULT_MAX_RECORD_BYTES) -> Iterator[tu
             if problem:
                 yield InvalidRecord(*problem, "row 0", uri)
                 return
-            row, broken = 0, False  # broken: the last row was rejected, and may have left lines of itself
+            row = 0
             while True:
+                lines.reset()
                 try:
                     record = next(reader)
                 except StopIteration:
                     return
                 except csv.Error as exc:
-                    row, broken = row + 1, True
+                    row += 1
                     yield InvalidRecord("malformed_csv", str(exc), f"row {row}", uri)
+                    lines.skip_rest_of_field()
                     continue
-                short = _SHORT in record.values()
-                if short and broken:
-                    continue  # the rest of the rejected row's field, read as rows of their own
-                row, broken = row + 1, False
+                row += 1
                 if None in record:
                     yield InvalidRecord("malformed_csv", "more fields than the header", f"row {row}", uri)
                     continue
                 if any(isinstance(v, str) and _ESCAPED_BYTE.search(v) for v in record.values()):
                     yield InvalidRecord("bad_encoding", "not UTF-8", f"row {row}", uri)
                     continue
-                yield f"row {row}", {k: None if v is _SHORT else v for k, v in record.items()} if short else record
+                yield f"row {row}", record
     except (EOFError, zstandard.ZstdError, OSError) as exc:
         yield stream_failure(exc, "document", uri)
 
