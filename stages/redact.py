@@ -18,8 +18,8 @@ scans per text and no rule regex at all):
   ``openai_key`` (``sk-…``, ``sk-proj-…``; the body must look generated — digits and capitals, or 32+
   characters without dashes — so slugs like ``sk-learn-tutorial-2`` stay), ``huggingface_token``,
   ``stripe_key``, ``npm_token``, ``pypi_token``, ``jwt`` (``eyJ….eyJ….…``);
-- GitHub (``gh[pousr]_``, its body mixed case), GitLab, Hugging Face, JWT and AWS tokens also glued to the word
-  before them (``gh_ghp_…``, ``call_eyJ…``, ``1glpat-…``, ``xAKIA…``); an ``AKIA`` key only where no longer run of
+- GitHub (a glued one's body mixed case), GitLab, Hugging Face (not after ``_``: ``from_hf_AutoModel…`` is a name),
+  JWT and AWS tokens also glued to the word before them (``gh_ghp_…``, ``call_eyJ…``, ``1glpat-…``, ``xAKIA…``); an ``AKIA`` key only where no longer run of
   capitals and digits holds it and no ``+``, ``/`` or ``=`` follows (base64). The other prefixes still need a word
   boundary: ``sk-``, ``sk_live_``, ``xoxb-`` or ``AIza`` end ordinary words and base64 (``task-…``, ``disk_live_…``);
 - ``url_password`` (``scheme://user:PASS@``), ``bearer_token``/``basic_auth`` (``Authorization:``
@@ -405,6 +405,15 @@ def _aws_access_key(m: re.Match) -> tuple[str, str] | None:
     return PLACEHOLDER.format("aws_access_key"), "aws_access_key"
 
 
+def _github_token(m: re.Match) -> tuple[str, str] | None:
+    """A GitHub token; one glued to the word before it (``weighs_`` + a git SHA holds ``ghs_``) only where its body
+    mixes cases, as generated tokens do."""
+    glued = m.string[m.start() - 1 : m.start()]
+    if (glued.isalnum() or glued == "_") and not _mixed_case(m.group(0)[4:]):
+        return None
+    return PLACEHOLDER.format("github_token"), "github_token"
+
+
 def _auth_kind(m: re.Match) -> str:
     scheme = (m.group("scheme") or "").lower()
     return "basic_auth" if scheme == "basic" else "bearer_token"
@@ -527,8 +536,7 @@ _RULES: list[SecretRule] = [
     SecretRule("aws", re.compile(r"AIza(?<![A-Za-z0-9_-]AIza)[0-9A-Za-z_\-]{35}(?![A-Za-z0-9_-])"), _whole("gcp_api_key")),
     SecretRule("azure", re.compile(r"(?P<k>AccountKey|SharedAccessKey)=(?P<v>" + _B64 + r"{20,}={0,2})", re.IGNORECASE),
                _value("v", "azure_storage_key")),
-    SecretRule("underscore_token", re.compile(r"gh[pousr]_[A-Za-z0-9]{36,251}(?![A-Za-z0-9_])"),
-               _whole("github_token", lambda s: _mixed_case(s[4:]))),
+    SecretRule("underscore_token", re.compile(r"gh[pousr]_[A-Za-z0-9]{36,251}(?![A-Za-z0-9_])"), _github_token),
     SecretRule("underscore_token", re.compile(r"github_pat_(?<![A-Za-z0-9_]github_pat_)[A-Za-z0-9_]{22,244}"),
                _whole("github_token")),
     SecretRule("dash_token", re.compile(r"gl(?:pat|dt|rt|ptt)-[A-Za-z0-9_\-]{20,}"),
@@ -546,7 +554,7 @@ _RULES: list[SecretRule] = [
         re.compile(r"sk-(?<![A-Za-z0-9_-]sk-)(?:(?:proj|svcacct|admin|None)-)?(?P<body>[A-Za-z0-9_\-]{20,})(?![A-Za-z0-9_-])"),
         lambda m: _whole("openai_key")(m) if _random_like(m.group("body")) else None,
     ),
-    SecretRule("underscore_token", re.compile(r"hf_[A-Za-z0-9]{30,}(?![A-Za-z0-9_])"),
+    SecretRule("underscore_token", re.compile(r"hf_(?<!_hf_)[A-Za-z0-9]{30,}(?![A-Za-z0-9_])"),  # `from_hf_…`: a name
                _whole("huggingface_token", lambda s: _mixed_case(s[3:]))),
     *(
         SecretRule("underscore_token", re.compile(prefix + r"(?<![A-Za-z0-9_]" + prefix + r")(?:live|test)_[A-Za-z0-9]{16,}"),

@@ -166,7 +166,7 @@ GLUED = [
     (f"x{GITHUB} 1{GITHUB}", "x<SECRET:github_token> 1<SECRET:github_token>"),
     (f"id_{JWT} x{JWT} 7{JWT} auth-{JWT}", "id_<SECRET:jwt> x<SECRET:jwt> 7<SECRET:jwt> auth-<SECRET:jwt>"),
     (f"ci_{GITLAB} x{GITLAB} 9{GITLAB} ci-{GITLAB}", " ".join(f"{p}<SECRET:gitlab_token>" for p in ("ci_", "x", "9", "ci-"))),
-    (f"my_{HF} x{HF} 2{HF}", "my_<SECRET:huggingface_token> x<SECRET:huggingface_token> 2<SECRET:huggingface_token>"),
+    (f"x{HF} 2{HF} -{HF}", "x<SECRET:huggingface_token> 2<SECRET:huggingface_token> -<SECRET:huggingface_token>"),
     (f"x{AWS_ID} 1{AWS_ID} id{AWS_ID} {_j('x', 'AK', 'IAIOSFODNN7EXAMPLE')}",
      "x<SECRET:aws_access_key> 1<SECRET:aws_access_key> id<SECRET:aws_access_key> x<SECRET:aws_access_key>"),
 ]
@@ -176,6 +176,7 @@ GLUED_LOOKALIKES = [
     "self.weighs_3f786850e387550fdab836ed7e6dc881de23001b = None",
     "coughs_3F786850E387550FDAB836ED7E6DC881DE23001B",
     "use_hf_transfer=1; load_hf_dataset_from_cache(path); weigh_ghp_count",
+    "model = from_hf_AutoModelForSequenceClassification(path)",  # `_hf_` + a long name: code, not a token
     "monkeyJumpedOverTheFence.and.surveyJsonSchema.validate()",
     "data:application/octet-stream;base64,iVBORw0KGgoAAAANSUhEUgAA" + "AKIA" + "A" * 16 + "/8Q9" + "AKIA" + "B" * 16 + "+w==",
     "base64: TWFu" + "0AKIA" + "Q" * 16 + "=",
@@ -188,6 +189,13 @@ def test_token_glued_to_the_word_before_it_is_redacted(text, expected):
     assert out == expected
     (kind,) = counts
     assert counts[kind] == expected.count("<SECRET:")
+
+
+def test_a_github_token_after_a_word_boundary_needs_no_mixed_case():
+    """The mixed-case guard is for tokens glued to a word (`weighs_` + a digest); one standing alone is a token."""
+    body = "abcdefghijklmnopqrstuvwxyz0123456789"
+    for text in (f"ghp_{body}", f"token ghs_{body.upper()} end", f"GH=ghp_{body}"):
+        assert redact_text(text)[1] == Counter({"github_token": 1}), text
 
 
 @pytest.mark.parametrize("text", GLUED_LOOKALIKES, ids=[t[:30] for t in GLUED_LOOKALIKES])
