@@ -347,6 +347,8 @@ def test_control_tokens_a_file_leaves_not_special_still_never_match_data(xdg_cac
     assert got.count(ids["<tool_call>"]) == 1
     assert tok.decode(got) == text
     assert [tok.token_id(t) for t in ("<|im_start|>", "<|im_end|>")] == [ids["<|im_start|>"], ids["<|im_end|>"]]
+    # they encode unlike the file says: the vocabulary hash (the runs' and the task specs' tokenizer) tells them apart
+    assert tok.vocab_hash != hf_tokenizer_hash(document)
     assert tok.vocab_size == len(document["model"]["vocab"]) + len(document["added_tokens"])  # no token was added
 
 

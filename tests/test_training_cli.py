@@ -20,6 +20,7 @@ from click.testing import CliRunner
 pytest.importorskip("torch")
 
 from pipeline.cli import main as lwm
+from schemas.errors import ConfigError
 from tests.helpers import clean_env, write_synthetic_shards
 from training.checkpoint import load_checkpoint
 
@@ -99,6 +100,18 @@ def _run(root: Path, tokenizer: dict | None = None, table: dict | None = None) -
 
 QWEN = {"engine": "tiktoken", "name": "qwen3.6", "vocab_hash": "cb8b82adc548f042fd99ba5645902a75d6cd9899ecc4"}
 OTHER = {"engine": "tokenizers", "name": "tokenizer.json", "vocab_hash": "0f1e2d3c4b5a69788796a5b4c3d2e1f00112"}
+
+
+def test_a_run_whose_manifest_names_no_vocabulary_hash_is_not_compared():
+    """An older manifest naming its tokenizer without a vocabulary hash says nothing comparable: no refusal."""
+    from training.runs import check_same_tokenizer
+
+    hashed = {"tokenizer": {"name": "qwen3.6", "engine": "tiktoken", "vocab_hash": "ab" * 32}}
+    named = {"tokenizer": {"name": "qwen3.6", "engine": "tiktoken"}}
+    check_same_tokenizer({"a": (hashed, "/runs/a"), "b": (named, "/runs/b")})
+    with pytest.raises(ConfigError, match="/runs/a was tokenized with"):
+        check_same_tokenizer({"a": (hashed, "/runs/a"),
+                              "b": ({"tokenizer": {**hashed["tokenizer"], "vocab_hash": "cd" * 32}}, "/runs/b")})
 
 
 def test_runs_of_different_tokenizers_are_not_mixed(shards, tmp_path):

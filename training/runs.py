@@ -20,10 +20,10 @@ def _tokenizer_of(manifest: dict[str, Any] | None) -> tuple[str, str] | None:
     tokenizer = (manifest or {}).get("tokenizer")
     if not isinstance(tokenizer, dict):
         return None
-    name = str(tokenizer.get("name") or tokenizer.get("engine") or "?")
     vocab = str(tokenizer.get("vocab_hash") or "")
-    if not vocab:
-        return name, name
+    if not vocab:  # a name alone cannot be compared with another run's vocabulary hash
+        return None
+    name = str(tokenizer.get("name") or tokenizer.get("engine") or "?")
     return vocab, f"{name} (vocabulary {vocab[:12]})"
 
 

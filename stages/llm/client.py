@@ -74,9 +74,9 @@ def map_in_threads(fn: Callable[[T], R], items: Sequence[T], workers: int) -> li
                 state["active"] -= 1
                 state["ended"] += 1
 
-    for _ in range(max(1, min(workers, len(items)))):
-        threading.Thread(target=work, name="llm-request", daemon=True).start()
     try:
+        for _ in range(max(1, min(workers, len(items)))):
+            threading.Thread(target=work, name="llm-request", daemon=True).start()
         while not done.wait(0.5):  # a bounded wait: an interrupt reaches this thread between waits
             pass
     finally:

@@ -193,7 +193,7 @@ class HFTokenizer:
         self._backend = backend
         self._backend.no_truncation()
         self._backend.no_padding()
-        _treat_control_tokens_as_special(backend)
+        self._promoted = _treat_control_tokens_as_special(backend)
         self._backend.encode_special_tokens = True
         self._spec = spec
         self._source = source
@@ -215,8 +215,12 @@ class HFTokenizer:
     def vocab_hash(self) -> str:
         if self._known_hash is not None:
             return self._known_hash
-        # The file, not a re-serialization, so the hash does not move with the library's version.
-        return hf_tokenizer_hash(self.document)
+        # The file, not a re-serialization, so the hash does not move with the library's version; plus the
+        # control tokens this engine counts as special against the file's word, since they encode differently.
+        digest = hf_tokenizer_hash(self.document)
+        if self._promoted:
+            digest = hashlib.sha256(f"{digest}\nspecial: {' '.join(self._promoted)}".encode()).hexdigest()
+        return digest
 
     @property
     def vocab_size(self) -> int:
@@ -251,18 +255,20 @@ class HFTokenizer:
 _CONTROL_TOKEN = re.compile(r"<\|[^|<>\s]+\|>")
 
 
-def _treat_control_tokens_as_special(backend: tokenizers.Tokenizer) -> None:
+def _treat_control_tokens_as_special(backend: tokenizers.Tokenizer) -> list[str]:
     """Mark the added tokens spelled like chat-control tokens special (their ids unchanged), so that
-    ``encode_special_tokens`` keeps data from matching them even where the file left ``special`` false."""
+    ``encode_special_tokens`` keeps data from matching them even where the file left ``special`` false; the
+    tokens so marked, sorted."""
     loose = [t for t in backend.get_added_tokens_decoder().values() if not t.special and _CONTROL_TOKEN.fullmatch(t.content)]
     if not loose:
-        return
+        return []
     ids = [backend.token_to_id(t.content) for t in loose]
     backend.add_special_tokens([tokenizers.AddedToken(t.content, single_word=t.single_word, lstrip=t.lstrip,
                                                       rstrip=t.rstrip, normalized=t.normalized, special=True)
                                 for t in loose])
     if [backend.token_to_id(t.content) for t in loose] != ids:  # the library added new ids instead
         raise ConfigError("tokenizer: could not mark its control tokens special: " + ", ".join(t.content for t in loose))
+    return sorted(t.content for t in loose)
 
 
 def tokenizer_file_problem(document: Any, chatml: bool = True) -> str | None:
