@@ -256,12 +256,14 @@ def _train(config: TrainConfig, dist: Distributed, echo: Callable[[str], None]) 
         wrapped = DistributedDataParallel(model, device_ids=[dist.device.index] if dist.device.type == "cuda" else None)
     autocast = dtype if dtype is not None and not config.fsdp else None
     loader = DataLoader(dataset, batch_size=None, num_workers=config.num_workers)
-    batches = micro_batches(policy(iter(loader)), config.micro_batch_tokens, config.pack)
     tracker = PieceTracker()
     logger = StepLogger(config.log_every, config.log_json if dist.rank == 0 else None, echo, config.max_steps)
     logged: list[dict[str, Any]] = []
     warned = False
     with StopBetweenSteps() as stopping:
+        # Loader workers (`--num-workers`) are forked here, so they inherit the noting handlers: a Ctrl-C sent to
+        # the whole process group does not end them under the step the main process finishes and saves.
+        batches = micro_batches(policy(iter(loader)), config.micro_batch_tokens, config.pack)
         while step < config.max_steps:
             drawn = _draw(batches, config.grad_accum)
             if rows is not None:
