@@ -146,9 +146,9 @@ def test_a_category_weight_that_only_some_runs_have_is_warned_about(shards, tmp_
     assert not [w for w in caught if "--category-weight" in str(w.message)]
 
 
-def _start(shards: str, out: Path, log: Path) -> subprocess.Popen:
-    """`lwm train` into `out` that would take long, once it has logged a few steps."""
-    command = [sys.executable, "-m", "pipeline.cli", "train", "--shards", shards, "--out", str(out), "--max-steps",
+def _start(shards: str, out: Path, log: Path, entry: tuple[str, ...] = ("pipeline.cli", "train")) -> subprocess.Popen:
+    """`lwm train` (or another `entry`) into `out` that would take long, once it has logged a few steps."""
+    command = [sys.executable, "-m", *entry, "--shards", shards, "--out", str(out), "--max-steps",
                "100000", "--log-every", "1", "--log-json", str(log), *TINY]
     run = subprocess.Popen(command, cwd=ROOT, env={**clean_env(), "OMP_NUM_THREADS": "1"}, stdout=subprocess.DEVNULL,
                            stderr=subprocess.PIPE, text=True,
@@ -175,6 +175,17 @@ def test_a_stopped_run_saves_its_step_and_the_same_command_resumes_from_it(shard
     again = _lwm_train("--shards", shards, "--out", str(out), "--max-steps", str(step + 1), *TINY)
     assert again.exit_code == 0, again.output
     assert f"resumed from {out} at step {step}" in again.output
+
+
+def test_python_m_training_ends_a_ctrl_c_in_the_same_line(shards, tmp_path):
+    """`python -m training` (what torchrun starts) saved the step but ended in click's "Aborted!" and exit 1."""
+    out, log = tmp_path / "ck", tmp_path / "log.jsonl"
+    run = _start(shards, out, log, entry=("training",))
+    run.send_signal(signal.SIGINT)
+    _, stderr = run.communicate(timeout=60)
+    assert run.returncode == 130, stderr[-2000:]
+    step = load_checkpoint(str(out)).step
+    assert stderr.strip().splitlines()[-1] == f"lwm: interrupted (step {step} saved in {out}: the same command resumes)"
 
 
 def test_a_second_run_into_a_checkpoint_folder_in_use_is_refused(shards, tmp_path):

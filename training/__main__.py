@@ -16,6 +16,8 @@ skipping the shutdown: the trainer closes every file it writes (checkpoints, the
 import os
 import sys
 
+import click
+
 from training.cli import train
 
 
@@ -27,7 +29,23 @@ def exit_rank(code: int) -> None:
     os._exit(code)
 
 
+def _interrupt_in_one_line(callback):
+    """The command's callback with Ctrl-C ending it as ``lwm train`` ends it (one line saying what was saved, exit
+    130) instead of click's "Aborted!" and exit 1. (SIGTERM, without ``lwm``'s handler, ends the process as the
+    signal does once the step is saved.)"""
+
+    def run(*args, **kwargs):
+        try:
+            return callback(*args, **kwargs)
+        except KeyboardInterrupt as stop:
+            click.echo(f"lwm: interrupted{f' ({stop})' if str(stop) else ''}", err=True)
+            sys.exit(130)
+
+    return run
+
+
 def main() -> None:
+    train.callback = _interrupt_in_one_line(train.callback)
     try:
         train(prog_name="python -m training")
     except SystemExit as done:
