@@ -528,13 +528,18 @@ def _too_many_digits(text: str | bytes) -> json.JSONDecodeError:
     return json.JSONDecodeError(f"integer of more than {limit} digits", doc, found.start() if found else 0)
 
 
+def json_error_where(exc: json.JSONDecodeError) -> str:
+    """json's message and the column it names, as one phrase: some messages already end in "at" ("Unterminated
+    string starting at", "Invalid control character at")."""
+    return f"{exc.msg.removesuffix(' at')} at column {exc.colno}"
+
+
 def decode_line(uri: str, lineno: int, text: str) -> Any:
     """The JSON value of one JSONL line, or the `InvalidRecord` saying why it has none."""
     try:
         return loads(text)
     except json.JSONDecodeError as exc:
-        at = "" if exc.msg.endswith(" at") else " at"  # "Unterminated string starting at", "Invalid control character at"
-        return InvalidRecord("malformed_json", f"{exc.msg}{at} column {exc.colno}", f"line {lineno}", uri)
+        return InvalidRecord("malformed_json", json_error_where(exc), f"line {lineno}", uri)
     except RecursionError:
         return InvalidRecord("too_deep", "JSON nested deeper than the parser allows", f"line {lineno}", uri)
 

@@ -12,7 +12,7 @@ from typing import Any
 from schemas.errors import InvalidRecord, OptionError
 from schemas.trajectory import Turn
 from stages.ingest.common import canonical_json
-from stages.ingest.reading import loads
+from stages.ingest.reading import json_error_where, loads
 
 
 def parse_arguments(raw: Any) -> Any:
@@ -97,9 +97,7 @@ def decoded_field(value: Any, what: str, locator: str) -> Any:
         try:
             return loads(value)
         except json.JSONDecodeError as exc:
-            # some of json's messages end in "at" ("Invalid control character at"): the column follows once
-            message = exc.msg.removesuffix(" at")
-            raise InvalidRecord("malformed_json", f"{what}: {message} at column {exc.colno}", locator) from None
+            raise InvalidRecord("malformed_json", f"{what}: {json_error_where(exc)}", locator) from None
     return value
 
 
