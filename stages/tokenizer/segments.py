@@ -34,6 +34,7 @@ import regex
 
 from schemas.errors import ConfigError
 from stages.memo import TextMemo
+from stages.tokenizer.engines import tokenizer_file_problem
 
 _PARAGRAPH_START = re.compile(r"(?<=\n\n)(?=\S)")
 _ALNUM_START = regex.compile(r"[\p{L}\p{M}\p{N}]")
@@ -252,8 +253,9 @@ def _lengths_for(key: str, tok) -> tuple[np.ndarray, bool, str | None]:
         return lengths, splice, vocab.normalization
     backend = tok._backend
     doc = tok.document
-    if "ByteLevel" not in json.dumps(doc.get("pre_tokenizer")) and "ByteLevel" not in json.dumps(doc.get("decoder")):
-        raise ConfigError(f"tokenizer {tok.name}: only byte-level BPE tokenizer.json files are supported")
+    problem = tokenizer_file_problem(doc, chatml=False)  # the run's checks saw the file first (`pipeline.preflight`)
+    if problem:
+        raise ConfigError(f"tokenizer {tok.name}: {problem}")
     vocab = backend.get_vocab(with_added_tokens=False)
     added = {t.content: i for i, t in backend.get_added_tokens_decoder().items()}
     lengths = _length_table(vocab, added)  # a byte-level vocabulary spells each byte as one character
