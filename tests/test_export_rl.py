@@ -125,7 +125,7 @@ def test_verl_columns_follow_the_documented_schema(verl_dir, shard_rows):
         assert extra["current_prompt"].startswith(f"### Turn {shard['turn_idx']}\n")
 
 
-def test_val_fraction_splits_by_sample_id(run, tmp_path):
+def test_val_fraction_writes_both_splits_by_task(run, tmp_path):
     lwm("export", "verl", str(run), str(tmp_path), "--val-fraction", "0.3")
     train = pq.read_table(tmp_path / "train.parquet").to_pylist()
     val = pq.read_table(tmp_path / "val.parquet").to_pylist()
@@ -133,16 +133,49 @@ def test_val_fraction_splits_by_sample_id(run, tmp_path):
     assert {r["extra_info"]["split"] for r in val} == {"val"}
     ids = {r["extra_info"]["sample_id"] for r in train} | {r["extra_info"]["sample_id"] for r in val}
     assert len(ids) == 18
+    tasks = {}
+    for path in (run / "trajectories").glob("*.parquet"):
+        tasks.update(zip(*pq.read_table(path, columns=["traj_id", "split_key"]).to_pydict().values()))
+    train_tasks = {tasks[r["extra_info"]["traj_id"]] for r in train}
+    val_tasks = {tasks[r["extra_info"]["traj_id"]] for r in val}
+    assert train_tasks and val_tasks and not train_tasks & val_tasks
+
+
+def test_repeats_of_one_task_land_on_one_side_of_the_split(tmp_path):
+    """Three trajectories of each of eight tasks (repeated attempts share a ``split_key``), one rl sample each:
+    the split is by task, so no val prompt asks for a task that train teaches."""
+    import json
+    import random
+
+    rng = random.Random(7)
+    words = [f"w{i}" for i in range(5000)]
+    lines = []
+    for task in range(8):
+        for attempt in range(3):
+            turns = [{"action": json.dumps([{"keystrokes": f"{' '.join(rng.sample(words, 6))}\\n"}]),
+                      "observation": " ".join(rng.sample(words, 40))} for _ in range(2)]
+            lines.append(json.dumps({"traj_id": f"t{task}-{attempt}", "domain": "terminal", "split_key": f"task-{task}",
+                                     "system": {"task_description": f"task {task}: " + " ".join(rng.sample(words, 12))},
+                                     "turns": turns}))
+    (tmp_path / "in.jsonl").write_text("\n".join(lines) + "\n")
+    (tmp_path / "rl.toml").write_text(RL_ONLY + "[dedup]\nexact = false\nnear = false\n")
+    lwm("run", "--executor", "local", "--progress", "off", "--config", str(tmp_path / "rl.toml"),
+        "-i", str(tmp_path / "in.jsonl"), "-o", str(tmp_path / "run"))
+    lwm("export", "trl", str(tmp_path / "run"), str(tmp_path / "out"), "--val-fraction", "0.5")
+    sides = {s: pq.read_table(tmp_path / "out" / f"{s}.parquet").column("traj_id").to_pylist() for s in ("train", "val")}
+    assert sum(map(len, sides.values())) == 24
+    tasks = {s: {t.split("-")[0] for t in ids} for s, ids in sides.items()}
+    assert tasks["train"] and tasks["val"] and not tasks["train"] & tasks["val"], tasks
 
 
 def test_a_split_left_without_rows_is_a_warning(run, tmp_path):
-    """18 rl samples and --val-fraction 0.9999: the hash of every sample id may fall in val, leaving train.parquet
+    """18 rl samples and --val-fraction 0.9999: the hash of every task may fall in val, leaving train.parquet
     empty; the export says so instead of only counting 0 rows."""
     proc = lwm("export", "verl", str(run), str(tmp_path), "--val-fraction", "0.9999")
     train = pq.read_table(tmp_path / "train.parquet").num_rows
     warned = [line for line in proc.stderr.splitlines() if line.startswith("warning: train.parquet has no rows")]
     assert (train == 0) == bool(warned), proc.stderr
-    assert train == 0  # these 18 ids: every hash below 0.9999
+    assert train == 0  # these tasks: every hash below 0.9999
     proc = lwm("export", "verl", str(run), str(tmp_path / "b"), "--val-fraction", "0.3")
     assert "warning" not in proc.stderr
 

@@ -1,7 +1,9 @@
 """``lwm export verl`` and ``lwm export trl``: the rl pool of a finished run as RL datasets.
 
 Both write ``OUT_DIR/train.parquet`` (and ``OUT_DIR/val.parquet`` with ``--val-fraction``), one row
-per rl sample in sample-id order; the split is a stable hash of the sample id.
+per rl sample in sample-id order. The split is a stable hash of each sample's task (the trajectory's
+``split_key``, by which the pools are disjoint too), so every turn of a task lands on one side: a val row
+never shares its history with a train row.
 
 verl (the columns its ``RLHFDataset`` reads and its reward manager passes to ``compute_score``)::
 
@@ -34,7 +36,7 @@ import click
 import pyarrow as pa
 
 from pipeline.cli.export import export_group
-from pipeline.cli.run_files import finished_run, rl_shard_rows
+from pipeline.cli.run_files import finished_run, rl_shard_rows, split_keys
 from pipeline.errors import handle_errors
 from pipeline.object_stores import check_bucket
 from pipeline.outputs import AtomicParquetWriter, out_fs
@@ -80,19 +82,22 @@ _COLUMNS = ["sample_id", "traj_id", "domain", "template", "turn_idx", "total_tur
 
 
 def rl_samples(run_dir: str) -> list[dict[str, Any]]:
-    """Every row of a finished run's rl shards (the columns the exports need), by sample id."""
-    rows = rl_shard_rows(*finished_run(run_dir), _COLUMNS)
+    """Every row of a finished run's rl shards (the columns the exports need, and ``split_key``), by sample id."""
+    fs, root = finished_run(run_dir)
+    rows = rl_shard_rows(fs, root, _COLUMNS)
+    tasks = split_keys(fs, root, {row["traj_id"] for row in rows})
     for row in rows:
         if "verifier" not in row:  # shards written before the column existed
             row["verifier"] = verifier_kind(row["domain"], row["reference"])
+        row["split_key"] = tasks.get(row["traj_id"]) or row["traj_id"]  # a trajectory left out of the layer: its own task
     if not rows:
         raise ConfigError(f"{run_dir}: the rl pool is empty (pools.ratios.rl, rl_prompt_cap?)")
     return sorted(rows, key=lambda r: r["sample_id"])
 
 
-def split_of(sample_id: str, val_fraction: float) -> str:
-    """``val`` for a stable `val_fraction` share of sample ids, else ``train``."""
-    bucket = int(hashlib.sha256(sample_id.encode()).hexdigest()[:8], 16) / 0x100000000
+def split_of(split_key: str, val_fraction: float) -> str:
+    """``val`` for a stable `val_fraction` share of tasks (split keys), else ``train``."""
+    bucket = int(hashlib.sha256(split_key.encode()).hexdigest()[:8], 16) / 0x100000000
     return "val" if bucket < val_fraction else "train"
 
 
@@ -122,8 +127,8 @@ def trl_row(sample: dict[str, Any], index: int, split: str) -> dict[str, Any]:
 FORMATS = {"verl": (VERL_SCHEMA, verl_row), "trl": (TRL_SCHEMA, trl_row)}
 
 
-def write_rl_dataset(run_dir: str, out_dir: str, fmt: str, val_fraction: float = 0.0) -> dict[str, int]:
-    """Write the rl pool of `run_dir` for `fmt` (verl | trl) under `out_dir`; rows per split."""
+def write_rl_dataset(run_dir: str, out_dir: str, fmt: str, val_fraction: float = 0.0) -> tuple[dict[str, int], int]:
+    """Write the rl pool of `run_dir` for `fmt` (verl | trl) under `out_dir`; (rows per split, tasks)."""
     if not 0.0 <= val_fraction < 1.0:
         raise ConfigError(f"--val-fraction must be in [0, 1), not {val_fraction}")
     schema, make_row = FORMATS[fmt]
@@ -135,7 +140,7 @@ def write_rl_dataset(run_dir: str, out_dir: str, fmt: str, val_fraction: float =
     counts = dict.fromkeys(splits, 0)
     try:
         for sample in samples:
-            split = split_of(sample["sample_id"], val_fraction)
+            split = split_of(sample["split_key"], val_fraction)
             writers[split].write_row(make_row(sample, counts[split], split))
             counts[split] += 1
         for w in writers.values():
@@ -144,7 +149,7 @@ def write_rl_dataset(run_dir: str, out_dir: str, fmt: str, val_fraction: float =
         for w in writers.values():
             w.abort()
         raise
-    return counts
+    return counts, len({sample["split_key"] for sample in samples})
 
 
 def _export_command(fmt: str, help_text: str) -> click.Command:
@@ -154,15 +159,15 @@ def _export_command(fmt: str, help_text: str) -> click.Command:
     @click.argument("run_dir")
     @click.argument("out_dir")
     @click.option("--val-fraction", type=float, default=0.0, show_default=True,
-                  help="Share of samples in val.parquet.")
+                  help="Share of tasks in val.parquet (every turn of a task on one side).")
     @handle_errors
     def export_cmd(run_dir: str, out_dir: str, val_fraction: float) -> None:
-        counts = write_rl_dataset(run_dir, out_dir, fmt, val_fraction)
+        counts, tasks = write_rl_dataset(run_dir, out_dir, fmt, val_fraction)
         parts = ", ".join(f"{n} {s}" for s, n in counts.items())
         click.echo(f"wrote {fmt} RL dataset to {out_dir}: {parts} rows", err=True)
-        for split in (s for s, n in counts.items() if not n):  # the split is by a hash of each sample id
-            click.echo(f"warning: {split}.parquet has no rows: {sum(counts.values())} rl samples are too few for "
-                       f"--val-fraction {val_fraction:g}", err=True)
+        for split in (s for s, n in counts.items() if not n):  # the split is by a hash of each task
+            click.echo(f"warning: {split}.parquet has no rows: the {tasks} tasks of {sum(counts.values())} rl samples "
+                       f"are too few for --val-fraction {val_fraction:g}", err=True)
 
     return export_cmd
 

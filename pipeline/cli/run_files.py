@@ -90,6 +90,19 @@ def rl_shard_rows(fs, root: str, columns: list[str]) -> list[dict[str, Any]]:
     return rows
 
 
+def split_keys(fs, root: str, wanted: set[str]) -> dict[str, str]:
+    """traj_id -> split_key (the task, by which pools are disjoint) for the `wanted` ids found in the
+    trajectories layer; only those two columns are read."""
+    found: dict[str, str] = {}
+    keys = pa.array(sorted(wanted), pa.string())
+    for path in parquet_files(fs, posixpath.join(root, "trajectories")):
+        with fs.open(path, "rb") as f:
+            table = pq.ParquetFile(f).read(columns=["traj_id", "split_key"])
+        table = table.filter(pc.is_in(table.column("traj_id"), value_set=keys))
+        found.update(zip(table.column("traj_id").to_pylist(), table.column("split_key").to_pylist()))
+    return found
+
+
 def find_trajectories(fs, root: str, wanted: set[str]) -> dict[str, Trajectory]:
     """The trajectories of the `wanted` ids found in the trajectories layer (a missing id is left out)."""
     found: dict[str, Trajectory] = {}
