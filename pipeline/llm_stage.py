@@ -53,7 +53,7 @@ from pipeline.outputs import AtomicParquetWriter, out_fs
 from pipeline.process_executor import in_this_process
 from schemas.errors import ConfigError
 from schemas.stats import merge_all
-from stages.llm.stage import BudgetExhausted, StageClient, StageContext
+from stages.llm.stage import Applied, BudgetExhausted, StageClient, StageContext
 from stages.sample_rows import key_parts, sample_key
 from stages.templates import templates_digest
 
@@ -152,15 +152,15 @@ class Augment:
             self.stages.append((stage, rows))
         self.reasoning_weight = float(cfg["llm"]["reasoning_weight"]) if cfg.get("llm") else 1.0
 
-    def apply(self, traj, key: str | None = None) -> dict[int, str]:
-        """Change `traj` (its key: `key`, default its id) as every stage says; returns target turns to drop
-        with their reason."""
+    def apply(self, traj, key: str | None = None) -> Applied:
+        """Change `traj` (its key: `key`, default its id) as every stage says; returns the target turns to drop,
+        with their reason, and the world model's reasoning for targets."""
         key = key or traj.traj_id
-        dropped: dict[int, str] = {}
+        applied = Applied()
         for stage, rows in self.stages:
             if key in rows:
-                dropped.update(stage.apply(traj, rows[key], self.ctx) or {})
-        return dropped
+                applied.add(stage.apply(traj, rows[key], self.ctx))
+        return applied
 
 
 def run_llm_task(task: dict[str, Any]) -> dict[str, Any]:

@@ -113,7 +113,8 @@ def build_rows(traj: Trajectory, cfg: dict[str, Any], seg, table, stats: Stats, 
     instead the ``pieces`` (`stages.samples.Piece`) they join, which its samples share.
     """
     id_key = id_key or traj.traj_id
-    dropped = aug.apply(traj, id_key) if aug is not None else {}
+    applied = aug.apply(traj, id_key) if aug is not None else None
+    dropped = applied.dropped if applied is not None else {}
     pools_cfg = cfg["pools"]
     pool = pool_of(traj.split_key, pools_cfg["ratios"], pools_cfg["seed"])
     stats.add(f"pools.{pool}.trajectories")
@@ -122,7 +123,8 @@ def build_rows(traj: Trajectory, cfg: dict[str, Any], seg, table, stats: Stats, 
     scores = [score_turn(t.action, t.observation, table, words) for t in traj.turns]
     ts = TrajectorySamples(traj, system_text, scores, seg, cfg["render"]["chat_format"],
                            cfg["masking"]["keep_mode"], cfg["masking"]["seed"],
-                           reasoning_weight=aug.reasoning_weight if aug is not None and pool == "sft" else 1.0)
+                           reasoning_weight=aug.reasoning_weight if aug is not None and pool == "sft" else 1.0,
+                           target_reasoning=applied.reasoning if applied is not None and pool == "sft" else None)
     limit = int(pools_cfg["context_limit"])
     total = len(traj.turns)
     base = {"traj_id": traj.traj_id, "domain": traj.domain, "pool": pool, "template": template, "total_turns": total}

@@ -50,9 +50,13 @@ class TrajectorySamples:
         keep_mode: str = "weight",
         seed: int | str = 0,
         reasoning_weight: float = 1.0,
+        target_reasoning: dict[int, str] | None = None,
     ) -> None:
         self.traj, self.system_text, self.scores, self.seg = traj, system_text, scores, seg
         self.reasoning_weight = float(reasoning_weight)  # loss weight of a target's reasoning tokens
+        # the world model's reasoning before a target's observation (turn -> text; `stages.llm.rejection`), never
+        # the turn's own `reasoning`: that is the agent's thought before its action, not a prediction's
+        self.target_reasoning = dict(target_reasoning or {})
         self.chat_format, self.keep_mode, self.seed = chat_format, keep_mode, seed
         self._cache: dict[tuple[str, int], Any] = {}
         if chat_format == "chatml":
@@ -155,7 +159,7 @@ class TrajectorySamples:
         """The target reply of turn t: role header 0, reasoning + tagged observation + end token 1."""
 
         def build():
-            reasoning = self.seg.norm(self.traj.turns[t - 1].reasoning or "")
+            reasoning = self.seg.norm(self.target_reasoning.get(t) or "")
             role, lead = "assistant\n", reasoning + PRED_OPEN
             obs = self._obs(t)
             if obs and self.seg.can_prepend(role + lead, obs):
@@ -184,7 +188,7 @@ class TrajectorySamples:
         """Tokens from `start` whose last byte lies in the reasoning text (the weight projection rule)."""
         import numpy as np
 
-        reasoning = self.seg.norm(self.traj.turns[t - 1].reasoning or "")
+        reasoning = self.seg.norm(self.target_reasoning.get(t) or "")
         limit = len(b"assistant\n") + len(reasoning.encode("utf-8"))
         ends = np.cumsum(self.seg.lengths[ids]) if len(ids) else np.zeros(0, dtype=np.int64)
         return int(sum(1 for i in range(start, len(ids)) if ends[i] - 1 < limit))
@@ -299,12 +303,12 @@ class TrajectorySamples:
             spans.append((self.traj.turns[t - 1].observation + "\n\n", w, t))
         if target is not None:
             spans.append((plain("user", target_prompt(self.traj, target)), 0.0, 0))
-            turn = self.traj.turns[target - 1]
-            if self.reasoning_weight != 1.0 and turn.reasoning:
-                spans.append((turn.reasoning, self.reasoning_weight, target))
+            turn, reasoning = self.traj.turns[target - 1], self.target_reasoning.get(target)
+            if self.reasoning_weight != 1.0 and reasoning:
+                spans.append((reasoning, self.reasoning_weight, target))
                 spans.append((target_reply(turn.observation, None) + "\n\n", 1.0, target))
             else:
-                spans.append((target_reply(turn.observation, turn.reasoning) + "\n\n", 1.0, target))
+                spans.append((target_reply(turn.observation, reasoning) + "\n\n", 1.0, target))
         ids, idx = project_weights(self.seg, [(self.seg.norm(s), 1.0) for s, _, _ in spans], return_index=True)
         return spans, ids, idx
 
@@ -345,7 +349,7 @@ class TrajectorySamples:
         if target is not None:
             turn = self.traj.turns[target - 1]
             message("user", target_prompt(self.traj, target))
-            message("assistant", target_reply(turn.observation, turn.reasoning))
+            message("assistant", target_reply(turn.observation, self.target_reasoning.get(target)))
         return [(text if special else self.seg.norm(text), special) for text, special in parts]
 
     def rendered_text(self, parts_turns: list[int], target: int | None) -> str:

@@ -45,9 +45,13 @@ def hostile_traj() -> Trajectory:
 
 
 def samples(traj: Trajectory, tok, fmt: str) -> TrajectorySamples:
+    """The samples of `traj`; a turn's ``reasoning`` stands in for a world model's reasoning before its target
+    (a model's text: it may spell special tokens too)."""
     seg = segment_tokenizer(tok)
     scores = [score_turn(t.action, t.observation) for t in traj.turns]
-    return TrajectorySamples(traj, "System for " + traj.system.task_description, scores, seg, fmt)
+    reasoning = {i: t.reasoning for i, t in enumerate(traj.turns, 1) if t.reasoning}
+    return TrajectorySamples(traj, "System for " + traj.system.task_description, scores, seg, fmt,
+                             target_reasoning=reasoning)
 
 
 def special_ids(tok) -> set[int]:

@@ -158,7 +158,8 @@ def test_the_reasoning_weight_changes_weights_of_reasoning_tokens_only(chat_form
     scores = [score_turn(t.action, t.observation, load_table(None)) for t in turns]
 
     def sample(weight):
-        return TrajectorySamples(traj, "system text", scores, seg, chat_format, reasoning_weight=weight).turn_sample(2, 10**6)
+        return TrajectorySamples(traj, "system text", scores, seg, chat_format, reasoning_weight=weight,
+                                 target_reasoning={2: turns[1].reasoning}).turn_sample(2, 10**6)
 
     one, quarter = sample(1.0), sample(0.25)
     assert one.ids == quarter.ids and one.spans == quarter.spans
@@ -186,3 +187,24 @@ def test_on_the_real_samples_every_sft_target_carries_kept_reasoning_and_its_rea
         trained = [i for i, x in enumerate(row["loss_weight"]) if x > 0]
         text = tok.decode(row["input_ids"][trained[0] : trained[-1] + 1])
         assert text == f"{reasoning}{PRED_OPEN}{observation}{PRED_CLOSE}<|im_end|>", row["traj_id"]
+
+
+def test_kept_reasoning_is_the_targets_and_leaves_the_agents_own_reasoning_alone():
+    """The sft_reasoning rows give the world model's reasoning for a target; the turn's ``reasoning`` (the
+    agent's thought, which WMAT's policy segments hold when both stages run) stays what the log recorded."""
+    from schemas.trajectory import Source, SystemPrompt, Trajectory, Turn
+    from stages.llm.rejection import STAGE
+    from stages.llm.stage import Applied
+
+    turns = [Turn('{"cmd": "ls"}', "a.txt", reasoning="I look around first."),
+             Turn('{"cmd": "cat a.txt"}', "hello", reasoning="Then I read the file."),
+             Turn('{"cmd": "rm a.txt"}', "", reasoning="Clean up.")]
+    traj = Trajectory("t1", "terminal", "k", Source(), SystemPrompt("task", "shell"), turns)
+    rows = [{"traj_id": "t1", "turn_idx": 2, "status": "kept", "reason": None, "reasoning": "cat prints the file."},
+            {"traj_id": "t1", "turn_idx": 3, "status": "dropped", "reason": "below_threshold", "reasoning": None}]
+    applied = Applied()
+    applied.add(STAGE.apply(traj, rows, None))
+    assert applied.reasoning == {2: "cat prints the file."} and applied.dropped == {3: "below_threshold"}
+    assert [t.reasoning for t in traj.turns] == ["I look around first.", "Then I read the file.", "Clean up."]
+    applied.add({1: "request_failed"})  # a stage of one's own may still return drop reasons only
+    assert applied.dropped == {1: "request_failed", 3: "below_threshold"}

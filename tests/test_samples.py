@@ -33,8 +33,30 @@ def seg():
 
 
 def samples_for(traj: Trajectory, seg, fmt: str = "chatml") -> TrajectorySamples:
+    """The samples of `traj`, each turn's ``reasoning`` standing in for a world model's reasoning before its
+    target (what the sft_reasoning stage supplies), so that the targets' tokenization is tested with it."""
     scores = [score_turn(t.action, t.observation) for t in traj.turns]
-    return TrajectorySamples(traj, "You simulate a shell.\n" + traj.system.action_space, scores, seg, fmt)
+    reasoning = {i: t.reasoning for i, t in enumerate(traj.turns, 1) if t.reasoning}
+    return TrajectorySamples(traj, "You simulate a shell.\n" + traj.system.action_space, scores, seg, fmt,
+                             target_reasoning=reasoning)
+
+
+def test_the_agents_own_reasoning_is_not_the_world_models_target(seg):
+    """A log's reasoning before an action is the agent's plan; the world model's target is the observation
+    alone unless a world model's reasoning is given for that turn."""
+    traj = make_traj(3, 1)
+    traj.turns[1].reasoning = "I will list the files to find the config."
+    scores = [score_turn(t.action, t.observation) for t in traj.turns]
+    for fmt in ("chatml", "plain"):
+        s = TrajectorySamples(traj, "You simulate a shell.", scores, seg, fmt).turn_sample(2, BIG)
+        a, b = s.spans[-1]
+        target = seg.tok.decode(s.ids[a:b])
+        assert "I will list the files" not in seg.tok.decode(s.ids), fmt
+        assert target.startswith("<predicted_observation>\n" + traj.turns[1].observation[:20]), (fmt, target[:80])
+        given = TrajectorySamples(traj, "You simulate a shell.", scores, seg, fmt,
+                                  target_reasoning={2: "The listing shows two files."}).turn_sample(2, BIG)
+        a, b = given.spans[-1]
+        assert seg.tok.decode(given.ids[a:b]).startswith("The listing shows two files.<predicted_observation>\n")
 
 
 def assert_all_samples_exact(traj: Trajectory, seg) -> None:

@@ -121,3 +121,40 @@ def test_validate_single_screens_are_filtered_not_quarantined(shared_data):
     report = json.loads(lwm("validate", str(shared_data / "uiautomator-xml"), "--json").stdout)
     assert report == {"format": "uiautomator", "quarantined": 0, "reasons": {}, "records": 21,
                       "trajectories": 0, "turns": 0, "filtered": {"no_turns": 21}, "skipped": {}}
+
+
+def test_the_agents_recorded_reasoning_stays_out_of_world_model_targets(shared_data, tmp_path):
+    """mini-swe-agent, swe-agent and openai-messages logs record the agent's thought before each action
+    (``Turn.reasoning``). That is the agent's plan, not a prediction of the environment: every sft and eval
+    target is the tagged observation alone, while the trajectories layer keeps the reasoning (WMAT's policy
+    segments use it)."""
+    from stages.tokenizer import load_tokenizer
+
+    config = tmp_path / "sft.toml"
+    config.write_text('[pools]\nsft_turns = "all"\neval_subsample = 1.0\n'
+                      'ratios = {cpt = 0.0, sft = 0.5, rl = 0.0, eval = 0.5}\n')
+    out = tmp_path / "out"
+    args = ["run", "--executor", "local", "--progress", "off", "--config", str(config), "-o", str(out)]
+    for folder in ("mini-swe-agent", "swe-agent", "openai-messages"):
+        args += ["-i", str(shared_data / folder)]
+    lwm(*args)
+    reasoning = {}
+    for p in (out / "trajectories").glob("*.parquet"):
+        for traj in pq.read_table(p, columns=["traj_id", "turns"]).to_pylist():
+            for t, turn in enumerate(traj["turns"], 1):
+                if (turn["reasoning"] or "").strip():
+                    reasoning[(traj["traj_id"], t)] = turn
+    tok = load_tokenizer()
+    checked = 0
+    for pool in ("sft", "eval"):
+        for p in (out / "shards" / pool).glob("*.parquet"):
+            for row in pq.read_table(p, columns=["traj_id", "turn_idx", "input_ids", "turn_spans"]).to_pylist():
+                turn = reasoning.get((row["traj_id"], row["turn_idx"]))
+                if turn is None:
+                    continue
+                span = row["turn_spans"][-1]
+                target = tok.decode(row["input_ids"][span["start"]:span["end"]])
+                assert target.startswith("<predicted_observation>\n"), (pool, target[:200])
+                assert turn["reasoning"].strip()[:40] not in tok.decode(row["input_ids"])
+                checked += 1
+    assert checked >= 20, checked

@@ -18,8 +18,9 @@ samples stage builds exactly these targets):
    scored is dropped as ``request_failed`` (no answer came back), ``malformed`` (answers without
    one tag pair or without reasoning) or ``judge_failed`` (the judge gave no valid scores).
 
-The kept reasoning (the text before the tag, think tags removed) replaces the target turn's
-``reasoning``, so the sft target is ``{reasoning}<predicted_observation>\\n{real observation}\\n
+The kept reasoning (the text before the tag, think tags removed) is the world model's reasoning for
+that target (`stages.llm.stage.Applied`; the turn's own ``reasoning``, the agent's thought, is left
+as it is), so the sft target is ``{reasoning}<predicted_observation>\\n{real observation}\\n
 </predicted_observation>``: the observation is always the recorded one, the model only supplies
 the reasoning. Its tokens get ``llm.reasoning_weight`` (1 by default), the observation keeps its
 weight. A dropped target never becomes a sample (``filtered.llm_<reason>`` in the manifest).
@@ -36,7 +37,7 @@ from typing import Any
 import pyarrow as pa
 
 from schemas.trajectory import Trajectory
-from stages.llm.stage import Request, StageContext
+from stages.llm.stage import Applied, Request, StageContext
 from stages.pools import choose_template, choose_turns, pool_of
 from stages.render import history_reply, target_prompt, user_prompt
 from stages.reward import RewardConfig, RewardInput, score_batch, split_prompt
@@ -236,15 +237,15 @@ class RejectionStage:
             if not tg.reason:
                 tg.reasoning = ctx.redacted(reasoning_of(tg.answers[tg.winner].text))
 
-    def apply(self, traj: Trajectory, rows: list[dict[str, Any]], ctx: StageContext) -> dict[int, str]:
-        dropped = {}
+    def apply(self, traj: Trajectory, rows: list[dict[str, Any]], ctx: StageContext) -> Applied:
+        applied = Applied()
         for row in rows:
             t = int(row["turn_idx"])
             if row["status"] == "kept":
-                traj.turns[t - 1].reasoning = row["reasoning"]
+                applied.reasoning[t] = row["reasoning"]
             else:
-                dropped[t] = row["reason"]
-        return dropped
+                applied.dropped[t] = row["reason"]
+        return applied
 
 
 STAGE = RejectionStage()

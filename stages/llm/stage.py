@@ -9,8 +9,10 @@ A stage (see `pipeline.llm_stage` for how stages are run, resumed and accounted)
 - ``wants(traj, ctx) -> bool`` — whether it has work for a trajectory;
 - ``process(trajs, ctx) -> rows`` — asks through ``ctx.send`` (model) or ``ctx.send(…, judge=True)``;
 - ``dry_requests(traj, ctx) -> (first-round requests, (min calls, max calls))`` — for the dry run;
-- ``apply(traj, rows, ctx) -> {turn: drop reason}`` — how its rows change the trajectory that later
-  stages and the samples see, and which target turns must not become samples.
+- ``apply(traj, rows, ctx) -> {turn: drop reason} | Applied`` — how its rows change the trajectory that
+  later stages and the samples see, and which target turns must not become samples; an `Applied` also
+  gives the world model's reasoning for a target. That reasoning is kept apart from ``Turn.reasoning``,
+  the agent's own thought before its action (what the WMAT policy segments hold), never the world model's.
 """
 
 from __future__ import annotations
@@ -26,6 +28,22 @@ from schemas.stats import Stats
 from schemas.trajectory import Trajectory
 from stages.llm.client import ChatClient, ChatResult, map_in_threads
 from stages.redact import redact_text
+
+
+@dataclass
+class Applied:
+    """What the stages' rows say of one trajectory's samples besides the trajectory itself."""
+
+    dropped: dict[int, str] = field(default_factory=dict)  # target turn -> why it becomes no sample
+    reasoning: dict[int, str] = field(default_factory=dict)  # target turn -> the world model's reasoning
+
+    def add(self, other: dict[int, str] | Applied | None) -> None:
+        """Take in what one stage's ``apply`` returned: drop reasons, or an `Applied`."""
+        if isinstance(other, Applied):
+            self.dropped.update(other.dropped)
+            self.reasoning.update(other.reasoning)
+        elif other:
+            self.dropped.update(other)
 
 
 class BudgetExhausted(ConfigError):
@@ -120,4 +138,4 @@ class LLMStage(Protocol):
 
     def dry_requests(self, traj: Trajectory, ctx: StageContext) -> tuple[list[Request], tuple[int, int]]: ...
 
-    def apply(self, traj: Trajectory, rows: list[dict[str, Any]], ctx: StageContext) -> dict[int, str]: ...
+    def apply(self, traj: Trajectory, rows: list[dict[str, Any]], ctx: StageContext) -> dict[int, str] | Applied: ...
