@@ -189,3 +189,22 @@ def test_reading_a_run_whose_shard_is_gone_or_cut_is_one_line(plain_run, tmp_pat
     shard.unlink()
     proc = lwm_in_process("hist", str(run))
     assert proc.returncode == 2 and f"shard {rel} is missing" in proc.stderr
+
+
+def test_reading_a_run_whose_manifest_is_broken_or_gone_is_one_line_naming_it(plain_run, tmp_path):
+    import shutil
+
+    run = tmp_path / "run"
+    shutil.copytree(plain_run, run)
+    (run / "manifest.json").write_text("{")
+    commands = (["hist", str(run)], ["show", str(run), "--index", "0"],
+                ["export", "agentworldbench", str(run), str(tmp_path / "x_test.jsonl")])
+    for command in commands:
+        proc = lwm_in_process(*command)
+        assert proc.returncode == 2, (command, proc.stderr)
+        line = proc.stderr.strip()
+        assert line.startswith(f"lwm: error: {run}: manifest.json cannot be read (") and "\n" not in line, line
+        assert line.endswith("run the same `lwm run` again to rebuild it"), line
+    (run / "manifest.json").unlink()
+    proc = lwm_in_process("show", str(run), "--index", "0")
+    assert proc.returncode == 2 and f"{run}: manifest.json is missing;" in proc.stderr, proc.stderr

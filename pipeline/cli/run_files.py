@@ -22,8 +22,8 @@ def finished_run(run_dir: str):
 
 
 def finished_manifest(run_dir: str):
-    """(filesystem, root, manifest) of a finished run, checked as `finished_run` checks it; an unreadable
-    ``manifest.json`` raises as `run_manifest` does."""
+    """(filesystem, root, manifest) of a finished run, checked as `finished_run` checks it; a missing or
+    unreadable ``manifest.json`` is a `ConfigError` naming it."""
     return _finished(run_dir, True)
 
 
@@ -35,9 +35,10 @@ def _finished(run_dir: str, need_manifest: bool):
         raise ConfigError(f"{run_dir}: not a finished run (no _SUCCESS); run `lwm run` to completion first")
     try:
         manifest = run_manifest(fs, root)
-    except (FileNotFoundError, ValueError):
+    except (FileNotFoundError, ValueError) as exc:
         if need_manifest:
-            raise
+            why = "is missing" if isinstance(exc, FileNotFoundError) else f"cannot be read ({exc})"
+            raise ConfigError(f"{run_dir}: manifest.json {why}; run the same `lwm run` again to rebuild it") from exc
         return fs, root, None  # no readable manifest: the commands that need one say so
     for shard in manifest.get("shards") or []:
         path = posixpath.join(root, shard["path"])
