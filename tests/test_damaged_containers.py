@@ -181,3 +181,15 @@ def test_a_file_name_with_a_line_break_stays_on_the_error_line(tmp_path):
     proc = lwm_in_process("validate", str(src), "--format", "openai-messages")
     assert not any(line.startswith("lwm: ok") for line in proc.stdout.splitlines()), proc.stdout
     assert "evil\\nlwm: ok.jsonl" in proc.stdout
+
+
+def test_a_json_document_cut_short_names_where_it_breaks_in_every_reader(tmp_path):
+    """magentic-one reads a document's list items, swe-agent a whole document: both say where the JSON
+    breaks, in one wording (json's own message "Unterminated string starting at" ends in "at")."""
+    doc = tmp_path / "cut.json"
+    doc.write_text('{"a": [1, 2,\n  "unterminated', encoding="utf-8")
+    expected = {"magentic-one": f"{doc}: line 2: malformed_json: Unterminated string starting at column 3",
+                "swe-agent": f"{doc}: document: malformed_json: Unterminated string starting at line 2 column 3"}
+    for fmt, line in expected.items():
+        proc = lwm_in_process("validate", "-f", fmt, str(doc))
+        assert proc.stdout.splitlines()[0] == line, (fmt, proc.stdout)

@@ -15,6 +15,7 @@ from stages.ingest.reading import (
     decode_line,
     iter_container,
     iter_lines,
+    json_document_error,
     loads,
     max_record_bytes,
     read_document,
@@ -60,7 +61,7 @@ def load_document(unit: InputUnit, opts: dict[str, Any]) -> Any:
     try:
         return loads(data)
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        return InvalidRecord("malformed_json", str(exc), "document", unit.uri)
+        return InvalidRecord("malformed_json", json_document_error(exc), "document", unit.uri)
 
 
 def records_from_document(unit: InputUnit, fmt: str, opts: dict[str, Any]) -> Iterator[RawRecord | InvalidRecord]:

@@ -78,6 +78,7 @@ from stages.ingest.reading import (
     InputUnit,
     filesystem,
     join_uri,
+    json_document_error,
     loads,
     max_record_bytes,
     read_document,
@@ -381,7 +382,7 @@ def _load_json(uri: str, member: str, root: str, max_bytes: int) -> Any:
     try:
         return loads(data)
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        return InvalidRecord("malformed_json", str(exc), f"member {member}", root)
+        return InvalidRecord("malformed_json", json_document_error(exc), f"member {member}", root)
 
 
 # ---------------------------------------------------------------- DroidTask task files

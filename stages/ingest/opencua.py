@@ -52,6 +52,7 @@ from stages.ingest.reading import (
     filesystem,
     iter_jsonl,
     join_uri,
+    json_document_error,
     loads,
     max_record_bytes,
     read_document,
@@ -234,7 +235,7 @@ def _read_optional_json(uri: str, max_bytes: int) -> Any:
         # The recorder writes some files with a byte-order mark.
         return loads(data.decode("utf-8-sig"))
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise InvalidRecord("malformed_json", str(exc), "document", uri) from None
+        raise InvalidRecord("malformed_json", json_document_error(exc), "document", uri) from None
 
 
 def canonical_action(ev: dict, line: int) -> dict[str, Any]:

@@ -534,6 +534,14 @@ def json_error_where(exc: json.JSONDecodeError) -> str:
     return f"{exc.msg.removesuffix(' at')} at column {exc.colno}"
 
 
+def json_document_error(exc: json.JSONDecodeError | UnicodeDecodeError) -> str:
+    """Why a whole JSON document (a file, an archive member) does not parse, in the wording of `json_error_where`
+    with the line added, since the record's locator names the document, not the line."""
+    if isinstance(exc, UnicodeDecodeError):
+        return f"not UTF-8 (byte {exc.start})"
+    return f"{exc.msg.removesuffix(' at')} at line {exc.lineno} column {exc.colno}"
+
+
 def decode_line(uri: str, lineno: int, text: str) -> Any:
     """The JSON value of one JSONL line, or the `InvalidRecord` saying why it has none."""
     try:
@@ -577,9 +585,10 @@ def iter_json(uri: str, max_bytes: int = DEFAULT_MAX_RECORD_BYTES) -> Iterator[t
     try:
         value = loads(data)
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        where = f"line {exc.lineno}" if isinstance(exc, json.JSONDecodeError) else "document"
-        reason = exc.msg if isinstance(exc, json.JSONDecodeError) else "not UTF-8"
-        yield InvalidRecord("malformed_json", reason, where, uri)
+        if isinstance(exc, json.JSONDecodeError):
+            yield InvalidRecord("malformed_json", json_error_where(exc), f"line {exc.lineno}", uri)
+        else:
+            yield InvalidRecord("malformed_json", json_document_error(exc), "document", uri)
         return
     except RecursionError:
         yield InvalidRecord("too_deep", "JSON nested deeper than the parser allows", "document", uri)
