@@ -193,3 +193,27 @@ def test_a_json_document_cut_short_names_where_it_breaks_in_every_reader(tmp_pat
     for fmt, line in expected.items():
         proc = lwm_in_process("validate", "-f", fmt, str(doc))
         assert proc.stdout.splitlines()[0] == line, (fmt, proc.stdout)
+
+
+def test_a_file_cut_short_before_its_first_record_is_named_damaged_not_of_unknown_format(shared_data, tmp_path):
+    """openhands-v1's log is one long line: gzipped and cut at 8 kB, no record reads, so no sniffer can tell its
+    format. The run's one row for it says the stream is cut (as it does under --format), not "give --format"; a
+    JSON document cut short says where its JSON breaks. A file that reads but fits no format stays unknown_format."""
+    import gzip
+
+    data = (shared_data / "openhands-v1" / "output.jsonl").read_bytes()
+    (tmp_path / "cut.jsonl.gz").write_bytes(gzip.compress(data)[:8000])
+    (tmp_path / "cut.json").write_text('{"messages": [{"role": "user", "content": "hi', encoding="utf-8")
+    (tmp_path / "other.jsonl").write_text('{"x": 1}\n', encoding="utf-8")
+    expected = {"cut.jsonl.gz": ("line 1", "truncated_stream"), "cut.json": ("line 1", "malformed_json"),
+                "other.jsonl": ("document", "unknown_format")}
+    for name, (locator, reason) in expected.items():
+        for args in ([], ["-f", "openhands"]) if name == "cut.jsonl.gz" else ([],):
+            proc = lwm_in_process("validate", *args, str(tmp_path / name))
+            assert proc.stdout.startswith(f"{tmp_path / name}: {locator}: {reason}: "), (name, args, proc.stdout)
+    out = tmp_path / "run"
+    proc = lwm_in_process("run", "--executor", "local", "--progress", "off", "-i", str(tmp_path / "cut.jsonl.gz"),
+                          "-o", str(out))
+    assert proc.returncode != 0
+    rows = [r for p in (out / "quarantine").glob("*.parquet") for r in pq.read_table(p).to_pylist()]
+    assert [(r["locator"], r["reason"]) for r in rows] == [("line 1", "truncated_stream")], rows

@@ -18,6 +18,7 @@ import sys
 import zlib
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
+from itertools import islice
 from typing import Any
 
 import fsspec
@@ -127,16 +128,35 @@ def open_failure(uri: str) -> InvalidRecord | None:
     return None
 
 
+UNRECOGNIZED_RECORDS = 32  # records looked at for one that reads (`registry.SNIFF_RECORDS`: what the sniffers saw)
+
+
 def unrecognized(unit: InputUnit) -> InvalidRecord | None:
     """Why no adapter took `unit`, as its one quarantine record: the system refuses it, its compression is broken,
-    or no format fits; None for a file without a record (empty, or blank lines only), as under ``--format``."""
+    its container holds nothing readable where the sniffers looked (a ``.gz`` or a JSON document cut short: the
+    reader's own record, ``truncated_stream`` or ``malformed_json``), or no format fits; None for a file without a
+    record (empty, or blank lines only), as under ``--format``."""
     if not unit.is_dir:  # a folder an adapter claims is opened by that adapter, never here
         failure = open_failure(unit.uri)
         if failure is not None:
             return failure
         if not read_head(unit.uri).strip() or _holds_nothing(unit.uri):
             return None
+        damage = _nothing_readable(unit.uri)
+        if damage is not None:
+            return damage
     return InvalidRecord("unknown_format", "no adapter recognizes this input (give --format)", "document", unit.uri)
+
+
+def _nothing_readable(uri: str) -> InvalidRecord | None:
+    """The first damage of a JSON, JSONL, CSV or Parquet container whose first records all fail to read (a broken
+    stream before any other), else None: the container reads, and it is its content no format fits."""
+    if container_of(uri) not in ("json", "jsonl", "csv", "parquet"):
+        return None
+    items = list(islice(iter_container(uri, max_bytes=16 * 1024 * 1024), UNRECOGNIZED_RECORDS))
+    if not items or not all(isinstance(item, InvalidRecord) for item in items):
+        return None
+    return next((item for item in items if item.reason == "truncated_stream"), items[0])
 
 
 def _holds_nothing(uri: str) -> bool:

@@ -53,7 +53,7 @@ ADAPTER_MODULES = [
 ]
 
 SNIFF_THRESHOLD = 0.5
-SNIFF_RECORDS = 32  # records a sniffer's `Probe.first_record` may look through for one that reads
+SNIFF_RECORDS = 32  # as `reading.UNRECOGNIZED_RECORDS`; records a sniffer's `Probe.first_record` may look through for one that reads
 
 
 @dataclass(frozen=True)
