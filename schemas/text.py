@@ -6,6 +6,7 @@ import re
 from typing import Any
 
 _CONTROL = re.compile("[\x00-\x1f\x7f-\x9f]")
+_CONTROL_BUT_LINES = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f]")
 
 
 def escape_surrogates(value: Any) -> Any:
@@ -27,3 +28,9 @@ def one_line(text: str) -> str:
     """`text` with its control characters (line breaks, terminal escapes) written as escapes, ``\\n``, ``\\x1b``:
     a file name holding a newline must not start a second line of a one-line message, nor pose as one."""
     return _CONTROL.sub(lambda m: m.group().encode("unicode_escape").decode("ascii"), text)
+
+
+def on_terminal(text: str) -> str:
+    """`text` for a terminal: line breaks and tabs as they are, every other control character (a terminal escape,
+    a carriage return that would overwrite the line) written as its escape, ``\\x1b``, ``\\r``."""
+    return _CONTROL_BUT_LINES.sub(lambda m: m.group().encode("unicode_escape").decode("ascii"), text)

@@ -208,3 +208,29 @@ def test_reading_a_run_whose_manifest_is_broken_or_gone_is_one_line_naming_it(pl
     (run / "manifest.json").unlink()
     proc = lwm_in_process("show", str(run), "--index", "0")
     assert proc.returncode == 2 and f"{run}: manifest.json is missing;" in proc.stderr, proc.stderr
+
+
+def test_show_writes_the_datas_control_characters_as_escapes_and_colors_only_when_asked(tmp_path):
+    """A logged terminal title sequence (OSC), a clear-screen and a carriage return must neither act on the
+    terminal that reads `lwm show` nor vanish from the sample shown: they are written as ``\\x1b``, ``\\r``.
+    Where stdout is no terminal (here), the weights are marked in text unless --color asks for colors."""
+    record = {"traj_id": "esc", "domain": "search", "split_key": "esc",
+              "system": {"task_description": "read a log", "action_space": "tools"},
+              "turns": [{"action": '{"name": "tail", "arguments": {}}',
+                         "observation": "\x1b]0;PWNED\x07\x1b[2J\x1b[31mRED\x1b[0m then\rover written"}] * 2}
+    (tmp_path / "a.jsonl").write_text(json.dumps(record) + "\n")
+    out = tmp_path / "out"
+    cfg = tmp_path / "cpt.toml"
+    cfg.write_text("[pools.ratios]\ncpt = 1.0\nsft = 0.0\nrl = 0.0\neval = 0.0\n")
+    proc = lwm_in_process("run", "--executor", "local", "--progress", "off", "--config", str(cfg),
+                          "-i", str(tmp_path / "a.jsonl"), "-o", str(out))
+    assert proc.returncode == 0, proc.stderr
+    shown = lwm_in_process("show", str(out), "--index", "0").stdout
+    body = shown.split("observations:", 1)[1]
+    assert "\x1b" not in shown and "\r" not in shown and "\x07" not in shown
+    assert "\\x1b]0;PWNED\\x07\\x1b[2J\\x1b[31mRED\\x1b[0m then\\rover written" in body.replace("⟦w=1⟧", "")
+    assert "⟦w=" in body and "⟪" not in shown  # marks, not colors; no legend for spelled special tokens
+    colored = lwm_in_process("show", str(out), "--index", "0", "--color").stdout
+    assert "\x1b[90m" in colored and "\x1b]" not in colored and "\r" not in colored
+    both = lwm_in_process("show", str(out), "--index", "0", "--color", "--plain")
+    assert both.returncode == 2 and "give --plain or --color, not both" in both.stderr

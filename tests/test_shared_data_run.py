@@ -112,7 +112,7 @@ def test_hist_png_and_show(shared_run, tmp_path):
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10000
     shown = lwm("show", str(shared_run), "--index", "0", "--plain").stdout
     assert "⟦w=0⟧<|im_start|>system" in shown and "observations:" in shown
-    colored = lwm("show", str(shared_run), "--index", "0").stdout
+    colored = lwm("show", str(shared_run), "--index", "0", "--color").stdout
     assert "\x1b[90m" in colored
 
 

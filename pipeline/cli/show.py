@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import os
 import posixpath
+import sys
 
 import click
 
 from pipeline.errors import handle_errors
 from schemas.errors import ConfigError
+from schemas.text import on_terminal
 
 
 def _color(weight: float) -> str:
@@ -126,17 +129,26 @@ def render_sample(row: dict, tok, plain: bool) -> str:
     Tokens that spell a special-token string as ordinary text (data such as a logged ``<|im_end|>``)
     are shown between ``⟪`` and ``⟫``, so they never look like the renderer's real special tokens.
     """
+    return _render(row, tok, plain)[0]
+
+
+def _render(row: dict, tok, plain: bool) -> tuple[str, bool]:
+    """`render_sample`'s text, and whether the data spells a special-token string in it. Control characters of the
+    data (terminal escapes, carriage returns) are shown as escapes (`schemas.text.on_terminal`): they must neither
+    act on the terminal nor vanish from what is shown."""
     specials = _special_ids(tok)
     if "input_ids" not in row:
         ids = row["prompt_ids"]
         texts = token_texts(tok, ids)
         marked = _spelled_specials([t if i not in specials else "\0" for i, t in zip(ids, texts)], set(specials.values()))
+        texts = [on_terminal(t) for t in texts]
         shown = "".join(_wrap(texts, k, marked) for k in range(len(ids)))
-        return shown + "\n--- reference ---\n" + row["reference"]
+        return shown + "\n--- reference ---\n" + on_terminal(row["reference"]), bool(marked)
     ids, weights = row["input_ids"], row["loss_weight"]
     texts = token_texts(tok, ids)
     # a real special token never joins a spelled one: blank it out before searching
     marked = _spelled_specials([t if i not in specials else "\0" for i, t in zip(ids, texts)], set(specials.values()))
+    texts = [on_terminal(t) for t in texts]
     out, current = [], None
     for k, w in enumerate(weights):
         text = _wrap(texts, k, marked)
@@ -149,7 +161,7 @@ def render_sample(row: dict, tok, plain: bool) -> str:
             out.append(_color(w) + text)
     if not plain:
         out.append("\x1b[0m")
-    return "".join(out)
+    return "".join(out), bool(marked)
 
 
 def _wrap(texts: list[str], k: int, marked: set[int]) -> str:
@@ -166,10 +178,15 @@ def _wrap(texts: list[str], k: int, marked: set[int]) -> str:
 @click.option("--sample", help="Sample id.")
 @click.option("--index", type=int, help="Row index over the shards (in shard order).")
 @click.option("--pool", type=click.Choice(["cpt", "sft", "rl", "eval"]), help="Only this pool's shards.")
-@click.option("--plain", is_flag=True, help="Mark weights in text instead of colors (for pipes).")
+@click.option("--plain", is_flag=True, help="Mark weights in text instead of colors (the default where stdout is no "
+              "terminal, or NO_COLOR is set).")
+@click.option("--color", "color", is_flag=True, help="Colors even where stdout is no terminal.")
 @handle_errors
-def show_cmd(run_dir: str, sample: str | None, index: int | None, pool: str | None, plain: bool) -> None:
+def show_cmd(run_dir: str, sample: str | None, index: int | None, pool: str | None, plain: bool, color: bool) -> None:
     """One sample decoded, each token colored by its weight, with per-turn categories."""
+    if plain and color:
+        raise ConfigError("give --plain or --color, not both")
+    plain = plain or not (color or (sys.stdout.isatty() and not os.environ.get("NO_COLOR")))
     from pipeline.cli.run_files import finished_manifest
     from stages.tokenizer import load_tokenizer
 
@@ -184,6 +201,8 @@ def show_cmd(run_dir: str, sample: str | None, index: int | None, pool: str | No
     if not plain:
         click.echo("legend: \x1b[90mgrey w=0\x1b[0m \x1b[34mblue w<0.25\x1b[0m \x1b[33myellow w<0.75\x1b[0m "
                    "\x1b[32mgreen w≥0.75\x1b[0m", color=True)
-    click.echo(f"{DATA_OPEN}…{DATA_CLOSE}: a special-token string in the data, encoded as ordinary text")
-    click.echo(render_sample(row, tok, plain), color=not plain)
+    shown, spelled = _render(row, tok, plain)
+    if spelled:
+        click.echo(f"{DATA_OPEN}…{DATA_CLOSE}: a special-token string in the data, encoded as ordinary text")
+    click.echo(shown, color=not plain)
 
