@@ -57,7 +57,8 @@ def summary_lines(manifest: dict[str, Any]) -> list[str]:
     filter_line += f" → {kept} kept"
     stripped = {k: v for k, v in (counts.get("turns_stripped") or {}).items() if _n(v)}
     if stripped:  # turns a filter took out of trajectories it kept (a retry cycle's repeats)
-        filter_line += f"; {sum(map(_n, stripped.values()))} turns stripped ({_parts(stripped)})"
+        n = sum(map(_n, stripped.values()))
+        filter_line += f"; {n} turn{'s' if n != 1 else ''} stripped ({_parts(stripped)})"
     lines.append(filter_line)
 
     dedup = counts.get("dedup") or {}

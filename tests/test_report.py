@@ -21,6 +21,8 @@ def test_targets_the_model_stages_dropped_are_counted_with_the_samples_not_the_t
     assert lines[1] == "filter: 20 trajectories, 0 filtered → 20 kept; 3 turns stripped (retry_cycle 3)"
     assert lines[3] == "samples: cpt 0, sft 27, rl 0, eval 0 (filtered: llm_below_threshold 12, sample_over_context_limit 1)"
     assert lines[4] == "shards: 14 trajectories, 27 samples in 1 file"
+    manifest["counts"]["turns_stripped"] = {"retry_cycle": 1}
+    assert summary_lines(manifest)[1] == "filter: 20 trajectories, 0 filtered → 20 kept; 1 turn stripped (retry_cycle 1)"
 
 
 def test_the_shards_line_names_the_trajectories_that_got_no_sample():

@@ -68,7 +68,9 @@ def test_rl_pool_scores_per_domain(run, tmp_path):
                 "--cache", str(tmp_path / "cache"), "--out", str(tmp_path / "scores.jsonl")]
         proc = lwm(*args)
         assert proc.returncode == 0, proc.stderr
-        assert f"warning: the judge at {server.url} gave no usable answer for 1 of {len(rl) - 1} samples" in proc.stderr
+        # why, from the sample's own failure: the judge answered (no call failed), but without scores
+        assert (f"warning: the judge at {server.url} gave no usable answer for 1 of {len(rl) - 1} samples "
+                "(no JSON object ×1)") in proc.stderr
         report = json.loads(proc.stdout)
         asked = len(server.requests)
         again = json.loads(lwm(*args, process=True).stdout)  # a new process: only the cache on disk is shared
@@ -149,7 +151,9 @@ def test_a_judge_that_never_answers_fails_the_command_after_recording_why(run, t
     assert proc.returncode == 2, proc.stderr
     errors = [line for line in proc.stderr.splitlines() if line.startswith("lwm: error: ")]
     assert len(errors) == 1 and "Traceback" not in proc.stderr
-    assert errors[0].startswith(f"lwm: error: the judge at {url} gave no usable answer for any of the 3 samples")
+    assert errors[0].startswith(f"lwm: error: the judge at {url} gave no usable answer for any of the 3 samples "
+                                "sent to it (judge call failed: connection")
+    assert "×3); the rewards above hold no rubric scores" in errors[0]
     assert all(json.loads(x)["judge_error"] for x in out.read_text().splitlines())
 
 
@@ -168,3 +172,10 @@ def test_bad_judge_settings_are_refused_before_anything_is_asked(run, tmp_path, 
     base.update(dict(zip(args[::2], args[1::2])))
     proc = lwm("reward", str(run), str(path), *[x for kv in base.items() for x in kv])
     assert proc.returncode == 2 and expected in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_an_empty_predictions_file_says_so(run, tmp_path):
+    path = tmp_path / "preds.jsonl"
+    path.write_text("")
+    proc = lwm("reward", str(run), str(path), "--judge-url", "http://127.0.0.1:9/v1", "--judge-model", "j")
+    assert proc.returncode == 2 and proc.stderr.strip() == f"lwm: error: {path}: holds no predictions"

@@ -15,7 +15,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import posixpath
-from collections import defaultdict
+from collections import Counter, defaultdict
 from typing import Any
 
 import click
@@ -154,6 +154,8 @@ def score_predictions(run_dir, predictions, judge_url, judge_model, judge_api_ke
     preds = read_predictions(predictions)
     unknown = sorted(set(preds) - set(inputs))
     ids = sorted(set(preds) & set(inputs))
+    if not preds:
+        raise ConfigError(f"{predictions}: holds no predictions")
     if not ids:
         raise ConfigError(f"{predictions}: none of its {len(preds)} sample ids is in the {pool} pool of {run_dir}")
     items = [dataclasses.replace(inputs[i], completion=preds[i]) for i in ids]
@@ -200,7 +202,8 @@ def _check_judge_answered(usage: dict[str, Any], url: str, results: list[RewardR
     failed = sum(r.judge_failed for r in results)
     if not failed:
         return
-    reasons = ", ".join(f"{e} {n}" for e, n in sorted(usage.get("errors", {}).items())) or "no answer"
+    why = Counter(r.judge_error for r in results if r.judge_failed)  # "no JSON object", "judge call failed: HTTP 500"
+    reasons = ", ".join(f"{e} ×{n}" for e, n in sorted(why.items()))
     sent = sum(r.format_status == "ok" for r in results)
     if failed == sent:
         raise ConfigError(f"the judge at {url} gave no usable answer for any of the {sent} samples sent to it "
@@ -209,14 +212,18 @@ def _check_judge_answered(usage: dict[str, Any], url: str, results: list[RewardR
                "their rewards follow --on-judge-failure", err=True)
 
 
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
+
+
 def _print_report(report: dict[str, Any], pool: str, unknown: list[str]) -> None:
     click.echo(f"{'domain':<10} {'n':>5} {'reward':>7} {'rule pass':>10} {'judge fail':>11} {'format fail':>12}")
     for d, s in report["domains"].items():
         click.echo(f"{d:<10} {s['samples']:>5} {s['mean_reward']:>7.2f} {_pct(s['rule_pass_rate']):>10} "
                    f"{_pct(s['judge_failure_rate']):>11} {_pct(s['format_failure_rate']):>12}")
     u = report["judge"]
-    click.echo(f"judge: {u['calls']} calls, {u['cache_hits']} cached, {u['retries']} retries, {u['failures']} failed, "
+    click.echo(f"judge: {u['calls']} calls ({u['failures']} failed), {u['cache_hits']} cached, {u['retries']} retries, "
                f"{u['prompt_tokens']} prompt + {u['completion_tokens']} completion tokens", err=True)
     if report["without_prediction"] or unknown:
-        click.echo(f"{report['without_prediction']} {pool} samples had no prediction; "
-                   f"{len(unknown)} predictions named unknown sample ids", err=True)
+        click.echo(f"{_count(report['without_prediction'], f'{pool} sample')} had no prediction; "
+                   f"{_count(len(unknown), 'prediction')} named unknown sample ids", err=True)
