@@ -316,3 +316,31 @@ def test_a_terminal_trajectory_without_an_action_space_is_rendered_with_the_doma
     tool_calls = [Turn('{"name": "navigate", "arguments": {"target": "/login"}}', "ok"), keys[0]]
     assert fixed not in render("terminal", tool_calls)  # one action that is not keystrokes: no fixed space
     assert fixed not in render("mcp", keys)  # only the terminal domain has one
+
+
+def test_a_field_already_standing_in_the_prompt_as_whole_lines_is_not_appended_again():
+    """An evaluator's system prompt read back as the simulation instruction already holds the initial screen:
+    the field is not said twice. A short value that only occurs inside a sentence still gets its heading."""
+    screen = "[1] button OK\n[2] text Delivering to Santa Clara"
+    fields = {"simulation_instruction": f"You render the page.\n\nState before the first action:\n{screen}\n\nRules.",
+              "initial_state": screen, "task_description": "order", "action_space": "", "demonstrations": ""}
+    shown = fill_template("{simulation_instruction}", fields, {})
+    assert shown.count(screen) == 1 and "## Initial state" not in shown
+    assert shown.endswith("## Task\norder")  # "order" occurs only inside a word of another line
+
+
+def test_the_implied_action_space_fills_a_slot_but_is_never_appended(tmp_path):
+    """A terminal trajectory declaring no action space is rendered with the domain's fixed one where the template
+    has {action_space}; a template without that slot gets no "## Action space" the trajectory never declared."""
+    from stages.templates import reload_templates
+    from stages.templates.library import fixed_action_space
+
+    traj = Trajectory("t", "terminal", "k", Source(), SystemPrompt("Count the files.", ""),
+                      [Turn('[{"keystrokes": "ls\\n"}]', "a b")])
+    (tmp_path / "echo.txt").write_text("Task: {task_description}\n")
+    (tmp_path / "slot.txt").write_text("Task: {task_description}\n\nActions: {action_space}\n")
+    reload_templates()
+    space = fixed_action_space("terminal")
+    assert space and render_system(traj, "echo", (str(tmp_path),)) == "Task: Count the files."
+    assert render_system(traj, "slot", (str(tmp_path),)) == f"Task: Count the files.\n\nActions: {space}"
+    reload_templates()

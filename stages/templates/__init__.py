@@ -93,10 +93,12 @@ def render_system(traj: Trajectory, variant: str, extra_dirs: tuple[str, ...] = 
     if variant not in texts:
         known = ", ".join(sorted(texts, key=natural_key))
         raise ConfigError(f"templates: unknown variant {variant!r} for domain {traj.domain}; known: {known}")
-    fields = field_values(traj.system)
-    if not fields["action_space"]:
-        fields["action_space"] = implied_action_space(traj.domain, [t.action for t in traj.turns])
-    return fill_template(texts[variant], fields, domain_notes(traj.domain))
+    fields, notes = field_values(traj.system), domain_notes(traj.domain)
+    implied = "" if fields["action_space"] else implied_action_space(traj.domain, [t.action for t in traj.turns])
+    if implied:  # fills a template's {action_space}; not a field the trajectory declares, so never appended
+        del fields["action_space"]
+        notes = {**notes, "action_space": implied}
+    return fill_template(texts[variant], fields, notes)
 
 
 def implied_action_space(domain: str, actions: Sequence[str]) -> str:

@@ -63,7 +63,8 @@ def fill_template(template: str, fields: Mapping[str, str], context: Mapping[str
 
     A paragraph that mentions an empty value is left out whole, so a heading written next to
     its placeholder disappears with it. A non-empty field that no kept paragraph carries is
-    appended at the end under its own heading: no field is ever lost.
+    appended at the end under its own heading, unless its text already stands there as whole
+    lines: no field is ever lost, and none is said twice.
     """
     values = {**context, **fields}
     kept: list[str] = []
@@ -75,6 +76,19 @@ def fill_template(template: str, fields: Mapping[str, str], context: Mapping[str
         kept.append(PLACEHOLDER.sub(lambda m: values.get(m[1], m[0]), paragraph))
         carried |= known
     for name in FIELD_NAMES:
-        if fields.get(name) and name not in carried:
+        if fields.get(name) and name not in carried and not _holds_lines("\n\n".join(kept), fields[name]):
             kept.append(f"## {FIELD_HEADINGS[name]}\n{fields[name]}")
     return "\n\n".join(kept)
+
+
+def _holds_lines(text: str, value: str) -> bool:
+    """Whether `value` stands in `text` as whole lines: a field another field already holds (the initial screen
+    inside an evaluator's system prompt read back as the simulation instruction) is not appended a second time,
+    while a short value that merely occurs inside a sentence still gets its heading."""
+    start = text.find(value)
+    while start >= 0:
+        end = start + len(value)
+        if (start == 0 or text[start - 1] == "\n") and (end == len(text) or text[end] == "\n"):
+            return True
+        start = text.find(value, start + 1)
+    return False
