@@ -165,9 +165,11 @@ class _AtomicFileWriter:
         self.tmp = _tmp_name(path)
         self._file = fs.open(self.tmp, "wb")
         self.num_rows = 0
+        self.size = -1  # the file's bytes, once closed
 
     def close(self) -> None:
         self._writer.close()
+        self.size = int(self._file.tell())
         self._file.close()
         _commit(self.fs, self.tmp, self.path)
 

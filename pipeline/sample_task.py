@@ -189,6 +189,11 @@ class SampleWriter:
             self._flush(file)
             w.close()
 
+    def written(self) -> dict[str, int]:
+        """The files written (path below the run folder -> bytes), once closed: `pipeline.engine.outputs_intact`
+        runs the task again when one was deleted or cut short since (a shard task would read it)."""
+        return {w.path[len(self.root) + 1:]: w.size for w in self.writers.values()}
+
     def abort(self) -> None:
         for w in self.writers.values():
             w.abort()
@@ -300,6 +305,6 @@ def _run_sample_task(task: dict[str, Any]) -> dict[str, Any]:
     stats.add("tokenizer.chars", seg.counter.chars)
     result = {"task_id": task["task_id"], "stage": "samples", "stats": stats.to_dict(),
               "rows": int(sum(v for k, v in stats.to_dict().items() if k.startswith("samples.") and k.count(".") == 1)),
-              "bytes": 0, "spec_hash": task["spec_hash"]}
+              "bytes": 0, "spec_hash": task["spec_hash"], "outputs": writer.written()}
     return result
 

@@ -95,6 +95,11 @@ def test_a_run_from_s3_to_s3_writes_a_complete_output(s3, local_run):
         assert pq.read_metadata(fs.open(f"{local_run}/{shard['path']}", "rb")).num_rows == shard["rows"]
     # the split file was read in ranges, straight from the object store
     assert json.loads(objects["_timings.json"])["scan"]["tasks"] >= 2
+    # every task marker records the sizes its files have in the store (a rerun checks them; a wrong one redoes it)
+    recorded = {rel: size for k, v in objects.items() if k.startswith("_tasks/") and k.endswith(".json")
+                for rel, size in (json.loads(v).get("outputs") or {}).items()}
+    assert any(rel.startswith("_work/samples/") for rel in recorded)
+    assert {rel: len(objects[rel]) for rel in recorded} == recorded
 
 
 def test_the_training_reader_reads_the_shards_back_from_s3(s3_here, local_run):

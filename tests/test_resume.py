@@ -123,8 +123,11 @@ def test_an_input_changed_in_place_is_read_again(corpus, tmp_path):
     assert manifest["inputs"] == json.loads((fresh / "manifest.json").read_text())["inputs"]
 
 
-@pytest.mark.parametrize("damage", ["shard cut short", "shard deleted", "trajectories part emptied"])
+@pytest.mark.parametrize("damage", ["shard cut short", "shard deleted", "trajectories part emptied",
+                                    "sample file cut short", "sample file deleted"])
 def test_an_output_damaged_since_is_written_again_not_taken_as_done(corpus, fresh, tmp_path, damage):
+    """A sample task's intermediate file lost with the shard that reads it: the shard task ran again on what was
+    left (samples silently missing), or failed on the cut file in every run after."""
     out = tmp_path / "out"
     _run(corpus, out)
     shard = sorted((out / "shards" / "cpt").glob("*.parquet"))[0]
@@ -132,10 +135,18 @@ def test_an_output_damaged_since_is_written_again_not_taken_as_done(corpus, fres
         shard.write_bytes(shard.read_bytes()[:1000])
     elif damage == "shard deleted":
         shard.unlink()
+    elif damage.startswith("sample file"):
+        bucket = out / "_work" / "samples" / "cpt" / f"b{int(shard.stem.split('-')[1]):05d}"
+        sample_file = max(bucket.glob("*.arrow"), key=lambda p: p.stat().st_size)
+        if damage.endswith("cut short"):
+            sample_file.write_bytes(sample_file.read_bytes()[:200])
+        else:
+            sample_file.unlink()
+        shard.unlink()
     else:
         sorted((out / "trajectories").glob("*.parquet"))[0].write_bytes(b"")
     _run(corpus, out)
-    stage = "ingest" if damage.startswith("trajectories") else "shards"
+    stage = {"trajectories": "ingest", "sample": "samples", "shard": "shards"}[damage.split()[0]]
     assert _timings(out)[stage]["ran"] == 1
     assert_same_outputs(fresh, out)
 
