@@ -68,28 +68,52 @@ OUTPUT_FILES = frozenset({"manifest.json", "_timings.json", "_SUCCESS", "_lock"}
 
 
 def _without_output(units: list[InputUnit], cfg: dict[str, Any], echo: Echo) -> list[InputUnit]:
-    """The input units, less what this run's output folder holds of lwm's own (its layers, shards, markers,
-    manifest) where an input folder or glob reaches into it: a rerun would otherwise read its own outputs as
-    input. Other files that happen to lie there are inputs like any. Local paths and object-store URLs alike
-    (`check_output_outside_inputs` has refused an output folder that is an input folder or holds one)."""
-    out_protocol, out_root, _ = _place(cfg["run"]["out"], folder=False)
+    """The input units, less what lwm output folders hold of lwm's own (layers, shards, markers, manifest) where an
+    input folder or glob reaches into them: this run's output folder (a rerun would otherwise read its own outputs
+    as input), and the output folder of another run found among the inputs (``logs/`` holding ``logs/out-v1``:
+    its trajectories and shards would come back as copies of the logs they were made from). Other files that
+    happen to lie there are inputs like any, and a file named as an input is one. Local paths and object-store
+    URLs alike (`check_output_outside_inputs` has refused an output folder that is an input folder or holds one)."""
+    out = _place(cfg["run"]["out"], folder=False)[:2]
     named = {_place(spec, folder=False)[:2] for spec in cfg["run"]["input"] if not any(c in spec for c in "*?[")}
+    places = [_place(u.uri, folder=False)[:2] for u in units]
+    others = _other_run_folders(places) - {out}
 
-    def written_by_lwm(uri: str) -> bool:
-        protocol, path, _ = _place(uri, folder=False)
-        if protocol != out_protocol or path == out_root or not inside(path, out_root) or (protocol, path) in named:
+    def written_by_lwm(place: tuple[str, str], root: tuple[str, str]) -> bool:
+        protocol, path = place
+        if protocol != root[0] or path == root[1] or not inside(path, root[1]) or place in named:
             return False  # a file named as an input is one, wherever it lies
-        parts = path[len(out_root):].lstrip("/").split("/")
+        parts = path[len(root[1]):].lstrip("/").split("/")
         name = parts[-1].split(".tmp-", 1)[0]
         if len(parts) == 1:
             return name in OUTPUT_FILES
         return parts[0] in OUTPUT_FOLDERS and (name.endswith(OUTPUT_SUFFIXES) or parts[0] in ("_tasks", "_work", "_llm"))
 
-    kept = [u for u in units if not written_by_lwm(u.uri)]
-    if len(kept) < len(units):
-        echo(f"input: left out {len(units) - len(kept)} file(s) that this run's output folder "
-             f"{cfg['run']['out']} holds")
+    own = [written_by_lwm(place, out) for place in places]
+    other = [not mine and any(written_by_lwm(place, root) for root in others) for place, mine in zip(places, own)]
+    kept = [u for u, mine, theirs in zip(units, own, other) if not (mine or theirs)]
+    if any(own):
+        echo(f"input: left out {sum(own)} file(s) that this run's output folder {cfg['run']['out']} holds")
+    if any(other):
+        folders = sorted(root for _, root in others)
+        echo(f"input: left out {sum(other)} file(s) of the lwm output folder{'s' if len(folders) > 1 else ''} "
+             f"{', '.join(folders)} (another run's layers, shards and markers; name a file of it as an input to "
+             "read it)")
     return kept
+
+
+def _other_run_folders(places: list[tuple[str, str]]) -> set[tuple[str, str]]:
+    """The folders among the inputs that an `lwm run` wrote: a ``_tasks/`` folder beside a file of a run's own
+    (``manifest.json``, ``_timings.json``, ``_SUCCESS``, ``_lock``)."""
+    with_tasks, with_files = set(), set()
+    for protocol, path in places:
+        parts = path.split("/")
+        if "_tasks" in parts[:-1]:
+            at = len(parts) - 1 - parts[-2::-1].index("_tasks") - 1  # the innermost _tasks folder
+            with_tasks.add((protocol, "/".join(parts[:at])))
+        if parts[-1] in OUTPUT_FILES:
+            with_files.add((protocol, "/".join(parts[:-1])))
+    return with_tasks & with_files
 
 
 def check_output_outside_inputs(cfg: dict[str, Any]) -> None:

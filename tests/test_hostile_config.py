@@ -553,6 +553,31 @@ def test_an_output_folder_inside_the_input_is_left_out_of_it(corpus, tmp_path):
     assert (inside / "_SUCCESS").exists()  # the refused run touched nothing
 
 
+def test_the_output_folder_of_another_run_inside_the_input_is_left_out_of_it(corpus, tmp_path):
+    """``logs/`` holding ``logs/out-v1`` from an earlier run: a run over ``logs/`` into another folder reads the
+    logs, not out-v1's trajectories, shards and markers (its trajectories and rl shards read as lwm-jsonl and
+    openai-messages, and came back as copies of the logs); a file of it named as an input is read."""
+    import shutil
+
+    src = tmp_path / "logs"
+    shutil.copytree(corpus, src)
+    args = ["run", "--executor", "local", "--progress", "off"]
+    apart = tmp_path / "apart"
+    assert _invoke([*args, "-i", str(src), "-o", str(apart)])[0] == 0
+    assert _invoke([*args, "-i", str(src), "-o", str(src / "out-v1")])[0] == 0
+    status, stderr = _invoke([*args, "-i", str(src), "-o", str(tmp_path / "v2")])
+    assert status == 0, stderr
+    note = [line for line in stderr.splitlines() if line.startswith("input: left out ")]
+    assert len(note) == 1 and note[0].endswith(f"of the lwm output folder {src / 'out-v1'} (another run's layers, "
+                                               "shards and markers; name a file of it as an input to read it)"), note
+    assert_same_outputs(apart, tmp_path / "v2")
+    part = sorted((src / "out-v1" / "trajectories").glob("*.parquet"))[0]
+    status, stderr = _invoke([*args, "-i", str(src), "-i", str(part), "-o", str(tmp_path / "v3")])
+    assert status == 0 and "ingest: " in stderr
+    manifest = json.loads((tmp_path / "v3" / "manifest.json").read_text())
+    assert any(i["uri"].endswith(part.name) for i in manifest["inputs"]), manifest["inputs"]
+
+
 def _lwm_shell(redirect: str, *args: str) -> subprocess.CompletedProcess:
     """`lwm ARGS` as its own process, its standard streams redirected by `redirect` (a shell fragment)."""
     import shlex
