@@ -5,11 +5,14 @@ Shared by every ``lwm`` command; ``--debug`` on the group re-raises for the trac
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import functools
 import os
 import select
+import signal
 import sys
+import threading
 
 import click
 
@@ -131,8 +134,6 @@ class Terminated(KeyboardInterrupt):
 def stop_on_sigterm() -> None:
     """For the ``lwm`` process: SIGTERM raises `Terminated` in it; a process forked from it (a worker) keeps the
     default, which ends it at once."""
-    import signal
-
     owner = os.getpid()
 
     def terminated(signum, frame):
@@ -143,6 +144,37 @@ def stop_on_sigterm() -> None:
         raise Terminated()
 
     signal.signal(signal.SIGTERM, terminated)
+
+
+@contextlib.contextmanager
+def signals_held():
+    """A cleanup that a second Ctrl-C (or SIGTERM) must not cut short: stopping a local Ray or the worker
+    processes after the first one. Cut short, the run ended with click's status 1 and left Ray's agents running.
+    A signal that arrives meanwhile is held and raised when the block ends (where no error is on its way
+    already). In the main thread only, where Python delivers signals."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    held: list[int] = []
+
+    def hold(signum, frame):
+        held.append(signum)
+
+    before = {sig: signal.signal(sig, hold) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for sig, handler in before.items():
+            signal.signal(sig, handler)
+    if held:
+        raise Terminated() if held[0] == signal.SIGTERM else KeyboardInterrupt()
+
+
+def _ignore_more_signals() -> None:
+    """The command is ending on a signal: another one must not turn its one line and status into click's."""
+    if threading.current_thread() is threading.main_thread():
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, signal.SIG_IGN)
 
 
 def handle_errors(fn):
@@ -159,6 +191,7 @@ def handle_errors(fn):
         except KeyboardInterrupt as stop:  # Ctrl-C, or SIGTERM (`Terminated`): one line, the shell's status
             if debug:
                 raise
+            _ignore_more_signals()
             terminated = isinstance(stop, Terminated)
             again = " (finished tasks are kept: the same command resumes)" if ctx.info_name == "run" else ""
             if str(stop):  # what the command did about it (`lwm train`: the step it saved)

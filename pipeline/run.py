@@ -18,7 +18,7 @@ from typing import Any
 from pipeline.arrow_env import skip_pandas_probe
 from pipeline.dedup_stage import DEDUP_CLUSTERS, DEDUP_DECONTAM, DEDUP_MAP, DEDUP_REDUCE
 from pipeline.engine import Executor, RunContext, Stage
-from pipeline.errors import StreamWriteError
+from pipeline.errors import StreamWriteError, signals_held
 from pipeline.executors import make_executor
 from pipeline.ingest_stage import INGEST, SCAN, check_output_outside_inputs
 from pipeline.leftovers import remove_stale_temps
@@ -94,7 +94,8 @@ def _locked_run(cfg: dict[str, Any], fs, root: str, echo: Echo, executor: Execut
         ) from None
     finally:
         if own_executor:
-            executor.close()
+            with signals_held():  # a second Ctrl-C must not leave the workers, or a local Ray, running
+                executor.close()
 
 
 def _check_tokenizer(cfg: dict[str, Any]) -> None:

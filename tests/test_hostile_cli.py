@@ -234,3 +234,49 @@ def test_show_writes_the_datas_control_characters_as_escapes_and_colors_only_whe
     assert "\x1b[90m" in colored and "\x1b]" not in colored and "\r" not in colored
     both = lwm_in_process("show", str(out), "--index", "0", "--color", "--plain")
     assert both.returncode == 2 and "give --plain or --color, not both" in both.stderr
+
+
+def test_a_second_ctrl_c_while_workers_stop_is_held_until_they_have_stopped():
+    """Ctrl-C twice under a local Ray: the second one cut Ray's shutdown short, so the run ended with click's
+    status 1 and left Ray's agents running. During the stop (`signals_held`) a signal waits for the block to end;
+    once the command is ending on one, more are ignored, and its status stays 130 (143 for SIGTERM)."""
+    import os
+    import signal
+    import time
+
+    import click
+    from click.testing import CliRunner
+
+    from pipeline.errors import Terminated, handle_errors, signals_held
+
+    for sig, raised in ((signal.SIGINT, KeyboardInterrupt), (signal.SIGTERM, Terminated)):
+        before = signal.getsignal(signal.SIGTERM)
+        signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(Terminated()))
+        finished = []
+        try:
+            with pytest.raises(raised), signals_held():
+                os.kill(os.getpid(), sig)
+                time.sleep(0.05)  # Python runs the handler here: held, not raised
+                finished.append(True)
+            assert finished == [True]
+        finally:
+            signal.signal(signal.SIGTERM, before)
+
+    @click.command()
+    @handle_errors
+    def stopping():
+        try:
+            raise KeyboardInterrupt
+        finally:
+            with signals_held():
+                os.kill(os.getpid(), signal.SIGINT)  # the second Ctrl-C, while the workers stop
+                time.sleep(0.05)
+
+    handlers = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        result = CliRunner().invoke(stopping, [])
+        assert result.exit_code == 130 and result.stderr.strip() == "lwm: interrupted"
+        assert signal.getsignal(signal.SIGINT) == signal.SIG_IGN  # a third one cannot cut the exit short either
+    finally:
+        for s, h in handlers.items():
+            signal.signal(s, h)
