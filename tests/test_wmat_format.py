@@ -192,6 +192,14 @@ def test_check_format_names_the_bad_line(tmp_path):
     assert f"{path}:2: not JSON" in proc.stderr
 
 
+def test_check_format_of_a_file_without_outputs_says_so(tmp_path):
+    """0 of 0 is no adherence: the report said 0.00% with status 0 (and 1 with --min-adherence)."""
+    path = tmp_path / "empty.jsonl"
+    path.write_text("\n", encoding="utf-8")
+    proc = _lwm("check-format", str(path), "--min-adherence", "0.5")
+    assert proc.returncode == 2 and proc.stderr.strip() == f"lwm: error: {path}: holds no outputs (one JSON object per line)"
+
+
 # -- the README's examples --------------------------------------------------------------------------
 
 

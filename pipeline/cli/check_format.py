@@ -73,6 +73,8 @@ def adherence_report(path: str, key: str | None = None, part: str = "output") ->
 def check_format_cmd(path: str, key: str | None, part: str, as_json: bool, min_adherence: float | None) -> None:
     """Report how many model outputs in PATH (JSONL) follow the WMAT output format, and why not."""
     report = adherence_report(path, key, part)
+    if not report["outputs"]:  # 0 of 0 is no adherence figure: an empty file is most likely the wrong one
+        raise ConfigError(f"{path}: holds no outputs (one JSON object per line)")
     if as_json:
         click.echo(json.dumps(report, sort_keys=True))
     else:
