@@ -119,3 +119,15 @@ def test_a_failed_run_and_other_commands_end_as_usual(tmp_path: Path, marked_env
     assert failed.returncode == 2 and MARK in failed.stderr
     listed = _lwm(marked_env, "formats")
     assert listed.returncode == 0 and MARK in listed.stderr
+
+
+def test_formats_lists_the_options_every_format_takes():
+    """--opt domain, source_kind and max_record_bytes are accepted by every format (and named by the error for a
+    wrong option) but were listed nowhere."""
+    from pipeline.cli.formats import COMMON_OPTION_HELP
+    from stages.ingest.registry import COMMON_OPTIONS
+    from tests.helpers import lwm_in_process
+
+    assert set(COMMON_OPTION_HELP) == COMMON_OPTIONS
+    listed = lwm_in_process("formats").stdout.split("every format also takes:\n", 1)[1]
+    assert [line.split()[1].split("=")[0] for line in listed.splitlines()] == list(COMMON_OPTION_HELP)

@@ -8,6 +8,13 @@ import click
 
 from pipeline.errors import handle_errors
 
+COMMON_OPTION_HELP = {  # `stages.ingest.registry.COMMON_OPTIONS`
+    "domain": "the domain of its trajectories, where the format allows several (-d/--domain does the same)",
+    "source_kind": "sandbox, public (default) or internal: recorded in each trajectory's source",
+    "max_record_bytes": "the largest record (line, document, cell) read, in bytes (default 64 MiB); a larger one is "
+                        "a quarantine row",
+}
+
 
 @click.command("formats")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable listing.")
@@ -35,3 +42,6 @@ def formats_cmd(as_json: bool) -> None:
         click.echo(f"{'':<18} domains: {doms} (default {r['default_domain']})")
         for key, help_text in r["options"].items():
             click.echo(f"{'':<18} --opt {key}=…  {help_text}")
+    click.echo("every format also takes:")
+    for key, help_text in COMMON_OPTION_HELP.items():
+        click.echo(f"{'':<18} --opt {key}=…  {help_text}")
