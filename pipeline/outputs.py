@@ -164,8 +164,7 @@ class _AtomicFileWriter:
         self.fs, self.path, self.schema = fs, path, schema
         self.tmp = _tmp_name(path)
         self._file = fs.open(self.tmp, "wb")
-        self.num_rows = 0
-        self.size = -1  # the file's bytes, once closed
+        self.num_rows, self.size = 0, -1  # size: the file's bytes, once closed
 
     def close(self) -> None:
         self._writer.close()
