@@ -184,6 +184,18 @@ def test_chat_style_terminus_commands_in_the_message_and_output_in_the_next_user
     assert len({t.traj_id for t in chat_style}) == 5
 
 
+def test_documents_of_one_batch_run_split_by_their_task_not_by_the_runs_session(chat_style):
+    """An OpenThoughts-Agent export gives the five trajectories one session id (the batch run's) and each its task
+    in ``extra.task`` (task_0, task_1000, task_1001, task_1004, task_1005): split by the session, a whole run of
+    thousands of tasks fell into one pool whatever the ratios."""
+    keys = [t.split_key for t in chat_style]
+    assert keys == [make_traj_id("atif", f"task\x00{task}") for task in
+                    ("task_0", "task_1000", "task_1001", "task_1004", "task_1005")]
+    from stages.ingest.atif import _task_of
+
+    assert _task_of({"task_id": 7}) == "7" and _task_of({"task": True}) is None and _task_of(None) is None
+
+
 def test_registry_sniffs_every_real_atif_dialect(shared_data):
     names = ["session-2025-12-05T07-45-57-649Z-x8251x.atif.jsonl", "sample-trajectories.json", "login-trace.trajectory.json"]
     assert [registry.sniff(InputUnit(str(shared_data / "atif" / n)))[0] for n in names] == ["atif"] * 3

@@ -31,8 +31,10 @@ Mapping to the unified schema:
 - action_space = ``agent.tool_definitions`` as canonical JSON when present (later versions), else '';
 - an agent message with no call and no result is not a turn; the last one is ``meta.final_answer``;
 - traj_id from ``session_id`` (+ ``trajectory_id`` when present, + the record's locator when the container
-  holds several documents: one file may repeat a session id); split_key from ``session_id`` without a
-  ``-cont-N`` suffix, so the continuations of one run stay in one pool.
+  holds several documents: one file may repeat a session id); split_key from the task the document's
+  ``extra`` names (``task``, ``task_id`` or ``task_name``: an OpenThoughts-Agent export gives every trajectory of a
+  batch run one ``session_id``, the run's, and each its task in ``extra.task``), else from ``session_id``
+  without a ``-cont-N`` suffix, so the continuations of one run stay in one pool.
 
 Dialects met in the wild, read with the same rules:
 
@@ -332,7 +334,11 @@ def normalize_atif(record: RawRecord, opts: dict[str, Any]) -> Trajectory:
     native = f"{session}:{doc['trajectory_id']}" if session and doc.get("trajectory_id") else session
     if native and loc != "document":
         native = f"{native}@{loc}"  # several documents in one file may share a session id
-    split_key = make_traj_id(FORMAT, _CONTINUATION.sub("", session)) if session else None
+    task = _task_of(doc.get("extra"))
+    if task:
+        split_key = make_traj_id(FORMAT, f"task\x00{task}")
+    else:
+        split_key = make_traj_id(FORMAT, _CONTINUATION.sub("", session)) if session else None
     meta = {
         "schema_version": doc.get("schema_version"),
         "session_id": session,
@@ -423,6 +429,17 @@ def is_streaming_atif(uri: str) -> bool:
         return False
     first = head.lstrip().split("\n", 1)[0]
     return bool(re.match(r'\{\s*"__header__"\s*:\s*true\b', first))
+
+
+def _task_of(extra: Any) -> str | None:
+    """The task id a document's ``extra`` names, if any (``task``, ``task_id``, ``task_name``: a string or a number)."""
+    if not isinstance(extra, dict):
+        return None
+    for key in ("task", "task_id", "task_name"):
+        value = extra.get(key)
+        if isinstance(value, str | int) and not isinstance(value, bool) and str(value).strip():
+            return str(value).strip()
+    return None
 
 
 ADAPTER = AtifAdapter()
