@@ -403,3 +403,11 @@ def test_the_readme_verl_command_composes_with_verls_own_config(verl_dir):
         out = fn(data_source=row["data_source"], solution_str=target_reply(ref, ""), ground_truth=ref,
                  extra_info=row["extra_info"])
     assert out["score"] == 25.0 and server.requests[0]["model"] == "Qwen/Qwen3-32B"
+
+
+def test_hist_of_an_rl_pool_says_why_its_tokens_are_0(run):
+    """rl rows count their target turn's category, but the reference observation is no token of the prompt: the
+    table's 0 tokens and 0 weighted read like lost data without a word on it."""
+    proc = lwm("hist", str(run))
+    assert "rl samples are prompts: their target turns are counted" in proc.stderr
+    assert "0.0%" in proc.stdout

@@ -120,6 +120,9 @@ def hist_cmd(run_dir: str, by: str, as_json: bool, png: str | None, source: str)
     for name, rows in result["groups"].items():
         click.echo(render_table(rows, name))
         click.echo("")
+    if any(r.get("pool") == "rl" for r in records):  # its turns are counted, but a prompt holds no observation
+        click.echo("rl samples are prompts: their target turns are counted, but the reference observation is no "
+                   "token of the sample, so it adds 0 tokens and 0 weighted", err=True)
     removed = removed_line(run_dir)
     if removed:
         click.echo(removed, err=True)
