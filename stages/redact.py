@@ -133,8 +133,12 @@ def open_gates(text: str) -> set[str]:
             gates.add("url")
         if b"hooks.slack.com" in raw:
             gates.add("slack_webhook")
-    if b"authoriz" in low:
-        gates.add("authorization")
+    # `auth` is rare: one scan decides for the three checks behind it (an `auth"` in raw lowercases to one in low).
+    if b"auth" in low:
+        if b"authoriz" in low:
+            gates.add("authorization")
+        if b'auth"' in raw or b'auth\\"' in raw:
+            gates.add("docker_auth")
     if b"bearer" in low:
         gates.add("bearer")
     if _CLI_TOOL_GATE.search(low) or b"redis-cli" in low:
@@ -142,10 +146,8 @@ def open_gates(text: str) -> set[str]:
     # The curl and netrc rules are case-sensitive: their literals must occur as written.
     if b"curl" in raw and b"-u" in raw:
         gates.add("curl")
-    if b"machine" in raw and b"login" in raw and b"password" in raw and "keyword" in gates:
+    if "keyword" in gates and b"password" in raw and b"machine" in raw and b"login" in raw:
         gates.add("netrc")
-    if b'auth"' in raw or b'auth\\"' in raw:
-        gates.add("docker_auth")
     if _PGPASS_GATE.search(raw):
         gates.add("pgpass")
     if b"\n" in raw and _WRAPPED_GATE_REVERSED.search(raw[::-1]):
