@@ -74,6 +74,7 @@ Replacer = Callable[[re.Match], tuple[str, str] | None]
 
 
 _AWS_GATE = re.compile(rb"A(?:KIA|SIA|BIA|CCA|Iza)")
+_AWS_SECRET_NAME_GATE = re.compile(rb"secret[ _]access[ _]key")  # over the lowercased bytes
 _UNDERSCORE_TOKEN_GATE = re.compile(rb"_[A-Za-z0-9]{16}")
 _DASH_TOKEN_GATE = re.compile(rb"-[A-Za-z0-9_\-]{20}")
 _CLI_TOOL_GATE = re.compile(rb"m(?:ysql|ariadb)")
@@ -110,6 +111,8 @@ def open_gates(text: str) -> set[str]:
             gates.add("private_key_id")
         if b"accountkey=" in low or b"sharedaccesskey=" in low:
             gates.add("azure")
+        if _AWS_SECRET_NAME_GATE.search(low):
+            gates.add("aws_secret")
     elif b"pass" in low or b"token" in low or b"secret" in low or b"credential" in low:
         gates.add("keyword")
     if "keyword" in gates:
@@ -407,6 +410,40 @@ def _aws_access_key(m: re.Match) -> tuple[str, str] | None:
     return PLACEHOLDER.format("aws_access_key"), "aws_access_key"
 
 
+# An AWS secret access key is 40 characters of base64: only its context tells it from other base64.
+_AWS_SECRET = r"(?<![A-Za-z0-9/+=])(?P<v>[A-Za-z0-9/+]{40})(?![A-Za-z0-9/+=])"
+_AWS_SECRET_RUN = re.compile(_AWS_SECRET)
+_AWS_KEY_ID_HOLDER = re.compile(re.escape(PLACEHOLDER.format("aws_access_key")))
+_AWS_PAIR_REACH = 200  # characters between a key id and its secret: a prompt line, a CSV row, a sentence
+
+
+def _aws_secret_like(run: str) -> bool:
+    """Mixed case with a digit, ``/`` or ``+``: a generated key, unlike a hex digest or a word run."""
+    return _mixed_case(run) and any(c.isdigit() or c in "/+" for c in run)
+
+
+def _scan_aws_secret_near_key_id(text: str, counts: Counter) -> str:
+    """A secret access key printed near its key id (``aws configure`` prompts, a credentials CSV, ``key AKIA… /
+    wJalr…`` in prose): a generated-looking 40-character run at most `_AWS_PAIR_REACH` characters before or after a
+    redacted key id, in the same field (never across a NUL: fields and decoded runs are joined with one)."""
+    ids = [m.span() for m in _AWS_KEY_ID_HOLDER.finditer(text)]
+    if not ids:
+        return text
+    edits = []
+    for m in _AWS_SECRET_RUN.finditer(text):
+        if not _aws_secret_like(m.group("v")):
+            continue
+        for id_start, id_end in ids:
+            between = text[min(id_end, m.end()) : max(id_start, m.start())]
+            if len(between) <= _AWS_PAIR_REACH and "\x00" not in between:
+                edits.append(m.span())
+                break
+    for start, end in reversed(edits):
+        text = text[:start] + PLACEHOLDER.format("aws_secret_key") + text[end:]
+        counts["aws_secret_key"] += 1
+    return text
+
+
 def _github_token(m: re.Match) -> tuple[str, str] | None:
     """A GitHub token; one glued to the word before it (``weighs_`` + a git SHA holds ``ghs_``) only where its body
     mixes cases, as generated tokens do."""
@@ -535,6 +572,17 @@ _RULES: list[SecretRule] = [
     ),
     SecretRule("aws", re.compile(r"A(?<![A-Z]A)(?<![A-Z0-9][0-9]A)(?:KIA|SIA|BIA|CCA)[A-Z0-9]{16}(?![A-Za-z0-9])"),
                _aws_access_key),
+    SecretRule("aws", None, scan=_scan_aws_secret_near_key_id),
+    SecretRule(
+        "aws_secret",  # `aws configure` asks for it: `AWS Secret Access Key [None]: …` or `[****************EKEY]: …`
+        re.compile(r"(?i:secret access key)(?:[ \t]*\[[^\]\n]{0,64}\])?[ \t]*:[ \t]*" + _AWS_SECRET),
+        _value("v", "aws_secret_key"),
+    ),
+    SecretRule(
+        "aws_secret",
+        re.compile(r"\bconfigure[ \t]+set[ \t]+(?:[\w-]+\.)*aws_secret_access_key[ \t]+(?P<q>['\"]?)(?P<v>[^\s'\"]+)(?P=q)"),
+        _value("v", "aws_secret_key", _keep_plain("v")),
+    ),
     SecretRule("aws", re.compile(r"AIza(?<![A-Za-z0-9_-]AIza)[0-9A-Za-z_\-]{35}(?![A-Za-z0-9_-])"), _whole("gcp_api_key")),
     SecretRule("azure", re.compile(r"(?P<k>AccountKey|SharedAccessKey)=(?P<v>" + _B64 + r"{20,}={0,2})", re.IGNORECASE),
                _value("v", "azure_storage_key")),
