@@ -73,10 +73,13 @@ PLACEHOLDER = "<SECRET:{}>"
 Replacer = Callable[[re.Match], tuple[str, str] | None]
 
 
-_AWS_GATE = re.compile(rb"A(?:KIA|SIA|BIA|CCA|Iza)")
+# Tokens anchored on a capital A, in one scan: AWS key ids (AKIA…), Google API keys (AIza…) and the secret half of a
+# Telegram bot token (`123456789:AA…`).
+_CAPITAL_A_GATE = re.compile(rb"A(?:KIA|SIA|BIA|CCA|Iza|A(?<=[0-9]:AA)[A-Za-z0-9_\-]{32})")
 _AWS_SECRET_NAME_GATE = re.compile(rb"secret[ _]access[ _]key")  # over the lowercased bytes
 _UNDERSCORE_TOKEN_GATE = re.compile(rb"_[A-Za-z0-9]{16}")
 _DASH_TOKEN_GATE = re.compile(rb"-[A-Za-z0-9_\-]{20}")
+_DOT_TOKEN_GATE = re.compile(rb"\.[A-Za-z0-9_\-]{20}")
 _CLI_TOOL_GATE = re.compile(rb"m(?:ysql|ariadb)")
 _PGPASS_GATE = re.compile(rb":(?:\d{1,5}|\*):[^:\s]+:[^:\s]+:\S")
 # Prefixes of the provider tokens above; a token whose line ends inside it was wrapped by a terminal.
@@ -120,12 +123,14 @@ def open_gates(text: str) -> set[str]:
             gates.add("flag")
         if b"sshpass" in low:
             gates.add("cli_tool")
-    if _AWS_GATE.search(raw):
-        gates.add("aws")
+    if _CAPITAL_A_GATE.search(raw):
+        gates.add("capital_a")
     if _UNDERSCORE_TOKEN_GATE.search(raw):
         gates.add("underscore_token")
     if _DASH_TOKEN_GATE.search(raw):
         gates.add("dash_token")
+    if _DOT_TOKEN_GATE.search(raw):
+        gates.add("dot_token")
     if b"eyJ" in raw:
         gates.add("jwt")
     has_at = b"@" in raw
@@ -570,9 +575,9 @@ _RULES: list[SecretRule] = [
         re.compile(r"\"private_key_id\\*\"[ \t]*:[ \t]*\\*\"(?P<v>[0-9a-fA-F]{16,64})"),
         _value("v", "gcp_private_key_id"),
     ),
-    SecretRule("aws", re.compile(r"A(?<![A-Z]A)(?<![A-Z0-9][0-9]A)(?:KIA|SIA|BIA|CCA)[A-Z0-9]{16}(?![A-Za-z0-9])"),
+    SecretRule("capital_a", re.compile(r"A(?<![A-Z]A)(?<![A-Z0-9][0-9]A)(?:KIA|SIA|BIA|CCA)[A-Z0-9]{16}(?![A-Za-z0-9])"),
                _aws_access_key),
-    SecretRule("aws", None, scan=_scan_aws_secret_near_key_id),
+    SecretRule("capital_a", None, scan=_scan_aws_secret_near_key_id),
     SecretRule(
         "aws_secret",  # `aws configure` asks for it: `AWS Secret Access Key [None]: …` or `[****************EKEY]: …`
         re.compile(r"(?i:secret access key)(?:[ \t]*\[[^\]\n]{0,64}\])?[ \t]*:[ \t]*" + _AWS_SECRET),
@@ -583,7 +588,13 @@ _RULES: list[SecretRule] = [
         re.compile(r"\bconfigure[ \t]+set[ \t]+(?:[\w-]+\.)*aws_secret_access_key[ \t]+(?P<q>['\"]?)(?P<v>[^\s'\"]+)(?P=q)"),
         _value("v", "aws_secret_key", _keep_plain("v")),
     ),
-    SecretRule("aws", re.compile(r"AIza(?<![A-Za-z0-9_-]AIza)[0-9A-Za-z_\-]{35}(?![A-Za-z0-9_-])"), _whole("gcp_api_key")),
+    SecretRule("capital_a", re.compile(r"AIza(?<![A-Za-z0-9_-]AIza)[0-9A-Za-z_\-]{35}(?![A-Za-z0-9_-])"), _whole("gcp_api_key")),
+    SecretRule(
+        # a bot id, then 35 characters starting with AA (34 in Telegram's own example); in the API's URLs after `/bot`
+        "capital_a",
+        re.compile(r"(?:(?<=/bot)|(?<![A-Za-z0-9_]))(?P<v>[0-9]{8,10}:AA(?P<body>[A-Za-z0-9_\-]{32,33}))(?![A-Za-z0-9_\-])"),
+        _value("v", "telegram_bot_token", lambda m: not _mixed_case(m.group("body"))),
+    ),
     SecretRule("azure", re.compile(r"(?P<k>AccountKey|SharedAccessKey)=(?P<v>" + _B64 + r"{20,}={0,2})", re.IGNORECASE),
                _value("v", "azure_storage_key")),
     SecretRule("underscore_token", re.compile(r"gh[pousr]_[A-Za-z0-9]{36,251}(?![A-Za-z0-9_])"), _github_token),
@@ -615,6 +626,12 @@ _RULES: list[SecretRule] = [
     SecretRule("underscore_token", re.compile(r"npm_(?<![A-Za-z0-9_]npm_)[A-Za-z0-9]{36}(?![A-Za-z0-9_])"),
                _whole("npm_token", lambda s: _has_digit(s[4:]))),
     SecretRule("dash_token", re.compile(r"pypi-Ag[A-Za-z0-9_\-]{50,}"), _whole("pypi_token")),
+    SecretRule("underscore_token", re.compile(r"do[por]_v1_(?<![A-Za-z0-9_]do[por]_v1_)[a-f0-9]{64}(?![A-Za-z0-9_])"),
+               _whole("digitalocean_token")),
+    SecretRule("dot_token", re.compile(r"SG\.(?<![A-Za-z0-9_.\-]SG\.)[A-Za-z0-9_\-]{22}\.[A-Za-z0-9_\-]{43}(?![A-Za-z0-9_\-])"),
+               _whole("sendgrid_key")),
+    SecretRule("dot_token", re.compile(r"ya29\.(?<![A-Za-z0-9_.\-]ya29\.)[A-Za-z0-9_\-]{20,}"),  # an OAuth access token
+               _whole("google_oauth_token", lambda s: _random_like(s[5:]))),
     SecretRule("jwt", re.compile(r"eyJ[A-Za-z0-9_\-]{8,}\.eyJ[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]*"),
                _whole("jwt")),
     SecretRule(

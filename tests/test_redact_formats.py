@@ -68,3 +68,49 @@ def test_only_a_generated_looking_run_near_a_key_id_is_taken_for_its_secret():
         out, counts = redact_text(text)
         assert counts == Counter(aws_access_key=1), text
         assert AWS_ID not in out and out.replace("<SECRET:aws_access_key>", AWS_ID) == text
+
+
+SENDGRID = _j("SG", ".", "ngeVfQFYQlKU0ufo8x5d1A", ".", "TwL2iGABf9DHoTf-09kqeF8tAmbihYzrnopKc-1s5cr")
+DIGITALOCEAN = _j("do", "p_v1_", "3f2a9c1b8d7e6f5a4b3c2d1e0f9a8b7c", "6d5e4f3a2b1c0d9e8f7a6b5c4d3e2f1a")
+TELEGRAM = _j("123456789", ":AA", "HdqTcvCH1vGWJxfSeofSAs0K5PALDsaw7")  # the id, then 35 characters
+GOOGLE_OAUTH = _j("ya", "29.", "a0AfH6SMBx3kLm9Qr7Tt5Vv1Ww2Xx3Yy4Zz5Aa6Bb7Cc8Dd9")
+
+PROVIDERS = [
+    (f"export SENDGRID_KEY={SENDGRID}", "export SENDGRID_KEY=<SECRET:sendgrid_key>"),
+    (f"sg = SendGridAPIClient('{SENDGRID}')", "sg = SendGridAPIClient('<SECRET:sendgrid_key>')"),
+    (f"doctl auth init -t {DIGITALOCEAN}", "doctl auth init -t <SECRET:digitalocean_token>"),
+    (f"DO {DIGITALOCEAN.replace('dop_', 'doo_')} and {DIGITALOCEAN.replace('dop_', 'dor_')}",
+     "DO <SECRET:digitalocean_token> and <SECRET:digitalocean_token>"),
+    (f"curl https://api.telegram.org/bot{TELEGRAM}/sendMessage -d chat_id=42",
+     "curl https://api.telegram.org/bot<SECRET:telegram_bot_token>/sendMessage -d chat_id=42"),
+    (f"bot = Bot('{TELEGRAM}')", "bot = Bot('<SECRET:telegram_bot_token>')"),
+    (f"gcloud auth print-access-token\n{GOOGLE_OAUTH}\n", "gcloud auth print-access-token\n<SECRET:google_oauth_token>\n"),
+    (f'{{"access_token": "{GOOGLE_OAUTH}", "expires_in": 3599}}',
+     '{"access_token": "<SECRET:google_oauth_token>", "expires_in": 3599}'),
+    (f"-H 'Authorization: Bearer {GOOGLE_OAUTH}'", "-H 'Authorization: Bearer <SECRET:google_oauth_token>'"),
+]
+PROVIDER_LOOKALIKES = [
+    "See SG. 4 of the manual; SG.1234 and SG.settings.module are not keys.",
+    "RSG.aaaaaaaaaaaaaaaaaaaaaa.bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb",  # inside a longer word
+    "droplet dop_v1_ is a prefix; dop_v1_" + "z" * 64 + " is not hex",
+    "12:30:45 ready, port 8080:80, 12345678:AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA",  # no mixed-case body
+    "job 123456789:AbCdEfGhIjKlMnOpQrStUvWxYz012345678 started",  # not the bot tokens' AA
+    "ya29 is the prefix of Google access tokens; ya29.example_token_placeholder_value is a placeholder",
+]
+
+
+@pytest.mark.parametrize(("text", "expected"), PROVIDERS, ids=[c[1][:40] for c in PROVIDERS])
+def test_a_provider_token_without_a_keyword_is_redacted(text, expected):
+    out, counts = redact_text(text)
+    assert out == expected
+    assert sum(counts.values()) == expected.count("<SECRET:")
+
+
+@pytest.mark.parametrize("text", PROVIDER_LOOKALIKES, ids=[t[:30] for t in PROVIDER_LOOKALIKES])
+def test_a_provider_lookalike_is_unchanged(text):
+    assert redact_text(text) == (text, Counter())
+
+
+def test_telegram_s_own_example_token_one_character_short_is_redacted_too():
+    text = "https://api.telegram.org/bot110201543:AAHdqTcvCH1vGWJxfSeofSAs0K5PALDsaw/getMe"
+    assert redact_text(text) == ("https://api.telegram.org/bot<SECRET:telegram_bot_token>/getMe", Counter(telegram_bot_token=1))
