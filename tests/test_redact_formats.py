@@ -114,3 +114,35 @@ def test_a_provider_lookalike_is_unchanged(text):
 def test_telegram_s_own_example_token_one_character_short_is_redacted_too():
     text = "https://api.telegram.org/bot110201543:AAHdqTcvCH1vGWJxfSeofSAs0K5PALDsaw/getMe"
     assert redact_text(text) == ("https://api.telegram.org/bot<SECRET:telegram_bot_token>/getMe", Counter(telegram_bot_token=1))
+
+
+SAS_SIG = _j("Ab3De5Gh7Jk9Mn1Pq3St5Vw7Yz9", "%2BBc1Ef3Hi5Kl7No%3D")
+SAS = [
+    (f"az storage blob download --sas-url 'https://acct.blob.core.windows.net/c/f.txt?sv=2021-06-08&sp=r&sig={SAS_SIG}'",
+     "az storage blob download --sas-url 'https://acct.blob.core.windows.net/c/f.txt?sv=2021-06-08&sp=r"
+     "&sig=<SECRET:azure_sas_signature>'"),
+    (f'"se=2030-01-01&sp=rl&sv=2022-11-02&sr=c&sig={SAS_SIG}"', '"se=2030-01-01&sp=rl&sv=2022-11-02&sr=c&sig=<SECRET:azure_sas_signature>"'),
+    ("SharedAccessSignature=sv=2021-06-08&sig=Ab3De5Gh7Jk9Mn1Pq3St5Vw7Yz9+Bc1Ef3Hi5Kl7No=;BlobEndpoint=x",
+     "SharedAccessSignature=sv=2021-06-08&sig=<SECRET:azure_sas_signature>;BlobEndpoint=x"),
+    # inside an encoded redirect: the decoded view finds it, the placeholder takes its encoded span
+    (f"?next=https%3A%2F%2Facct.blob.core.windows.net%2Fc%3Fsv%3D1%26sig%3D{SAS_SIG.replace('%', '%25')}%26x%3D1",
+     "?next=https%3A%2F%2Facct.blob.core.windows.net%2Fc%3Fsv%3D1%26sig%3D<SECRET:azure_sas_signature>%26x%3D1"),
+]
+SAS_LOOKALIKES = [
+    "sig = inspect.signature(f); def handler(sig=None, frame=None): kill(pid, sig=signal.SIGTERM)",
+    "https://example.com/a?sig=abc&sv=2021-06-08",  # too short for a signature
+    "https://example.com/a?sig=signature_of_the_uploaded_document",  # a word, not base64 of an HMAC
+    "csig=Ab3De5Gh7Jk9Mn1Pq3St5Vw7Yz9Bc1Ef3Hi5Kl7No",  # another parameter's name
+]
+
+
+@pytest.mark.parametrize(("text", "expected"), SAS, ids=[c[1][:40] for c in SAS])
+def test_an_azure_sas_signature_in_log_text_is_redacted(text, expected):
+    out, counts = redact_text(text)
+    assert out == expected
+    assert counts == Counter(azure_sas_signature=1)
+
+
+@pytest.mark.parametrize("text", SAS_LOOKALIKES, ids=[t[:30] for t in SAS_LOOKALIKES])
+def test_a_sig_parameter_that_is_no_signature_is_unchanged(text):
+    assert redact_text(text) == (text, Counter())
