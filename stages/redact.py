@@ -76,11 +76,17 @@ Replacer = Callable[[re.Match], tuple[str, str] | None]
 # Tokens anchored on a capital A, in one scan: AWS key ids (AKIA…), Google API keys (AIza…) and the secret half of a
 # Telegram bot token (`123456789:AA…`).
 _CAPITAL_A_GATE = re.compile(rb"A(?:KIA|SIA|BIA|CCA|Iza|A(?<=[0-9]:AA)[A-Za-z0-9_\-]{32})")
-_AWS_SECRET_NAME_GATE = re.compile(rb"secret[ _]access[ _]key")  # over the lowercased bytes
+# The rare phrases ending in `key` that open gates of their own, in one scan of the lowercased bytes: the checks that
+# tell them apart run only on the texts that hold one.
+_KEY_PHRASE_GATE = re.compile(
+    rb"key(?:(?<=private key)|(?<=private_key)_id|=(?<=accountkey=)|=(?<=sharedaccesskey=)|(?<=secret[ _]access[ _]key))"
+)
+_AWS_SECRET_NAME_GATE = re.compile(rb"secret[ _]access[ _]key")
 _UNDERSCORE_TOKEN_GATE = re.compile(rb"_[A-Za-z0-9]{16}")
 _DASH_TOKEN_GATE = re.compile(rb"-[A-Za-z0-9_\-]{20}")
 _DOT_TOKEN_GATE = re.compile(rb"\.[A-Za-z0-9_\-]{20}")
 _CLI_TOOL_GATE = re.compile(rb"m(?:ysql|ariadb)")
+_DOCKER_AUTH_GATE = re.compile(rb'auth\\?"')  # `"auth"`, also JSON-escaped
 _PGPASS_GATE = re.compile(rb":(?:\d{1,5}|\*):[^:\s]+:[^:\s]+:\S")
 # Prefixes of the provider tokens above; a token whose line ends inside it was wrapped by a terminal.
 _WRAP_HEAD = r"(?:gh[pousr]_|github_pat_|gl(?:pat|dt|rt|ptt)-|xox[a-z]-|sk-|hf_|npm_|pypi-|whsec_|[sr]k_(?:live|test)_|A(?:KIA|SIA|BIA|CCA|Iza)|eyJ)"
@@ -108,14 +114,15 @@ def open_gates(text: str) -> set[str]:
     gates = set()
     if b"key" in low:
         gates.add("keyword")
-        if b"PRIVATE KEY" in raw:
-            gates.add("private_key")
-        if b"private_key_id" in raw:
-            gates.add("private_key_id")
-        if b"accountkey=" in low or b"sharedaccesskey=" in low:
-            gates.add("azure")
-        if _AWS_SECRET_NAME_GATE.search(low):
-            gates.add("aws_secret")
+        if _KEY_PHRASE_GATE.search(low):
+            if b"PRIVATE KEY" in raw:
+                gates.add("private_key")
+            if b"private_key_id" in raw:
+                gates.add("private_key_id")
+            if b"accountkey=" in low or b"sharedaccesskey=" in low:
+                gates.add("azure")
+            if _AWS_SECRET_NAME_GATE.search(low):
+                gates.add("aws_secret")
     elif b"pass" in low or b"token" in low or b"secret" in low or b"credential" in low:
         gates.add("keyword")
     if "keyword" in gates:
@@ -141,11 +148,11 @@ def open_gates(text: str) -> set[str]:
             gates.add("url")
         if b"hooks.slack.com" in raw:
             gates.add("slack_webhook")
-    # `auth` is rare: one scan decides for the three checks behind it (an `auth"` in raw lowercases to one in low).
+    # `auth` is rare: one scan decides for the checks behind it (an `auth"` in raw lowercases to one in low).
     if b"auth" in low:
         if b"authoriz" in low:
             gates.add("authorization")
-        if b'auth"' in raw or b'auth\\"' in raw:
+        if _DOCKER_AUTH_GATE.search(raw):
             gates.add("docker_auth")
     if b"bearer" in low:
         gates.add("bearer")
@@ -582,12 +589,12 @@ _RULES: list[SecretRule] = [
     SecretRule("capital_a", None, scan=_scan_aws_secret_near_key_id),
     SecretRule(
         "aws_secret",  # `aws configure` asks for it: `AWS Secret Access Key [None]: …` or `[****************EKEY]: …`
-        re.compile(r"(?i:secret access key)(?:[ \t]*\[[^\]\n]{0,64}\])?[ \t]*:[ \t]*" + _AWS_SECRET),
+        re.compile(r"Secret Access Key(?:[ \t]*\[[^\]\n]{0,64}\])?[ \t]*:[ \t]*" + _AWS_SECRET),
         _value("v", "aws_secret_key"),
     ),
     SecretRule(
         "aws_secret",
-        re.compile(r"\bconfigure[ \t]+set[ \t]+(?:[\w-]+\.)*aws_secret_access_key[ \t]+(?P<q>['\"]?)(?P<v>[^\s'\"]+)(?P=q)"),
+        re.compile(r"configure(?<![\w-]configure)[ \t]+set[ \t]+(?:[\w-]+\.)*aws_secret_access_key[ \t]+(?P<q>['\"]?)(?P<v>[^\s'\"]+)(?P=q)"),
         _value("v", "aws_secret_key", _keep_plain("v")),
     ),
     SecretRule("capital_a", re.compile(r"AIza(?<![A-Za-z0-9_-]AIza)[0-9A-Za-z_\-]{35}(?![A-Za-z0-9_-])"), _whole("gcp_api_key")),
