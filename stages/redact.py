@@ -87,6 +87,12 @@ _DASH_TOKEN_GATE = re.compile(rb"-[A-Za-z0-9_\-]{20}")
 _DOT_TOKEN_GATE = re.compile(rb"\.[A-Za-z0-9_\-]{20}")
 _CLI_TOOL_GATE = re.compile(rb"m(?:ysql|ariadb)")
 _DOCKER_AUTH_GATE = re.compile(rb'auth\\?"')  # `"auth"`, also JSON-escaped
+# Over the lowercased bytes of a text with a keyword: tools whose name or password flag holds `pass` (sshpass, htpasswd,
+# `login --password-stdin`, `passwd --stdin`, openssl's `-passin pass:…`).
+_PASS_TOOL_GATE = re.compile(rb"pass(?:(?<=sshpass)|wd(?<=htpasswd)|wd[ \t]+--stdin|word-stdin|(?:in|out)[ \t]+['\"]?pass:)")
+# The short flags that tools take a password with or after: `sudo -S` (from stdin), `ldapsearch -w`, `smbclient -U
+# user%PASS`, `openssl enc -k`.
+_SHORT_FLAG_GATE = re.compile(rb"-(?:[SUkw](?![A-Za-z0-9_-])|-user=|-stdin)")
 _PGPASS_GATE = re.compile(rb":(?:\d{1,5}|\*):[^:\s]+:[^:\s]+:\S")
 # Prefixes of the provider tokens above; a token whose line ends inside it was wrapped by a terminal.
 _WRAP_HEAD = r"(?:gh[pousr]_|github_pat_|gl(?:pat|dt|rt|ptt)-|xox[a-z]-|sk-|hf_|npm_|pypi-|whsec_|[sr]k_(?:live|test)_|A(?:KIA|SIA|BIA|CCA|Iza)|eyJ)"
@@ -128,7 +134,7 @@ def open_gates(text: str) -> set[str]:
     if "keyword" in gates:
         if b"-" in raw:
             gates.add("flag")
-        if b"sshpass" in low:
+        if _PASS_TOOL_GATE.search(low):
             gates.add("cli_tool")
     if _CAPITAL_A_GATE.search(raw):
         gates.add("capital_a")
@@ -158,6 +164,8 @@ def open_gates(text: str) -> set[str]:
         gates.add("bearer")
     if _CLI_TOOL_GATE.search(low) or b"redis-cli" in low:
         gates.add("cli_tool")
+    if _SHORT_FLAG_GATE.search(raw):
+        gates.add("short_flag")
     # The curl and netrc rules are case-sensitive: their literals must occur as written.
     if b"curl" in raw and b"-u" in raw:
         gates.add("curl")
@@ -472,6 +480,47 @@ def _auth_kind(m: re.Match) -> str:
     return "basic_auth" if scheme == "basic" else "bearer_token"
 
 
+# --- passwords that command lines take without a `--password` flag ----------------------------------------------
+
+# `echo PW |` or `printf '%s\n' PW |` before a command that reads its password from standard input
+_ECHOED = (r"(?<![\w-])(?:echo|printf)[ \t]+(?:-[neE]+[ \t]+)?(?:(?P<fq>['\"])%s(?:\\n)?(?P=fq)[ \t]+)?"
+           r"(?P<q>['\"]?)(?P<v>[^\s'\"|;&<>\\]+)(?:\\n)?(?P=q)[ \t]*\|[ \t]*")
+# sudo reading its password from stdin (`-S`, after options that may take a value)
+_SUDO_STDIN = r"sudo(?:[ \t]+(?:-[A-Za-z]*[ugpCh][ \t]+\S+|-[A-Za-z]+))*?[ \t]+(?:-S|--stdin)(?![\w-])"
+_FLAG_VALUE = r"(?P<q>['\"]?)(?P<v>[^\s'\"-][^\s'\"]*)(?P=q)"
+
+
+def _assigned(kind: str) -> Replacer:
+    """Replace the value of a `_SEPARATOR_VALUE` match, unless `keep_value` keeps it."""
+
+    def repl(m: re.Match) -> tuple[str, str] | None:
+        quoted = m.group("qv") is not None
+        group = "qv" if quoted else "uv"
+        if keep_value(m.group(group), quoted, kind, m.string[m.end() : m.end() + 1]):
+            return None
+        return _value(group, kind)(m)
+
+    return repl
+
+
+_HTPASSWD_ARG = re.compile(r"[ \t]+(?P<q>['\"]?)(?P<v>[^\s'\"]+)(?P=q)")
+
+
+def _htpasswd(m: re.Match) -> tuple[str, str] | None:
+    """``htpasswd -b [-c…] FILE USER PASS``, or ``htpasswd -nb USER PASS`` (no file: the entry is printed)."""
+    flags = re.sub(r"-C[ \t]*\d+", "", m.group("opts"))
+    if "b" not in flags:
+        return None
+    args = list(_HTPASSWD_ARG.finditer(m.group("args")))
+    index = 1 if "n" in flags else 2
+    if len(args) <= index or keep_value(args[index].group("v"), True, "password"):
+        return None
+    offset = m.start("args") - m.start()
+    start, end = (offset + i for i in args[index].span("v"))
+    text = m.group(0)
+    return text[:start] + PLACEHOLDER.format("password") + text[end:], "password"
+
+
 # --- percent-encoded runs: the rules read them decoded, a placeholder takes the encoded span of its secret ----------
 
 _ESCAPE_RE = re.compile(_ESCAPE)
@@ -690,6 +739,37 @@ _RULES: list[SecretRule] = [
                    r"(?P<q>['\"]?)(?P<v>[^\s'\"-][^\s'\"]*)(?P=q)"),
         _value("v", "password", _keep_plain("v")),
     ),
+    SecretRule("cli_tool", re.compile(r"(?<![A-Za-z0-9_])MYSQL_PWD" + _SEPARATOR_VALUE.pattern), _assigned("password")),
+    SecretRule(
+        "cli_tool",
+        re.compile(r"(?<![\w-])htpasswd(?P<opts>(?:[ \t]+-(?:C[ \t]*\d+|[A-Za-z]+))+)(?P<args>(?:[ \t]+['\"]?[^\s'\"|;&<>]+['\"]?){2,3})"),
+        _htpasswd,
+    ),
+    SecretRule(
+        "cli_tool",  # `echo PW | docker login -u me --password-stdin` (podman, helm registry, …), `… | passwd --stdin`
+        re.compile(_ECHOED + r"(?:sudo[ \t]+)?(?:[\w.-]+(?:[ \t]+registry)?[ \t]+login\b[^\n|;&]*?[ \t]--password-stdin"
+                   r"|passwd[ \t]+--stdin)(?![\w-])"),
+        _value("v", "password", _keep_plain("v")),
+    ),
+    SecretRule("cli_tool",  # openssl's pass phrase arguments; `env:VAR` and `file:PATH` name where it is
+               re.compile(r"(?<![\w-])-pass(?:in|out)[ \t]+(?P<q>['\"]?)pass:(?P<r>['\"]?)(?P<v>[^\s'\"]+)(?P=r)(?P=q)"),
+               _value("v", "password", _keep_plain("v"))),
+    SecretRule("short_flag", re.compile(_ECHOED + _SUDO_STDIN), _value("v", "password", _keep_plain("v"))),
+    SecretRule("short_flag", re.compile(r"(?<![\w-])" + _SUDO_STDIN + r"[^\n|;&<]*<<<[ \t]*(?P<q>['\"]?)(?P<v>[^\s'\"]+)(?P=q)"),
+               _value("v", "password", _keep_plain("v"))),
+    SecretRule(
+        "short_flag",
+        re.compile(r"ldap(?<![\w-]ldap)(?:search|add|modify|delete|whoami|passwd|compare|modrdn|exop)\b[^\n|;&]*?[ \t]-w[ \t]+"
+                   + _FLAG_VALUE),
+        _value("v", "password", _keep_plain("v")),
+    ),
+    SecretRule(
+        "short_flag",
+        re.compile(r"(?<![\w-])(?:smb|rpc)client\b[^\n|;&]*?[ \t](?:-U(?=[ \t'\"])[ \t]*|--user=)(?P<q>['\"]?)[^\s%'\"]+%(?P<v>[^\s'\"]+)(?P=q)"),
+        _value("v", "password", _keep_plain("v")),
+    ),
+    SecretRule("short_flag", re.compile(r"openssl(?<![\w-]openssl)\b[^\n|;&]*?[ \t]-k[ \t]+" + _FLAG_VALUE),
+               _value("v", "password", _keep_plain("v"))),
     SecretRule(
         "curl",
         re.compile(r"\bcurl\b[^\n|;&]*?[ \t](?:-u|--user)[ \t]*(?P<q>[\"']?)[^\s:'\"]+:(?P<v>[^\s'\"]+)(?P=q)"),
