@@ -466,6 +466,18 @@ def _scan_aws_secret_near_key_id(text: str, counts: Counter) -> str:
     return text
 
 
+def _openai_key(m: re.Match) -> tuple[str, str] | None:
+    """An OpenAI key's body looks generated. One glued to an id by ``-`` or ``_`` (``task-7-sk-proj-…``) needs more,
+    as words end in ``sk`` there too (``task-list``, ``disk_…``): a project or account scope, or ``T3BlbkFJ``, the
+    base64 of "OpenAI" that legacy keys carry in their middle."""
+    body = m.group("body")
+    if not _random_like(body):
+        return None
+    if m.string[m.start() - 1 : m.start()] in ("-", "_") and not (m.group("scope") or "T3BlbkFJ" in body):
+        return None
+    return PLACEHOLDER.format("openai_key"), "openai_key"
+
+
 def _github_token(m: re.Match) -> tuple[str, str] | None:
     """A GitHub token; one glued to the word before it (``weighs_`` + a git SHA holds ``ghs_``) only where its body
     mixes cases, as generated tokens do."""
@@ -672,11 +684,11 @@ _RULES: list[SecretRule] = [
     ),
     SecretRule("dash_token", re.compile(r"x(?<![A-Za-z0-9_-]x)(?:ox[abposer]-|app-\d-)[A-Za-z0-9\-]{20,}"),
                _whole("slack_token")),
-    SecretRule("dash_token", re.compile(r"sk-ant-(?<![A-Za-z0-9_-]sk-ant-)[A-Za-z0-9_\-]{20,}"), _whole("anthropic_key")),
+    SecretRule("dash_token", re.compile(r"sk-ant-(?<![A-Za-z0-9]sk-ant-)[A-Za-z0-9_\-]{20,}"), _whole("anthropic_key")),
     SecretRule(
         "dash_token",
-        re.compile(r"sk-(?<![A-Za-z0-9_-]sk-)(?:(?:proj|svcacct|admin|None)-)?(?P<body>[A-Za-z0-9_\-]{20,})(?![A-Za-z0-9_-])"),
-        lambda m: _whole("openai_key")(m) if _random_like(m.group("body")) else None,
+        re.compile(r"sk-(?<![A-Za-z0-9]sk-)(?P<scope>(?:proj|svcacct|admin|None)-)?(?P<body>[A-Za-z0-9_\-]{20,})(?![A-Za-z0-9_-])"),
+        _openai_key,
     ),
     SecretRule("underscore_token", re.compile(r"hf_(?<!_hf_)[A-Za-z0-9]{30,}(?![A-Za-z0-9_])"),  # `from_hf_…`: a name
                _whole("huggingface_token", lambda s: _mixed_case(s[3:]))),

@@ -218,3 +218,34 @@ def test_a_gate_opens_on_every_text_its_rule_matches(rule):
 
     check()
     assert matched
+
+
+OPENAI = _j("sk", "-proj-", "Ab12Cd34Ef56Gh78Ij90Kl12Mn34Op56Qr78St90")
+OPENAI_LEGACY = _j("sk", "-", "Ab12Cd34Ef56Gh78Ij90", "T3Blbk", "FJ", "Kl12Mn34Op56Qr78St90")
+ANTHROPIC = _j("sk", "-ant-", "api03-Zx9Yw8Vu7Ts6Rq5Po4Nm3Lk2Ji1Hg0Fe")
+
+
+def test_a_model_key_glued_to_an_id_by_a_dash_or_underscore_is_redacted():
+    for text, expected in [
+        (f"task-7-{OPENAI}", "task-7-<SECRET:openai_key>"),
+        (f"zdup-split-{OPENAI}", "zdup-split-<SECRET:openai_key>"),
+        (f"run_{OPENAI_LEGACY}", "run_<SECRET:openai_key>"),
+        (f"job-{ANTHROPIC}", "job-<SECRET:anthropic_key>"),
+    ]:
+        assert redact_text(text)[0] == expected
+
+
+def test_an_id_ending_in_sk_before_a_generated_looking_run_is_unchanged():
+    # without a scope or the legacy mark, `-sk-` inside an id is a word's end, not a key's start
+    for text in ("task-sk-Learn2024ModelsComparisonTableV2", "risk-sk-Q3Results2024DashboardFinal", "disk_sk-AbC123DeF456GhI789JkL"):
+        assert redact_text(text) == (text, Counter()), text
+
+
+def test_a_split_key_with_a_glued_model_key_is_redacted_in_the_trajectory():
+    from schemas.trajectory import Source, SystemPrompt, Trajectory, Turn
+    from stages.redact import redact_trajectory
+
+    traj = Trajectory(traj_id="t1", domain="terminal", split_key=f"task-7-{OPENAI}", source=Source(),
+                      system=SystemPrompt("task", "keys"), turns=[Turn("ls", "ok")])
+    out, counts = redact_trajectory(traj)
+    assert out.split_key == "task-7-<SECRET:openai_key>" and counts == Counter(openai_key=1)
