@@ -276,6 +276,26 @@ def _is_code_name(value: str, following: str) -> bool:
     return not (len(value) >= 16 and _case_switches(value) * 4 >= len(value))
 
 
+# A tokenizer's special tokens ([CLS], [MASK], [unused1]); the `<s>`, `<unk>`, `<|endoftext|>` shapes are references.
+_SPECIAL_TOKEN = re.compile(r"\[[^\[\]\s]{1,32}\]")
+
+
+def _looks_generated(value: str) -> bool:
+    """How a machine-made token looks: 8+ characters without spaces, with a digit or changing case all the time
+    (unlike ``Hello``, `` world`` or ``CAoQAA`` in logprobs and page cursors, or a special token)."""
+    if len(value) < 8 or any(c.isspace() or c == "\\" for c in value) or "://" in value or _SPECIAL_TOKEN.fullmatch(value):
+        return False
+    return _has_digit(value) or _case_switches(value) * 3 >= len(value)
+
+
+def _is_prose_or_token_shape(value: str) -> bool:
+    """Values a generic ``secret`` key holds in prose and data, never a secret: a phrase, a URL, a special token, a
+    short word (``The secret: "rosebud"``); a chosen secret like ``mysecretkey`` or ``s3cr3t`` still counts."""
+    if any(c.isspace() for c in value) or "://" in value or _SPECIAL_TOKEN.fullmatch(value):
+        return True
+    return len(value) < 8 and not _has_digit(value)
+
+
 def keep_value(value: str, quoted: bool, kind: str, following: str = "") -> bool:
     """Whether an assigned value is not a secret (see the module docstring for the decisions)."""
     if value.startswith("<SECRET:") or _is_reference_or_masked(value):
@@ -283,6 +303,10 @@ def keep_value(value: str, quoted: bool, kind: str, following: str = "") -> bool
     if _NUMBER.fullmatch(value):
         return kind != "password" or len(value) < 4
     if value.startswith(_PATH_STARTS):
+        return True
+    # A key that only says `token` names tokenizer entries, logprobs and lexer output too: its value must look made
+    # by a machine, as real tokens are. A `secret` may be chosen by a person, so only phrases and short words stay.
+    if (kind == "token" and not _looks_generated(value)) or (kind == "secret" and _is_prose_or_token_shape(value)):
         return True
     return not quoted and _is_code_name(value, following)
 
@@ -304,6 +328,8 @@ _SEPARATOR_VALUE = re.compile(
     r"\\*[\"']?[ \t]*(?::=|=>|[:=])(?![=>])[ \t]*"
     r"(?:(?P<q>\\*[\"'`])(?P<qv>(?:(?!(?P=q))[^\n]){1,512}?)(?P=q)|(?P<uv>[^\s\"'`\\,;&|<>(){}\[\]]{1,512}))"
 )
+# Pagination cursors (`nextPageToken`, AWS `NextToken`, `continuation_token`): opaque, never credentials.
+_CURSOR_NAMES = ("pagetoken", "nexttoken", "continuationtoken", "synctoken")
 _KEY_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.-")
 _MAX_KEY = 128
 
@@ -322,6 +348,12 @@ def assignment_kind(key: str) -> str:
     if "api" in k:
         return "api_key"
     return "secret"
+
+
+def _names_no_secret(key: str) -> bool:
+    """A key that names something about a secret (``PASSWORD_FILE``, ``token_type``) or a pagination cursor."""
+    k = key.lower().replace(".", "_").replace("-", "_")
+    return k.endswith(_NOT_SECRET_SUFFIXES) or k.replace("_", "").endswith(_CURSOR_NAMES)
 
 
 def _key_spans(text: str) -> list[tuple[int, int]]:
@@ -349,7 +381,7 @@ def _scan_assignments(text: str, counts: Counter) -> str:
         if edits and start < edits[-1][1]:
             continue  # a key-like word inside a value already replaced (``password=token=…``)
         key = text[start:end]
-        if not _SECRET_NAME.search(key) or key.lower().replace(".", "_").replace("-", "_").endswith(_NOT_SECRET_SUFFIXES):
+        if not _SECRET_NAME.search(key) or _names_no_secret(key):
             continue
         m = _SEPARATOR_VALUE.match(text, end)
         if m is None:
@@ -416,7 +448,7 @@ def _flag_kind(m: re.Match) -> str:
 
 
 def _keep_flag(m: re.Match) -> bool:
-    return keep_value(m.group("v"), bool(m.group("q")), _flag_kind(m))
+    return _names_no_secret(m.group("flag")) or keep_value(m.group("v"), bool(m.group("q")), _flag_kind(m))
 
 
 def _keep_plain(group: str) -> Callable[[re.Match], bool]:
