@@ -6,34 +6,49 @@ the surrounding text readable: ``export AWS_SECRET_ACCESS_KEY=<SECRET:aws_secret
 ``https://deploy:<SECRET:url_password>@git.example.com/``, ``Authorization: Bearer <SECRET:jwt>``.
 
 Kinds (each rule sits behind a gate — a substring or a literal-anchored pattern that one C-level scan
-of the text's UTF-8 bytes decides — so the common case, no secret anywhere, costs about fifteen fast
-scans per text and no rule regex at all):
+of the text's UTF-8 bytes decides, rare gates sharing one scan — so the common case, no secret anywhere,
+costs about twenty fast scans per text and no rule regex at all):
 
 - ``private_key`` — PEM/OpenSSH/PGP private key blocks, also with escaped ``\\n`` inside JSON strings,
   and truncated blocks without their END line; ``gcp_private_key_id`` — the ``private_key_id`` of a
   Google service-account JSON (its ``private_key`` is a PEM block);
-- ``aws_access_key`` (``AKIA``/``ASIA``/``ABIA``/``ACCA`` + 16), ``gcp_api_key`` (``AIza…``),
-  ``azure_storage_key`` (``AccountKey=``/``SharedAccessKey=`` in connection strings);
+- ``aws_access_key`` (``AKIA``/``ASIA``/``ABIA``/``ACCA`` + 16); ``aws_secret_key`` also without a key name: a
+  40-character base64 run with mixed case and a digit, ``/`` or ``+`` at most 200 characters from a redacted key id
+  in the same field (``aws configure`` prompts, a credentials CSV, prose), after the ``Secret Access Key [...]:``
+  prompt, or in ``aws configure set aws_secret_access_key X``; ``gcp_api_key`` (``AIza…``),
+  ``google_oauth_token`` (``ya29.…`` without a Bearer header), ``azure_storage_key`` (``AccountKey=``/
+  ``SharedAccessKey=`` in connection strings), ``azure_sas_signature`` (the ``sig=`` of a SAS URL or token: 20+
+  characters of possibly percent-encoded base64 with digits and capitals), ``digitalocean_token``
+  (``dop_v1_``/``doo_v1_``/``dor_v1_`` + 64 hex);
 - tokens: ``github_token``, ``gitlab_token``, ``slack_token``, ``slack_webhook``, ``anthropic_key``,
   ``openai_key`` (``sk-…``, ``sk-proj-…``; the body must look generated — digits and capitals, or 32+
   characters without dashes — so slugs like ``sk-learn-tutorial-2`` stay), ``huggingface_token``,
-  ``stripe_key``, ``npm_token``, ``pypi_token``, ``jwt`` (``eyJ….eyJ….…``);
+  ``stripe_key``, ``npm_token``, ``pypi_token``, ``sendgrid_key`` (``SG.`` + 22 + ``.`` + 43),
+  ``telegram_bot_token`` (a bot id of 8–10 digits, ``:AA`` and a mixed-case rest), ``jwt`` (``eyJ….eyJ….…``);
 - GitHub (a glued one's body mixed case), GitLab, Hugging Face (not after ``_``: ``from_hf_AutoModel…`` is a name),
   JWT and AWS tokens also glued to the word before them (``gh_ghp_…``, ``call_eyJ…``, ``1glpat-…``, ``xAKIA…``); an ``AKIA`` key only where no longer run of
   capitals and digits holds it and no ``+``, ``/`` or ``=`` follows (base64). The other prefixes still need a word
   boundary: ``sk-``, ``sk_live_``, ``xoxb-`` or ``AIza`` end ordinary words and base64 (``task-…``, ``disk_live_…``);
+  after a ``-`` or ``_`` only ``sk-ant-`` and an OpenAI key with a scope (``sk-proj-``, ``sk-svcacct-``,
+  ``sk-admin-``) or the ``T3BlbkFJ`` mark of legacy keys count (``task-7-sk-proj-…`` in an id);
 - ``url_password`` (``scheme://user:PASS@``), ``bearer_token``/``basic_auth`` (``Authorization:``
   headers and a bare ``Bearer <long token>``);
 - command-line passwords: ``--password X``, ``--password=X``, ``--api-key X`` …; ``-pSECRET`` only
   after ``mysql``/``mariadb`` tools and ``-p``/``-a`` after ``sshpass``/``redis-cli`` (a bare ``-p``
-  is a port, a path or a parent flag far more often than a password); ``curl -u user:PASS``;
+  is a port, a path or a parent flag far more often than a password); ``curl -u user:PASS``; likewise each only
+  after its tool: ``MYSQL_PWD=PASS``, ``echo PASS | sudo -S`` and ``sudo -S … <<< PASS``, ``echo PASS | docker
+  login … --password-stdin`` (any ``login``, ``passwd --stdin``), ``ldapsearch``/``ldapadd``/… ``-w PASS``,
+  ``smbclient``/``rpcclient`` ``-U user%PASS``, ``htpasswd -b [FILE] USER PASS``, ``openssl`` ``-k PASS`` and
+  ``-passin``/``-passout pass:PASS``;
 - credential files: ``.netrc`` entries (``machine H login U password PASS``), ``.pgpass`` lines
   (``host:port:db:user:PASS``), Docker ``config.json`` ``"auth": "<base64 of user:pass>"`` (``docker_auth``);
 - a provider token (``ghp_…``, ``AKIA…``, ``eyJ…`` …) that a terminal wrapped over two lines;
 - assignments ``KEY=…``, ``export KEY=…``, ``KEY: …``, ``"key": "…"`` whose key names a secret
   (secret, password, passwd, passphrase, token, api_key/apikey, access_key, secret_key, private_key,
   credential, auth_key, client_secret): ``aws_secret_key``, ``azure_client_secret``, ``password``,
-  ``token``, ``api_key`` or ``secret`` by the key's name;
+  ``token``, ``api_key`` or ``secret`` by the key's name. A key of kind ``token`` also names tokenizer entries,
+  logprobs and lexer output, so its value must look machine-made (8+ characters, no space, a digit or case
+  changing all the time, not a ``[SPECIAL]`` token); under a ``secret`` a phrase or a short word stays;
 - any of the above percent-encoded (``next=https%3A%2F%2Fdeploy%3APASS%40host``, ``password%3DPASS``, also
   encoded twice): a run between whitespace that holds an escape of ASCII punctuation, a space or a line break is
   read decoded (``+`` stays: it is a space only in forms, and base64 holds it), and the placeholder takes the encoded
@@ -44,7 +59,9 @@ What stays, by decision: values that are not secrets but references or descripti
 placeholders, ``$VAR``/``${VAR}``/``{var}``/``%(x)s``/``<your-token>`` references, masked values
 (``***``), booleans and null words, numbers (except 4+ digits under a password key), paths
 (``PASSWORD_FILE=/run/secrets/db`` — keys ending in ``_file``, ``_path``, ``_url``, ``_type``,
-``_count``, ``_id`` … name something else); unquoted code (``password=self.password``,
+``_count``, ``_id`` … name something else), pagination cursors (``nextPageToken``, ``NextToken``,
+``continuation_token``); tokenizer special tokens (``"mask_token": "[MASK]"``, ``"bos_token": "<s>"``) and
+logprob entries (``{"token": "Hello"}``); unquoted code (``password=self.password``,
 ``token=os.environ["T"]``, ``password: str``): a bare word of letters is a name, not a secret (so an
 unquoted all-letters password like ``letmein`` is not caught — catching it would break every typed
 parameter in code). Look-alikes never match: git SHAs and hex digests, UUIDs, base64 images, version
