@@ -19,7 +19,7 @@ costs about twenty fast scans per text and no rule regex at all):
   ``google_oauth_token`` (``ya29.…`` without a Bearer header), ``azure_storage_key`` (``AccountKey=``/
   ``SharedAccessKey=`` in connection strings), ``azure_sas_signature`` (the ``sig=`` of a SAS URL or token: 20+
   characters of possibly percent-encoded base64 with digits and capitals), ``digitalocean_token``
-  (``dop_v1_``/``doo_v1_``/``dor_v1_`` + 64 hex);
+  (``dop_v1_``/``doo_v1_``/``dor_v1_`` + 64 or more hex digits);
 - tokens: ``github_token``, ``gitlab_token``, ``slack_token``, ``slack_webhook``, ``anthropic_key``,
   ``openai_key`` (``sk-…``, ``sk-proj-…``; the body must look generated — digits and capitals, or 32+
   characters without dashes — so slugs like ``sk-learn-tutorial-2`` stay), ``huggingface_token``,
@@ -750,7 +750,7 @@ _RULES: list[SecretRule] = [
     SecretRule("underscore_token", re.compile(r"npm_(?<![A-Za-z0-9_]npm_)[A-Za-z0-9]{36}(?![A-Za-z0-9_])"),
                _whole("npm_token", lambda s: _has_digit(s[4:]))),
     SecretRule("dash_token", re.compile(r"pypi-Ag[A-Za-z0-9_\-]{50,}"), _whole("pypi_token")),
-    SecretRule("underscore_token", re.compile(r"do[por]_v1_(?<![A-Za-z0-9_]do[por]_v1_)[a-f0-9]{64}(?![A-Za-z0-9_])"),
+    SecretRule("underscore_token", re.compile(r"do[por]_v1_(?<![A-Za-z0-9_]do[por]_v1_)[a-f0-9]{64,}(?![A-Za-z0-9_])"),
                _whole("digitalocean_token")),
     SecretRule("dot_token", re.compile(r"SG\.(?<![A-Za-z0-9_.\-]SG\.)[A-Za-z0-9_\-]{22}\.[A-Za-z0-9_\-]{43}(?![A-Za-z0-9_\-])"),
                _whole("sendgrid_key")),

@@ -81,6 +81,7 @@ PROVIDERS = [
     (f"export SENDGRID_KEY={SENDGRID}", "export SENDGRID_KEY=<SECRET:sendgrid_key>"),
     (f"sg = SendGridAPIClient('{SENDGRID}')", "sg = SendGridAPIClient('<SECRET:sendgrid_key>')"),
     (f"doctl auth init -t {DIGITALOCEAN}", "doctl auth init -t <SECRET:digitalocean_token>"),
+    (f"DIGITALOCEAN_TOKEN={DIGITALOCEAN}9f8e", "DIGITALOCEAN_TOKEN=<SECRET:digitalocean_token>"),  # a longer one too
     (f"DO {DIGITALOCEAN.replace('dop_', 'doo_')} and {DIGITALOCEAN.replace('dop_', 'dor_')}",
      "DO <SECRET:digitalocean_token> and <SECRET:digitalocean_token>"),
     (f"curl https://api.telegram.org/bot{TELEGRAM}/sendMessage -d chat_id=42",
