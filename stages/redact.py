@@ -79,6 +79,7 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
+from urllib.parse import unquote
 
 from schemas.stats import Stats
 from schemas.trajectory import Demonstration, Trajectory
@@ -299,7 +300,9 @@ _SPECIAL_TOKEN = re.compile(r"\[[^\[\]\s]{1,32}\]")
 
 def _looks_generated(value: str) -> bool:
     """How a machine-made token looks: 8+ characters without spaces, with a digit or changing case all the time
-    (unlike ``Hello``, `` world`` or ``CAoQAA`` in logprobs and page cursors, or a special token)."""
+    (unlike ``Hello``, `` world`` or ``CAoQAA`` in logprobs and page cursors, or a special token). A backslash is
+    an escaped character (``\\u2019s``), except JSON's optional ``\\/`` in base64."""
+    value = value.replace("\\/", "/")
     if len(value) < 8 or any(c.isspace() or c == "\\" for c in value) or "://" in value or _SPECIAL_TOKEN.fullmatch(value):
         return False
     return _has_digit(value) or _case_switches(value) * 3 >= len(value)
@@ -719,7 +722,7 @@ _RULES: list[SecretRule] = [
     SecretRule(
         "sas",  # the signature of an Azure shared access signature (`?sv=…&sig=…`): whoever holds the URL has the access
         re.compile(r"(?<![A-Za-z0-9_])sig=(?P<v>(?:[A-Za-z0-9+/_\-]|%[0-9A-Fa-f]{2}){20,}={0,2})(?![A-Za-z0-9+/_\-=%])"),
-        _value("v", "azure_sas_signature", lambda m: not _random_like(m.group("v"))),
+        _value("v", "azure_sas_signature", lambda m: not _random_like(unquote(m.group("v")))),
     ),
     SecretRule("underscore_token", re.compile(r"gh[pousr]_[A-Za-z0-9]{36,251}(?![A-Za-z0-9_])"), _github_token),
     SecretRule("underscore_token", re.compile(r"github_pat_(?<![A-Za-z0-9_]github_pat_)[A-Za-z0-9_]{22,244}"),

@@ -135,6 +135,7 @@ SAS_LOOKALIKES = [
     "sig = inspect.signature(f); def handler(sig=None, frame=None): kill(pid, sig=signal.SIGTERM)",
     "https://example.com/a?sig=abc&sv=2021-06-08",  # too short for a signature
     "https://example.com/a?sig=signature_of_the_uploaded_document",  # a word, not base64 of an HMAC
+    "https://example.com/a?sig=Best%20Regards%2C%20the%20Team",  # an encoded phrase: its escapes are no digits
     "csig=Ab3De5Gh7Jk9Mn1Pq3St5Vw7Yz9Bc1Ef3Hi5Kl7No",  # another parameter's name
 ]
 

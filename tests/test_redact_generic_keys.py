@@ -39,6 +39,7 @@ KEPT = [
 # (text, kind): real tokens and secrets under the same generic keys
 REDACTED = [
     ('{"token": "9f8e7d6c5b4a39281706f5e4d3c2b1a0"}', "token"),
+    ('{"token": "Ab3De5Gh\\/Jk9Mn1Pq3St5=="}', "token"),  # base64 with JSON's escaped slash (PHP writes it)
     ('{"access_token": "Ab3De5Gh7Jk9Mn1Pq3St5", "token_type": "bearer"}', "token"),
     ('csrf_token = "abc123def456"', "token"),
     ("TOKEN='xYzAbCdEfGhIjKlMnOpQ'", "token"),  # letters only, but changing case all the time
