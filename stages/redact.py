@@ -6,34 +6,49 @@ the surrounding text readable: ``export AWS_SECRET_ACCESS_KEY=<SECRET:aws_secret
 ``https://deploy:<SECRET:url_password>@git.example.com/``, ``Authorization: Bearer <SECRET:jwt>``.
 
 Kinds (each rule sits behind a gate — a substring or a literal-anchored pattern that one C-level scan
-of the text's UTF-8 bytes decides — so the common case, no secret anywhere, costs about fifteen fast
-scans per text and no rule regex at all):
+of the text's UTF-8 bytes decides, rare gates sharing one scan — so the common case, no secret anywhere,
+costs about twenty fast scans per text and no rule regex at all):
 
 - ``private_key`` — PEM/OpenSSH/PGP private key blocks, also with escaped ``\\n`` inside JSON strings,
   and truncated blocks without their END line; ``gcp_private_key_id`` — the ``private_key_id`` of a
   Google service-account JSON (its ``private_key`` is a PEM block);
-- ``aws_access_key`` (``AKIA``/``ASIA``/``ABIA``/``ACCA`` + 16), ``gcp_api_key`` (``AIza…``),
-  ``azure_storage_key`` (``AccountKey=``/``SharedAccessKey=`` in connection strings);
+- ``aws_access_key`` (``AKIA``/``ASIA``/``ABIA``/``ACCA`` + 16); ``aws_secret_key`` also without a key name: a
+  40-character base64 run with mixed case and a digit, ``/`` or ``+`` at most 200 characters from a redacted key id
+  in the same field (``aws configure`` prompts, a credentials CSV, prose), after the ``Secret Access Key [...]:``
+  prompt, or in ``aws configure set aws_secret_access_key X``; ``gcp_api_key`` (``AIza…``),
+  ``google_oauth_token`` (``ya29.…`` without a Bearer header), ``azure_storage_key`` (``AccountKey=``/
+  ``SharedAccessKey=`` in connection strings), ``azure_sas_signature`` (the ``sig=`` of a SAS URL or token: 20+
+  characters of possibly percent-encoded base64 with digits and capitals), ``digitalocean_token``
+  (``dop_v1_``/``doo_v1_``/``dor_v1_`` + 64 or more hex digits);
 - tokens: ``github_token``, ``gitlab_token``, ``slack_token``, ``slack_webhook``, ``anthropic_key``,
   ``openai_key`` (``sk-…``, ``sk-proj-…``; the body must look generated — digits and capitals, or 32+
   characters without dashes — so slugs like ``sk-learn-tutorial-2`` stay), ``huggingface_token``,
-  ``stripe_key``, ``npm_token``, ``pypi_token``, ``jwt`` (``eyJ….eyJ….…``);
+  ``stripe_key``, ``npm_token``, ``pypi_token``, ``sendgrid_key`` (``SG.`` + 22 + ``.`` + 43),
+  ``telegram_bot_token`` (a bot id of 8–10 digits, ``:AA`` and a mixed-case rest), ``jwt`` (``eyJ….eyJ….…``);
 - GitHub (a glued one's body mixed case), GitLab, Hugging Face (not after ``_``: ``from_hf_AutoModel…`` is a name),
   JWT and AWS tokens also glued to the word before them (``gh_ghp_…``, ``call_eyJ…``, ``1glpat-…``, ``xAKIA…``); an ``AKIA`` key only where no longer run of
   capitals and digits holds it and no ``+``, ``/`` or ``=`` follows (base64). The other prefixes still need a word
   boundary: ``sk-``, ``sk_live_``, ``xoxb-`` or ``AIza`` end ordinary words and base64 (``task-…``, ``disk_live_…``);
+  after a ``-`` or ``_`` only ``sk-ant-`` and an OpenAI key with a scope (``sk-proj-``, ``sk-svcacct-``,
+  ``sk-admin-``) or the ``T3BlbkFJ`` mark of legacy keys count (``task-7-sk-proj-…`` in an id);
 - ``url_password`` (``scheme://user:PASS@``), ``bearer_token``/``basic_auth`` (``Authorization:``
   headers and a bare ``Bearer <long token>``);
 - command-line passwords: ``--password X``, ``--password=X``, ``--api-key X`` …; ``-pSECRET`` only
   after ``mysql``/``mariadb`` tools and ``-p``/``-a`` after ``sshpass``/``redis-cli`` (a bare ``-p``
-  is a port, a path or a parent flag far more often than a password); ``curl -u user:PASS``;
+  is a port, a path or a parent flag far more often than a password); ``curl -u user:PASS``; likewise each only
+  after its tool: ``MYSQL_PWD=PASS``, ``echo PASS | sudo -S`` and ``sudo -S … <<< PASS``, ``echo PASS | docker
+  login … --password-stdin`` (any ``login``, ``passwd --stdin``), ``ldapsearch``/``ldapadd``/… ``-w PASS``,
+  ``smbclient``/``rpcclient`` ``-U user%PASS``, ``htpasswd -b [FILE] USER PASS``, ``openssl`` ``-k PASS`` and
+  ``-passin``/``-passout pass:PASS``;
 - credential files: ``.netrc`` entries (``machine H login U password PASS``), ``.pgpass`` lines
   (``host:port:db:user:PASS``), Docker ``config.json`` ``"auth": "<base64 of user:pass>"`` (``docker_auth``);
 - a provider token (``ghp_…``, ``AKIA…``, ``eyJ…`` …) that a terminal wrapped over two lines;
 - assignments ``KEY=…``, ``export KEY=…``, ``KEY: …``, ``"key": "…"`` whose key names a secret
   (secret, password, passwd, passphrase, token, api_key/apikey, access_key, secret_key, private_key,
   credential, auth_key, client_secret): ``aws_secret_key``, ``azure_client_secret``, ``password``,
-  ``token``, ``api_key`` or ``secret`` by the key's name;
+  ``token``, ``api_key`` or ``secret`` by the key's name. A key of kind ``token`` also names tokenizer entries,
+  logprobs and lexer output, so its value must look machine-made (8+ characters, no space, a digit or case
+  changing all the time, not a ``[SPECIAL]`` token); under a ``secret`` a phrase or a short word stays;
 - any of the above percent-encoded (``next=https%3A%2F%2Fdeploy%3APASS%40host``, ``password%3DPASS``, also
   encoded twice): a run between whitespace that holds an escape of ASCII punctuation, a space or a line break is
   read decoded (``+`` stays: it is a space only in forms, and base64 holds it), and the placeholder takes the encoded
@@ -44,7 +59,9 @@ What stays, by decision: values that are not secrets but references or descripti
 placeholders, ``$VAR``/``${VAR}``/``{var}``/``%(x)s``/``<your-token>`` references, masked values
 (``***``), booleans and null words, numbers (except 4+ digits under a password key), paths
 (``PASSWORD_FILE=/run/secrets/db`` — keys ending in ``_file``, ``_path``, ``_url``, ``_type``,
-``_count``, ``_id`` … name something else); unquoted code (``password=self.password``,
+``_count``, ``_id`` … name something else), pagination cursors (``nextPageToken``, ``NextToken``,
+``continuation_token``); tokenizer special tokens (``"mask_token": "[MASK]"``, ``"bos_token": "<s>"``) and
+logprob entries (``{"token": "Hello"}``); unquoted code (``password=self.password``,
 ``token=os.environ["T"]``, ``password: str``): a bare word of letters is a name, not a secret (so an
 unquoted all-letters password like ``letmein`` is not caught — catching it would break every typed
 parameter in code). Look-alikes never match: git SHAs and hex digests, UUIDs, base64 images, version
@@ -62,6 +79,7 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
+from urllib.parse import unquote
 
 from schemas.stats import Stats
 from schemas.trajectory import Demonstration, Trajectory
@@ -73,10 +91,26 @@ PLACEHOLDER = "<SECRET:{}>"
 Replacer = Callable[[re.Match], tuple[str, str] | None]
 
 
-_AWS_GATE = re.compile(rb"A(?:KIA|SIA|BIA|CCA|Iza)")
+# Tokens anchored on a capital A, in one scan: AWS key ids (AKIA…), Google API keys (AIza…) and the secret half of a
+# Telegram bot token (`123456789:AA…`).
+_CAPITAL_A_GATE = re.compile(rb"A(?:KIA|SIA|BIA|CCA|Iza|A(?<=[0-9]:AA)[A-Za-z0-9_\-]{32})")
+# The rare phrases ending in `key` that open gates of their own, in one scan of the lowercased bytes: the checks that
+# tell them apart run only on the texts that hold one.
+_KEY_PHRASE_GATE = re.compile(
+    rb"key(?:(?<=private key)|(?<=private_key)_id|=(?<=accountkey=)|=(?<=sharedaccesskey=)|(?<=secret[ _]access[ _]key))"
+)
+_AWS_SECRET_NAME_GATE = re.compile(rb"secret[ _]access[ _]key")
 _UNDERSCORE_TOKEN_GATE = re.compile(rb"_[A-Za-z0-9]{16}")
 _DASH_TOKEN_GATE = re.compile(rb"-[A-Za-z0-9_\-]{20}")
+_DOT_TOKEN_GATE = re.compile(rb"\.[A-Za-z0-9_\-]{20}")
 _CLI_TOOL_GATE = re.compile(rb"m(?:ysql|ariadb)")
+_DOCKER_AUTH_GATE = re.compile(rb'auth\\?"')  # `"auth"`, also JSON-escaped
+# Over the lowercased bytes of a text with a keyword: tools whose name or password flag holds `pass` (sshpass, htpasswd,
+# `login --password-stdin`, `passwd --stdin`, openssl's `-passin pass:…`).
+_PASS_TOOL_GATE = re.compile(rb"pass(?:(?<=sshpass)|wd(?<=htpasswd)|wd[ \t]+--stdin|word-stdin|(?:in|out)[ \t]+['\"]?pass:)")
+# The short flags that tools take a password with or after: `sudo -S` (from stdin), `ldapsearch -w`, `smbclient -U
+# user%PASS`, `openssl enc -k`.
+_SHORT_FLAG_GATE = re.compile(rb"-(?:[SUkw](?![A-Za-z0-9_-])|-user=|-stdin)")
 _PGPASS_GATE = re.compile(rb":(?:\d{1,5}|\*):[^:\s]+:[^:\s]+:\S")
 # Prefixes of the provider tokens above; a token whose line ends inside it was wrapped by a terminal.
 _WRAP_HEAD = r"(?:gh[pousr]_|github_pat_|gl(?:pat|dt|rt|ptt)-|xox[a-z]-|sk-|hf_|npm_|pypi-|whsec_|[sr]k_(?:live|test)_|A(?:KIA|SIA|BIA|CCA|Iza)|eyJ)"
@@ -104,25 +138,30 @@ def open_gates(text: str) -> set[str]:
     gates = set()
     if b"key" in low:
         gates.add("keyword")
-        if b"PRIVATE KEY" in raw:
-            gates.add("private_key")
-        if b"private_key_id" in raw:
-            gates.add("private_key_id")
-        if b"accountkey=" in low or b"sharedaccesskey=" in low:
-            gates.add("azure")
+        if _KEY_PHRASE_GATE.search(low):
+            if b"PRIVATE KEY" in raw:
+                gates.add("private_key")
+            if b"private_key_id" in raw:
+                gates.add("private_key_id")
+            if b"accountkey=" in low or b"sharedaccesskey=" in low:
+                gates.add("azure")
+            if _AWS_SECRET_NAME_GATE.search(low):
+                gates.add("aws_secret")
     elif b"pass" in low or b"token" in low or b"secret" in low or b"credential" in low:
         gates.add("keyword")
     if "keyword" in gates:
         if b"-" in raw:
             gates.add("flag")
-        if b"sshpass" in low:
+        if _PASS_TOOL_GATE.search(low):
             gates.add("cli_tool")
-    if _AWS_GATE.search(raw):
-        gates.add("aws")
+    if _CAPITAL_A_GATE.search(raw):
+        gates.add("capital_a")
     if _UNDERSCORE_TOKEN_GATE.search(raw):
         gates.add("underscore_token")
     if _DASH_TOKEN_GATE.search(raw):
         gates.add("dash_token")
+    if _DOT_TOKEN_GATE.search(raw):
+        gates.add("dot_token")
     if b"eyJ" in raw:
         gates.add("jwt")
     has_at = b"@" in raw
@@ -133,21 +172,27 @@ def open_gates(text: str) -> set[str]:
             gates.add("url")
         if b"hooks.slack.com" in raw:
             gates.add("slack_webhook")
-    if b"authoriz" in low:
-        gates.add("authorization")
+    # `auth` is rare: one scan decides for the checks behind it (an `auth"` in raw lowercases to one in low).
+    if b"auth" in low:
+        if b"authoriz" in low:
+            gates.add("authorization")
+        if _DOCKER_AUTH_GATE.search(raw):
+            gates.add("docker_auth")
     if b"bearer" in low:
         gates.add("bearer")
     if _CLI_TOOL_GATE.search(low) or b"redis-cli" in low:
         gates.add("cli_tool")
+    if _SHORT_FLAG_GATE.search(raw):
+        gates.add("short_flag")
     # The curl and netrc rules are case-sensitive: their literals must occur as written.
     if b"curl" in raw and b"-u" in raw:
         gates.add("curl")
-    if b"machine" in raw and b"login" in raw and b"password" in raw and "keyword" in gates:
+    if "keyword" in gates and b"password" in raw and b"machine" in raw and b"login" in raw:
         gates.add("netrc")
-    if b'auth"' in raw or b'auth\\"' in raw:
-        gates.add("docker_auth")
     if _PGPASS_GATE.search(raw):
         gates.add("pgpass")
+    if b"=" in raw and b"sig=" in raw:  # one memchr keeps the texts without any `=` from the slower scan
+        gates.add("sas")
     if b"\n" in raw and _WRAPPED_GATE_REVERSED.search(raw[::-1]):
         gates.add("wrapped")
     if _PERCENT_BYTE in raw and _ESCAPE_GATE.search(raw):
@@ -249,6 +294,28 @@ def _is_code_name(value: str, following: str) -> bool:
     return not (len(value) >= 16 and _case_switches(value) * 4 >= len(value))
 
 
+# A tokenizer's special tokens ([CLS], [MASK], [unused1]); the `<s>`, `<unk>`, `<|endoftext|>` shapes are references.
+_SPECIAL_TOKEN = re.compile(r"\[[^\[\]\s]{1,32}\]")
+
+
+def _looks_generated(value: str) -> bool:
+    """How a machine-made token looks: 8+ characters without spaces, with a digit or changing case all the time
+    (unlike ``Hello``, `` world`` or ``CAoQAA`` in logprobs and page cursors, or a special token). A backslash is
+    an escaped character (``\\u2019s``), except JSON's optional ``\\/`` in base64."""
+    value = value.replace("\\/", "/")
+    if len(value) < 8 or any(c.isspace() or c == "\\" for c in value) or "://" in value or _SPECIAL_TOKEN.fullmatch(value):
+        return False
+    return _has_digit(value) or _case_switches(value) * 3 >= len(value)
+
+
+def _is_prose_or_token_shape(value: str) -> bool:
+    """Values a generic ``secret`` key holds in prose and data, never a secret: a phrase, a URL, a special token, a
+    short word (``The secret: "rosebud"``); a chosen secret like ``mysecretkey`` or ``s3cr3t`` still counts."""
+    if any(c.isspace() for c in value) or "://" in value or _SPECIAL_TOKEN.fullmatch(value):
+        return True
+    return len(value) < 8 and not _has_digit(value)
+
+
 def keep_value(value: str, quoted: bool, kind: str, following: str = "") -> bool:
     """Whether an assigned value is not a secret (see the module docstring for the decisions)."""
     if value.startswith("<SECRET:") or _is_reference_or_masked(value):
@@ -256,6 +323,10 @@ def keep_value(value: str, quoted: bool, kind: str, following: str = "") -> bool
     if _NUMBER.fullmatch(value):
         return kind != "password" or len(value) < 4
     if value.startswith(_PATH_STARTS):
+        return True
+    # A key that only says `token` names tokenizer entries, logprobs and lexer output too: its value must look made
+    # by a machine, as real tokens are. A `secret` may be chosen by a person, so only phrases and short words stay.
+    if (kind == "token" and not _looks_generated(value)) or (kind == "secret" and _is_prose_or_token_shape(value)):
         return True
     return not quoted and _is_code_name(value, following)
 
@@ -277,6 +348,8 @@ _SEPARATOR_VALUE = re.compile(
     r"\\*[\"']?[ \t]*(?::=|=>|[:=])(?![=>])[ \t]*"
     r"(?:(?P<q>\\*[\"'`])(?P<qv>(?:(?!(?P=q))[^\n]){1,512}?)(?P=q)|(?P<uv>[^\s\"'`\\,;&|<>(){}\[\]]{1,512}))"
 )
+# Pagination cursors (`nextPageToken`, AWS `NextToken`, `continuation_token`): opaque, never credentials.
+_CURSOR_NAMES = ("pagetoken", "nexttoken", "continuationtoken", "synctoken")
 _KEY_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.-")
 _MAX_KEY = 128
 
@@ -295,6 +368,12 @@ def assignment_kind(key: str) -> str:
     if "api" in k:
         return "api_key"
     return "secret"
+
+
+def _names_no_secret(key: str) -> bool:
+    """A key that names something about a secret (``PASSWORD_FILE``, ``token_type``) or a pagination cursor."""
+    k = key.lower().replace(".", "_").replace("-", "_")
+    return k.endswith(_NOT_SECRET_SUFFIXES) or k.replace("_", "").endswith(_CURSOR_NAMES)
 
 
 def _key_spans(text: str) -> list[tuple[int, int]]:
@@ -322,7 +401,7 @@ def _scan_assignments(text: str, counts: Counter) -> str:
         if edits and start < edits[-1][1]:
             continue  # a key-like word inside a value already replaced (``password=token=…``)
         key = text[start:end]
-        if not _SECRET_NAME.search(key) or key.lower().replace(".", "_").replace("-", "_").endswith(_NOT_SECRET_SUFFIXES):
+        if not _SECRET_NAME.search(key) or _names_no_secret(key):
             continue
         m = _SEPARATOR_VALUE.match(text, end)
         if m is None:
@@ -389,7 +468,7 @@ def _flag_kind(m: re.Match) -> str:
 
 
 def _keep_flag(m: re.Match) -> bool:
-    return keep_value(m.group("v"), bool(m.group("q")), _flag_kind(m))
+    return _names_no_secret(m.group("flag")) or keep_value(m.group("v"), bool(m.group("q")), _flag_kind(m))
 
 
 def _keep_plain(group: str) -> Callable[[re.Match], bool]:
@@ -405,6 +484,52 @@ def _aws_access_key(m: re.Match) -> tuple[str, str] | None:
     return PLACEHOLDER.format("aws_access_key"), "aws_access_key"
 
 
+# An AWS secret access key is 40 characters of base64: only its context tells it from other base64.
+_AWS_SECRET = r"(?<![A-Za-z0-9/+=])(?P<v>[A-Za-z0-9/+]{40})(?![A-Za-z0-9/+=])"
+_AWS_SECRET_RUN = re.compile(_AWS_SECRET)
+_AWS_KEY_ID_HOLDER = re.compile(re.escape(PLACEHOLDER.format("aws_access_key")))
+_AWS_PAIR_REACH = 200  # characters between a key id and its secret: a prompt line, a CSV row, a sentence
+
+
+def _aws_secret_like(run: str) -> bool:
+    """Mixed case with a digit, ``/`` or ``+``: a generated key, unlike a hex digest or a word run."""
+    return _mixed_case(run) and any(c.isdigit() or c in "/+" for c in run)
+
+
+def _scan_aws_secret_near_key_id(text: str, counts: Counter) -> str:
+    """A secret access key printed near its key id (``aws configure`` prompts, a credentials CSV, ``key AKIA… /
+    wJalr…`` in prose): a generated-looking 40-character run at most `_AWS_PAIR_REACH` characters before or after a
+    redacted key id, in the same field (never across a NUL: fields and decoded runs are joined with one)."""
+    ids = [m.span() for m in _AWS_KEY_ID_HOLDER.finditer(text)]
+    if not ids:
+        return text
+    edits = []
+    for m in _AWS_SECRET_RUN.finditer(text):
+        if not _aws_secret_like(m.group("v")):
+            continue
+        for id_start, id_end in ids:
+            between = text[min(id_end, m.end()) : max(id_start, m.start())]
+            if len(between) <= _AWS_PAIR_REACH and "\x00" not in between:
+                edits.append(m.span())
+                break
+    for start, end in reversed(edits):
+        text = text[:start] + PLACEHOLDER.format("aws_secret_key") + text[end:]
+        counts["aws_secret_key"] += 1
+    return text
+
+
+def _openai_key(m: re.Match) -> tuple[str, str] | None:
+    """An OpenAI key's body looks generated. One glued to an id by ``-`` or ``_`` (``task-7-sk-proj-…``) needs more,
+    as words end in ``sk`` there too (``task-list``, ``disk_…``): a project or account scope, or ``T3BlbkFJ``, the
+    base64 of "OpenAI" that legacy keys carry in their middle."""
+    body = m.group("body")
+    if not _random_like(body):
+        return None
+    if m.string[m.start() - 1 : m.start()] in ("-", "_") and not (m.group("scope") or "T3BlbkFJ" in body):
+        return None
+    return PLACEHOLDER.format("openai_key"), "openai_key"
+
+
 def _github_token(m: re.Match) -> tuple[str, str] | None:
     """A GitHub token; one glued to the word before it (``weighs_`` + a git SHA holds ``ghs_``) only where its body
     mixes cases, as generated tokens do."""
@@ -417,6 +542,47 @@ def _github_token(m: re.Match) -> tuple[str, str] | None:
 def _auth_kind(m: re.Match) -> str:
     scheme = (m.group("scheme") or "").lower()
     return "basic_auth" if scheme == "basic" else "bearer_token"
+
+
+# --- passwords that command lines take without a `--password` flag ----------------------------------------------
+
+# `echo PW |` or `printf '%s\n' PW |` before a command that reads its password from standard input
+_ECHOED = (r"(?<![\w-])(?:echo|printf)[ \t]+(?:-[neE]+[ \t]+)?(?:(?P<fq>['\"])%s(?:\\n)?(?P=fq)[ \t]+)?"
+           r"(?P<q>['\"]?)(?P<v>[^\s'\"|;&<>\\]+)(?:\\n)?(?P=q)[ \t]*\|[ \t]*")
+# sudo reading its password from stdin (`-S`, after options that may take a value)
+_SUDO_STDIN = r"sudo(?:[ \t]+(?:-[A-Za-z]*[ugpCh][ \t]+\S+|-[A-Za-z]+))*?[ \t]+(?:-S|--stdin)(?![\w-])"
+_FLAG_VALUE = r"(?P<q>['\"]?)(?P<v>[^\s'\"-][^\s'\"]*)(?P=q)"
+
+
+def _assigned(kind: str) -> Replacer:
+    """Replace the value of a `_SEPARATOR_VALUE` match, unless `keep_value` keeps it."""
+
+    def repl(m: re.Match) -> tuple[str, str] | None:
+        quoted = m.group("qv") is not None
+        group = "qv" if quoted else "uv"
+        if keep_value(m.group(group), quoted, kind, m.string[m.end() : m.end() + 1]):
+            return None
+        return _value(group, kind)(m)
+
+    return repl
+
+
+_HTPASSWD_ARG = re.compile(r"[ \t]+(?P<q>['\"]?)(?P<v>[^\s'\"]+)(?P=q)")
+
+
+def _htpasswd(m: re.Match) -> tuple[str, str] | None:
+    """``htpasswd -b [-c…] FILE USER PASS``, or ``htpasswd -nb USER PASS`` (no file: the entry is printed)."""
+    flags = re.sub(r"-C[ \t]*\d+", "", m.group("opts"))
+    if "b" not in flags:
+        return None
+    args = list(_HTPASSWD_ARG.finditer(m.group("args")))
+    index = 1 if "n" in flags else 2
+    if len(args) <= index or keep_value(args[index].group("v"), True, "password"):
+        return None
+    offset = m.start("args") - m.start()
+    start, end = (offset + i for i in args[index].span("v"))
+    text = m.group(0)
+    return text[:start] + PLACEHOLDER.format("password") + text[end:], "password"
 
 
 # --- percent-encoded runs: the rules read them decoded, a placeholder takes the encoded span of its secret ----------
@@ -531,11 +697,33 @@ _RULES: list[SecretRule] = [
         re.compile(r"\"private_key_id\\*\"[ \t]*:[ \t]*\\*\"(?P<v>[0-9a-fA-F]{16,64})"),
         _value("v", "gcp_private_key_id"),
     ),
-    SecretRule("aws", re.compile(r"A(?<![A-Z]A)(?<![A-Z0-9][0-9]A)(?:KIA|SIA|BIA|CCA)[A-Z0-9]{16}(?![A-Za-z0-9])"),
+    SecretRule("capital_a", re.compile(r"A(?<![A-Z]A)(?<![A-Z0-9][0-9]A)(?:KIA|SIA|BIA|CCA)[A-Z0-9]{16}(?![A-Za-z0-9])"),
                _aws_access_key),
-    SecretRule("aws", re.compile(r"AIza(?<![A-Za-z0-9_-]AIza)[0-9A-Za-z_\-]{35}(?![A-Za-z0-9_-])"), _whole("gcp_api_key")),
+    SecretRule("capital_a", None, scan=_scan_aws_secret_near_key_id),
+    SecretRule(
+        "aws_secret",  # `aws configure` asks for it: `AWS Secret Access Key [None]: …` or `[****************EKEY]: …`
+        re.compile(r"Secret Access Key(?:[ \t]*\[[^\]\n]{0,64}\])?[ \t]*:[ \t]*" + _AWS_SECRET),
+        _value("v", "aws_secret_key"),
+    ),
+    SecretRule(
+        "aws_secret",
+        re.compile(r"configure(?<![\w-]configure)[ \t]+set[ \t]+(?:[\w-]+\.)*aws_secret_access_key[ \t]+(?P<q>['\"]?)(?P<v>[^\s'\"]+)(?P=q)"),
+        _value("v", "aws_secret_key", _keep_plain("v")),
+    ),
+    SecretRule("capital_a", re.compile(r"AIza(?<![A-Za-z0-9_-]AIza)[0-9A-Za-z_\-]{35}(?![A-Za-z0-9_-])"), _whole("gcp_api_key")),
+    SecretRule(
+        # a bot id, then 35 characters starting with AA (34 in Telegram's own example); in the API's URLs after `/bot`
+        "capital_a",
+        re.compile(r"(?:(?<=/bot)|(?<![A-Za-z0-9_]))(?P<v>[0-9]{8,10}:AA(?P<body>[A-Za-z0-9_\-]{32,33}))(?![A-Za-z0-9_\-])"),
+        _value("v", "telegram_bot_token", lambda m: not _mixed_case(m.group("body"))),
+    ),
     SecretRule("azure", re.compile(r"(?P<k>AccountKey|SharedAccessKey)=(?P<v>" + _B64 + r"{20,}={0,2})", re.IGNORECASE),
                _value("v", "azure_storage_key")),
+    SecretRule(
+        "sas",  # the signature of an Azure shared access signature (`?sv=…&sig=…`): whoever holds the URL has the access
+        re.compile(r"(?<![A-Za-z0-9_])sig=(?P<v>(?:[A-Za-z0-9+/_\-]|%[0-9A-Fa-f]{2}){20,}={0,2})(?![A-Za-z0-9+/_\-=%])"),
+        _value("v", "azure_sas_signature", lambda m: not _random_like(unquote(m.group("v")))),
+    ),
     SecretRule("underscore_token", re.compile(r"gh[pousr]_[A-Za-z0-9]{36,251}(?![A-Za-z0-9_])"), _github_token),
     SecretRule("underscore_token", re.compile(r"github_pat_(?<![A-Za-z0-9_]github_pat_)[A-Za-z0-9_]{22,244}"),
                _whole("github_token")),
@@ -548,11 +736,11 @@ _RULES: list[SecretRule] = [
     ),
     SecretRule("dash_token", re.compile(r"x(?<![A-Za-z0-9_-]x)(?:ox[abposer]-|app-\d-)[A-Za-z0-9\-]{20,}"),
                _whole("slack_token")),
-    SecretRule("dash_token", re.compile(r"sk-ant-(?<![A-Za-z0-9_-]sk-ant-)[A-Za-z0-9_\-]{20,}"), _whole("anthropic_key")),
+    SecretRule("dash_token", re.compile(r"sk-ant-(?<![A-Za-z0-9]sk-ant-)[A-Za-z0-9_\-]{20,}"), _whole("anthropic_key")),
     SecretRule(
         "dash_token",
-        re.compile(r"sk-(?<![A-Za-z0-9_-]sk-)(?:(?:proj|svcacct|admin|None)-)?(?P<body>[A-Za-z0-9_\-]{20,})(?![A-Za-z0-9_-])"),
-        lambda m: _whole("openai_key")(m) if _random_like(m.group("body")) else None,
+        re.compile(r"sk-(?<![A-Za-z0-9]sk-)(?P<scope>(?:proj|svcacct|admin|None)-)?(?P<body>[A-Za-z0-9_\-]{20,})(?![A-Za-z0-9_-])"),
+        _openai_key,
     ),
     SecretRule("underscore_token", re.compile(r"hf_(?<!_hf_)[A-Za-z0-9]{30,}(?![A-Za-z0-9_])"),  # `from_hf_…`: a name
                _whole("huggingface_token", lambda s: _mixed_case(s[3:]))),
@@ -565,6 +753,12 @@ _RULES: list[SecretRule] = [
     SecretRule("underscore_token", re.compile(r"npm_(?<![A-Za-z0-9_]npm_)[A-Za-z0-9]{36}(?![A-Za-z0-9_])"),
                _whole("npm_token", lambda s: _has_digit(s[4:]))),
     SecretRule("dash_token", re.compile(r"pypi-Ag[A-Za-z0-9_\-]{50,}"), _whole("pypi_token")),
+    SecretRule("underscore_token", re.compile(r"do[por]_v1_(?<![A-Za-z0-9_]do[por]_v1_)[a-f0-9]{64,}(?![A-Za-z0-9_])"),
+               _whole("digitalocean_token")),
+    SecretRule("dot_token", re.compile(r"SG\.(?<![A-Za-z0-9_.\-]SG\.)[A-Za-z0-9_\-]{22}\.[A-Za-z0-9_\-]{43}(?![A-Za-z0-9_\-])"),
+               _whole("sendgrid_key")),
+    SecretRule("dot_token", re.compile(r"ya29\.(?<![A-Za-z0-9_.\-]ya29\.)[A-Za-z0-9_\-]{20,}"),  # an OAuth access token
+               _whole("google_oauth_token", lambda s: _random_like(s[5:]))),
     SecretRule("jwt", re.compile(r"eyJ[A-Za-z0-9_\-]{8,}\.eyJ[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]*"),
                _whole("jwt")),
     SecretRule(
@@ -609,6 +803,37 @@ _RULES: list[SecretRule] = [
                    r"(?P<q>['\"]?)(?P<v>[^\s'\"-][^\s'\"]*)(?P=q)"),
         _value("v", "password", _keep_plain("v")),
     ),
+    SecretRule("cli_tool", re.compile(r"(?<![A-Za-z0-9_])MYSQL_PWD" + _SEPARATOR_VALUE.pattern), _assigned("password")),
+    SecretRule(
+        "cli_tool",
+        re.compile(r"(?<![\w-])htpasswd(?P<opts>(?:[ \t]+-(?:C[ \t]*\d+|[A-Za-z]+))+)(?P<args>(?:[ \t]+['\"]?[^\s'\"|;&<>]+['\"]?){2,3})"),
+        _htpasswd,
+    ),
+    SecretRule(
+        "cli_tool",  # `echo PW | docker login -u me --password-stdin` (podman, helm registry, …), `… | passwd --stdin`
+        re.compile(_ECHOED + r"(?:sudo[ \t]+)?(?:[\w.-]+(?:[ \t]+registry)?[ \t]+login\b[^\n|;&]*?[ \t]--password-stdin"
+                   r"|passwd[ \t]+--stdin)(?![\w-])"),
+        _value("v", "password", _keep_plain("v")),
+    ),
+    SecretRule("cli_tool",  # openssl's pass phrase arguments; `env:VAR` and `file:PATH` name where it is
+               re.compile(r"(?<![\w-])-pass(?:in|out)[ \t]+(?P<q>['\"]?)pass:(?P<r>['\"]?)(?P<v>[^\s'\"]+)(?P=r)(?P=q)"),
+               _value("v", "password", _keep_plain("v"))),
+    SecretRule("short_flag", re.compile(_ECHOED + _SUDO_STDIN), _value("v", "password", _keep_plain("v"))),
+    SecretRule("short_flag", re.compile(r"(?<![\w-])" + _SUDO_STDIN + r"[^\n|;&<]*<<<[ \t]*(?P<q>['\"]?)(?P<v>[^\s'\"]+)(?P=q)"),
+               _value("v", "password", _keep_plain("v"))),
+    SecretRule(
+        "short_flag",
+        re.compile(r"ldap(?<![\w-]ldap)(?:search|add|modify|delete|whoami|passwd|compare|modrdn|exop)\b[^\n|;&]*?[ \t]-w[ \t]+"
+                   + _FLAG_VALUE),
+        _value("v", "password", _keep_plain("v")),
+    ),
+    SecretRule(
+        "short_flag",
+        re.compile(r"(?<![\w-])(?:smb|rpc)client\b[^\n|;&]*?[ \t](?:-U(?=[ \t'\"])[ \t]*|--user=)(?P<q>['\"]?)[^\s%'\"]+%(?P<v>[^\s'\"]+)(?P=q)"),
+        _value("v", "password", _keep_plain("v")),
+    ),
+    SecretRule("short_flag", re.compile(r"openssl(?<![\w-]openssl)\b[^\n|;&]*?[ \t]-k[ \t]+" + _FLAG_VALUE),
+               _value("v", "password", _keep_plain("v"))),
     SecretRule(
         "curl",
         re.compile(r"\bcurl\b[^\n|;&]*?[ \t](?:-u|--user)[ \t]*(?P<q>[\"']?)[^\s:'\"]+:(?P<v>[^\s'\"]+)(?P=q)"),
