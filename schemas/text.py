@@ -27,10 +27,14 @@ def escape_surrogates(value: Any) -> Any:
 def one_line(text: str) -> str:
     """`text` with its control characters (line breaks, terminal escapes) written as escapes, ``\\n``, ``\\x1b``:
     a file name holding a newline must not start a second line of a one-line message, nor pose as one."""
-    return _CONTROL.sub(lambda m: m.group().encode("unicode_escape").decode("ascii"), text)
+    return _CONTROL.sub(_escaped, text)
+
+
+def _escaped(m: re.Match) -> str:
+    return m.group().encode("unicode_escape").decode("ascii")
 
 
 def on_terminal(text: str) -> str:
     """`text` for a terminal: line breaks and tabs as they are, every other control character (a terminal escape,
     a carriage return that would overwrite the line) written as its escape, ``\\x1b``, ``\\r``."""
-    return _CONTROL_BUT_LINES.sub(lambda m: m.group().encode("unicode_escape").decode("ascii"), text)
+    return _CONTROL_BUT_LINES.sub(_escaped, text)

@@ -128,7 +128,13 @@ def open_failure(uri: str) -> InvalidRecord | None:
     return None
 
 
-UNRECOGNIZED_RECORDS = 32  # records looked at for one that reads (`registry.SNIFF_RECORDS`: what the sniffers saw)
+SNIFF_RECORDS = 32  # records a file's format is sniffed from: the first that reads of these (`registry.Probe`)
+
+
+def sniffed_records(uri: str) -> Iterator[tuple[str, Any] | InvalidRecord]:
+    """The first `SNIFF_RECORDS` items of a JSON, JSONL, CSV or Parquet container, read as the sniffers read them
+    (a record up to 16 MiB)."""
+    return islice(iter_container(uri, max_bytes=16 * 1024 * 1024), SNIFF_RECORDS)
 
 
 def unrecognized(unit: InputUnit) -> InvalidRecord | None:
@@ -153,7 +159,7 @@ def _nothing_readable(uri: str) -> InvalidRecord | None:
     stream before any other), else None: the container reads, and it is its content no format fits."""
     if container_of(uri) not in ("json", "jsonl", "csv", "parquet"):
         return None
-    items = list(islice(iter_container(uri, max_bytes=16 * 1024 * 1024), UNRECOGNIZED_RECORDS))
+    items = list(sniffed_records(uri))
     if not items or not all(isinstance(item, InvalidRecord) for item in items):
         return None
     return next((item for item in items if item.reason == "truncated_stream"), items[0])

@@ -26,12 +26,11 @@ import importlib
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from functools import cached_property
-from itertools import islice
 from typing import Any, Protocol, runtime_checkable
 
 from schemas.errors import ConfigError, InvalidRecord, OptionError
 from schemas.trajectory import Trajectory
-from stages.ingest.reading import InputUnit, container_of, iter_container, loads, read_head
+from stages.ingest.reading import InputUnit, container_of, loads, read_head, sniffed_records
 
 # Modules that define an ``ADAPTER`` object, in listing order.
 ADAPTER_MODULES = [
@@ -53,7 +52,6 @@ ADAPTER_MODULES = [
 ]
 
 SNIFF_THRESHOLD = 0.5
-SNIFF_RECORDS = 32  # as `reading.UNRECOGNIZED_RECORDS`; records a sniffer's `Probe.first_record` may look through for one that reads
 
 
 @dataclass(frozen=True)
@@ -101,8 +99,7 @@ class Probe:
         None: a file whose first line is damaged is still recognized, and that line quarantined by its reader."""
         if self.unit.is_dir or self.container not in ("json", "jsonl", "csv", "parquet"):
             return None
-        items = iter_container(self.unit.uri, max_bytes=16 * 1024 * 1024)
-        return next((item[1] for item in islice(items, SNIFF_RECORDS) if not isinstance(item, InvalidRecord)), None)
+        return next((item[1] for item in sniffed_records(self.unit.uri) if not isinstance(item, InvalidRecord)), None)
 
 
 @runtime_checkable
