@@ -151,7 +151,8 @@ def signals_held():
     """A cleanup that a second Ctrl-C (or SIGTERM) must not cut short: stopping a local Ray or the worker
     processes after the first one. Cut short, the run ended with click's status 1 and left Ray's agents running.
     A signal that arrives meanwhile is held and raised when the block ends (where no error is on its way
-    already). In the main thread only, where Python delivers signals."""
+    already); a signal the process ignores (``nohup``) stays ignored. In the main thread only, where Python
+    delivers signals."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
@@ -160,7 +161,8 @@ def signals_held():
     def hold(signum, frame):
         held.append(signum)
 
-    before = {sig: signal.signal(sig, hold) for sig in (signal.SIGINT, signal.SIGTERM)}
+    before = {sig: signal.signal(sig, hold) for sig in (signal.SIGINT, signal.SIGTERM)
+              if signal.getsignal(sig) is not signal.SIG_IGN}
     try:
         yield
     finally:

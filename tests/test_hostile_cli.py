@@ -262,6 +262,14 @@ def test_a_second_ctrl_c_while_workers_stop_is_held_until_they_have_stopped():
         finally:
             signal.signal(signal.SIGTERM, before)
 
+    ignored = signal.signal(signal.SIGINT, signal.SIG_IGN)  # `nohup lwm run …`: Ctrl-C stays ignored
+    try:
+        with signals_held():
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(0.05)
+    finally:
+        signal.signal(signal.SIGINT, ignored)
+
     @click.command()
     @handle_errors
     def stopping():
