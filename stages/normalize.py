@@ -62,14 +62,15 @@ def normalize_unit(unit: InputUnit, adapter: Adapter, opts: dict[str, Any], stat
             stats.add(f"skipped.{item.reason}")
             yield Normalized(None, [], quarantine_row(item, unit.uri, adapter.name, stage="read"))
             continue
-        stats.add("records.read")
+        rows = 1 if isinstance(item, InvalidRecord) else item.rows  # a bad row counts one; a group, its rows
+        stats.add("records.read", rows)
         if isinstance(item, InvalidRecord) and item.reason in NO_TURN_REASONS:
-            stats.add("records.normalized")
+            stats.add("records.normalized", rows)
             stats.add("trajectories.normalized")
             stats.add(FILTERED_NO_TURNS)
             continue
         if isinstance(item, InvalidRecord):
-            stats.add("records.quarantined")
+            stats.add("records.quarantined", rows)
             stats.add(f"quarantined.{item.reason}")
             yield Normalized(None, [], quarantine_row(item, unit.uri, adapter.name, stage="read"))
             continue
@@ -79,24 +80,24 @@ def normalize_unit(unit: InputUnit, adapter: Adapter, opts: dict[str, Any], stat
                 validate(traj, item.locator)
         except InvalidRecord as err:
             if err.reason in NO_TURN_REASONS:
-                stats.add("records.normalized")
+                stats.add("records.normalized", rows)
                 stats.add("trajectories.normalized")
                 stats.add(FILTERED_NO_TURNS)
                 yield Normalized(item, [], None)
                 continue
             err.locator = err.locator or item.locator
-            stats.add("records.quarantined")
+            stats.add("records.quarantined", rows)
             stats.add(f"quarantined.{err.reason}")
             yield Normalized(item, [], quarantine_row(err, item.uri, adapter.name))
             continue
         except (ValueError, TypeError, KeyError, IndexError, AttributeError, RecursionError) as exc:
             # An adapter bug on unexpected input must not stop the run: quarantine it visibly.
             err = InvalidRecord("adapter_error", f"{type(exc).__name__}: {exc}", item.locator, item.uri)
-            stats.add("records.quarantined")
+            stats.add("records.quarantined", rows)
             stats.add(f"quarantined.{err.reason}")
             yield Normalized(item, [], quarantine_row(err, item.uri, adapter.name))
             continue
-        stats.add("records.normalized")
+        stats.add("records.normalized", rows)
         stats.add("trajectories.normalized", len(trajs))
         stats.add("turns.normalized", sum(len(t.turns) for t in trajs))
         yield Normalized(item, trajs, None)

@@ -150,3 +150,27 @@ def test_an_unrecognized_folder_unit_is_an_unknown_format_not_an_unreadable_file
     folder.mkdir()
     err = unrecognized(InputUnit(str(folder), is_dir=True))
     assert (err.reason, err.locator) == ("unknown_format", "document")
+
+
+def test_rows_grouped_into_one_record_count_as_rows_against_the_quarantine_bound(tmp_path):
+    """An AgentWorldBench file holds a row per evaluated turn, which the adapter groups into one record per
+    trajectory: 4 trajectories of 6 turns are 24 rows, and one bad row beside them is 1 of 25 (4%), not 1
+    of 5 (20%), so it stays under the 5% bound."""
+    from tests.test_ingest_agentworldbench import official_rows
+
+    rows = []
+    for t in range(4):
+        turns = [(f'[{{"keystrokes": "echo {t}-{j}\\n", "duration": 0.1}}]', f"{t}-{j}\nroot@box:/app# ")
+                 for j in range(6)]
+        rows += official_rows(turns, f"traj{t}", "")
+    lines = [json.dumps(r) for r in rows] + ['{"task": "terminal", "id": "broken"']
+    src = tmp_path / "awb.jsonl"
+    src.write_text("\n".join(lines) + "\n")
+    out = tmp_path / "out"
+    proc = lwm("run", "--executor", "local", "--format", "agentworldbench", "-i", str(src), "-o", str(out))
+    assert "ingest: 25 records read, 1 quarantined" in proc.stderr
+    counts = json.loads((out / "manifest.json").read_text())["counts"]
+    assert counts["records"] == {"read": 25, "normalized": 24, "quarantined": 1}
+    assert counts["trajectories"]["normalized"] == 4
+    report = json.loads(lwm("validate", str(src), "--format", "agentworldbench", "--json").stdout)
+    assert (report["records"], report["quarantined"]) == (25, 1)

@@ -386,7 +386,7 @@ class AgentWorldBenchAdapter:
             groups.setdefault(key, []).append((locator, row))
         for members in groups.values():
             payload = json.dumps([{"locator": loc, "row": row} for loc, row in members], ensure_ascii=False)
-            yield RawRecord(unit.uri, ", ".join(loc for loc, _ in members), self.name, payload)
+            yield RawRecord(unit.uri, ", ".join(loc for loc, _ in members), self.name, payload, rows=len(members))
 
     def normalize(self, record: RawRecord, opts: dict[str, Any]) -> Iterator[Trajectory]:
         members = record.value()

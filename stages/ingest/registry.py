@@ -65,6 +65,9 @@ class RawRecord:
     # The value `payload` was dumped from, where a reader parsed JSON text itself and the value is
     # ``loads(payload)`` (JSON types only): handed out by the first `value` call, which then skips a parse.
     parsed: list[Any] = field(default_factory=list, compare=False, repr=False)
+    # How many native rows the record stands for: an adapter that groups rows into one record (AgentWorldBench's
+    # rows of one trajectory) says how many, so that a record counts as many rows as a bad row counts alone.
+    rows: int = field(default=1, compare=False)
 
     def value(self) -> Any:
         if self.parsed:
