@@ -37,7 +37,7 @@ costs about twenty fast scans per text and no rule regex at all):
   after ``mysql``/``mariadb`` tools and ``-p``/``-a`` after ``sshpass``/``redis-cli`` (a bare ``-p``
   is a port, a path or a parent flag far more often than a password); ``curl -u user:PASS``; likewise each only
   after its tool: ``MYSQL_PWD=PASS``, ``echo PASS | sudo -S`` and ``sudo -S … <<< PASS``, ``echo PASS | docker
-  login … --password-stdin`` (any ``login``, ``passwd --stdin``), ``ldapsearch``/``ldapadd``/… ``-w PASS``,
+  login … --password-stdin`` (any ``login``, ``passwd --stdin``), ``docker login -p PASS`` (podman, helm registry, …), ``ldapsearch``/``ldapadd``/… ``-w PASS``,
   ``smbclient``/``rpcclient`` ``-U user%PASS``, ``htpasswd -b [FILE] USER PASS``, ``openssl`` ``-k PASS`` and
   ``-passin``/``-passout pass:PASS``;
 - credential files: ``.netrc`` entries (``machine H login U password PASS``), ``.pgpass`` lines
@@ -180,7 +180,7 @@ def open_gates(text: str) -> set[str]:
             gates.add("docker_auth")
     if b"bearer" in low:
         gates.add("bearer")
-    if _CLI_TOOL_GATE.search(low) or b"redis-cli" in low:
+    if _CLI_TOOL_GATE.search(low) or b"redis-cli" in low or (b"login" in raw and b"-p" in raw):
         gates.add("cli_tool")
     if _SHORT_FLAG_GATE.search(raw):
         gates.add("short_flag")
@@ -813,6 +813,12 @@ _RULES: list[SecretRule] = [
         "cli_tool",  # `echo PW | docker login -u me --password-stdin` (podman, helm registry, …), `… | passwd --stdin`
         re.compile(_ECHOED + r"(?:sudo[ \t]+)?(?:[\w.-]+(?:[ \t]+registry)?[ \t]+login\b[^\n|;&]*?[ \t]--password-stdin"
                    r"|passwd[ \t]+--stdin)(?![\w-])"),
+        _value("v", "password", _keep_plain("v")),
+    ),
+    SecretRule(
+        "cli_tool",  # `docker login -u me -p PW registry` (podman, nerdctl, buildah, skopeo, helm registry, oras, …)
+        re.compile(r"(?<![\w-])(?:docker|podman|nerdctl|buildah|skopeo|crane|finch|(?:helm|oras)(?:[ \t]+registry)?)"
+                   r"[ \t]+login\b[^\n|;&]*?[ \t]-p(?:[ \t]+|=)?" + _FLAG_VALUE),
         _value("v", "password", _keep_plain("v")),
     ),
     SecretRule("cli_tool",  # openssl's pass phrase arguments; `env:VAR` and `file:PATH` name where it is

@@ -159,6 +159,10 @@ COMMANDS = [
     ("echo 'Dock3rPw99x' | docker login --username me --password-stdin",
      "echo '<SECRET:password>' | docker login --username me --password-stdin"),
     ("echo Gh1tPw_99 | podman login ghcr.io -u me --password-stdin", "echo <SECRET:password> | podman login ghcr.io -u me --password-stdin"),
+    ("docker login -u me -p Dock3rPw99x registry.example.com", "docker login -u me -p <SECRET:password> registry.example.com"),
+    ("docker login registry.gitlab.com -u ci -p 'glDeployPw_77'", "docker login registry.gitlab.com -u ci -p '<SECRET:password>'"),
+    ("podman login --username=me -p=Podm4nPw quay.io", "podman login --username=me -p=<SECRET:password> quay.io"),
+    ("helm registry login ghcr.io -u me -pH3lmPw_x", "helm registry login ghcr.io -u me -p<SECRET:password>"),
     ("echo Us3rPw_new | passwd --stdin deploy", "echo <SECRET:password> | passwd --stdin deploy"),
     ("echo Pa55w0rd_Env | sudo -S apt install x", "echo <SECRET:password> | sudo -S apt install x"),
     ("printf '%s\\n' Pa55w0rd_Env | sudo -k -S -p '' ls /root", "printf '%s\\n' <SECRET:password> | sudo -k -S -p '' ls /root"),
@@ -186,6 +190,8 @@ COMMAND_LOOKALIKES = [
     "htpasswd -c .htpasswd admin; htpasswd -v .htpasswd admin; htpasswd -D .htpasswd old",  # no -b: it prompts
     "openssl rsa -in k.pem -passin env:KEY_PASS -out k2.pem; openssl rsa -passin file:/run/pass -in k.pem",
     "openssl s_client -connect host:443 -k; git commit -S -m 'signed'",
+    'docker login -u me -p "$REGISTRY_PASSWORD" ghcr.io; docker login -u me --password-stdin; docker run -p 8080:80 web',
+    "ssh -p 2222 me@host; mkdir -p /srv/login -p; docker login ghcr.io && docker push -q ghcr.io/x",
 ]
 
 
