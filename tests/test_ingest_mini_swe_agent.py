@@ -113,3 +113,65 @@ def test_registry_sniffs_real_file_and_fixture(shared_data, fixtures_dir):
         fixtures_dir / "mini-swe-agent" / "acme__sizes-7.traj.json",
     ):
         assert registry.sniff(InputUnit(str(path)))[0] == "mini-swe-agent"
+
+
+# ---------------------------------------------------------------- mini-swe-agent 2, tool-calling models
+
+
+@pytest.fixture(scope="module")
+def toolcall_run(fixtures_dir):
+    trajs, bad = ingest(fixtures_dir / "mini-swe-agent" / "acme__slug-2.traj.json")
+    assert bad == []
+    (traj,) = trajs
+    return traj
+
+
+def test_each_bash_tool_call_is_a_turn_answered_by_its_tool_message(toolcall_run):
+    assert [keys(t) for t in toolcall_run.turns] == [
+        "grep -rn 'def slugify' src\n",
+        "sed -n 1,20p src/text.py\n",
+        "ls tests\n",  # the second call of one response, answered before the first: paired by tool_call_id
+        "sed -i 's/s.lower()/s.lower().replace(\" \", \"-\")/' src/text.py\n",
+        "echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT && git diff\n",
+    ]
+    observations = [t.observation for t in toolcall_run.turns]
+    assert observations[1] == "<returncode>0</returncode>\n<output>\ndef slugify(s):\n    return s.lower()\n</output>"
+    assert observations[2] == "<returncode>0</returncode>\n<output>\ntest_text.py\n</output>"
+    assert observations[4] == "diff --git a/src/text.py b/src/text.py\n"  # the `exit` message that ends the run
+    assert [t.reasoning for t in toolcall_run.turns] == [
+        "Find the function first.", "Read it and the tests.", None, None, "Done; submit."]
+    assert json.loads(toolcall_run.turns[0].meta) == {"returncode": 0}
+
+
+def test_a_call_to_another_tool_is_a_format_error_not_a_turn(toolcall_run):
+    meta = json.loads(toolcall_run.meta)
+    assert meta["format_errors"] == 1
+    assert "unanswered_actions" not in meta
+    assert meta["mini_version"] == "2.1.0" and meta["exit_status"] == "Submitted"
+    assert toolcall_run.split_key == "acme__slug-2"
+    assert toolcall_run.system.task_description.endswith("slugify('Hello World') keeps the space")
+
+
+def test_the_tool_calling_run_is_sniffed_and_kept_by_a_run(fixtures_dir, tmp_path):
+    path = fixtures_dir / "mini-swe-agent" / "acme__slug-2.traj.json"
+    assert registry.sniff(InputUnit(str(path)))[0] == "mini-swe-agent"
+    from tests.helpers import lwm_in_process
+
+    proc = lwm_in_process("validate", str(path), "--json")
+    report = json.loads(proc.stdout)
+    assert (report["trajectories"], report["turns"], report["quarantined"]) == (1, 5, 0)
+
+
+def test_a_tool_call_left_without_an_answer_is_counted(tmp_path):
+    call = {"id": "c1", "type": "function", "function": {"name": "bash", "arguments": "{\"command\": \"ls\"}"}}
+    doc = {"trajectory_format": "mini-swe-agent-1.1", "messages": [
+        {"role": "user", "content": "list the files"},
+        {"role": "assistant", "content": "", "tool_calls": [call]},
+        {"role": "assistant", "content": "", "tool_calls": [{**call, "id": "c2"}]},
+        {"role": "tool", "tool_call_id": "c2", "content": "<returncode>0</returncode>\n<output>\na\n</output>"},
+    ]}
+    path = tmp_path / "run.traj.json"
+    path.write_text(json.dumps(doc))
+    (traj,), bad = ingest(path)
+    assert bad == [] and len(traj.turns) == 1
+    assert json.loads(traj.meta)["unanswered_actions"] == 1

@@ -15,8 +15,18 @@ Mapping to the unified schema (domain ``terminal``):
   around the block is ``turn.reasoning``.
 - The observation is the answering message as the agent saw it, ``<returncode>``/``<output>``
   wrapper included (escape codes removed, ``\\r`` overwrites collapsed); the return code is also
-  kept in ``turn.meta``. The final submission message (a diff, no wrapper) is an observation too.
-- An assistant message with zero or several blocks was rejected by the agent's harness, and the
+  kept in ``turn.meta``. The final submission message (a diff, no wrapper; mini-swe-agent 2 gives it the role
+  ``exit``) is an observation too.
+- mini-swe-agent 2's tool-calling models (``trajectory_format`` ``mini-swe-agent-1.1``) put each command in a
+  ``bash`` tool call (``{"command": ...}``; also in ``extra.actions``), answered by a ``tool`` message of the same
+  ``tool_call_id`` (``content`` rendered as above). Each call is a turn; the message's text is the reasoning of
+  its first. Native record::
+
+    {"role": "assistant", "content": "Let me look.", "tool_calls": [{"id": "call_1", "type": "function",
+     "function": {"name": "bash", "arguments": "{\\"command\\": \\"ls -la\\"}"}}]}
+    {"role": "tool", "tool_call_id": "call_1", "content": "<returncode>0</returncode>\\n<output>\\n...</output>"}
+
+- An assistant message with zero or several blocks (or no ``bash`` call) was rejected by the agent's harness, and the
   reply is a format complaint, not the shell: that pair is not a turn and is counted in ``meta``
   (``format_errors``), as is an action left without an answer (``unanswered_actions``).
 - ``system.task_description`` is the task of the first user message (its ``<pr_description>``,
@@ -39,6 +49,7 @@ from stages.ingest.common import make_trajectory, records_from_document, text_of
 from stages.ingest.reading import InputUnit, split_compression
 from stages.ingest.registry import Probe, RawRecord
 from stages.ingest.terminal_text import clean_tool_output, keystroke_action
+from stages.ingest.tool_calls import parse_arguments
 
 FORMAT = "mini-swe-agent"
 _BASH_BLOCK = re.compile(r"```(?:bash|sh|mswea_bash_command)[ \t]*\n(.*?)\n?```", re.S)
@@ -96,31 +107,92 @@ class MiniSweAgentAdapter:
 def _turns(messages: list[dict]) -> tuple[list[Turn], dict[str, int]]:
     turns: list[Turn] = []
     counts = {"format_errors": 0, "unanswered_actions": 0}
+    answered: set[int] = set()  # the replies taken, by position
     for i, message in enumerate(messages):
         if message.get("role") != "assistant":
             continue
         text = text_of(message.get("content"))
+        calls = _bash_calls(message)
+        if calls is not None:  # the tool-calling models: a `bash` call per action, each answered by a `tool` message
+            if not calls:
+                counts["format_errors"] += 1
+                continue
+            reasoning = text.strip() or None
+            for call_id, command in calls:
+                reply = _tool_reply(messages, i + 1, call_id, answered)
+                if reply is None:
+                    counts["unanswered_actions"] += 1
+                    continue
+                turns.append(_turn(command, reply, reasoning))
+                reasoning = None  # the message's text goes before its first action
+            continue
         blocks = _BASH_BLOCK.findall(text)
         reply = messages[i + 1] if i + 1 < len(messages) else None
         if len(blocks) != 1:
             counts["format_errors"] += 1
             continue
-        if reply is None or reply.get("role") not in ("user", "tool"):
+        if reply is None or reply.get("role") not in ("user", "tool", "exit"):
             counts["unanswered_actions"] += 1
             continue
-        command = blocks[0].strip("\n")
-        observation = text_of(reply.get("content"))
-        returncode = _RETURNCODE.search(observation)
-        reasoning = _BASH_BLOCK.sub("", text).strip()
-        turns.append(
-            Turn(
-                action=keystroke_action(command + "\n"),
-                observation=clean_tool_output(observation),
-                reasoning=reasoning or None,
-                meta=json.dumps({"returncode": int(returncode.group(1))}) if returncode else None,
-            )
-        )
+        turns.append(_turn(blocks[0].strip("\n"), reply, _BASH_BLOCK.sub("", text).strip() or None))
     return turns, counts
+
+
+def _turn(command: str, reply: dict, reasoning: str | None) -> Turn:
+    observation = text_of(reply.get("content"))
+    returncode = _RETURNCODE.search(observation)
+    return Turn(
+        action=keystroke_action(command + "\n"),
+        observation=clean_tool_output(observation),
+        reasoning=reasoning,
+        meta=json.dumps({"returncode": int(returncode.group(1))}) if returncode else None,
+    )
+
+
+def _bash_calls(message: dict) -> list[tuple[str | None, str]] | None:
+    """(call id, command) of each action of a tool-calling model's message; None for a text model's message.
+
+    mini-swe-agent 2's tool-calling models (``litellm_toolcall_model``, ``actions_toolcall``) offer one ``bash``
+    tool with a ``command`` argument and keep the parsed actions in ``extra.actions`` (``command``,
+    ``tool_call_id``). A call to another tool, or without a command, was refused as a format error and never
+    ran: the message then has no action (an empty list)."""
+    raw = message.get("tool_calls")
+    if isinstance(raw, list) and raw:
+        calls = []
+        for call in raw:
+            function = call.get("function") if isinstance(call, dict) else None
+            if not isinstance(function, dict) or function.get("name") != "bash":
+                return []
+            arguments = parse_arguments(function.get("arguments"))
+            command = arguments.get("command") if isinstance(arguments, dict) else None
+            if not isinstance(command, str):
+                return []
+            calls.append((call.get("id"), command))
+        return calls
+    extra = message.get("extra")
+    actions = extra.get("actions") if isinstance(extra, dict) else None
+    if isinstance(actions, list) and actions and all(isinstance(a, dict) and "tool_call_id" in a for a in actions):
+        if not all(isinstance(a.get("command"), str) for a in actions):
+            return []
+        return [(a["tool_call_id"], a["command"]) for a in actions]
+    return None
+
+
+def _tool_reply(messages: list[dict], start: int, call_id: str | None, answered: set[int]) -> dict | None:
+    """The message after `start` that answers `call_id`, before the next assistant message: the ``tool`` message
+    of that id (the next one where calls have no id), or else the ``exit`` message that ends the run (mini-swe-agent
+    2 ends on it, holding the submission, when the command submitted). `answered` holds the positions taken."""
+    for at in range(start, len(messages)):
+        message = messages[at]
+        role = message.get("role")
+        if role == "assistant":
+            return None
+        if at in answered:
+            continue
+        if (role == "tool" and (call_id is None or message.get("tool_call_id") in (call_id, None))) or role == "exit":
+            answered.add(at)
+            return message
+    return None
 
 
 def _task_description(messages: list[dict]) -> str:
