@@ -259,6 +259,45 @@ def test_one_tool_reply_with_a_result_list_answers_the_parallel_calls_in_order(s
     assert json.loads(backup.turns[0].observation)["message"].startswith("Daily backup automation has been")
 
 
+def test_a_reply_naming_its_one_call_is_unwrapped_as_replies_for_several_are(shared_data):
+    """Line 5's one call gets ``[{"name": "move_files", "content": {...}}]``, the shape line 7's two calls get: the
+    observation is the content, as there, not the wrapper."""
+    trajs, _ = run(shared_data / TYPED)
+    move = next(t for t in trajs if t.source.locator == "line 5")
+    (turn,) = move.turns
+    assert json.loads(turn.action)["name"] == "move_files"
+    result = json.loads(turn.observation)
+    assert result["status"] == "success" and result["file_names"] == ["photo1.jpg", "photo2.jpg", "photo3.jpg"]
+
+
+def test_a_list_a_tool_returns_for_one_call_is_kept_as_it_is(tmp_path):
+    calls = [{"id": "c1", "type": "function", "function": {"name": "search", "arguments": "{}"}}]
+    for reply in ('[{"name": "other", "content": "x"}]', '[{"title": "A", "content": "x"}]', '["a"]'):
+        path = tmp_path / "one.jsonl"
+        path.write_text(json.dumps({"messages": [{"role": "user", "content": "find"},
+                                                 {"role": "assistant", "content": None, "tool_calls": calls},
+                                                 {"role": "tool", "content": reply}]}) + "\n")
+        (traj,), bad = run(path)
+        assert bad == [] and traj.turns[0].observation == reply
+
+
+def test_results_without_ids_are_paired_by_the_name_they_give(tmp_path):
+    """Two parallel calls answered in the other order, each result naming its tool and carrying no id."""
+    calls = [{"id": None, "type": "function", "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}},
+             {"id": None, "type": "function", "function": {"name": "get_time", "arguments": '{"tz": "JST"}'}}]
+    path = tmp_path / "noid.jsonl"
+    path.write_text(json.dumps({"messages": [
+        {"role": "user", "content": "weather and time?"},
+        {"role": "assistant", "content": None, "tool_calls": calls},
+        {"role": "tool", "name": "get_time", "content": "14:00 JST"},
+        {"role": "tool", "name": "get_weather", "content": "18C sunny"},
+    ]}) + "\n")
+    (traj,), bad = run(path)
+    assert bad == []
+    assert [(json.loads(t.action)["name"], t.observation) for t in traj.turns] == [
+        ("get_weather", "18C sunny"), ("get_time", "14:00 JST")]
+
+
 def test_registry_sniffs_typed_parts(shared_data):
     assert registry.sniff(InputUnit(str(shared_data / TYPED)))[0] == "openai-messages"
 

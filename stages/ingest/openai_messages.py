@@ -249,14 +249,19 @@ def untyped_message(msg: dict, where: str, locator: str) -> dict:
 
 
 def _split_results(observation: str, pending: list[str]) -> list[str] | None:
-    """One reply for several calls: its JSON list of results, one per pending call in order, else None."""
-    if len(pending) < 2 or not observation.lstrip().startswith("["):
+    """One reply for several calls: its JSON list of results, one per pending call in order, else None. A reply for
+    one call is unwrapped only where its one result names that call (``[{"name": ..., "content": ...}]``, as
+    LLaMA-Factory writes replies for one call and for several alike): a tool may well return a list."""
+    if not pending or not observation.lstrip().startswith("["):
         return None
     try:
         results = loads(observation)
     except json.JSONDecodeError:
         return None
     if not isinstance(results, list) or len(results) != len(pending):
+        return None
+    if len(pending) == 1 and not (isinstance(results[0], dict) and results[0].keys() == {"name", "content"}
+                                  and results[0]["name"] == pending[0]):
         return None
     out = []
     for result, name in zip(results, pending):
@@ -300,8 +305,9 @@ def walk_messages(messages: list, locator: str, orphans: str = "quarantine") -> 
                 paired = all(pairing.answer_next(part) for part in split)
             elif role == "tool" and isinstance(call_id, str):
                 paired = pairing.answer_by_id(call_id, observation)
-            else:
-                paired = pairing.answer_next(observation, name if role == "function" else None)
+            else:  # by position; by name where the result names a pending call (parallel calls answered out of order)
+                named = role == "function" or (isinstance(name, str) and name in pairing.pending())
+                paired = pairing.answer_next(observation, name if named else None)
             if not paired:
                 if orphans == "skip":
                     conv.orphans += 1
