@@ -10,6 +10,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import math
 import os
 import posixpath
 import re
@@ -532,17 +533,29 @@ def loads(text: str | bytes) -> Any:
     msgspec decodes the common case 2-3x faster and agrees with json on what it accepts (integers of any
     size, duplicate keys: the last wins); it refuses NaN/Infinity, numbers beyond the float range, lone
     surrogates (escaped or raw) and non-UTF-8 bytes, which json then reads (or rejects with its own message) as before.
+    One difference from ``json.loads``: ``NaN``, ``Infinity`` and numbers beyond the float range (which Python's
+    own JSON writer emits, and JSON has no value for) are read as ``null``, as JavaScript's ``JSON.stringify``
+    writes them: what the adapters write back (actions, ``meta``) is then valid JSON.
     """
     try:
         return _DECODER.decode(text)
     except (msgspec.MsgspecError, ValueError, RecursionError):  # ValueError: a raw lone surrogate in a str
         pass
     try:
-        return json.loads(text)
+        return json.loads(text, parse_constant=_no_number, parse_float=_finite_float)
     except (json.JSONDecodeError, UnicodeDecodeError):
         raise
     except ValueError:  # an integer of more digits than Python converts (`sys.get_int_max_str_digits`)
         raise _too_many_digits(text) from None
+
+
+def _no_number(constant: str) -> None:
+    return None
+
+
+def _finite_float(text: str) -> float | None:
+    value = float(text)
+    return value if math.isfinite(value) else None
 
 
 def _too_many_digits(text: str | bytes) -> json.JSONDecodeError:
