@@ -312,3 +312,43 @@ def test_templates_named_relative_to_the_run_and_edited_later(tmp_path, monkeypa
     assert all(t.startswith("<|im_start|>system\nSecond text.") for t in system_texts())
     lwm("export", "agentworldbench", "run", "out.jsonl")
     assert all(r["system_str"].startswith("Second text.") for r in read_jsonl(tmp_path / "out.jsonl"))
+
+
+def test_trajectories_sharing_an_id_each_give_their_own_rows_and_references(tmp_path):
+    """Two rollouts of one task under one ``traj_id`` (both reach the shards): each eval row, and each reference
+    `lwm reward --pool eval` scores against, comes from the sample's own trajectory, not the last one read."""
+    from pipeline.cli.reward import eval_inputs
+
+    def act(command):
+        return json.dumps([{"keystrokes": command + "\n", "duration": 0.1}])
+
+    src = tmp_path / "dup.jsonl"
+    with src.open("w") as f:
+        for k, words in enumerate([("alpha", "bravo", "charlie"), ("delta", "echo", "foxtrot", "golf")]):
+            turns = [{"action": act(f"cat {w}.txt"), "observation": f"{w} of rollout {k}\nroot@box:/app# "} for w in words]
+            f.write(json.dumps({"traj_id": "dup", "domain": "terminal", "split_key": "task-dup", "turns": turns,
+                                "system": {"task_description": "read the files", "initial_state": "root@box:/app# "}})
+                    + "\n")
+    cfg = tmp_path / "eval.toml"
+    cfg.write_text(EVAL_ONLY)
+    run = tmp_path / "run"
+    lwm("run", "--executor", "local", "-i", str(src), "-o", str(run), "--config", str(cfg))
+    samples = {r["sample_id"]: r for r in shard_rows(run)}
+    assert len(samples) == 7
+    out = tmp_path / "awb" / "lwm_test.jsonl"
+    lwm("export", "agentworldbench", str(run), str(out))
+    rows = read_jsonl(out)
+    assert len(rows) == 7
+    tok = load_tokenizer()
+    for row in rows:
+        sample = samples[row["id"]]
+        ids, weights = sample["input_ids"], sample["loss_weight"]
+        target = tok.decode([i for i, w in zip(ids, weights) if w > 0])
+        observation = row["response"][row["turn_idx"] - 1]
+        assert observation.split("\n", 1)[1].split("\n")[0] in target  # "<word> of rollout <k>"
+        assert row["total_turns"] == sample["total_turns"] == len(row["response"])
+    assert {len(r["response"]) for r in rows} == {3, 4}
+    for sid, inputs in eval_inputs(str(run)).items():
+        sample = samples[sid]
+        target = tok.decode([i for i, w in zip(sample["input_ids"], sample["loss_weight"]) if w > 0])
+        assert inputs.reference.split("\n")[0] in target

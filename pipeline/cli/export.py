@@ -44,7 +44,13 @@ from typing import Any
 import click
 import pyarrow.parquet as pq
 
-from pipeline.cli.run_files import find_trajectories, finished_manifest, parquet_files, run_templates
+from pipeline.cli.run_files import (
+    find_trajectories,
+    finished_manifest,
+    parquet_files,
+    run_templates,
+    trajectory_of_sample,
+)
 from pipeline.errors import handle_errors
 from pipeline.object_stores import BUCKET_PROTOCOLS, check_bucket
 from schemas.errors import ConfigError
@@ -89,13 +95,21 @@ def eval_samples(fs, root: str) -> list[EvalSample]:
     return sorted(samples, key=lambda s: s.sample_id)
 
 
-def load_trajectories(fs, root: str, wanted: set[str]) -> dict[str, Trajectory]:
-    """The trajectories of the `wanted` ids from the trajectories layer; `ConfigError` for a missing one."""
-    found = find_trajectories(fs, root, wanted)
-    missing = wanted - found.keys()
+def load_trajectories(fs, root: str, samples: list[EvalSample]) -> dict[str, Trajectory]:
+    """sample id → the trajectory that made it, from the trajectories layer (of trajectories sharing an id, the
+    sample's own); `ConfigError` for a missing one."""
+    found = find_trajectories(fs, root, {s.traj_id for s in samples})
+    out, missing = {}, set()
+    for s in samples:
+        traj = trajectory_of_sample(found, {"sample_id": s.sample_id, "traj_id": s.traj_id, "turn_idx": s.turn_idx,
+                                            "template": s.template}, "eval")
+        if traj is None:
+            missing.add(s.traj_id)
+        else:
+            out[s.sample_id] = traj
     if missing:
         raise ConfigError(f"{len(missing)} eval trajectories missing from the trajectories layer, e.g. {min(missing)}")
-    return found
+    return out
 
 
 def turn_prompts(traj: Trajectory, turn_idx: int) -> list[str]:
@@ -125,15 +139,15 @@ def agentworldbench_rows(run_dir: str) -> Iterator[tuple[EvalSample, dict[str, A
     samples = eval_samples(fs, root)
     if not samples:
         raise ConfigError(f"{run_dir}: the eval pool is empty (pools.ratios.eval, eval_subsample?)")
-    trajs = load_trajectories(fs, root, {s.traj_id for s in samples})
+    trajs = load_trajectories(fs, root, samples)
     dirs = run_templates(fs, root, run_dir, manifest)
     systems: dict[tuple[str, str], str] = {}  # a trajectory's system prompt, rendered once for its eval samples
     for sample in samples:
-        traj = trajs[sample.traj_id]
+        traj = trajs[sample.sample_id]
         if sample.total_turns != len(traj.turns):
             raise ConfigError(f"sample {sample.sample_id}: {sample.total_turns} turns in the shard, "
                               f"{len(traj.turns)} in the trajectories layer")
-        key = (sample.traj_id, sample.template)
+        key = (id(traj), sample.template)
         if key not in systems:
             systems[key] = render_system(traj, sample.template, dirs)
         yield sample, export_row(traj, sample, systems[key])

@@ -22,7 +22,7 @@ import click
 import pyarrow.parquet as pq
 
 from pipeline.cli.common import json_option, jsonl_values
-from pipeline.cli.run_files import find_trajectories, finished_run, parquet_files, rl_shard_rows
+from pipeline.cli.run_files import find_trajectories, finished_run, parquet_files, rl_shard_rows, trajectory_of_sample
 from pipeline.errors import handle_errors
 from schemas.errors import ConfigError
 from stages.render import user_prompt
@@ -48,11 +48,11 @@ def eval_inputs(run_dir: str) -> dict[str, RewardInput]:
     samples = []
     for path in parquet_files(fs, posixpath.join(root, "shards", "eval")):
         with fs.open(path, "rb") as f:
-            samples += pq.read_table(f, columns=["sample_id", "traj_id", "turn_idx"]).to_pylist()
+            samples += pq.read_table(f, columns=["sample_id", "traj_id", "turn_idx", "template"]).to_pylist()
     trajs = find_trajectories(fs, root, {s["traj_id"] for s in samples})
     out = {}
     for s in samples:
-        traj, t = trajs.get(s["traj_id"]), s["turn_idx"]
+        traj, t = trajectory_of_sample(trajs, s, "eval"), s["turn_idx"]
         if traj is None:
             raise ConfigError(f"eval sample {s['sample_id']}: trajectory {s['traj_id']} missing from the trajectories layer")
         history = tuple((user_prompt(traj, h), traj.turns[h - 1].observation) for h in range(1, t))

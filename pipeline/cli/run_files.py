@@ -12,6 +12,8 @@ import pyarrow.parquet as pq
 from pipeline.outputs import out_fs, read_json
 from schemas.errors import ConfigError
 from schemas.trajectory import Trajectory
+from stages.pools import sample_id
+from stages.sample_rows import sample_key
 
 
 def finished_run(run_dir: str):
@@ -105,12 +107,31 @@ def split_keys(fs, root: str, wanted: set[str]) -> dict[str, str]:
 
 
 def find_trajectories(fs, root: str, wanted: set[str]) -> dict[str, Trajectory]:
-    """The trajectories of the `wanted` ids found in the trajectories layer (a missing id is left out)."""
+    """The trajectories of the `wanted` ids found in the trajectories layer (a missing id is left out), by their
+    occurrence key (`stages.sample_rows.sample_key`): the plain id for the first trajectory carrying an id, a
+    key of its own for each later one (parts and rows in the order the run counted them, `pipeline.occurrences`)."""
     found: dict[str, Trajectory] = {}
+    seen: dict[str, int] = {}
     keys = pa.array(sorted(wanted), pa.string())
     for path in parquet_files(fs, posixpath.join(root, "trajectories")):
         with fs.open(path, "rb") as f:
             for batch in pq.ParquetFile(f).iter_batches(batch_size=256):
                 for d in batch.filter(pc.is_in(batch.column("traj_id"), value_set=keys)).to_pylist():
-                    found[d["traj_id"]] = Trajectory.from_dict(d)
+                    seen[d["traj_id"]] = seen.get(d["traj_id"], 0) + 1
+                    found[sample_key(d["traj_id"], seen[d["traj_id"]])] = Trajectory.from_dict(d)
+    return found
+
+
+def trajectory_of_sample(found: dict[str, Trajectory], sample: dict[str, Any], pool: str) -> Trajectory | None:
+    """The trajectory in `found` (`find_trajectories`) that made `sample` (its ``sample_id``, ``traj_id``,
+    ``turn_idx`` and ``template``): of the trajectories sharing its id, the one whose key gives its sample id."""
+    traj_id = sample["traj_id"]
+    n = 1
+    while (key := sample_key(traj_id, n)) in found:
+        if n == 1 and sample_key(traj_id, 2) not in found:
+            return found[key]  # the one trajectory of that id
+        if sample_id(key, pool, sample["turn_idx"], sample["template"]) == sample["sample_id"]:
+            return found[key]
+        n += 1
+    return None
     return found
