@@ -174,3 +174,33 @@ def test_rows_grouped_into_one_record_count_as_rows_against_the_quarantine_bound
     assert counts["trajectories"]["normalized"] == 4
     report = json.loads(lwm("validate", str(src), "--format", "agentworldbench", "--json").stdout)
     assert (report["records"], report["quarantined"]) == (25, 1)
+
+
+@pytest.mark.parametrize(("fmt", "folder", "records"), [
+    ("webvoyager", "mini-swe-agent", 1),  # a shell chat would become a web trajectory of `invalid` actions
+    ("magentic-one", "swe-agent", 4),
+    ("mini-swe-agent", "openhands", 2),
+    ("openhands", "swe-agent", 4),
+    ("openhands", "magentic-one", 3),
+    ("droidbot", "webvoyager", 1),  # read nothing and said nothing
+])
+def test_a_format_forced_onto_another_formats_logs_quarantines_them_as_the_wrong_format(shared_data, fmt, folder,
+                                                                                          records):
+    """Not filtered as readable runs without turns, not turned into trajectories: each record is one
+    `wrong_format` row, so the run stops at the quarantine bound and says which file."""
+    proc = lwm("validate", "--format", fmt, "--json", str(shared_data / folder), check=False)
+    report = json.loads(proc.stdout)
+    assert (report["records"], report["quarantined"], report["reasons"]) == (records, records, {"wrong_format": records})
+    assert report["trajectories"] == 0 and proc.returncode == 1
+
+
+def test_a_compression_no_reader_opens_is_named_not_sent_to_format(tmp_path):
+    import bz2
+
+    path = tmp_path / "logs.jsonl.bz2"
+    path.write_bytes(bz2.compress((json.dumps(traj(1)) + "\n").encode()))
+    report = json.loads(lwm("validate", "--json", str(path), check=False).stdout)
+    assert report["reasons"] == {"wrong_format": 1}
+    proc = lwm("validate", str(path), check=False)
+    assert ".bz2 files are not read (plain, .gz or .zst)" in proc.stdout + proc.stderr
+    assert "give --format" not in proc.stdout + proc.stderr

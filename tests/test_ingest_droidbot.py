@@ -192,3 +192,25 @@ def test_event_types_map_to_structured_actions():
         with pytest.raises(InvalidRecord) as exc:
             droidbot_action(event, screen, "member events/e.json")
         assert exc.value.reason == reason
+
+
+def test_files_of_another_format_under_format_droidbot_are_quarantined_not_dropped(tmp_path):
+    """Forced onto files it cannot read, the adapter says so for each one instead of yielding nothing."""
+    from tests.helpers import lwm_in_process
+
+    src = tmp_path / "logs"
+    src.mkdir()
+    (src / "chat.jsonl").write_text('{"messages": []}\n')
+    (src / "notes.json").write_text("{}")
+    proc = lwm_in_process("validate", "--format", "droidbot", "--json", str(src))
+    report = json.loads(proc.stdout)
+    assert (report["records"], report["quarantined"], report["reasons"]) == (2, 2, {"wrong_format": 2})
+    assert proc.returncode == 1
+
+
+def test_a_task_file_given_alone_under_format_droidbot_is_read(fixtures_dir):
+    from tests.helpers import ingest_unit
+
+    path = fixtures_dir / "droidbot" / "droidtask-notes" / "task1.yaml"
+    trajs, bad = ingest_unit(ADAPTER, path)
+    assert bad == [] and len(trajs) == 1 and len(trajs[0].turns) == 3

@@ -157,9 +157,21 @@ class DroidBotAdapter:
     def read(self, unit: InputUnit, opts: dict[str, Any]) -> Iterator[RawRecord | InvalidRecord]:
         max_bytes = max_record_bytes(opts)
         root = unit.uri
-        for run_dir in _droidbot_dirs(root):
+        if not unit.is_dir:  # a file given under --format droidbot: a task file, or input of another format
+            name = posixpath.basename(root.rstrip("/"))
+            if _TASK_FILE.fullmatch(name):
+                yield _read_task_file(root[: len(root.rstrip("/")) - len(name)].rstrip("/"), name, max_bytes)
+            else:
+                yield InvalidRecord("wrong_format", "not a DroidTask task file (task<N>.yaml); DroidBot runs are read from "
+                                    "their output folder (states/, events/)", "document", root)
+            return
+        run_dirs, task_files = _droidbot_dirs(root), droidtask_files(root)
+        if not run_dirs and not task_files:
+            yield InvalidRecord("wrong_format", "holds no DroidBot output (states/, events/) and no DroidTask task file "
+                                "(task<N>.yaml)", "document", root)
+        for run_dir in run_dirs:
             yield from self._read_run(root, run_dir, max_bytes)
-        for name in droidtask_files(root):
+        for name in task_files:
             yield _read_task_file(root, name, max_bytes)
 
     def _read_run(self, root: str, run_dir: str, max_bytes: int) -> Iterator[RawRecord | InvalidRecord]:

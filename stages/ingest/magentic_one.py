@@ -104,6 +104,9 @@ class MagenticOneAdapter:
         history = value.get("history") if isinstance(value, dict) else None
         if not isinstance(history, list) or not all(isinstance(m, dict) for m in history):
             raise InvalidRecord("missing_field", "expected an object with a 'history' list of messages", record.locator)
+        if not any(isinstance(m.get("role"), str) and (m["role"] == SURFER or m["role"].startswith("Orchestrator"))
+                   for m in history):
+            raise InvalidRecord("wrong_format", "the history has no Orchestrator or WebSurfer message", record.locator)
         turns, replies = _turns(history)
         if not turns:
             raise InvalidRecord("no_turns", "the WebSurfer took no browser action in this run", record.locator)

@@ -88,6 +88,8 @@ class MiniSweAgentAdapter:
         messages = value.get("messages") if isinstance(value, dict) else value
         if not isinstance(messages, list) or not all(isinstance(m, dict) for m in messages):
             raise InvalidRecord("missing_field", "expected a list of chat messages", record.locator)
+        if not any(m.get("role") == "assistant" for m in messages):
+            raise InvalidRecord("wrong_format", "no assistant message: not a chat of the agent's commands", record.locator)
         turns, counts = _turns(messages)
         info = value.get("info") if isinstance(value, dict) and isinstance(value.get("info"), dict) else {}
         meta: dict[str, Any] = {"agent": "mini-swe-agent", **{k: v for k, v in counts.items() if v}}

@@ -153,6 +153,10 @@ class OpenHandsAdapter:
             raise InvalidRecord(
                 "missing_field", "expected a list of events (or an object with 'history')", record.locator
             )
+        if events and not any(_str(e.get("kind")) in V1_EVENT_KINDS or "observation" in e or ("action" in e and "role" not in e)
+                              for e in events):  # a chat message with a `role` (SWE-agent's history) is no event
+            raise InvalidRecord("wrong_format", "no event is an OpenHands action or observation ('action', "
+                                "'observation' or a V1 'kind')", record.locator)
         if any(_str(e.get("kind")) in V1_EVENT_KINDS for e in events):
             turns, counts = _v1_turns(events)
         elif _has_ids(events):

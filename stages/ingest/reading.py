@@ -32,6 +32,8 @@ DEFAULT_MAX_RECORD_BYTES = 64 * 1024 * 1024
 DATA_SUFFIXES = (".jsonl", ".ndjson", ".json", ".csv", ".parquet", ".traj", ".cast", ".xml", ".yaml", ".yml", ".log")
 COMPRESSIONS = {".gz": "gzip", ".zst": "zstd", ".zstd": "zstd"}
 _CHUNK = 1 << 20
+# Compressions and archives an input may come in that no reader opens
+UNREAD_PACKINGS = (".bz2", ".xz", ".lzma", ".lz4", ".zip", ".tar", ".tgz", ".7z", ".rar")
 BOM = b"\xef\xbb\xbf"  # a UTF-8 byte order mark: accepted at the start of a file and dropped
 
 
@@ -152,6 +154,10 @@ def unrecognized(unit: InputUnit) -> InvalidRecord | None:
         damage = _nothing_readable(unit.uri)
         if damage is not None:
             return damage
+        packed = next((s for s in UNREAD_PACKINGS if unit.uri.lower().endswith(s)), None)
+        if packed is not None:  # giving --format would not help: say what would
+            return InvalidRecord("wrong_format", f"{packed} files are not read (plain, .gz or .zst): unpack it first",
+                                 "document", unit.uri)
     return InvalidRecord("unknown_format", "no adapter recognizes this input (give --format)", "document", unit.uri)
 
 

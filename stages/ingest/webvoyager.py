@@ -152,6 +152,10 @@ def normalize_messages(record: RawRecord, domain: str, source_kind: str) -> Traj
         expected = "user" if expected == "assistant" else "assistant"
     if not turns:
         raise InvalidRecord("no_turns", "the log has no assistant action")
+    if marker < 0 and all(action["action"] == "invalid" and reasoning is None for action, reasoning, _ in turns):
+        # neither a screen in the task message nor a single `Thought: … Action: …` reply: another format's chat
+        raise InvalidRecord("wrong_format", "no WebVoyager observation in the first message and no reply in its "
+                            "Thought:/Action: form", "document")
 
     meta: dict[str, Any] = {"session": _session_of(record.uri)}
     site = _SITE.search(first_text)
