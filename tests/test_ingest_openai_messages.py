@@ -198,6 +198,7 @@ def test_arguments_parsing():
     assert parse_arguments('{"a": [1, 2]}') == {"a": [1, 2]}
     assert parse_arguments("{a: 1") == "{a: 1"
     assert parse_arguments(None) == {}
+    assert parse_arguments("") == parse_arguments("  ") == {}  # no arguments, as some servers send them
     assert tool_action("f", {"x": "é"}) == '{"name": "f", "arguments": {"x": "é"}}'
 
 

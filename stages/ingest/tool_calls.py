@@ -16,8 +16,9 @@ from stages.ingest.reading import json_error_where, loads
 
 
 def parse_arguments(raw: Any) -> Any:
-    """Tool-call arguments as a value: JSON text is parsed when valid, anything else is kept as given."""
-    if raw is None:
+    """Tool-call arguments as a value: JSON text is parsed when valid, anything else is kept as given. No arguments
+    (``null``, or the empty string some servers send for a tool without parameters) are ``{}``."""
+    if raw is None or (isinstance(raw, str) and not raw.strip()):
         return {}
     if isinstance(raw, str):
         try:
