@@ -154,3 +154,23 @@ def test_a_failing_endpoint_is_not_re_asked_beyond_the_clients_retries():
                              RewardConfig(judge_reasks=3))
         assert res.reward == 0.0 and res.judge_error == "judge call failed: HTTP 500"
         assert len(judge.requests) == 3
+
+
+def test_predictions_the_verifier_cannot_read_fail_the_rule_and_the_batch_goes_on():
+    """Deep nesting and numbers beyond Python's digit limit are wrong predictions, not a missing verifier:
+    they neither raise nor get the rubric-only reward a sample without a verifier gets."""
+    huge = "9" * 5000
+    term_ref = "exit code: 0\nhello world"
+    with JudgeServer(lambda body, n: Answer(scores_answer(5))) as judge:
+        client = ChatClient(judge.url, "judge", backoff_s=0.01)
+        items = [
+            item("[" * 3000),
+            item('{"a": ' * 1200 + "1" + "}" * 1200),
+            item('{"status": "ok", "count": ' + huge + "}"),
+            RewardInput("terminal", target_reply(f"exit code: {huge}\nhello world", "Reasoning.\n"), term_ref, "### Turn 1"),
+            item(REF),
+        ]
+        results = score_batch(items, client)
+    assert [r.rule for r in results] == [False, False, False, False, True]
+    assert [r.verifier for r in results] == ["json_fields"] * 3 + ["terminal", "json_fields"]
+    assert [r.reward for r in results] == pytest.approx([0.9 * 25] * 4 + [25.0])

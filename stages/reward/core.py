@@ -27,7 +27,7 @@ from stages.render import PREDICT_INSTRUCTION
 from stages.reward.extract import extract_prediction
 from stages.reward.judge_prompts import judge_system_prompt, judge_user_prompt
 from stages.reward.rubric import RubricScores, parse_judge_answer
-from stages.reward.verifiers import NO_VERIFIER, VERIFIER_KINDS, verifier_kind, verify
+from stages.reward.verifiers import NO_VERIFIER, VERIFIER_KINDS, ReferenceMismatch, verifier_kind, verify
 
 MAX_REWARD = 25.0
 RULE_PASS_REWARD = MAX_REWARD
@@ -155,7 +155,7 @@ def score_batch(items: Sequence[RewardInput], judge, cfg: RewardConfig | None = 
             continue
         try:
             rule = verify(kind, ex.prediction, item.reference)
-        except ValueError:
+        except ReferenceMismatch:
             rule = None  # the recorded kind does not fit this reference: no rule reward
         results.append(RewardResult(0.0, "ok", kind, rule=rule))
         pending[i] = judge_messages(item, ex.prediction)
