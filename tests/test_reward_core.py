@@ -174,3 +174,20 @@ def test_predictions_the_verifier_cannot_read_fail_the_rule_and_the_batch_goes_o
     assert [r.rule for r in results] == [False, False, False, False, True]
     assert [r.verifier for r in results] == ["json_fields"] * 3 + ["terminal", "json_fields"]
     assert [r.reward for r in results] == pytest.approx([0.9 * 25] * 4 + [25.0])
+
+
+def test_judge_answers_with_unusable_scores_fail_only_their_own_sample():
+    five = '{"scores": {"format": 5, "factuality": 5, "consistency": 5, "realism": 5, "quality": 5}}'
+    hostile = {"NAN": five.replace('"format": 5', '"format": NaN'), "HUGE": five.replace('"format": 5', '"format": 1e999'),
+               "DEEP": '{"scores": ' + "[" * 3000 + "]" * 3000 + "}", "OPEN": "{" * 20_000}
+
+    def judge(body, n):
+        user = body["messages"][1]["content"]
+        return Answer(next((a for k, a in hostile.items() if k in user), scores_answer(4)))
+
+    with JudgeServer(judge) as server:
+        items = [item(json.dumps({"status": "ok", "count": 3, "x": k})) for k in hostile] + [item(REF)]
+        results = score_batch(items, ChatClient(server.url, "judge", backoff_s=0.01))
+    assert [r.judge_failed for r in results] == [True] * 4 + [False]
+    assert [r.reward for r in results] == pytest.approx([0.0] * 4 + [0.9 * 20 + 2.5])
+    assert all(r.rubric is None and r.judge_error for r in results[:4])
