@@ -179,3 +179,17 @@ def test_an_empty_predictions_file_says_so(run, tmp_path):
     path.write_text("")
     proc = lwm("reward", str(run), str(path), "--judge-url", "http://127.0.0.1:9/v1", "--judge-model", "j")
     assert proc.returncode == 2 and proc.stderr.strip() == f"lwm: error: {path}: holds no predictions"
+
+
+def test_a_prediction_holding_a_lone_surrogate_is_scored_like_any_other(run, tmp_path):
+    """JSON allows the escape; the surrogate reaches the judge escaped, and the other predictions are scored too."""
+    rl = rows(run, "rl")[:2]
+    path = tmp_path / "preds.jsonl"
+    texts = [target_reply("broken \ud800 output", ""), target_reply(rl[1]["reference"], "")]
+    path.write_text("".join(json.dumps({"sample_id": r["sample_id"], "prediction": t}) + "\n" for r, t in zip(rl, texts)))
+    for cache in ([], ["--cache", str(tmp_path / "cache")]):
+        with JudgeServer(judge) as server:
+            proc = lwm("reward", str(run), str(path), "--judge-url", server.url, "--judge-model", "j", "--json", *cache)
+            assert proc.returncode == 0, proc.stderr
+            assert sum("broken \ud800 output" in b["messages"][1]["content"] for b in server.requests) == 1
+        assert json.loads(proc.stdout)["domains"]["all"]["judged"] == 2
