@@ -174,6 +174,21 @@ def test_bad_judge_settings_are_refused_before_anything_is_asked(run, tmp_path, 
     assert proc.returncode == 2 and expected in proc.stderr and "Traceback" not in proc.stderr
 
 
+@pytest.mark.parametrize("weight", [["--rubric-weight", "nan"], ["--rule-weight", "inf"], ["--rubric-weight", "-inf"]])
+def test_weights_that_are_not_finite_numbers_are_refused_in_one_line(run, tmp_path, weight):
+    """A NaN weight made every reward NaN and the --json report invalid JSON."""
+    path = tmp_path / "preds.jsonl"
+    path.write_text(json.dumps({"sample_id": rows(run, "rl")[0]["sample_id"], "prediction": "x"}) + "\n")
+    with JudgeServer(judge) as server:
+        proc = lwm("reward", str(run), str(path), "--judge-url", server.url, "--judge-model", "j", "--json", *weight)
+        assert server.requests == []
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert proc.stderr.strip().splitlines() == [
+        f"lwm: error: reward weights must be finite, non-negative and not both 0, not rubric "
+        f"{float(weight[1]) if weight[0] == '--rubric-weight' else 9.0!r} and rule "
+        f"{float(weight[1]) if weight[0] == '--rule-weight' else 1.0!r}"]
+
+
 def test_an_empty_predictions_file_says_so(run, tmp_path):
     path = tmp_path / "preds.jsonl"
     path.write_text("")

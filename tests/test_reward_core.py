@@ -44,7 +44,10 @@ def test_rewards_stay_on_the_rubric_scale():
 
 
 @pytest.mark.parametrize("bad", [{"without_verifier": "half"}, {"on_judge_failure": "ignore"},
-                                 {"rubric_weight": 0, "rule_weight": 0}, {"rule_weight": -1}])
+                                 {"rubric_weight": 0, "rule_weight": 0}, {"rule_weight": -1},
+                                 {"rubric_weight": float("nan")}, {"rule_weight": float("nan")},
+                                 {"rubric_weight": float("inf")}, {"rule_weight": float("-inf")},
+                                 {"format_failure_reward": float("nan")}])
 def test_invalid_configs_are_refused(bad):
     with pytest.raises(ValueError):
         RewardConfig(**bad)

@@ -19,6 +19,7 @@ Combination (`RewardConfig`, every choice configurable):
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -50,8 +51,12 @@ class RewardConfig:
             raise ValueError(f"without_verifier must be 'rubric' or 'zero', not {self.without_verifier!r}")
         if self.on_judge_failure not in ("zero", "rule"):
             raise ValueError(f"on_judge_failure must be 'zero' or 'rule', not {self.on_judge_failure!r}")
-        if self.rubric_weight < 0 or self.rule_weight < 0 or self.rubric_weight + self.rule_weight <= 0:
-            raise ValueError("reward weights must be non-negative and not both 0")
+        weights = (self.rubric_weight, self.rule_weight)
+        if not all(math.isfinite(w) and w >= 0 for w in weights) or sum(weights) <= 0:  # NaN compares False
+            raise ValueError(f"reward weights must be finite, non-negative and not both 0, not "
+                             f"rubric {self.rubric_weight!r} and rule {self.rule_weight!r}")
+        if not math.isfinite(self.format_failure_reward):
+            raise ValueError(f"format_failure_reward must be finite, not {self.format_failure_reward!r}")
 
 
 @dataclass(frozen=True)
