@@ -112,3 +112,11 @@ def official_parser():
 def test_the_official_evaluator_reads_the_same_prediction_from_thinking_completions(official_parser, completion):
     ours = extract_prediction(completion)
     assert ours.ok and ours.prediction.strip() == official_parser(completion, "predicted_observation")
+
+
+@pytest.mark.parametrize("observation", ["<think>plan</think>done", "a </think> b"])
+def test_an_observation_holding_think_tags_cannot_be_predicted_exactly_by_either_parser(official_parser, observation):
+    """The README's limit: both parsers remove think blocks from the completion, and the reference keeps them."""
+    completion = target_reply(observation, "Reasoning.\n")
+    assert extract_prediction(completion).prediction != observation
+    assert official_parser(completion, "predicted_observation") != observation
