@@ -141,6 +141,21 @@ def test_val_fraction_writes_both_splits_by_task(run, tmp_path):
     assert train_tasks and val_tasks and not train_tasks & val_tasks
 
 
+@pytest.mark.parametrize(("first", "second"), [("verl", "verl"), ("trl", "trl"), ("verl", "trl")])
+def test_exporting_again_without_a_val_split_removes_the_old_val_file(run, tmp_path, first, second):
+    """The old val.parquet's rows are in the new train.parquet: left there, it would validate on training data."""
+    lwm("export", first, str(run), str(tmp_path), "--val-fraction", "0.3")
+    assert pq.read_table(tmp_path / "val.parquet").num_rows > 0
+    proc = lwm("export", second, str(run), str(tmp_path))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["train.parquet"]
+    assert pq.read_table(tmp_path / "train.parquet").num_rows == 18
+    removed = [line for line in proc.stderr.splitlines() if line.startswith("removed ")]
+    assert removed == [f"removed the val.parquet an earlier export left in {tmp_path}: its rows are in this "
+                       "train.parquet (--val-fraction writes a new one)"]
+    proc = lwm("export", second, str(run), str(tmp_path))  # nothing left to remove: nothing said
+    assert "removed" not in proc.stderr and sorted(p.name for p in tmp_path.iterdir()) == ["train.parquet"]
+
+
 def test_repeats_of_one_task_land_on_one_side_of_the_split(tmp_path):
     """Three trajectories of each of eight tasks (repeated attempts share a ``split_key``), one rl sample each:
     the split is by task, so no val prompt asks for a task that train teaches."""

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
 import threading
 
 import pytest
@@ -197,3 +199,22 @@ def test_an_interrupt_sends_no_further_request_and_waits_for_no_answer(tmp_path)
         time.sleep(0.5)
         assert len(judge.requests) == 2  # none of the 8 queued ones was sent
     assert "KeyboardInterrupt" in proc.stderr.read()
+
+
+def test_a_prompt_with_a_lone_surrogate_is_sent_and_cached_under_its_own_key(tmp_path):
+    with JudgeServer(lambda body, n: Answer(f"saw {body['messages'][0]['content']!r}")) as judge:
+        c = client(judge.url, cache_dir=str(tmp_path))
+        lone = [{"role": "user", "content": "broken \ud800 output"}]
+        other = [{"role": "user", "content": "broken \ud801 output"}]
+        first, second = c.chat(lone), c.chat(other)
+        assert first.ok and first.text == "saw 'broken \\ud800 output'" and second.text == "saw 'broken \\ud801 output'"
+        assert c.cache_key({"messages": lone}) != c.cache_key({"messages": other})
+        again = c.chat(lone)
+        assert again.cached and again.text == first.text and len(judge.requests) == 2
+
+
+def test_a_prompt_of_well_formed_text_keeps_the_cache_key_it_always_had():
+    c = ChatClient("http://judge.invalid/v1", "m")
+    body = {"model": "m", "messages": [{"role": "user", "content": "naïve 日本 \U0001f600"}]}
+    blob = json.dumps({"url": c.url, "body": body, "salt": "s"}, sort_keys=True, ensure_ascii=False)
+    assert c.cache_key(body, "s") == hashlib.sha256(blob.encode("utf-8")).hexdigest()

@@ -174,8 +174,61 @@ def test_bad_judge_settings_are_refused_before_anything_is_asked(run, tmp_path, 
     assert proc.returncode == 2 and expected in proc.stderr and "Traceback" not in proc.stderr
 
 
+@pytest.mark.parametrize("weight", [["--rubric-weight", "nan"], ["--rule-weight", "inf"], ["--rubric-weight", "-inf"]])
+def test_weights_that_are_not_finite_numbers_are_refused_in_one_line(run, tmp_path, weight):
+    """A NaN weight made every reward NaN and the --json report invalid JSON."""
+    path = tmp_path / "preds.jsonl"
+    path.write_text(json.dumps({"sample_id": rows(run, "rl")[0]["sample_id"], "prediction": "x"}) + "\n")
+    with JudgeServer(judge) as server:
+        proc = lwm("reward", str(run), str(path), "--judge-url", server.url, "--judge-model", "j", "--json", *weight)
+        assert server.requests == []
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert proc.stderr.strip().splitlines() == [
+        f"lwm: error: reward weights must be finite, non-negative and not both 0, not rubric "
+        f"{float(weight[1]) if weight[0] == '--rubric-weight' else 9.0!r} and rule "
+        f"{float(weight[1]) if weight[0] == '--rule-weight' else 1.0!r}"]
+
+
 def test_an_empty_predictions_file_says_so(run, tmp_path):
     path = tmp_path / "preds.jsonl"
     path.write_text("")
     proc = lwm("reward", str(run), str(path), "--judge-url", "http://127.0.0.1:9/v1", "--judge-model", "j")
     assert proc.returncode == 2 and proc.stderr.strip() == f"lwm: error: {path}: holds no predictions"
+
+
+def test_a_prediction_holding_a_lone_surrogate_is_scored_like_any_other(run, tmp_path):
+    """JSON allows the escape; the surrogate reaches the judge escaped, and the other predictions are scored too."""
+    rl = rows(run, "rl")[:2]
+    path = tmp_path / "preds.jsonl"
+    texts = [target_reply("broken \ud800 output", ""), target_reply(rl[1]["reference"], "")]
+    path.write_text("".join(json.dumps({"sample_id": r["sample_id"], "prediction": t}) + "\n" for r, t in zip(rl, texts)))
+    for cache in ([], ["--cache", str(tmp_path / "cache")]):
+        with JudgeServer(judge) as server:
+            proc = lwm("reward", str(run), str(path), "--judge-url", server.url, "--judge-model", "j", "--json", *cache)
+            assert proc.returncode == 0, proc.stderr
+            assert sum("broken \ud800 output" in b["messages"][1]["content"] for b in server.requests) == 1
+        assert json.loads(proc.stdout)["domains"]["all"]["judged"] == 2
+
+
+@pytest.mark.parametrize(("line", "why"), [
+    (b"\xff\xfe", "not UTF-8 (byte 0xff at character 1)"),
+    (b'{"sample_id": "a", "prediction": "x", "n": ' + b"9" * 5000 + b"}", "not a JSON object (an integer of more than"),
+    (b'{"sample_id": "a", "prediction": "x", "n": ' + b"[" * 100_000 + b"]" * 100_000 + b"}",
+     "not a JSON object (nested too deeply)"),
+])
+def test_prediction_lines_python_cannot_read_are_one_line_errors(run, tmp_path, line, why):
+    path = tmp_path / "preds.jsonl"
+    path.write_bytes(json.dumps({"sample_id": rows(run, "rl")[0]["sample_id"], "prediction": "x"}).encode() + b"\n" + line + b"\n")
+    proc = lwm("reward", str(run), str(path), "--judge-url", "http://127.0.0.1:9/v1", "--judge-model", "j")
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert proc.stderr.strip().splitlines() == [proc.stderr.strip()] and proc.stderr.startswith(f"lwm: error: {path}:2: {why}")
+
+
+def test_a_predictions_file_with_a_byte_order_mark_is_read(run, tmp_path):
+    rl = rows(run, "rl")[0]
+    path = tmp_path / "preds.jsonl"
+    path.write_bytes(b"\xef\xbb\xbf" + json.dumps({"sample_id": rl["sample_id"], "prediction": target_reply(rl["reference"], "")}).encode() + b"\n")
+    with JudgeServer(judge) as server:
+        proc = lwm("reward", str(run), str(path), "--judge-url", server.url, "--judge-model", "j", "--json")
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["scored"] == 1

@@ -44,7 +44,10 @@ def test_rewards_stay_on_the_rubric_scale():
 
 
 @pytest.mark.parametrize("bad", [{"without_verifier": "half"}, {"on_judge_failure": "ignore"},
-                                 {"rubric_weight": 0, "rule_weight": 0}, {"rule_weight": -1}])
+                                 {"rubric_weight": 0, "rule_weight": 0}, {"rule_weight": -1},
+                                 {"rubric_weight": float("nan")}, {"rule_weight": float("nan")},
+                                 {"rubric_weight": float("inf")}, {"rule_weight": float("-inf")},
+                                 {"format_failure_reward": float("nan")}])
 def test_invalid_configs_are_refused(bad):
     with pytest.raises(ValueError):
         RewardConfig(**bad)
@@ -154,3 +157,40 @@ def test_a_failing_endpoint_is_not_re_asked_beyond_the_clients_retries():
                              RewardConfig(judge_reasks=3))
         assert res.reward == 0.0 and res.judge_error == "judge call failed: HTTP 500"
         assert len(judge.requests) == 3
+
+
+def test_predictions_the_verifier_cannot_read_fail_the_rule_and_the_batch_goes_on():
+    """Deep nesting and numbers beyond Python's digit limit are wrong predictions, not a missing verifier:
+    they neither raise nor get the rubric-only reward a sample without a verifier gets."""
+    huge = "9" * 5000
+    term_ref = "exit code: 0\nhello world"
+    with JudgeServer(lambda body, n: Answer(scores_answer(5))) as judge:
+        client = ChatClient(judge.url, "judge", backoff_s=0.01)
+        items = [
+            item("[" * 3000),
+            item('{"a": ' * 1200 + "1" + "}" * 1200),
+            item('{"status": "ok", "count": ' + huge + "}"),
+            RewardInput("terminal", target_reply(f"exit code: {huge}\nhello world", "Reasoning.\n"), term_ref, "### Turn 1"),
+            item(REF),
+        ]
+        results = score_batch(items, client)
+    assert [r.rule for r in results] == [False, False, False, False, True]
+    assert [r.verifier for r in results] == ["json_fields"] * 3 + ["terminal", "json_fields"]
+    assert [r.reward for r in results] == pytest.approx([0.9 * 25] * 4 + [25.0])
+
+
+def test_judge_answers_with_unusable_scores_fail_only_their_own_sample():
+    five = '{"scores": {"format": 5, "factuality": 5, "consistency": 5, "realism": 5, "quality": 5}}'
+    hostile = {"NAN": five.replace('"format": 5', '"format": NaN'), "HUGE": five.replace('"format": 5', '"format": 1e999'),
+               "DEEP": '{"scores": ' + "[" * 3000 + "]" * 3000 + "}", "OPEN": "{" * 20_000}
+
+    def judge(body, n):
+        user = body["messages"][1]["content"]
+        return Answer(next((a for k, a in hostile.items() if k in user), scores_answer(4)))
+
+    with JudgeServer(judge) as server:
+        items = [item(json.dumps({"status": "ok", "count": 3, "x": k})) for k in hostile] + [item(REF)]
+        results = score_batch(items, ChatClient(server.url, "judge", backoff_s=0.01))
+    assert [r.judge_failed for r in results] == [True] * 4 + [False]
+    assert [r.reward for r in results] == pytest.approx([0.0] * 4 + [0.9 * 20 + 2.5])
+    assert all(r.rubric is None and r.judge_error for r in results[:4])

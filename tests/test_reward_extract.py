@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
 import pytest
 
 from stages.render import target_reply
@@ -49,3 +52,71 @@ def test_only_one_newline_next_to_each_tag_is_removed():
 
 def test_an_empty_prediction_is_well_formed():
     assert extract_prediction("<predicted_observation>\n</predicted_observation>").prediction == ""
+
+
+# ------------------------------------------------------------------------------ thinking models
+
+QUOTING = "I must answer between <predicted_observation> and </predicted_observation>."
+
+
+def test_reasoning_before_a_lone_closing_think_tag_is_dropped():
+    """R1/QwQ/Qwen3-Thinking templates put <think> in the prompt: the completion holds only </think>."""
+    ex = extract_prediction(f"{QUOTING}\n</think>\n\n<predicted_observation>\nX\n</predicted_observation>")
+    assert ex.ok and ex.prediction == "X"
+
+
+def test_tags_after_the_lone_closing_think_tag_still_count():
+    ex = extract_prediction(f"{QUOTING}\n</think>\n<predicted_observation>\na\n</predicted_observation>"
+                            "<predicted_observation>\nb\n</predicted_observation>")
+    assert ex.status == "duplicate"
+
+
+def test_think_tags_match_in_any_case_and_pair_in_order():
+    assert extract_prediction(f"<THINK>{QUOTING}</Think><predicted_observation>\nY\n</predicted_observation>").prediction == "Y"
+    # the second </think> closes no <think>: everything before it is reasoning
+    text = f"<think>a</think>{QUOTING}</think><predicted_observation>\nZ\n</predicted_observation>"
+    assert extract_prediction(text).prediction == "Z"
+    # nested blocks go as a whole
+    text = f"<think>a<think>{QUOTING}</think>{QUOTING}</think><predicted_observation>\nW\n</predicted_observation>"
+    assert extract_prediction(text).prediction == "W"
+
+
+def test_an_unclosed_think_block_is_left_as_it_is():
+    assert extract_prediction(f"<think>{QUOTING}<predicted_observation>\nV\n</predicted_observation>").status == "duplicate"
+
+
+VENDOR = Path(__file__).resolve().parent.parent.parent / "shared" / "vendor" / "agentworldbench-eval" / "eval"
+
+
+@pytest.fixture(scope="module")
+def official_parser():
+    if not VENDOR.is_dir():
+        pytest.skip(f"vendored AgentWorldBench evaluator not found at {VENDOR}")
+    sys.path.insert(0, str(VENDOR))
+    try:
+        from lwm_eval_utils.output_parser import parse_model_output
+    finally:
+        sys.path.remove(str(VENDOR))
+    return parse_model_output
+
+
+@pytest.mark.parametrize("completion", [
+    f"{QUOTING}\n</think>\n\n<predicted_observation>\nX\n</predicted_observation>",
+    f"<think>{QUOTING}</think>\n<predicted_observation>\nX\n</predicted_observation>",
+    f"<THINK>{QUOTING}</THINK><predicted_observation>\nX\n</predicted_observation>",
+    f"<think>a</think>{QUOTING}</think><predicted_observation>\nX\n</predicted_observation>",
+    f"<think>a<think>{QUOTING}</think>{QUOTING}</think><predicted_observation>\nX\n</predicted_observation>",
+    f"</think>{QUOTING}</think><think>{QUOTING}</think>\n<predicted_observation>\n  X y\n</predicted_observation>",
+    f"{QUOTING}</think>So it prints X.<think>{QUOTING}</think><predicted_observation>\nX\n</predicted_observation>",
+])
+def test_the_official_evaluator_reads_the_same_prediction_from_thinking_completions(official_parser, completion):
+    ours = extract_prediction(completion)
+    assert ours.ok and ours.prediction.strip() == official_parser(completion, "predicted_observation")
+
+
+@pytest.mark.parametrize("observation", ["<think>plan</think>done", "a </think> b"])
+def test_an_observation_holding_think_tags_cannot_be_predicted_exactly_by_either_parser(official_parser, observation):
+    """The README's limit: both parsers remove think blocks from the completion, and the reference keeps them."""
+    completion = target_reply(observation, "Reasoning.\n")
+    assert extract_prediction(completion).prediction != observation
+    assert official_parser(completion, "predicted_observation") != observation

@@ -76,3 +76,24 @@ def test_a_bad_judge_setting_names_where_it_came_from(monkeypatch, settings, env
         monkeypatch.setenv(k, v)
     with pytest.raises(ValueError, match=re.escape(expected)):
         frameworks.judge_client(judge_url="http://127.0.0.1:9/v1", judge_model="m", **settings)
+
+
+def test_degenerate_rollouts_and_judge_answers_score_alone_instead_of_ending_the_step():
+    """A rollout of nested brackets, one with a surrogate, and a judge answer with a NaN score: each gets its
+    own reward and the rest of the batch is scored."""
+    json_ref = '{"status": "ok", "count": 3}'
+
+    def judge(body, n):
+        nan = scores_answer(5).replace('"format": 5', '"format": NaN')
+        return Answer(nan if "ASK-FOR-NAN" in body["messages"][1]["content"] else scores_answer(5))
+
+    with JudgeServer(judge) as server:
+        settings = {"judge_url": server.url, "judge_model": "judge"}
+        deep = compute_score("lwmkit/mcp", target_reply('{"a": ' * 1200, ""), json_ref,
+                             {"domain": "mcp", "verifier": "json_fields"}, **settings)
+        assert deep == {"score": 0.9 * 25, "format_ok": 1.0, "rule": 0.0, "rubric": 25.0, "judge_failed": 0.0}
+        completions = [target_reply(json_ref, ""), target_reply("ASK-FOR-NAN", ""), target_reply("x\ud800", ""),
+                       target_reply("[" * 3000, "")]
+        out = make_trl_reward(**settings)(prompts=["### Turn 1"] * 4, completions=completions,
+                                          reference=[json_ref] * 4, domain=["mcp"] * 4, verifier=["json_fields"] * 4)
+    assert out == pytest.approx([25.0, 0.0, 0.9 * 25, 0.9 * 25])

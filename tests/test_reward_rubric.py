@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import sys
+import time
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
+from stages.reward import rubric
 from stages.reward.judge_prompts import DIMENSIONS, judge_system_prompt, judge_user_prompt
 from stages.reward.rubric import INVALID_REWARD, parse_judge_answer
 
@@ -82,6 +86,68 @@ def test_answers_without_five_valid_scores_give_zero(answer):
     r = parse_judge_answer(answer)
     assert not r.ok and r.error
     assert r.reward == INVALID_REWARD == 0.0
+
+
+FIVE = '{"scores": {"format": 5, "factuality": 5, "consistency": 5, "realism": 5, "quality": 5}}'
+
+
+@pytest.mark.parametrize(
+    ("answer", "error"),
+    [
+        (FIVE.replace('"format": 5', '"format": NaN'), "invalid or missing score: format"),
+        (FIVE.replace('"realism": 5', '"realism": Infinity'), "invalid or missing score: realism"),
+        (FIVE.replace('"format": 5', '"format": 1e999'), "invalid or missing score: format"),  # a float, infinite
+        (FIVE.replace('"quality": 5', '"quality": "' + "9" * 400 + '"'), "invalid or missing score: quality"),
+        (FIVE.replace('"format": 5', '"format": ' + "9" * 5000), "no scores object"),  # beyond int()'s digit limit
+        ('<final_evaluation>{"scores": ' + "[" * 3000 + "]" * 3000 + "}</final_evaluation>", "no scores object"),
+    ],
+)
+def test_scores_python_cannot_use_make_the_answer_invalid_instead_of_raising(answer, error):
+    r = parse_judge_answer(answer)
+    assert not r.ok and r.error == error and r.reward == INVALID_REWARD
+
+
+def test_a_good_score_next_to_deeply_nested_json_is_still_read():
+    r = parse_judge_answer('{"strengths": ' + "[" * 3000 + "]" * 3000 + "}\n" + FIVE)
+    assert r.ok and r.reward == 25.0
+
+
+@pytest.mark.parametrize("answer", ["{" * 30_000, '{\\"' * 10_000, '{"{' * 10_000, "{" * 30_000 + FIVE])
+def test_braces_that_never_close_are_parsed_in_linear_time(answer):
+    """The scan from every unclosed brace used to run to the end of the text: 30,000 of them took about 20 s."""
+    start = time.perf_counter()
+    r = parse_judge_answer(answer)
+    assert time.perf_counter() - start < 2.0
+    assert r.ok == answer.endswith(FIVE)
+
+
+def _balanced_objects_by_definition(text: str) -> list[str]:
+    """From each ``{`` not inside an object already found: the shortest balanced text (strings respected), if any."""
+    out, i = [], 0
+    while (start := text.find("{", i)) != -1:
+        depth, in_str, esc, end = 0, False, False, -1
+        for j in range(start, len(text)):
+            c = text[j]
+            if in_str:
+                esc, in_str = (False, True) if esc else (c == "\\", c != '"')
+            elif c in "{}":
+                depth += 1 if c == "{" else -1
+                if depth == 0:
+                    end = j
+                    break
+            else:
+                in_str = c == '"'
+        out += [text[start : end + 1]] if end != -1 else []
+        i = start + 1 if end == -1 else end + 1
+    return out
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.text(alphabet='{}"\\ a', max_size=40))
+def test_balanced_objects_are_the_ones_the_definition_gives(text):
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(rubric, "_SCAN_BUDGET", 10**9)  # the definition has no budget
+        assert rubric._balanced_objects(text) == _balanced_objects_by_definition(text)
 
 
 def test_judge_prompts_name_all_five_dimensions_and_the_answer_tag_for_every_domain():

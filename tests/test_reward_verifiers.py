@@ -22,6 +22,7 @@ from stages.reward.verifiers import (
     NO_VERIFIER,
     TERMINAL,
     UI_ELEMENTS,
+    ReferenceMismatch,
     deterministic_lines,
     element_identities,
     exit_status,
@@ -224,3 +225,38 @@ def test_domains_without_a_deterministic_check_get_none(shared_data):
     assert verify(NO_VERIFIER, "x", "y") is None
     with pytest.raises(ValueError, match="unknown verifier"):
         verify("regex", "x", "y")
+
+
+# ----------------------------------------------------------------------------- hostile predictions
+
+JSON_REF = json.dumps({"status": "ok", "count": 3, "items": [{"id": 1}, {"id": 2}]})
+HUGE = "9" * 5000  # more digits than Python's int() converts
+
+
+@pytest.mark.parametrize("prediction", ["[" * 3000, '{"a": ' * 1200 + "1" + "}" * 1200, "[" * 3000 + "]" * 3000,
+                                        '{"status": "ok", "count": ' + HUGE + ', "items": [{"id": 1}, {"id": 2}]}'])
+def test_json_python_cannot_read_fails_json_fields_instead_of_raising(prediction):
+    assert verify(JSON_FIELDS, prediction, JSON_REF) is False
+
+
+def test_a_huge_exit_code_in_the_prediction_fails_the_terminal_check_instead_of_raising():
+    ref = "exit code: 0\nhello world"
+    assert verify(TERMINAL, "exit code: 0\nhello world", ref) is True
+    assert verify(TERMINAL, f"exit code: {HUGE}\nhello world", ref) is False
+    assert verify(TERMINAL, f"<returncode>{HUGE}</returncode>\nhello world", "<returncode>0</returncode>\nhello world") is False
+
+
+def test_a_reference_nested_deeper_than_recursion_allows_is_still_compared():
+    depth = 600  # json parses it; a recursive comparison did not get to the bottom
+    ref = "[" * depth + '{"a": 1}' + "]" * depth
+    assert verifier_kind("mcp", ref) == JSON_FIELDS
+    assert verify(JSON_FIELDS, ref, ref) is True
+    assert verify(JSON_FIELDS, ref.replace('"a": 1', '"a": 2'), ref) is False
+    assert verify(JSON_FIELDS, ref.replace('"a": 1', '"b": 1'), ref) is False
+
+
+@pytest.mark.parametrize(("kind", "reference"), [(JSON_FIELDS, "plain text"), (TERMINAL, "\n  \n"),
+                                                 (UI_ELEMENTS, "a screen with no element lines")])
+def test_a_reference_the_verifier_cannot_use_is_a_reference_mismatch(kind, reference):
+    with pytest.raises(ReferenceMismatch):
+        verify(kind, "anything", reference)

@@ -192,6 +192,17 @@ def test_check_format_names_the_bad_line(tmp_path):
     assert f"{path}:2: not JSON" in proc.stderr
 
 
+def test_check_format_names_a_line_that_is_not_utf8_and_reads_a_byte_order_mark(tmp_path):
+    path = tmp_path / "outs.jsonl"
+    path.write_bytes(b'{"output": "a"}\n\xff\xfe\n')
+    proc = _lwm("check-format", str(path))
+    assert proc.returncode == 2 and proc.stderr.strip() == f"lwm: error: {path}:2: not UTF-8 (byte 0xff at character 1)"
+    path.write_bytes(b'\xef\xbb\xbf{"output": "a"}\n')
+    proc = _lwm("check-format", str(path), "--json")
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["outputs"] == 1
+
+
 def test_check_format_of_a_file_without_outputs_says_so(tmp_path):
     """0 of 0 is no adherence: the report said 0.00% with status 0 (and 1 with --min-adherence)."""
     path = tmp_path / "empty.jsonl"

@@ -1,7 +1,7 @@
 """``lwm export verl`` and ``lwm export trl``: the rl pool of a finished run as RL datasets.
 
-Both write ``OUT_DIR/train.parquet`` (and ``OUT_DIR/val.parquet`` with ``--val-fraction``), one row
-per rl sample in sample-id order. The split is a stable hash of each sample's task (the trajectory's
+Both write ``OUT_DIR/train.parquet`` (and ``OUT_DIR/val.parquet`` with ``--val-fraction``; without it, a
+``val.parquet`` an earlier export left is removed), one row per rl sample in sample-id order. The split is a stable hash of each sample's task (the trajectory's
 ``split_key``, by which the pools are disjoint too), so every turn of a task lands on one side: a val row
 never shares its history with a train row.
 
@@ -127,8 +127,13 @@ def trl_row(sample: dict[str, Any], index: int, split: str) -> dict[str, Any]:
 FORMATS = {"verl": (VERL_SCHEMA, verl_row), "trl": (TRL_SCHEMA, trl_row)}
 
 
-def write_rl_dataset(run_dir: str, out_dir: str, fmt: str, val_fraction: float = 0.0) -> tuple[dict[str, int], int]:
-    """Write the rl pool of `run_dir` for `fmt` (verl | trl) under `out_dir`; (rows per split, tasks)."""
+def write_rl_dataset(run_dir: str, out_dir: str, fmt: str, val_fraction: float = 0.0) -> tuple[dict[str, int], int, str]:
+    """Write the rl pool of `run_dir` for `fmt` (verl | trl) under `out_dir`; (rows per split, tasks, the path of a
+    ``val.parquet`` an earlier export left there and this one removed, or "").
+
+    The export owns both files: without a val split, an older ``val.parquet`` would hold rows that are now in
+    train, and a trainer still pointed at it would validate on training data.
+    """
     if not 0.0 <= val_fraction < 1.0:
         raise ConfigError(f"--val-fraction must be in [0, 1), not {val_fraction}")
     schema, make_row = FORMATS[fmt]
@@ -149,7 +154,12 @@ def write_rl_dataset(run_dir: str, out_dir: str, fmt: str, val_fraction: float =
         for w in writers.values():
             w.abort()
         raise
-    return counts, len({sample["split_key"] for sample in samples})
+    stale = posixpath.join(root, "val.parquet")
+    if "val" in splits or not fs.isfile(stale):
+        stale = ""
+    else:
+        fs.rm(stale)
+    return counts, len({sample["split_key"] for sample in samples}), stale
 
 
 def _export_command(fmt: str, help_text: str) -> click.Command:
@@ -162,9 +172,12 @@ def _export_command(fmt: str, help_text: str) -> click.Command:
                   help="Share of tasks in val.parquet (every turn of a task on one side).")
     @handle_errors
     def export_cmd(run_dir: str, out_dir: str, val_fraction: float) -> None:
-        counts, tasks = write_rl_dataset(run_dir, out_dir, fmt, val_fraction)
+        counts, tasks, stale = write_rl_dataset(run_dir, out_dir, fmt, val_fraction)
         parts = ", ".join(f"{n} {s}" for s, n in counts.items())
         click.echo(f"wrote {fmt} RL dataset to {out_dir}: {parts} rows", err=True)
+        if stale:
+            click.echo(f"removed the val.parquet an earlier export left in {out_dir}: its rows are in this train.parquet "
+                       "(--val-fraction writes a new one)", err=True)
         for split in (s for s, n in counts.items() if not n):  # the split is by a hash of each task
             click.echo(f"warning: {split}.parquet has no rows: the {tasks} tasks of {sum(counts.values())} rl samples "
                        f"are too few for --val-fraction {val_fraction:g}", err=True)

@@ -180,7 +180,9 @@ class ChatClient:
     def cache_key(self, body: dict[str, Any], salt: str = "") -> str:
         """sha256 of the endpoint and the canonical request body (the API key is not part of it)."""
         blob = json.dumps({"url": self.url, "body": body, "salt": salt}, sort_keys=True, ensure_ascii=False)
-        return hashlib.sha256(blob.encode("utf-8")).hexdigest()
+        # surrogatepass: a lone surrogate in a prompt (a model's broken output) is hashed, not an error; any other
+        # text hashes to the key it always had, so existing caches stay valid
+        return hashlib.sha256(blob.encode("utf-8", "surrogatepass")).hexdigest()
 
     # --------------------------------------------------------------------------------- private
 

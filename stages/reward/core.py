@@ -19,6 +19,7 @@ Combination (`RewardConfig`, every choice configurable):
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -27,7 +28,7 @@ from stages.render import PREDICT_INSTRUCTION
 from stages.reward.extract import extract_prediction
 from stages.reward.judge_prompts import judge_system_prompt, judge_user_prompt
 from stages.reward.rubric import RubricScores, parse_judge_answer
-from stages.reward.verifiers import NO_VERIFIER, VERIFIER_KINDS, verifier_kind, verify
+from stages.reward.verifiers import NO_VERIFIER, VERIFIER_KINDS, ReferenceMismatch, verifier_kind, verify
 
 MAX_REWARD = 25.0
 RULE_PASS_REWARD = MAX_REWARD
@@ -50,8 +51,12 @@ class RewardConfig:
             raise ValueError(f"without_verifier must be 'rubric' or 'zero', not {self.without_verifier!r}")
         if self.on_judge_failure not in ("zero", "rule"):
             raise ValueError(f"on_judge_failure must be 'zero' or 'rule', not {self.on_judge_failure!r}")
-        if self.rubric_weight < 0 or self.rule_weight < 0 or self.rubric_weight + self.rule_weight <= 0:
-            raise ValueError("reward weights must be non-negative and not both 0")
+        weights = (self.rubric_weight, self.rule_weight)
+        if not all(math.isfinite(w) and w >= 0 for w in weights) or sum(weights) <= 0:  # NaN compares False
+            raise ValueError(f"reward weights must be finite, non-negative and not both 0, not "
+                             f"rubric {self.rubric_weight!r} and rule {self.rule_weight!r}")
+        if not math.isfinite(self.format_failure_reward):
+            raise ValueError(f"format_failure_reward must be finite, not {self.format_failure_reward!r}")
 
 
 @dataclass(frozen=True)
@@ -155,7 +160,7 @@ def score_batch(items: Sequence[RewardInput], judge, cfg: RewardConfig | None = 
             continue
         try:
             rule = verify(kind, ex.prediction, item.reference)
-        except ValueError:
+        except ReferenceMismatch:
             rule = None  # the recorded kind does not fit this reference: no rule reward
         results.append(RewardResult(0.0, "ok", kind, rule=rule))
         pending[i] = judge_messages(item, ex.prediction)

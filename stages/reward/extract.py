@@ -2,9 +2,12 @@
 
 The prediction counts only between ``<predicted_observation>`` and ``</predicted_observation>``
 (the tags the rl and sft prompts ask for, `stages.render`). Everything outside the pair — the
-reasoning before it, any text after it — is ignored. Complete ``<think>…</think>`` blocks are
-reasoning too and are removed first, so a thinking model that mentions the tag while it thinks
-is not penalised for it.
+reasoning before it, any text after it — is ignored. Think blocks are reasoning too and are
+removed first, so a thinking model that mentions the tag while it thinks is not penalised for it:
+a complete ``<think>…</think>``, and everything before a ``</think>`` that closes no ``<think>``
+(the chat templates of R1, QwQ and Qwen3-Thinking put the opening tag in the prompt, so the
+completion holds only the closing one). Both are what the AgentWorldBench evaluator removes;
+like it, think tags match in any case. An unclosed ``<think>`` is left as it is.
 
 What is a format failure (the reward module gives it a fixed, configurable reward):
 
@@ -21,11 +24,12 @@ Tags are matched case-sensitively, as rendered.
 from __future__ import annotations
 
 import re
+from collections import deque
 from dataclasses import dataclass
 
 OPEN_TAG = "<predicted_observation>"
 CLOSE_TAG = "</predicted_observation>"
-_THINK = re.compile(r"<think>.*?</think>", re.DOTALL)
+_THINK_TAG = re.compile(r"<(/?)think>", re.IGNORECASE)
 
 
 @dataclass(frozen=True)
@@ -41,8 +45,27 @@ class Extraction:
 
 
 def strip_think(text: str) -> str:
-    """`text` without complete ``<think>…</think>`` blocks (an unclosed one is left as it is)."""
-    return _THINK.sub("", text)
+    """`text` without its ``<think>…</think>`` blocks and without everything up to a ``</think>`` that closes no
+    ``<think>`` (module docstring); an unclosed ``<think>`` is left as it is.
+
+    Each ``</think>`` closes the earliest ``<think>`` still open, as the AgentWorldBench evaluator pairs them.
+    """
+    open_at: deque[int] = deque()
+    spans = []
+    for m in _THINK_TAG.finditer(text):
+        if not m.group(1):
+            open_at.append(m.start())
+        else:
+            spans.append((open_at.popleft() if open_at else 0, m.end()))
+    if not spans:
+        return text
+    kept, pos = [], 0
+    for start, end in sorted(spans):
+        if start > pos:
+            kept.append(text[pos:start])
+        pos = max(pos, end)
+    kept.append(text[pos:])
+    return "".join(kept)
 
 
 def extract_prediction(completion: str) -> Extraction:

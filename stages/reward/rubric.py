@@ -11,8 +11,8 @@
 4. a candidate that is not valid JSON is repaired (trailing commas, single-quoted or bare keys)
    and, failing that, its ``"scores": {…}`` object alone is parsed;
 5. a score may be an integer, a float (rounded), or a string such as ``"4"`` or ``"4/5"``;
-   values above 5 are clamped to 5; a value below 1, missing or unreadable makes the answer
-   invalid — all five dimensions are needed, so a judge answer that rates only some of them
+   values above 5 are clamped to 5; a value below 1, not finite (NaN, Infinity), missing or
+   unreadable makes the answer invalid — all five dimensions are needed, so a judge answer that rates only some of them
    gives 0 like one that rates none (a partial mean would reward an answer the judge did not finish).
 
 reward = mean of the five scores × 5, so 5 (all 1) … 25 (all 5); an invalid answer gives
@@ -22,6 +22,7 @@ reward = mean of the five scores × 5, so 5 (all 1) … 25 (all 5); an invalid a
 from __future__ import annotations
 
 import json
+import math
 import re
 from dataclasses import dataclass, field
 from typing import Any
@@ -32,6 +33,7 @@ ANSWER_TAG = "final_evaluation"
 INVALID_REWARD = 0.0
 _FENCE = re.compile(r"```(?:json|JSON)?\s*(.*?)```", re.DOTALL)
 _SCORE_STR = re.compile(r"^\s*(-?\d+(?:\.\d+)?)\s*(?:/\s*\d+)?\s*$")
+_SCAN_BUDGET = 4  # `_balanced_objects` reads the text at most this many times over
 
 
 @dataclass(frozen=True)
@@ -77,37 +79,54 @@ def _tagged(text: str) -> str | None:
     return text[start:] if end == -1 else text[start:end]
 
 
-def _balanced_objects(text: str) -> list[str]:
-    """Every top-level balanced ``{…}`` in `text`, strings and escapes respected."""
-    out, i = [], 0
-    while True:
-        start = text.find("{", i)
-        if start == -1:
-            return out
-        depth, in_str, esc, end = 0, False, False, -1
-        for j in range(start, len(text)):
-            c = text[j]
-            if in_str:
-                if esc:
-                    esc = False
-                elif c == "\\":
-                    esc = True
-                elif c == '"':
-                    in_str = False
+def _scan_object(text: str, start: int, closing: dict[int, int]) -> int:
+    """Scan from the ``{`` at `start` (outside any string) to its closing brace, recording in `closing` where
+    every brace the scan meets outside strings closes (-1: never); the number of characters scanned."""
+    opened, in_str, esc = [], False, False
+    for j in range(start, len(text)):
+        c = text[j]
+        if in_str:
+            if esc:
+                esc = False
+            elif c == "\\":
+                esc = True
             elif c == '"':
-                in_str = True
-            elif c == "{":
-                depth += 1
-            elif c == "}":
-                depth -= 1
-                if depth == 0:
-                    end = j
-                    break
+                in_str = False
+        elif c == '"':
+            in_str = True
+        elif c == "{":
+            opened.append(j)
+        elif c == "}":
+            closing[opened.pop()] = j
+            if not opened:
+                return j - start + 1
+    for j in opened:
+        closing[j] = -1
+    return len(text) - start
+
+
+def _balanced_objects(text: str) -> list[str]:
+    """Every top-level balanced ``{…}`` in `text`, strings and escapes respected; a brace that never closes is
+    skipped, and the objects inside it count.
+
+    A scan from a brace that never closes runs to the end of the text; rescanning from each brace inside it
+    was quadratic (20,000 unclosed braces took 10 s). A brace that an earlier scan met outside strings is where
+    a scan from it would go, so it is looked up instead; only a brace that was inside a string gets a scan of
+    its own, and those stop once the scans have read `_SCAN_BUDGET` times the text.
+    """
+    out, i, closing, budget = [], 0, {}, _SCAN_BUDGET * len(text)
+    while (start := text.find("{", i)) != -1:
+        if start not in closing:
+            if budget <= 0:
+                break
+            budget -= _scan_object(text, start, closing)
+        end = closing[start]
         if end == -1:
             i = start + 1
             continue
         out.append(text[start : end + 1])
         i = end + 1
+    return out
 
 
 def _prefer_scores(candidates: list[str]) -> list[str]:
@@ -128,30 +147,35 @@ def _repair(s: str) -> str:
     return re.sub(r"([{,]\s*)([A-Za-z_]\w*)(\s*:)", r'\1"\2"\3', s)
 
 
+def _json(text: str) -> Any:
+    """`text` as JSON; None where it is not JSON, or JSON Python cannot read (an integer of more digits than it
+    converts, nesting deeper than its recursion limit)."""
+    try:
+        return json.loads(text)
+    except (ValueError, RecursionError):  # JSONDecodeError is a ValueError
+        return None
+
+
 def _load(candidate: str) -> Any:
     for text in (candidate, _repair(candidate)):
-        try:
-            return json.loads(text)
-        except json.JSONDecodeError:
-            continue
+        value = _json(text)
+        if value is not None:
+            return value
     m = re.search(r"[\"']?scores[\"']?\s*:\s*(\{[^{}]*\})", candidate)
     if m:
-        try:
-            return {"scores": json.loads(_repair(m.group(1)))}
-        except json.JSONDecodeError:
-            return None
+        value = _json(_repair(m.group(1)))
+        return None if value is None else {"scores": value}
     return None
 
 
 def _score_value(v: Any) -> int | None:
     if isinstance(v, bool):
         return None
-    if isinstance(v, int | float):
-        n = round(v)
-    elif isinstance(v, str) and _SCORE_STR.match(v):
-        n = round(float(_SCORE_STR.match(v).group(1)))
-    else:
+    if isinstance(v, str) and _SCORE_STR.match(v):
+        v = float(_SCORE_STR.match(v).group(1))
+    if not isinstance(v, int | float) or not math.isfinite(v):  # NaN, Infinity and 1e999 are no score
         return None
+    n = round(v)
     if n < 1:
         return None
     return min(n, 5)

@@ -4,6 +4,10 @@ A verifier only judges what the reference fixes regardless of hidden environment
 rest is left to the rubric judge. `verifier_kind` picks one kind per sample from its domain and
 reference observation (the rl pool records it in its ``verifier`` column when it is built);
 `verify` runs it. A sample whose reference allows none gets ``"none"`` and no rule reward.
+A reference that does not fit the verifier asked for raises `ReferenceMismatch` (the caller gives no
+rule reward); a prediction a verifier cannot read (too deeply nested, a number of more digits than
+Python converts) fails the check like any other wrong prediction, so a degenerate output can neither
+crash the caller nor escape a failing check.
 
 Kinds and their scope (the docstring of each check says exactly what it compares):
 
@@ -33,15 +37,22 @@ _VOLATILE_KEY = re.compile(
 )
 
 
+
+class ReferenceMismatch(ValueError):
+    """The reference gives the verifier nothing to check (the sample then has no rule reward)."""
+
+
 # ----------------------------------------------------------------------------------- JSON fields
 
 def _json_documents(text: str) -> list[Any] | None:
-    """The JSON values `text` holds one after another (tools print several objects in a row)."""
+    """The JSON values `text` holds one after another (tools print several objects in a row); None when it is
+    not JSON, or JSON that Python cannot read (nested deeper than its recursion limit, an integer of more digits
+    than it converts)."""
     decoder, s, pos, docs = json.JSONDecoder(), text.strip(), 0, []
     while pos < len(s):
         try:
             value, pos = decoder.raw_decode(s, pos)
-        except json.JSONDecodeError:
+        except (ValueError, RecursionError):  # JSONDecodeError is a ValueError, as is the digit limit
             return None
         docs.append(value)
         while pos < len(s) and s[pos].isspace():
@@ -65,18 +76,25 @@ def _is_free_text(value: Any) -> bool:
     return isinstance(value, str) and (len(value) > FREE_TEXT_CHARS or "\n" in value)
 
 
-def _same_fields(ref: Any, pred: Any, key: str = "") -> bool:
-    if isinstance(ref, dict):
-        return isinstance(pred, dict) and ref.keys() == pred.keys() and all(
-            _same_fields(v, pred[k], str(k)) for k, v in ref.items()
-        )
-    if isinstance(ref, list):
-        return isinstance(pred, list) and len(ref) == len(pred) and all(
-            _same_fields(r, p, key) for r, p in zip(ref, pred)
-        )
-    if _is_free_text(ref) or (key and _VOLATILE_KEY.search(key)):
-        return type(pred) is type(ref)
-    return type(pred) is type(ref) and pred == ref
+def _same_fields(ref: Any, pred: Any) -> bool:
+    # a stack, not recursion: JSON that parses can still be nested deeper than comparing it recursively allows
+    todo: list[tuple[Any, Any, str]] = [(ref, pred, "")]
+    while todo:
+        ref, pred, key = todo.pop()
+        if isinstance(ref, dict):
+            if not isinstance(pred, dict) or ref.keys() != pred.keys():
+                return False
+            todo += [(v, pred[k], str(k)) for k, v in ref.items()]
+        elif isinstance(ref, list):
+            if not isinstance(pred, list) or len(ref) != len(pred):
+                return False
+            todo += [(r, p, key) for r, p in zip(ref, pred)]
+        elif _is_free_text(ref) or (key and _VOLATILE_KEY.search(key)):
+            if type(pred) is not type(ref):
+                return False
+        elif type(pred) is not type(ref) or pred != ref:
+            return False
+    return True
 
 
 def verify_json_fields(prediction: str, reference: str) -> bool:
@@ -91,7 +109,7 @@ def verify_json_fields(prediction: str, reference: str) -> bool:
     """
     ref = _json_container(reference)
     if ref is None:
-        raise ValueError("reference is not a JSON object or array")
+        raise ReferenceMismatch("reference is not a JSON object or array")
     docs = _json_documents(prediction)
     if docs is None:
         return False
@@ -104,6 +122,7 @@ _EXIT_PATTERNS = (
     re.compile(r"<returncode>\s*(-?\d+)\s*</returncode>"),
     re.compile(r"\bexit(?:\s+|_)(?:code|status)\b\s*[:=]?\s*(-?\d+)", re.IGNORECASE),
 )
+_EXIT_DIGITS = 20  # more is no exit status (and beyond 4,300 Python's int() refuses the digits)
 _WRAPPER_LINE = re.compile(r"^\s*</?(?:returncode|output)>.*$|^\s*<returncode>.*</returncode>\s*$")
 _VOLATILE_LINE = re.compile(
     r"\b\d{1,2}:\d{2}(?::\d{2})?\b"  # clock times
@@ -120,11 +139,13 @@ _VOLATILE_LINE = re.compile(
 
 
 def exit_status(text: str) -> int | None:
-    """The exit status an observation shows (``<returncode>N</returncode>``, ``exit code: N``)."""
+    """The exit status an observation shows (``<returncode>N</returncode>``, ``exit code: N``); None when it shows
+    none, or a number too long to be one."""
     for pattern in _EXIT_PATTERNS:
         m = pattern.search(text)
         if m:
-            return int(m.group(1))
+            digits = m.group(1).lstrip("-")
+            return int(m.group(1)) if len(digits) <= _EXIT_DIGITS else None
     return None
 
 
@@ -158,7 +179,7 @@ def verify_terminal(prediction: str, reference: str) -> bool:
         return False
     wanted = deterministic_lines(reference)
     if ref_status is None and not wanted:
-        raise ValueError("reference has neither an exit status nor a deterministic line")
+        raise ReferenceMismatch("reference has neither an exit status nor a deterministic line")
     got = [line.rstrip() for line in prediction.splitlines()]
     return _is_subsequence(wanted, got)
 
@@ -196,7 +217,7 @@ def verify_ui_elements(prediction: str, reference: str) -> bool:
     """
     wanted = element_identities(reference)
     if not wanted:
-        raise ValueError("reference has no identifiable element line")
+        raise ReferenceMismatch("reference has no identifiable element line")
     return element_identities(prediction) == wanted
 
 
