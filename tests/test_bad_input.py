@@ -156,13 +156,15 @@ def test_rows_grouped_into_one_record_count_as_rows_against_the_quarantine_bound
     """An AgentWorldBench file holds a row per evaluated turn, which the adapter groups into one record per
     trajectory: 4 trajectories of 6 turns are 24 rows, and one bad row beside them is 1 of 25 (4%), not 1
     of 5 (20%), so it stays under the 5% bound."""
-    from tests.test_ingest_agentworldbench import official_rows
-
     rows = []
-    for t in range(4):
-        turns = [(f'[{{"keystrokes": "echo {t}-{j}\\n", "duration": 0.1}}]', f"{t}-{j}\nroot@box:/app# ")
-                 for j in range(6)]
-        rows += official_rows(turns, f"traj{t}", "")
+    for t in range(4):  # the official layout: a row per evaluated turn, each holding every turn
+        prompts = [f"### Turn {j}\n" + ("**Current State:**\nroot@box:/app# \n\n" if j == 1 else "")
+                   + f'**Action:**\n```json\n[{{"keystrokes": "echo {t}-{j}\\n", "duration": 0.1}}]\n```'
+                   for j in range(1, 7)]
+        responses = [f"**Environment Observation:**\n{t}-{j}\nroot@box:/app# " for j in range(1, 7)]
+        rows += [{"task": "terminal", "id": f"traj{t}-{n}", "system_str": "You simulate a Linux terminal.",
+                  "turn_idx": n, "total_turns": 6, "prompt": prompts, "response": responses,
+                  "current_prompt": prompts[n - 1]} for n in range(1, 7)]
     lines = [json.dumps(r) for r in rows] + ['{"task": "terminal", "id": "broken"']
     src = tmp_path / "awb.jsonl"
     src.write_text("\n".join(lines) + "\n")
