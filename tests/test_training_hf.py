@@ -81,6 +81,35 @@ def test_chunked_loss_equals_the_full_logits_loss(qwen_dir, shards):
         torch.testing.assert_close(chunked_grads[name], grad, rtol=1e-5, atol=1e-7, msg=name)
 
 
+@pytest.mark.parametrize(("config", "scaling"), [
+    ("GraniteConfig", {"logits_scaling": 8.0}),  # logits divided after the projection
+    ("CohereConfig", {"logit_scale": 0.0625}),  # logits multiplied after it
+])
+def test_models_that_scale_their_logits_get_the_same_loss_chunked_or_not(config, scaling, shards, tmp_path):
+    """The chunked loss projects the hidden states itself; a model whose logits are more than that projection is
+    measured as such when loaded and gets the loss of its own logits."""
+    import transformers
+
+    cfg = getattr(transformers, config)(vocab_size=96, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                                        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=1024,
+                                        **scaling)
+    torch.manual_seed(0)
+    transformers.AutoModelForCausalLM.from_config(cfg).save_pretrained(str(tmp_path / "m"))
+    model = load_hf_causal_lm(str(tmp_path / "m"))
+    assert not model.logits_are_projection
+    samples = [s for _, s in zip(range(4), ShardDataset(shards, shuffle=False))]
+    batch = pack_samples(samples, 200)
+    full_loss, full_grads = _step(model, [batch], chunk=0)
+    chunked_loss, chunked_grads = _step(model, [batch], chunk=7)
+    assert chunked_loss == pytest.approx(full_loss, rel=1e-6)
+    for name, grad in full_grads.items():
+        torch.testing.assert_close(chunked_grads[name], grad, rtol=1e-5, atol=1e-7, msg=name)
+
+
+def test_a_plain_projection_model_keeps_the_chunked_loss(qwen_dir):
+    assert load_hf_causal_lm(qwen_dir).logits_are_projection
+
+
 def test_lwm_train_on_the_hf_model_learns(qwen_dir, shards, tmp_path):
     log = tmp_path / "log.jsonl"
     args = ["--shards", shards, "--model", qwen_dir, "--pack", "--micro-batch-tokens", "256", "--lr", "1e-2",

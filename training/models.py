@@ -38,6 +38,10 @@ class HFCausalLM(nn.Module):
     def __init__(self, model: Any) -> None:
         super().__init__()
         self.model = model
+        # Whether the logits are the output embedding applied to the final hidden states, which the chunked loss
+        # computes itself; models that scale or cap them after it (Granite's `logits_scaling`, Cohere's
+        # `logit_scale`, Falcon-H1's `lm_head_multiplier`, Gemma 2's soft-capping) get their own logits instead.
+        self.logits_are_projection = _logits_are_projection(model)
 
     @property
     def uses_flash_attention(self) -> bool:
@@ -70,7 +74,7 @@ class HFCausalLM(nn.Module):
                 input_ids=input_ids, position_ids=position_ids, attention_mask=mask, use_cache=False
             ).logits
         head = self.model.get_output_embeddings()
-        if getattr(self.model.config, "final_logit_softcapping", None):
+        if not self.logits_are_projection:
             loss_chunk_tokens = 0  # logits are not a plain projection of the hidden states: use the model's own
         if label_weights is None:
             raise ValueError("label_weights must be given with labels")
@@ -92,6 +96,28 @@ class HFCausalLM(nn.Module):
         if layers is None:
             raise ConfigError(f"{type(self.model).__name__}: no decoder layer list found to shard with --fsdp")
         return list(layers)
+
+
+def _logits_are_projection(model: Any) -> bool:
+    """Whether `model`'s logits equal its output embedding applied to its final hidden states, measured on a few
+    tokens (in eval mode: dropout would make two passes differ). Not assumed from the architecture: any step
+    after the projection (scaling, soft-capping, a bias added elsewhere) shows as a difference."""
+    head = model.get_output_embeddings()
+    if getattr(model.config, "final_logit_softcapping", None) or head is None or not hasattr(model, "base_model"):
+        return False
+    rows = model.get_input_embeddings().num_embeddings
+    ids = torch.arange(min(8, rows), dtype=torch.long).unsqueeze(0)
+    positions = torch.arange(ids.shape[1], dtype=torch.long).unsqueeze(0)
+    training = model.training
+    model.eval()
+    try:
+        with torch.no_grad():
+            logits = model(input_ids=ids, position_ids=positions, use_cache=False).logits
+            hidden = model.base_model(input_ids=ids, position_ids=positions, use_cache=False).last_hidden_state
+            projected = torch.nn.functional.linear(hidden, head.weight, head.bias)
+    finally:
+        model.train(training)
+    return logits.shape == projected.shape and bool(torch.allclose(logits.float(), projected.float(), rtol=1e-4, atol=1e-4))
 
 
 def pick_attention(choice: str, device: torch.device) -> str:
