@@ -14,6 +14,7 @@ import os
 import posixpath
 import random
 import re
+import socket
 import subprocess
 import sys
 import threading
@@ -228,7 +229,9 @@ def mutated(value, rnd):
 # ``reply(body, n)`` (n = how many requests this server has seen before) returns one of
 # ``Answer(text, usage)`` (200 with a chat completion), ``Status(code, retry_after)``,
 # ``Slow(seconds, then)`` (sleeps, then answers `then` — longer than the client's timeout makes a
-# timeout) or ``Raw(bytes)`` (200 with a body that is not a chat completion).
+# timeout), ``Raw(bytes)`` (200 with a body that is not a chat completion) or ``Broken(bytes)`` (these
+# bytes as the whole answer, status line and headers included, then the connection is closed: an answer
+# cut short, or one that is not HTTP).
 
 @dataclass
 class Answer:
@@ -251,6 +254,17 @@ class Slow:
 @dataclass
 class Raw:
     body: bytes
+
+
+@dataclass
+class Broken:
+    wire: bytes
+
+    @classmethod
+    def cut_short(cls) -> Broken:
+        """A 200 whose body ends long before its Content-Length: a proxy that dropped the connection."""
+        return cls(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n"
+                   b'{"choices": [{"message": {"content": "hi')
 
 
 def scores_answer(value: int = 5, reasoning: str = "Looks right.") -> str:
@@ -305,6 +319,13 @@ class JudgeServer:
                     time.sleep(action.seconds)
                     action = action.then
                 self._done()
+                if isinstance(action, Broken):
+                    self.wfile.write(action.wire)
+                    self.wfile.flush()
+                    self.close_connection = True
+                    with contextlib.suppress(OSError):
+                        self.connection.shutdown(socket.SHUT_RDWR)
+                    return
                 if isinstance(action, Status):
                     self.send_response(action.code)
                     if action.retry_after is not None:

@@ -7,7 +7,7 @@ import threading
 import pytest
 
 from stages.llm.client import ChatClient
-from tests.helpers import Answer, JudgeServer, Raw, Slow, Status
+from tests.helpers import Answer, Broken, JudgeServer, Raw, Slow, Status
 
 MSG = [{"role": "user", "content": "grade this"}]
 
@@ -97,6 +97,27 @@ def test_an_answer_whose_usage_is_no_count_is_still_the_answer(usage):
         r = c.chat(MSG)
         assert (r.ok, r.text, r.prompt_tokens, r.completion_tokens) == (True, "fine", 0, 0)
         assert c.usage.as_dict()["failures"] == 0
+
+
+def test_an_answer_cut_short_or_not_http_is_retried_like_a_dropped_connection():
+    script = [Broken.cut_short(), Broken(b"GARBAGE\r\n\r\n"), Broken(b"HTTP/1.1 200 OK\r\n" + b"X" * 70000)]
+
+    def reply(body, n):
+        return script[n] if n < len(script) else Answer("fine after all")
+
+    with JudgeServer(reply) as judge:
+        c = client(judge.url, max_retries=3)
+        r = c.chat(MSG)
+        assert (r.ok, r.text, r.attempts) == (True, "fine after all", 4)
+        assert len(judge.requests) == 4 and c.usage.retries == 3 and c.usage.failures == 0
+
+
+def test_answers_always_cut_short_end_as_a_failed_result_not_an_exception():
+    with JudgeServer(lambda body, n: Broken.cut_short()) as judge:
+        c = client(judge.url, max_retries=1)
+        r = c.chat(MSG)
+        assert not r.ok and r.error == "connection: IncompleteRead" and r.attempts == 2
+        assert c.usage.errors == {"connection: IncompleteRead": 1}
 
 
 def test_connection_refused_is_a_counted_failure():

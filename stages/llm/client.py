@@ -4,7 +4,8 @@ Standard library only (``urllib``): nothing to install for users who only build 
 adds over a bare request:
 
 - a concurrency limit shared by every thread that uses one client (`max_concurrency`);
-- retries with exponential backoff on HTTP 429 and 5xx, timeouts and connection errors, honouring
+- retries with exponential backoff on HTTP 429 and 5xx, timeouts and connection errors (answers cut
+  short or not HTTP included), honouring
   a ``Retry-After`` header (capped at `max_backoff_s`); other 4xx answers fail at once;
 - a per-request timeout;
 - a disk cache keyed by the request content (endpoint, model, messages, parameters — never the API
@@ -23,6 +24,7 @@ Example::
 from __future__ import annotations
 
 import hashlib
+import http.client
 import json
 import posixpath
 import random
@@ -211,6 +213,8 @@ class ChatClient:
                     error = "timeout" if isinstance(exc.reason, TimeoutError) else f"connection: {exc.reason}"
                 except (json.JSONDecodeError, UnicodeDecodeError):
                     error = "invalid JSON from endpoint"
+                except http.client.HTTPException as exc:  # an answer cut short or not HTTP: a dropped connection
+                    error = f"connection: {type(exc).__name__}"
                 except (ConnectionError, OSError) as exc:
                     error = f"connection: {exc}"
             if attempt < self.max_retries:
