@@ -243,6 +243,7 @@ class Answer:
 class Status:
     code: int
     retry_after: str | None = None
+    body: bytes = b""
 
 
 @dataclass
@@ -330,8 +331,9 @@ class JudgeServer:
                     self.send_response(action.code)
                     if action.retry_after is not None:
                         self.send_header("Retry-After", action.retry_after)
-                    self.send_header("Content-Length", "0")
+                    self.send_header("Content-Length", str(len(action.body)))
                     self.end_headers()
+                    self.wfile.write(action.body)
                     return
                 if isinstance(action, Raw):
                     payload = action.body

@@ -13,10 +13,10 @@ import pyarrow.parquet as pq
 import pytest
 
 from pipeline.config import config_hash, resolve
-from pipeline.llm_stage import BudgetExhausted, LLMDryRun, resolve_llm
+from pipeline.llm_stage import BudgetExhausted, EndpointFailed, LLMDryRun, resolve_llm
 from pipeline.run import run_pipeline
 from schemas.errors import ConfigError
-from tests.helpers import LWM, JudgeServer, Script, clean_env, llm_config, scenario, write_llm_corpus
+from tests.helpers import LWM, Answer, JudgeServer, Script, Status, clean_env, llm_config, scenario, write_llm_corpus
 
 CLEAN = ["good", "low", "tie"]  # no failing requests: every request is answered (and cached)
 
@@ -259,3 +259,56 @@ def test_the_request_budget_holds_when_the_run_has_worker_processes(corpus, tmp_
             run_pipeline(cfg, echo=lambda m: None)
         assert len(server.requests) == 5
     assert len(list((tmp_path / "out" / "_tasks" / "ingest").glob("*.json"))) > 2
+
+
+WRONG_KEY = Status(401, body=b'{"error": {"message": "Incorrect API key provided: sk-wr***ng.", "code": "invalid_api_key"}}')
+
+
+def test_a_wrong_key_stops_the_run_with_one_line_after_the_first_stage(corpus, tmp_path):
+    out = tmp_path / "out"
+    with JudgeServer(lambda body, n: WRONG_KEY) as server:
+        done = subprocess.run(
+            [LWM, "run", "--executor", "local", "--input", str(corpus), "--out", str(out), "--progress", "off",
+             "--llm-endpoint", server.url, "--llm-model", "m"],
+            env={**clean_env(), "OPENAI_API_KEY": "sk-wrong-key-0123456789abcdef"}, capture_output=True, text=True,
+            timeout=120)
+        asked = len(server.requests)
+    assert done.returncode == 2, done.stderr[-2000:]
+    errors = [ln for ln in done.stderr.splitlines() if ln.startswith("lwm: error: ")]
+    assert len(errors) == 1 and "Traceback" not in done.stderr, done.stderr
+    assert errors[0].startswith("lwm: error: llm endpoint failed in stage instructions: 3 request(s) in a row refused")
+    assert f"{server.url}/chat/completions (model m): HTTP 401: Incorrect API key provided: sk-wr***ng." in errors[0]
+    assert "$OPENAI_API_KEY" in errors[0] and "sk-wrong-key" not in done.stderr
+    assert asked == len(CLEAN)  # one instruction request per trajectory; the sft stage never started
+    assert not (out / "_SUCCESS").exists()
+
+
+def test_an_endpoint_refusing_every_request_stops_the_stage_before_its_end(tmp_path):
+    corpus = write_llm_corpus(tmp_path / "in.jsonl", [f"good{i}" for i in range(30)])
+    with JudgeServer(lambda body, n: Status(404, body=b'{"detail": "The model `m` does not exist."}')) as server:
+        with pytest.raises(EndpointFailed, match=r"in a row refused, 0 answered .*HTTP 404: The model `m` does not"):
+            run_pipeline(llm_config([corpus], tmp_path / "out", server.url, "sft", concurrency=2),
+                         echo=lambda m: None)
+        assert 5 <= len(server.requests) <= 6  # five in a row, and the one in flight beside the fifth
+
+
+def test_nothing_listening_at_the_endpoint_stops_the_run(corpus, tmp_path):
+    with JudgeServer(lambda body, n: Answer("x")) as server:
+        url = server.url  # closed once the block ends: nothing listens there
+    with pytest.raises(EndpointFailed, match=r"in stage instructions: .* refused.*connection: .*refused"):
+        run_pipeline(llm_config([corpus], tmp_path / "out", url, "sft"), echo=lambda m: None)
+    assert not (tmp_path / "out" / "_SUCCESS").exists()
+
+
+def test_refusals_between_answers_do_not_stop_the_run(tmp_path):
+    corpus = write_llm_corpus(tmp_path / "in.jsonl", [f"good{i}" for i in range(12)])
+    script = Script()
+
+    def reply(body, n):  # every other instruction request refused: the endpoint itself works
+        return WRONG_KEY if n % 2 else script(body, n)
+
+    with JudgeServer(reply) as server:
+        manifest = run_pipeline(llm_config([corpus], tmp_path / "out", server.url, "sft", stages=["instructions"],
+                                           concurrency=1), echo=lambda m: None)
+        assert len(server.requests) == 12
+    assert manifest["llm"]["stages"]["instructions"]["usage"]["failures"] == 6

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import threading
 
 import pytest
@@ -58,6 +59,31 @@ def test_client_errors_other_than_429_are_not_retried():
         c = client(judge.url, max_retries=3)
         r = c.chat(MSG)
         assert r.error == "HTTP 400" and r.attempts == 1 and len(judge.requests) == 1
+
+
+def test_a_client_error_keeps_the_start_of_the_servers_message_without_the_key():
+    said = {"error": {"message": "Incorrect API key provided: sk-test. Find your key at https://example.com/keys. "
+                      + "More words. " * 100, "type": "invalid_request_error", "code": "invalid_api_key"}}
+    with JudgeServer(lambda body, n: Status(401, body=json.dumps(said).encode())) as judge:
+        c = client(judge.url, max_retries=3)
+        r = c.chat(MSG)
+    assert r.error.startswith("HTTP 401: Incorrect API key provided: <SECRET:api_key>. Find your key at "), r.error
+    assert "sk-test" not in r.error and len(r.error) <= len("HTTP 401: ") + 200 and r.error.endswith("…")
+    assert r.endpoint_failed and r.attempts == 1
+
+
+@pytest.mark.parametrize(("status", "body", "error", "endpoint_failed"), [
+    (400, b'{"object": "error", "message": "This model\'s maximum context length is 8192 tokens."}',
+     "HTTP 400: This model's maximum context length is 8192 tokens.", False),  # this request only
+    (404, b'{"detail": "The model `qwen` does not exist."}', "HTTP 404: The model `qwen` does not exist.", True),
+    (403, b"<html>\n  <body>Forbidden</body>\n</html>", "HTTP 403: <html> <body>Forbidden</body> </html>", True),
+    (500, b"", "HTTP 500", False),
+])
+def test_a_failure_names_the_servers_reason_and_whether_the_endpoint_itself_refused(status, body, error,
+                                                                                   endpoint_failed):
+    with JudgeServer(lambda b, n: Status(status, body=body)) as judge:
+        r = client(judge.url, max_retries=1).chat(MSG)
+    assert (r.ok, r.error, r.endpoint_failed) == (False, error, endpoint_failed)
 
 
 def test_a_timeout_is_retried():
@@ -126,6 +152,7 @@ def test_connection_refused_is_a_counted_failure():
     c = client(url, max_retries=1)
     r = c.chat(MSG)
     assert not r.ok and r.error.startswith("connection") and c.usage.failures == 1
+    assert r.endpoint_failed and r.attempts == 2  # refused on every try: nothing listens there
 
 
 def test_the_disk_cache_answers_a_repeated_request_without_a_call(tmp_path):

@@ -6,7 +6,9 @@ adds over a bare request:
 - a concurrency limit shared by every thread that uses one client (`max_concurrency`);
 - retries with exponential backoff on HTTP 429 and 5xx, timeouts and connection errors (answers cut
   short or not HTTP included), honouring
-  a ``Retry-After`` header (capped at `max_backoff_s`); other 4xx answers fail at once;
+  a ``Retry-After`` header (capped at `max_backoff_s`); other 4xx answers fail at once, with the start of
+  the server's message in the reason (`ChatResult.endpoint_failed` marks those that say the endpoint, key
+  or model is wrong, and connections refused on every try);
 - a per-request timeout;
 - a disk cache keyed by the request content (endpoint, model, messages, parameters — never the API
   key), on any fsspec URL, so re-scoring the same predictions costs no calls; only successful
@@ -28,6 +30,7 @@ import http.client
 import json
 import posixpath
 import random
+import socket
 import threading
 import time
 import urllib.error
@@ -37,6 +40,9 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, TypeVar
 
 RETRY_STATUS = frozenset({408, 409, 425, 429, 500, 502, 503, 504})
+# The endpoint itself is wrong (the key, the model or the path), whatever was asked: no answer will come from it.
+ENDPOINT_STATUS = frozenset({401, 403, 404})
+ERROR_DETAIL_CHARS = 200  # of a server's error message kept in a failure's reason
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -99,6 +105,7 @@ class ChatResult:
     prompt_tokens: int = 0
     completion_tokens: int = 0
     seconds: float = 0.0
+    endpoint_failed: bool = False  # the endpoint refused as it would any request: 401/403/404, or nothing listening
 
     @property
     def ok(self) -> bool:
@@ -194,7 +201,7 @@ class ChatClient:
         error, attempts = "", 0
         for attempt in range(self.max_retries + 1):
             attempts = attempt + 1
-            retry_after = None
+            retry_after, unreachable = None, False
             with self._slots:
                 try:
                     req = urllib.request.Request(self.url, data=data, headers=headers, method="POST")
@@ -203,25 +210,54 @@ class ChatClient:
                     # a 200 without message content is not retried: the server did answer
                     return self._result_from(payload, attempts=attempts, cached=False)
                 except urllib.error.HTTPError as exc:
-                    error = f"HTTP {exc.code}"
+                    error = f"HTTP {exc.code}" + (f": {detail}" if (detail := self._error_detail(exc)) else "")
                     if exc.code not in RETRY_STATUS:
-                        return ChatResult(None, error=error, attempts=attempts)
+                        return ChatResult(None, error=error, attempts=attempts,
+                                          endpoint_failed=exc.code in ENDPOINT_STATUS)
                     retry_after = _retry_after(exc.headers.get("Retry-After") if exc.headers else None)
                 except TimeoutError:
                     error = "timeout"
                 except urllib.error.URLError as exc:
                     error = "timeout" if isinstance(exc.reason, TimeoutError) else f"connection: {exc.reason}"
+                    unreachable = isinstance(exc.reason, ConnectionRefusedError | socket.gaierror | str)
                 except (json.JSONDecodeError, UnicodeDecodeError):
                     error = "invalid JSON from endpoint"
                 except http.client.HTTPException as exc:  # an answer cut short or not HTTP: a dropped connection
                     error = f"connection: {type(exc).__name__}"
                 except (ConnectionError, OSError) as exc:
                     error = f"connection: {exc}"
+                    unreachable = isinstance(exc, ConnectionRefusedError | socket.gaierror)
             if attempt < self.max_retries:
                 with self._lock:
                     self.usage.retries += 1
                 time.sleep(self._backoff(attempt, retry_after))
-        return ChatResult(None, error=error, attempts=attempts)
+        # refused on every try: nothing listens there (or the host has no address)
+        return ChatResult(None, error=error, attempts=attempts, endpoint_failed=unreachable)
+
+    def _error_detail(self, exc: urllib.error.HTTPError) -> str:
+        """The start of an error answer's message (what the server says is wrong: a wrong key, an unknown model, a
+        prompt over the context), on one line, cut to `ERROR_DETAIL_CHARS`, with the key and any secret removed."""
+        try:
+            raw = exc.read(8192)
+        except (OSError, http.client.HTTPException):
+            return ""
+        text = raw.decode("utf-8", "replace").strip()
+        try:
+            body = json.loads(text)
+        except ValueError:
+            body = None
+        if isinstance(body, dict):  # OpenAI and vLLM: {"error": {"message": …}}; others: {"message": …}, {"detail": …}
+            inner = body.get("error")
+            found = next((v for v in (inner.get("message") if isinstance(inner, dict) else inner,
+                                      body.get("message"), body.get("detail")) if isinstance(v, str) and v), None)
+            text = found if found is not None else text
+        text = " ".join(text.split())
+        if self.api_key:
+            text = text.replace(self.api_key, "<SECRET:api_key>")
+        from stages.redact import redact_text  # on an error answer only: the client itself needs nothing else
+
+        text = redact_text(text)[0]
+        return text if len(text) <= ERROR_DETAIL_CHARS else text[: ERROR_DETAIL_CHARS - 1] + "…"
 
     def _backoff(self, attempt: int, retry_after: float | None) -> float:
         if retry_after is not None:
