@@ -178,6 +178,7 @@ class LLMSection(_Section):
     model: str
     api_key_env: str
     judge_endpoint: str
+    judge_api_key_env: str
     judge_model: str
     stages: list[str]
     concurrency: Count
@@ -254,8 +255,8 @@ def check_llm(llm: dict[str, Any], flags: bool = True) -> None:
     """Raise one `ConfigError` line for the first value of a resolved ``[llm]`` section that breaks its schema,
     naming the key (and its flag, unless `flags` is off). A key name or an endpoint holding a credential is
     described without being repeated."""
-    for key, problem in (("api_key_env", _key_env_problem), ("endpoint", _endpoint_problem),
-                         ("judge_endpoint", _endpoint_problem)):
+    for key, problem in (("api_key_env", _key_env_problem), ("judge_api_key_env", _key_env_problem),
+                         ("endpoint", _endpoint_problem), ("judge_endpoint", _endpoint_problem)):
         value = llm.get(key)
         if isinstance(value, str) and (reason := problem(value)):
             flag = FLAGS.get(("llm", key), "")

@@ -18,6 +18,8 @@ LLM_DEFAULTS: dict[str, Any] = {
     "model": "",
     "api_key_env": "OPENAI_API_KEY",  # name of the environment variable holding the key (never the key)
     "judge_endpoint": "",  # empty = endpoint
+    # the judge's key: empty = the generator's key when the judge is on the generator's server, else none
+    "judge_api_key_env": "",
     "judge_model": "",  # empty = model
     "stages": ["instructions", "sft_reasoning"],
     "concurrency": 8,  # requests in flight per task
@@ -56,7 +58,7 @@ LLM_DEFAULTS: dict[str, Any] = {
 }
 
 # Keys that say where and how requests are sent; they never change the output bytes.
-LLM_EXECUTION_KEYS = ("endpoint", "api_key_env", "judge_endpoint", "concurrency", "batch", "timeout_s", "max_retries",
+LLM_EXECUTION_KEYS = ("endpoint", "api_key_env", "judge_endpoint", "judge_api_key_env", "concurrency", "batch", "timeout_s", "max_retries",
                       "backoff_s", "max_backoff_s", "max_requests", "max_tokens", "dry_run", "dry_run_show")
 
 _BUILTIN = {

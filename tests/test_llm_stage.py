@@ -312,3 +312,35 @@ def test_refusals_between_answers_do_not_stop_the_run(tmp_path):
                                            concurrency=1), echo=lambda m: None)
         assert len(server.requests) == 12
     assert manifest["llm"]["stages"]["instructions"]["usage"]["failures"] == 6
+
+
+def _keys_seen(server) -> set[str | None]:
+    return {h.get("Authorization") for h in server.headers}
+
+
+@pytest.mark.parametrize(("judge_key_env", "generator_key", "judge_key"), [
+    ("", "Bearer sk-generator-key", None),  # a judge on another server gets no key by default
+    ("JUDGE_KEY", "Bearer sk-generator-key", "Bearer sk-judge-key"),  # or its own
+])
+def test_the_generators_key_goes_to_a_judge_on_another_server_only_when_named(judge_key_env, generator_key,
+                                                                               judge_key, corpus, tmp_path,
+                                                                               monkeypatch):
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-generator-key")
+    monkeypatch.setenv("JUDGE_KEY", "sk-judge-key")
+    with JudgeServer(Script()) as generator, JudgeServer(Script()) as judge:
+        run_pipeline(llm_config([corpus], tmp_path / "out", generator.url, "sft", stages=["sft_reasoning"],
+                                judge_endpoint=judge.url,
+                                **({"judge_api_key_env": judge_key_env} if judge_key_env else {})),
+                     echo=lambda m: None)
+        assert generator.requests and judge.requests
+        assert _keys_seen(generator) == {generator_key}
+        assert _keys_seen(judge) == {judge_key}
+
+
+def test_a_judge_on_the_generators_server_gets_the_generators_key(corpus, tmp_path, monkeypatch):
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-generator-key")
+    with JudgeServer(Script()) as server:
+        run_pipeline(llm_config([corpus], tmp_path / "out", server.url, "sft", stages=["sft_reasoning"],
+                                judge_endpoint=server.url.replace("/v1", "/v1/")), echo=lambda m: None)
+        judged = [h for b, h in zip(server.requests, server.headers, strict=True) if "seed" not in b]
+        assert judged and {h.get("Authorization") for h in judged} == {"Bearer sk-generator-key"}
