@@ -146,6 +146,47 @@ def test_answers_always_cut_short_end_as_a_failed_result_not_an_exception():
         assert c.usage.errors == {"connection: IncompleteRead": 1}
 
 
+def _completion(message: dict, finish_reason: str = "stop") -> bytes:
+    return json.dumps({"choices": [{"index": 0, "message": {"role": "assistant", **message},
+                                    "finish_reason": finish_reason}],
+                       "usage": {"prompt_tokens": 30, "completion_tokens": 2048}}).encode()
+
+
+@pytest.mark.parametrize(("answer", "error"), [
+    (_completion({"content": "Thinking about it at length and then"}, "length"),
+     "answer cut short at the token limit (finish_reason length)"),
+    (_completion({"content": ""}), "empty answer"),
+    (_completion({"content": " \n "}), "empty answer"),
+], ids=["cut at the token limit", "empty", "blank"])
+def test_an_answer_cut_short_or_empty_is_a_failure_with_its_reason_and_never_cached(answer, error, tmp_path):
+    with JudgeServer(lambda body, n: Raw(answer)) as judge:
+        c = client(judge.url, max_retries=3, cache_dir=str(tmp_path / "cache"))
+        first, again = c.chat(MSG), c.chat(MSG)
+        assert len(judge.requests) == 2  # not retried (the server did answer), and asked again: not cached
+    assert (first.ok, first.error, first.attempts) == (False, error, 1)
+    assert (again.ok, again.cached) == (False, False)
+    assert c.usage.errors == {error: 2} and c.usage.completion_tokens == 4096  # what they cost is counted
+
+
+@pytest.mark.parametrize("field", ["reasoning_content", "reasoning"])
+def test_thinking_sent_apart_by_a_reasoning_parser_comes_before_the_answer(field, tmp_path):
+    answer = _completion({"content": "\n<predicted_observation>\nok\n</predicted_observation>",
+                          field: "The search returns one line.\n"})
+    with JudgeServer(lambda body, n: Raw(answer)) as judge:
+        c = client(judge.url, cache_dir=str(tmp_path / "cache"))
+        r, replay = c.chat(MSG), c.chat(MSG)
+        assert len(judge.requests) == 1
+    assert r.text == ("<think>\nThe search returns one line.\n</think>\n"
+                      "<predicted_observation>\nok\n</predicted_observation>")
+    assert replay.cached and replay.text == r.text
+
+
+def test_thinking_already_in_the_answer_is_not_repeated():
+    answer = _completion({"content": "<think>mine</think>\nanswer", "reasoning_content": "mine"})
+    with JudgeServer(lambda body, n: Raw(answer)) as judge:
+        assert client(judge.url).chat(MSG).text == "<think>mine</think>\nanswer"
+
+
 def test_connection_refused_is_a_counted_failure():
     with JudgeServer(lambda body, n: Answer("x")) as judge:
         url = judge.url

@@ -12,7 +12,7 @@ adds over a bare request:
 - a per-request timeout;
 - a disk cache keyed by the request content (endpoint, model, messages, parameters — never the API
   key), on any fsspec URL, so re-scoring the same predictions costs no calls; only successful
-  answers are cached;
+  answers are cached (not one cut at the token limit, nor an empty one);
 - accounting per call (`ChatResult`) and in total (`Usage`): calls, HTTP attempts, retries, cache
   hits, failures, prompt and completion tokens.
 
@@ -170,9 +170,8 @@ class ChatClient:
         key = self.cache_key(body, cache_salt)
         start = time.monotonic()
         cached = self._cache_get(key)
-        if cached is not None:
-            result = self._result_from(cached, attempts=0, cached=True)
-        else:
+        result = self._result_from(cached, attempts=0, cached=True) if cached is not None else None
+        if result is None or not result.ok:  # an empty answer cached by an older version is asked again
             result = self._call(body)
             if result.ok:
                 self._cache_put(key, result)
@@ -267,14 +266,33 @@ class ChatClient:
 
     @staticmethod
     def _result_from(payload: dict[str, Any], attempts: int, cached: bool) -> ChatResult:
+        """The answer of a chat completion. A server with a reasoning parser (vLLM, SGLang) sends the thinking apart,
+        as ``message.reasoning_content`` (or ``reasoning``): it is put back before the answer as the
+        ``<think>…</think>`` block a model without that parser writes, which every reader of answers expects. An
+        answer cut at the token limit (``finish_reason`` ``length``) or without text is a failure, never cached: the
+        same request would only get it again."""
         try:
-            text = payload["choices"][0]["message"]["content"]
+            choice = payload["choices"][0]
+            message = choice["message"]
+            text = message["content"]
         except (KeyError, IndexError, TypeError):
-            text = None
+            choice, message, text = {}, {}, None
         usage = payload.get("usage") if isinstance(payload, dict) else None
+        error = ""
+        if not isinstance(text, str):
+            text, error = None, "answer without message content"
+        elif isinstance(choice, dict) and choice.get("finish_reason") == "length":
+            text, error = None, "answer cut short at the token limit (finish_reason length)"
+        elif not text.strip():
+            text, error = None, "empty answer"
+        else:
+            thinking = next((v for v in (message.get("reasoning_content"), message.get("reasoning"))
+                             if isinstance(v, str) and v.strip()), None) if isinstance(message, dict) else None
+            if thinking is not None and "<think>" not in text:
+                text = f"<think>\n{thinking.strip()}\n</think>\n{text.lstrip()}"
         return ChatResult(
-            text if isinstance(text, str) else None,
-            error="" if isinstance(text, str) else "answer without message content",
+            text,
+            error=error,
             attempts=attempts,
             cached=cached,
             prompt_tokens=_token_count(usage, "prompt_tokens"),
