@@ -258,6 +258,15 @@ class Raw:
 
 
 @dataclass
+class Trickle:
+    """`answer` (an `Answer`) sent in pieces of `piece` bytes, `gap` seconds apart: a server that keeps sending slowly."""
+
+    answer: Any
+    gap: float
+    piece: int = 8
+
+
+@dataclass
 class Broken:
     wire: bytes
 
@@ -335,6 +344,8 @@ class JudgeServer:
                     self.end_headers()
                     self.wfile.write(action.body)
                     return
+                trickle = action if isinstance(action, Trickle) else None
+                action = trickle.answer if trickle else action
                 if isinstance(action, Raw):
                     payload = action.body
                 else:
@@ -351,7 +362,13 @@ class JudgeServer:
                 self.end_headers()
                 # the client may have given up (a timeout); that is the point of some tests
                 with contextlib.suppress(BrokenPipeError, ConnectionResetError):
-                    self.wfile.write(payload)
+                    if trickle is None:
+                        self.wfile.write(payload)
+                        return
+                    for start in range(0, len(payload), trickle.piece):
+                        self.wfile.write(payload[start:start + trickle.piece])
+                        self.wfile.flush()
+                        time.sleep(trickle.gap)
 
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self._server.daemon_threads = True

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 
 import pytest
 
 from stages.llm.client import ChatClient
-from tests.helpers import Answer, Broken, JudgeServer, Raw, Slow, Status
+from tests.helpers import Answer, Broken, JudgeServer, Raw, Slow, Status, Trickle
 
 MSG = [{"role": "user", "content": "grade this"}]
 
@@ -95,6 +96,21 @@ def test_a_timeout_is_retried():
         r = c.chat(MSG)
         assert r.ok and r.text == "quick" and r.attempts == 2
         assert c.usage.retries == 1
+
+
+def test_the_timeout_bounds_the_whole_answer_not_each_read():
+    slow = Trickle(Answer("a long answer " * 20), gap=0.05)  # ~400 bytes, 8 every 0.05 s: about 2.5 s in all
+
+    def reply(body, n):
+        return slow if n == 0 else Answer("quick")
+
+    with JudgeServer(reply) as judge:
+        c = client(judge.url, timeout_s=0.5, max_retries=1)
+        start = time.monotonic()
+        r = c.chat(MSG)
+        took = time.monotonic() - start
+    assert (r.ok, r.text, r.attempts) == (True, "quick", 2)
+    assert took < 1.5, took  # cut off at the timeout, not held until the last byte
 
 
 def test_timeouts_until_the_end_fail_with_timeout():

@@ -9,7 +9,7 @@ adds over a bare request:
   a ``Retry-After`` header (capped at `max_backoff_s`); other 4xx answers fail at once, with the start of
   the server's message in the reason (`ChatResult.endpoint_failed` marks those that say the endpoint, key
   or model is wrong, and connections refused on every try);
-- a per-request timeout;
+- a per-request timeout (for the whole answer: a server sending its answer slowly is cut off too);
 - a disk cache keyed by the request content (endpoint, model, messages, parameters — never the API
   key), on any fsspec URL, so re-scoring the same predictions costs no calls; only successful
   answers are cached (not one cut at the token limit, nor an empty one);
@@ -204,8 +204,9 @@ class ChatClient:
             with self._slots:
                 try:
                     req = urllib.request.Request(self.url, data=data, headers=headers, method="POST")
+                    deadline = time.monotonic() + self.timeout_s
                     with urllib.request.urlopen(req, timeout=self.timeout_s) as resp:
-                        payload = json.loads(resp.read().decode("utf-8"))
+                        payload = json.loads(_read_until(resp, deadline).decode("utf-8"))
                     # a 200 without message content is not retried: the server did answer
                     return self._result_from(payload, attempts=attempts, cached=False)
                 except urllib.error.HTTPError as exc:
@@ -338,6 +339,19 @@ class ChatClient:
         with self._fs.open(tmp, "wb") as f:
             f.write(json.dumps(payload, ensure_ascii=False).encode("utf-8"))
         self._fs.mv(tmp, path)
+
+
+def _read_until(resp, deadline: float) -> bytes:
+    """The body of `resp`, or `TimeoutError` once `deadline` passes: the socket's timeout bounds each read only, and
+    a server (or proxy) that trickles its answer would otherwise hold the request for as long as it keeps sending."""
+    chunks = []
+    while chunk := resp.read1(65536):
+        chunks.append(chunk)
+        if time.monotonic() > deadline:
+            raise TimeoutError("the answer took longer than the request's timeout")
+    if getattr(resp, "length", None):  # the connection ended before the Content-Length it announced
+        raise http.client.IncompleteRead(b"".join(chunks), resp.length)
+    return b"".join(chunks)
 
 
 def _retry_after(value: str | None) -> float | None:
