@@ -25,6 +25,7 @@ class Ledger:
     def __init__(self, max_requests: int = 0, max_tokens: int = 0) -> None:
         self.max_requests, self.max_tokens = max_requests, max_tokens
         self.requests = self.cache_hits = self.failures = self.retries = self.answered = 0
+        self.uncounted = 0  # answers without token counts: the token budget cannot see what they cost
         self.prompt_tokens = self.completion_tokens = 0
         self.exhausted = False
         self.endpoint_failures = 0  # in a row, since the last request that was not refused so
@@ -32,7 +33,7 @@ class Ledger:
         self._lock = threading.Lock()
 
     def take(self) -> bool:
-        """Reserve one request; False (and exhausted) when the budget is spent."""
+        """Reserve one request (a first try or a retry); False (and exhausted) when the budget is spent."""
         with self._lock:
             spent_tokens = self.prompt_tokens + self.completion_tokens
             if (self.max_requests and self.requests >= self.max_requests) or (
@@ -43,10 +44,13 @@ class Ledger:
             self.requests += 1
             return True
 
-    def add(self, prompt_tokens: int, completion_tokens: int, ok: bool, retries: int, endpoint_error: str = "") -> bool:
-        """Count one request's outcome; `endpoint_error`: why the endpoint refused it as it would any request. True
-        when `ENDPOINT_FAILURES_IN_A_ROW` requests in a row were refused so: the endpoint has failed."""
+    def add(self, prompt_tokens: int, completion_tokens: int, ok: bool, retries: int, endpoint_error: str = "",
+            tokens_known: bool = True) -> bool:
+        """Count one request's outcome; `endpoint_error`: why the endpoint refused it as it would any request;
+        `tokens_known`: False for an answer without token counts. True when `ENDPOINT_FAILURES_IN_A_ROW` requests in
+        a row were refused so: the endpoint has failed."""
         with self._lock:
+            self.uncounted += not tokens_known
             self.prompt_tokens += prompt_tokens
             self.completion_tokens += completion_tokens
             self.failures += not ok
@@ -68,7 +72,8 @@ class Ledger:
             return {"requests": self.requests, "cache_hits": self.cache_hits, "failures": self.failures,
                     "retries": self.retries, "prompt_tokens": self.prompt_tokens,
                     "completion_tokens": self.completion_tokens, "exhausted": self.exhausted,
-                    "answered": self.answered, "endpoint_failures": self.endpoint_failures,
+                    "answered": self.answered, "uncounted": self.uncounted,
+                    "endpoint_failures": self.endpoint_failures,
                     "endpoint_error": self.endpoint_error}
 
 

@@ -259,6 +259,7 @@ def run_llm_stages(cfg: dict[str, Any], fs, root: str, executor, ingest_results,
     done: list[str] = []
     owner = LedgerOwner(executor, llm)  # one budget for the whole invocation, every stage drawing from it
     removed = sorted(drop)
+    warned_tokens = False
     try:
         for name in llm["stages"]:
             _remove_stale(fs, root, get_stage(name).name, set(prior))
@@ -291,6 +292,10 @@ def run_llm_stages(cfg: dict[str, Any], fs, root: str, executor, ingest_results,
             snap = owner.ledger.snapshot()
             if snap["endpoint_failures"] and not snap["answered"]:  # too few requests to stop on, none answered
                 raise EndpointFailed(_endpoint_failed(llm, name, snap, cfg["run"]["out"]))
+            if llm["max_tokens"] and snap["uncounted"] and not warned_tokens:
+                warned_tokens = True
+                echo(f"warning: the endpoint sent {snap['uncounted']} answer(s) without token counts (usage), so "
+                     f"llm.max_tokens ({llm['max_tokens']}) cannot bound what they cost; llm.max_requests can")
             prior = {r["task_id"]: spec_hash(r["spec_hash"], r.get("output")) for r in results}
             stats = merge_all([r["stats"] for r in results])
             usage = _merge_usage([r["usage"] for r in results])

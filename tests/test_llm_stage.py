@@ -16,7 +16,18 @@ from pipeline.config import config_hash, resolve
 from pipeline.llm_stage import BudgetExhausted, EndpointFailed, LLMDryRun, resolve_llm
 from pipeline.run import run_pipeline
 from schemas.errors import ConfigError
-from tests.helpers import LWM, Answer, JudgeServer, Script, Status, clean_env, llm_config, scenario, write_llm_corpus
+from tests.helpers import (
+    LWM,
+    Answer,
+    JudgeServer,
+    Raw,
+    Script,
+    Status,
+    clean_env,
+    llm_config,
+    scenario,
+    write_llm_corpus,
+)
 
 CLEAN = ["good", "low", "tie"]  # no failing requests: every request is answered (and cached)
 
@@ -344,3 +355,29 @@ def test_a_judge_on_the_generators_server_gets_the_generators_key(corpus, tmp_pa
                                 judge_endpoint=server.url.replace("/v1", "/v1/")), echo=lambda m: None)
         judged = [h for b, h in zip(server.requests, server.headers, strict=True) if "seed" not in b]
         assert judged and {h.get("Authorization") for h in judged} == {"Bearer sk-generator-key"}
+
+
+def test_retries_are_requests_of_the_budget(corpus, tmp_path):
+    with JudgeServer(lambda body, n: Status(503)) as server:
+        with pytest.raises(BudgetExhausted, match=r"after 5 requests"):
+            run_pipeline(llm_config([corpus], tmp_path / "out", server.url, "sft", max_requests=5, max_retries=3,
+                                    concurrency=1), echo=lambda m: None)
+        assert len(server.requests) == 5  # one request tried 4 times and a second one's first try
+
+
+def test_answers_without_token_counts_warn_once_that_the_token_budget_cannot_hold(corpus, tmp_path):
+    script = Script()
+
+    def reply(body, n):  # a server that sends no usage
+        answer = script(body, n)
+        return Raw(json.dumps({"choices": [{"index": 0, "finish_reason": "stop",
+                                            "message": {"role": "assistant", "content": answer.text}}]}).encode())
+
+    lines: list[str] = []
+    with JudgeServer(reply) as server:
+        run_pipeline(llm_config([corpus], tmp_path / "out", server.url, "sft", max_tokens=100), echo=lines.append)
+        sent = len(server.requests)
+    warnings = [ln for ln in lines if "without token counts" in ln]
+    assert warnings == [f"warning: the endpoint sent {len(CLEAN)} answer(s) without token counts (usage), so "
+                        "llm.max_tokens (100) cannot bound what they cost; llm.max_requests can"]
+    assert sent > len(CLEAN)  # both stages ran: the warning came once, after the first

@@ -106,6 +106,7 @@ class ChatResult:
     completion_tokens: int = 0
     seconds: float = 0.0
     endpoint_failed: bool = False  # the endpoint refused as it would any request: 401/403/404, or nothing listening
+    tokens_known: bool = True  # False: the answer came without token counts (``usage``), so they count 0
 
     @property
     def ok(self) -> bool:
@@ -201,6 +202,8 @@ class ChatClient:
         for attempt in range(self.max_retries + 1):
             attempts = attempt + 1
             retry_after, unreachable = None, False
+            if attempt:
+                self._before_retry()
             with self._slots:
                 try:
                     req = urllib.request.Request(self.url, data=data, headers=headers, method="POST")
@@ -259,6 +262,9 @@ class ChatClient:
         text = redact_text(text)[0]
         return text if len(text) <= ERROR_DETAIL_CHARS else text[: ERROR_DETAIL_CHARS - 1] + "…"
 
+    def _before_retry(self) -> None:
+        """Called before each retry is sent; a subclass may draw it from a budget (and raise when it is spent)."""
+
     def _backoff(self, attempt: int, retry_after: float | None) -> float:
         if retry_after is not None:
             return min(retry_after, self.max_backoff_s)
@@ -296,6 +302,7 @@ class ChatClient:
             error=error,
             attempts=attempts,
             cached=cached,
+            tokens_known=isinstance(usage, dict) and "completion_tokens" in usage,
             prompt_tokens=_token_count(usage, "prompt_tokens"),
             completion_tokens=_token_count(usage, "completion_tokens"),
         )

@@ -79,9 +79,13 @@ class StageClient(ChatClient):
         if self.ledger is not None:
             refused = f"{recorded_uri(self.url)} (model {self.model}): {result.error}" if result.endpoint_failed else ""
             if self.ledger.add(result.prompt_tokens, result.completion_tokens, result.ok, max(0, result.attempts - 1),
-                               refused):
+                               refused, result.tokens_known or not result.ok):
                 raise EndpointFailed(refused)
         return result
+
+    def _before_retry(self) -> None:
+        if self.ledger is not None and not self.ledger.take():  # a retry is sent, and paid for, like any request
+            raise BudgetExhausted("llm budget spent")
 
 
 @dataclass(frozen=True)
