@@ -154,13 +154,36 @@ def _inline_table_file(cfg: dict[str, Any]) -> None:
     cfg["masking"]["table"] = table
 
 
+def _resolve_llm(file_section: Any, flag_section: Any, source: str | None) -> dict[str, Any]:
+    """The ``[llm]`` section of the file and of the flags, resolved; a bad key or value of the file that no flag
+    replaced is named as the file's, as `resolve` does for the other sections."""
+    from pipeline.llm_config import LLM_DEFAULTS, check_llm, resolve_llm
+
+    sections = [s for s in (file_section, flag_section) if s is not None]
+    try:
+        return resolve_llm(sections)
+    except ConfigError:
+        if source is None or not isinstance(file_section, dict):
+            raise
+        flagged = flag_section if isinstance(flag_section, dict) else {}
+        alone = {k: v for k, v in file_section.items() if k not in flagged}
+        try:
+            unknown = next((k for k in alone if k not in LLM_DEFAULTS), None)
+            if unknown is not None:
+                raise ConfigError(f"unknown config key 'llm.{unknown}'") from None
+            check_llm({**LLM_DEFAULTS, **alone}, flags=False)
+        except ConfigError as exc:
+            raise ConfigError(f"{source}: {exc}") from None
+        raise
+
+
 def resolve(file_config: dict[str, Any] | None = None, overrides: dict[str, Any] | None = None,
             source: str | None = None) -> dict[str, Any]:
     """Defaults ← config file ← CLI overrides, checked for unknown keys and bad values. With `source` (the
     config file's path) a bad key or value of the file is reported as the file's, before the flags are applied."""
     file_config, overrides = dict(file_config or {}), dict(overrides or {})
     # the opt-in model-in-the-loop section exists only when given (no config byte changes otherwise)
-    llm = [part.pop("llm") for part in (file_config, overrides) if "llm" in part]
+    llm_file, llm_flags = file_config.pop("llm", None), overrides.pop("llm", None)
     try:
         cfg = _merge(DEFAULTS, file_config)
     except ConfigError as exc:  # an unknown key of the file
@@ -183,10 +206,8 @@ def resolve(file_config: dict[str, Any] | None = None, overrides: dict[str, Any]
     # local template folders by their whole path: the manifest names where they are, wherever it is read from
     cfg["templates"]["dirs"] = [d if "://" in d else os.path.abspath(os.path.expanduser(d))
                                 for d in cfg["templates"]["dirs"]]
-    if llm:
-        from pipeline.llm_config import resolve_llm
-
-        cfg["llm"] = resolve_llm(llm)
+    if llm_file is not None or llm_flags is not None:
+        cfg["llm"] = _resolve_llm(llm_file, llm_flags, source)
     return cfg
 
 

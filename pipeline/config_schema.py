@@ -13,6 +13,7 @@ config hash see exactly the values given.
 
 from __future__ import annotations
 
+import re
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
@@ -25,6 +26,7 @@ SourceKind = Literal["sandbox", "public", "internal"]
 Count = Annotated[int, Field(ge=1)]
 NonNegative = Annotated[int, Field(ge=0)]
 Fraction = Annotated[float, Field(ge=0, le=1)]
+Weight = Annotated[float, Field(ge=0)]  # a loss weight: 0 = no loss
 
 # Flags of `lwm run` by config key, so an error about a value given on the command line names the flag.
 FLAGS = {
@@ -36,6 +38,8 @@ FLAGS = {
     ("ingest", "options"): "--opt", ("tokenizer", "spec"): "--tokenizer", ("render", "chat_format"): "--chat-format",
     ("masking", "keep_mode"): "--keep-mode", ("pools", "sft_turns"): "--sft-turns",
     ("redact", "emails"): "--redact-emails",
+    ("llm", "endpoint"): "--llm-endpoint", ("llm", "model"): "--llm-model", ("llm", "max_requests"): "--max-requests",
+    ("llm", "max_tokens"): "--max-llm-tokens", ("llm", "dry_run"): "--llm-dry-run",
 }
 
 
@@ -164,6 +168,103 @@ class ShardsSection(_Section):
     max_rows: Count
     target_bytes: Count
     compression_level: Annotated[int, Field(ge=1, le=22)]
+
+
+class LLMSection(_Section):
+    """``[llm]``, the model-in-the-loop stages (`pipeline.llm_config`); the endpoints and key names are checked by
+    `check_llm` first, as their values may hold a credential that an error line must not repeat."""
+
+    endpoint: str
+    model: str
+    api_key_env: str
+    judge_endpoint: str
+    judge_api_key_env: str
+    judge_model: str
+    stages: list[str]
+    concurrency: Count
+    batch: Count
+    timeout_s: Annotated[float, Field(gt=0)]
+    max_retries: NonNegative
+    backoff_s: Annotated[float, Field(ge=0)]
+    max_backoff_s: Annotated[float, Field(ge=0)]
+    max_requests: NonNegative
+    max_tokens: NonNegative
+    dry_run: bool
+    dry_run_show: NonNegative
+    temperature: Annotated[float, Field(ge=0)]
+    max_completion_tokens: Count
+    seed: int
+    candidates: Count
+    threshold: float
+    reasoning_weight: Weight
+    max_prompt_chars: Count
+    instruction_pools: list[Literal["cpt", "sft", "rl", "eval"]]
+    instruction_max_chars: Count
+    instruction_obs_chars: Count
+    instruction_reasks: NonNegative
+    spoiler_ngram: Count
+    wmat_pools: list[Literal["cpt", "sft", "rl", "eval"]]
+    wmat_steps: NonNegative
+    wmat_obs_chars: Count
+    wmat_reasks: NonNegative
+    wmat_spoiler_ngram: Count
+    wmat_world_model_weight: Weight
+    wmat_policy_weight: Weight
+    wmat_observation_weight: Weight
+
+    @field_validator("threshold")
+    @classmethod
+    def _on_the_rubric_scale(cls, v: float) -> float:
+        from stages.reward.core import MAX_REWARD  # the judge's scale; the reward code is not needed to read configs
+
+        if not 0 <= v <= MAX_REWARD:
+            raise ValueError(f"must be a reward on the rubric's scale, from 0 to {MAX_REWARD:g}")
+        return v
+
+
+# An environment variable's name; a pasted key has a '-' (`sk-…`), or is one long run of letters and digits.
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_MACHINE_MADE = re.compile(r"(?=[A-Za-z0-9]*[0-9])(?=[A-Za-z0-9]*[a-z])[A-Za-z0-9]{20,}")
+
+
+def _key_env_problem(name: str) -> str:
+    if name == "" or (_ENV_NAME.fullmatch(name) and not _MACHINE_MADE.fullmatch(name)):
+        return ""
+    return (f"must be the name of the environment variable that holds the API key (such as OPENAI_API_KEY), not the "
+            f"key itself; the value given ({len(name)} characters) is not shown")
+
+
+def _endpoint_problem(url: str) -> str:
+    from urllib.parse import urlsplit
+
+    if url == "":
+        return ""
+    try:
+        parts = urlsplit(url)
+        port_ok = parts.port is None or parts.port > 0
+    except ValueError:
+        parts, port_ok = None, False
+    if parts is not None and (parts.username is not None or parts.password is not None):
+        return "must not hold credentials (user:password@); the key goes in the variable named by llm.api_key_env"
+    if parts is None or parts.scheme not in ("http", "https") or not parts.hostname or not port_ok:
+        return f"must be an http:// or https:// URL of an OpenAI-compatible server (…/v1), not {url!r}"
+    return ""
+
+
+def check_llm(llm: dict[str, Any], flags: bool = True) -> None:
+    """Raise one `ConfigError` line for the first value of a resolved ``[llm]`` section that breaks its schema,
+    naming the key (and its flag, unless `flags` is off). A key name or an endpoint holding a credential is
+    described without being repeated."""
+    for key, problem in (("api_key_env", _key_env_problem), ("judge_api_key_env", _key_env_problem),
+                         ("endpoint", _endpoint_problem), ("judge_endpoint", _endpoint_problem)):
+        value = llm.get(key)
+        if isinstance(value, str) and (reason := problem(value)):
+            flag = FLAGS.get(("llm", key), "")
+            raise ConfigError(f"llm.{key}{f' ({flag})' if flag and flags else ''}: {reason}")
+    try:
+        LLMSection.model_validate(llm)
+    except ValidationError as exc:
+        raise _first_error(exc, ("llm",), flags=flags) from None
 
 
 class RunConfig(_Section):

@@ -14,19 +14,26 @@ import time
 import uuid
 from typing import Any
 
+# Requests in a row that the endpoint refused as it would refuse any (a wrong key, model or URL, nothing listening),
+# with no answer between them, after which the invocation stops instead of sending the rest.
+ENDPOINT_FAILURES_IN_A_ROW = 5
+
 
 class Ledger:
     """Counters shared by every client of one stage run, and the budget they draw from."""
 
     def __init__(self, max_requests: int = 0, max_tokens: int = 0) -> None:
         self.max_requests, self.max_tokens = max_requests, max_tokens
-        self.requests = self.cache_hits = self.failures = self.retries = 0
+        self.requests = self.cache_hits = self.failures = self.retries = self.answered = 0
+        self.uncounted = 0  # answers without token counts: the token budget cannot see what they cost
         self.prompt_tokens = self.completion_tokens = 0
         self.exhausted = False
+        self.endpoint_failures = 0  # in a row, since the last request that was not refused so
+        self.endpoint_error = ""  # the last of them: endpoint, model and the server's reason
         self._lock = threading.Lock()
 
     def take(self) -> bool:
-        """Reserve one request; False (and exhausted) when the budget is spent."""
+        """Reserve one request (a first try or a retry); False (and exhausted) when the budget is spent."""
         with self._lock:
             spent_tokens = self.prompt_tokens + self.completion_tokens
             if (self.max_requests and self.requests >= self.max_requests) or (
@@ -37,12 +44,24 @@ class Ledger:
             self.requests += 1
             return True
 
-    def add(self, prompt_tokens: int, completion_tokens: int, ok: bool, retries: int) -> None:
+    def add(self, prompt_tokens: int, completion_tokens: int, ok: bool, retries: int, endpoint_error: str = "",
+            tokens_known: bool = True) -> bool:
+        """Count one request's outcome; `endpoint_error`: why the endpoint refused it as it would any request;
+        `tokens_known`: False for an answer without token counts. True when `ENDPOINT_FAILURES_IN_A_ROW` requests in
+        a row were refused so: the endpoint has failed."""
         with self._lock:
+            self.uncounted += not tokens_known
             self.prompt_tokens += prompt_tokens
             self.completion_tokens += completion_tokens
             self.failures += not ok
+            self.answered += ok
             self.retries += retries
+            if endpoint_error:
+                self.endpoint_failures += 1
+                self.endpoint_error = endpoint_error
+            else:
+                self.endpoint_failures = 0
+            return self.endpoint_failures >= ENDPOINT_FAILURES_IN_A_ROW
 
     def hit(self) -> None:
         with self._lock:
@@ -52,7 +71,10 @@ class Ledger:
         with self._lock:
             return {"requests": self.requests, "cache_hits": self.cache_hits, "failures": self.failures,
                     "retries": self.retries, "prompt_tokens": self.prompt_tokens,
-                    "completion_tokens": self.completion_tokens, "exhausted": self.exhausted}
+                    "completion_tokens": self.completion_tokens, "exhausted": self.exhausted,
+                    "answered": self.answered, "uncounted": self.uncounted,
+                    "endpoint_failures": self.endpoint_failures,
+                    "endpoint_error": self.endpoint_error}
 
 
 _LOCAL_LEDGERS: dict[str, Ledger] = {}
@@ -67,8 +89,8 @@ class _RayLedgerProxy:
     def take(self) -> bool:
         return self._ray.get(self._actor.take.remote())
 
-    def add(self, *args) -> None:
-        self._ray.get(self._actor.add.remote(*args))
+    def add(self, *args) -> bool:
+        return self._ray.get(self._actor.add.remote(*args))
 
     def hit(self) -> None:
         self._actor.hit.remote()

@@ -10,6 +10,7 @@ import importlib
 from collections.abc import Sequence
 from typing import Any
 
+from pipeline.config_schema import check_llm
 from schemas.errors import ConfigError
 
 LLM_DEFAULTS: dict[str, Any] = {
@@ -17,6 +18,8 @@ LLM_DEFAULTS: dict[str, Any] = {
     "model": "",
     "api_key_env": "OPENAI_API_KEY",  # name of the environment variable holding the key (never the key)
     "judge_endpoint": "",  # empty = endpoint
+    # the judge's key: empty = the generator's key when the judge is on the generator's server, else none
+    "judge_api_key_env": "",
     "judge_model": "",  # empty = model
     "stages": ["instructions", "sft_reasoning"],
     "concurrency": 8,  # requests in flight per task
@@ -55,7 +58,7 @@ LLM_DEFAULTS: dict[str, Any] = {
 }
 
 # Keys that say where and how requests are sent; they never change the output bytes.
-LLM_EXECUTION_KEYS = ("endpoint", "api_key_env", "judge_endpoint", "concurrency", "batch", "timeout_s", "max_retries",
+LLM_EXECUTION_KEYS = ("endpoint", "api_key_env", "judge_endpoint", "judge_api_key_env", "concurrency", "batch", "timeout_s", "max_retries",
                       "backoff_s", "max_backoff_s", "max_requests", "max_tokens", "dry_run", "dry_run_show")
 
 _BUILTIN = {
@@ -67,21 +70,20 @@ _REGISTRY: dict[str, str] = dict(_BUILTIN)
 
 
 def resolve_llm(sections: Sequence[dict[str, Any]]) -> dict[str, Any]:
-    """``[llm]`` sections (file, then overrides) over `LLM_DEFAULTS`, checked."""
+    """``[llm]`` sections (file, then overrides) over `LLM_DEFAULTS`, checked: one `ConfigError` line naming the
+    first key whose value is of the wrong type or range, and its flag when it has one."""
     out = dict(LLM_DEFAULTS)
     for section in sections:
+        if not isinstance(section, dict):
+            raise ConfigError(f"llm: must be a table, not {section!r}")
         for key, value in section.items():
             if key not in LLM_DEFAULTS:
                 raise ConfigError(f"unknown config key 'llm.{key}'")
             out[key] = value
+    check_llm(out)
     for name in out["stages"]:
         if name not in _REGISTRY and ":" not in name:
             raise ConfigError(f"llm.stages: unknown stage {name!r}; known: {', '.join(sorted(_REGISTRY))}")
-    if not isinstance(out["candidates"], int) or out["candidates"] < 1:
-        raise ConfigError(f"llm.candidates must be a positive integer, not {out['candidates']!r}")
-    for key in ("max_requests", "max_tokens"):
-        if not isinstance(out[key], int) or out[key] < 0:
-            raise ConfigError(f"llm.{key} must be an integer ≥ 0 (0 = no limit), not {out[key]!r}")
     if out["endpoint"] and not out["model"]:
         raise ConfigError("llm.model is required with llm.endpoint")
     if out["dry_run"] and not (out["endpoint"] and out["stages"]):  # else the whole run would go ahead, for real

@@ -33,12 +33,13 @@ import os
 import posixpath
 from collections.abc import Callable, Sequence
 from typing import Any
+from urllib.parse import urlsplit
 
 from pipeline.config import output_config
 from pipeline.dedup_stage import removed_ids
 from pipeline.engine import RunContext, Stage, run_tasks, spec_hash
 from pipeline.leftovers import remove_stale_task_outputs
-from pipeline.llm_budget import LedgerOwner, Ticker, ledger_for
+from pipeline.llm_budget import ENDPOINT_FAILURES_IN_A_ROW, LedgerOwner, Ticker, ledger_for
 from pipeline.llm_config import (  # noqa: F401  (re-exported: the stage API lives here for callers)
     LLM_DEFAULTS,
     LLM_EXECUTION_KEYS,
@@ -53,7 +54,7 @@ from pipeline.outputs import AtomicParquetWriter, out_fs
 from pipeline.process_executor import in_this_process
 from schemas.errors import ConfigError
 from schemas.stats import merge_all
-from stages.llm.stage import Applied, BudgetExhausted, StageClient, StageContext
+from stages.llm.stage import Applied, BudgetExhausted, EndpointFailed, StageClient, StageContext
 from stages.sample_rows import key_parts, sample_key
 from stages.templates import templates_digest
 
@@ -73,11 +74,29 @@ def cache_root(out: str) -> str:
     return posixpath.join(out.rstrip("/"), "_llm", "cache")
 
 
+def api_key_env(llm: dict[str, Any], judge: bool = False) -> str:
+    """The environment variable holding the key for the generator's or the judge's requests ("" = no key). The judge
+    gets the generator's key only on the generator's server (scheme, host and port), unless
+    ``llm.judge_api_key_env`` names its own: a key is never sent to a server it was not given for."""
+    if not judge or not llm["judge_endpoint"]:
+        return llm["api_key_env"]
+    if llm["judge_api_key_env"]:
+        return llm["judge_api_key_env"]
+    return llm["api_key_env"] if _origin(llm["judge_endpoint"]) == _origin(llm["endpoint"]) else ""
+
+
+def _origin(url: str) -> tuple[str, str, int | None]:
+    parts = urlsplit(url)
+    return parts.scheme.lower(), (parts.hostname or "").lower(), parts.port or {"http": 80, "https": 443}.get(
+        parts.scheme.lower())
+
+
 def make_client(llm: dict[str, Any], out: str, ledger=None, judge: bool = False) -> StageClient:
     endpoint = (llm["judge_endpoint"] if judge else "") or llm["endpoint"]
     model = (llm["judge_model"] if judge else "") or llm["model"]
+    key_env = api_key_env(llm, judge)
     return StageClient(
-        endpoint, model, os.environ.get(llm["api_key_env"]) or None,
+        endpoint, model, (os.environ.get(key_env) if key_env else None) or None,
         timeout_s=float(llm["timeout_s"]), max_retries=int(llm["max_retries"]),
         backoff_s=float(llm["backoff_s"]), max_backoff_s=float(llm["max_backoff_s"]),
         max_concurrency=int(llm["concurrency"]), cache_dir=cache_root(out), ledger=ledger,
@@ -240,6 +259,7 @@ def run_llm_stages(cfg: dict[str, Any], fs, root: str, executor, ingest_results,
     done: list[str] = []
     owner = LedgerOwner(executor, llm)  # one budget for the whole invocation, every stage drawing from it
     removed = sorted(drop)
+    warned_tokens = False
     try:
         for name in llm["stages"]:
             _remove_stale(fs, root, get_stage(name).name, set(prior))
@@ -258,6 +278,8 @@ def run_llm_stages(cfg: dict[str, Any], fs, root: str, executor, ingest_results,
                                                                 progress_mode)
                 except Exception as exc:
                     snap = owner.ledger.snapshot()
+                    if snap["endpoint_failures"] >= ENDPOINT_FAILURES_IN_A_ROW or isinstance(exc, EndpointFailed):
+                        raise EndpointFailed(_endpoint_failed(llm, name, snap, cfg["run"]["out"])) from None
                     if snap["exhausted"] or isinstance(exc, BudgetExhausted):
                         raise BudgetExhausted(
                             f"llm budget spent in stage {name} after {snap['requests']} requests and "
@@ -267,13 +289,22 @@ def run_llm_stages(cfg: dict[str, Any], fs, root: str, executor, ingest_results,
                             f"{cache_root(cfg['run']['out'])}: run again to continue"
                         ) from None
                     raise
+            snap = owner.ledger.snapshot()
+            if snap["endpoint_failures"] and not snap["answered"]:  # too few requests to stop on, none answered
+                raise EndpointFailed(_endpoint_failed(llm, name, snap, cfg["run"]["out"]))
+            if llm["max_tokens"] and snap["uncounted"] and not warned_tokens:
+                warned_tokens = True
+                echo(f"warning: the endpoint sent {snap['uncounted']} answer(s) without token counts (usage), so "
+                     f"llm.max_tokens ({llm['max_tokens']}) cannot bound what they cost; llm.max_requests can")
             prior = {r["task_id"]: spec_hash(r["spec_hash"], r.get("output")) for r in results}
             stats = merge_all([r["stats"] for r in results])
             usage = _merge_usage([r["usage"] for r in results])
             section["stages"][get_stage(name).name] = {"usage": usage, "counts": stats.nested(),
                                                        "rows": sum(int(r["rows"]) for r in results)}
             if usage["failures"]:
-                reasons = ", ".join(f"{e} {n}" for e, n in usage["errors"].items())
+                common = sorted(usage["errors"].items(), key=lambda en: -en[1])
+                reasons = ", ".join(f"{e} {n}" for e, n in common[:5])
+                reasons += f", and {len(common) - 5} other reason(s)" if len(common) > 5 else ""
                 echo(f"warning: llm stage {name}: {usage['failures']} request(s) got no answer ({reasons}); what "
                      "needed them is dropped in this run, and the same command run again asks them again")
             done.append(name)
@@ -281,6 +312,13 @@ def run_llm_stages(cfg: dict[str, Any], fs, root: str, executor, ingest_results,
         owner.close()
     manifest["llm"] = section
     return {"stages": done, "specs": {tid: spec_hash(base, spec) for tid, spec in prior.items()}}
+
+
+def _endpoint_failed(llm: dict[str, Any], stage: str, snap: dict[str, Any], out: str) -> str:
+    key = f"the key in ${llm['api_key_env']}" if llm["api_key_env"] else "llm.api_key_env (no key is sent)"
+    return (f"llm endpoint failed in stage {stage}: {snap['endpoint_failures']} request(s) in a row refused, "
+            f"{snap['answered']} answered in this run; last: {snap['endpoint_error']}; check llm.endpoint "
+            f"(--llm-endpoint), llm.model (--llm-model) and {key}; answers so far are cached in {cache_root(out)}")
 
 
 def _remove_stale(fs, root: str, name: str, task_ids: set[str]) -> None:

@@ -14,6 +14,7 @@ import os
 import posixpath
 import random
 import re
+import socket
 import subprocess
 import sys
 import threading
@@ -228,7 +229,9 @@ def mutated(value, rnd):
 # ``reply(body, n)`` (n = how many requests this server has seen before) returns one of
 # ``Answer(text, usage)`` (200 with a chat completion), ``Status(code, retry_after)``,
 # ``Slow(seconds, then)`` (sleeps, then answers `then` — longer than the client's timeout makes a
-# timeout) or ``Raw(bytes)`` (200 with a body that is not a chat completion).
+# timeout), ``Raw(bytes)`` (200 with a body that is not a chat completion) or ``Broken(bytes)`` (these
+# bytes as the whole answer, status line and headers included, then the connection is closed: an answer
+# cut short, or one that is not HTTP).
 
 @dataclass
 class Answer:
@@ -240,6 +243,7 @@ class Answer:
 class Status:
     code: int
     retry_after: str | None = None
+    body: bytes = b""
 
 
 @dataclass
@@ -251,6 +255,26 @@ class Slow:
 @dataclass
 class Raw:
     body: bytes
+
+
+@dataclass
+class Trickle:
+    """`answer` (an `Answer`) sent in pieces of `piece` bytes, `gap` seconds apart: a server that keeps sending slowly."""
+
+    answer: Any
+    gap: float
+    piece: int = 8
+
+
+@dataclass
+class Broken:
+    wire: bytes
+
+    @classmethod
+    def cut_short(cls) -> Broken:
+        """A 200 whose body ends long before its Content-Length: a proxy that dropped the connection."""
+        return cls(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n"
+                   b'{"choices": [{"message": {"content": "hi')
 
 
 def scores_answer(value: int = 5, reasoning: str = "Looks right.") -> str:
@@ -305,13 +329,23 @@ class JudgeServer:
                     time.sleep(action.seconds)
                     action = action.then
                 self._done()
+                if isinstance(action, Broken):
+                    self.wfile.write(action.wire)
+                    self.wfile.flush()
+                    self.close_connection = True
+                    with contextlib.suppress(OSError):
+                        self.connection.shutdown(socket.SHUT_RDWR)
+                    return
                 if isinstance(action, Status):
                     self.send_response(action.code)
                     if action.retry_after is not None:
                         self.send_header("Retry-After", action.retry_after)
-                    self.send_header("Content-Length", "0")
+                    self.send_header("Content-Length", str(len(action.body)))
                     self.end_headers()
+                    self.wfile.write(action.body)
                     return
+                trickle = action if isinstance(action, Trickle) else None
+                action = trickle.answer if trickle else action
                 if isinstance(action, Raw):
                     payload = action.body
                 else:
@@ -328,7 +362,13 @@ class JudgeServer:
                 self.end_headers()
                 # the client may have given up (a timeout); that is the point of some tests
                 with contextlib.suppress(BrokenPipeError, ConnectionResetError):
-                    self.wfile.write(payload)
+                    if trickle is None:
+                        self.wfile.write(payload)
+                        return
+                    for start in range(0, len(payload), trickle.piece):
+                        self.wfile.write(payload[start:start + trickle.piece])
+                        self.wfile.flush()
+                        time.sleep(trickle.gap)
 
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self._server.daemon_threads = True

@@ -69,6 +69,25 @@ FILE_PROBES = [
     ('[ingest.options]\norphans = "maybe"', "ingest.options.orphans", "'quarantine' or 'skip'"),
     ('[run]\nformat = "swe-agent"\n[ingest.options]\norphans = "skip"', "ingest.options.orphans",
      "not an option of format swe-agent"),
+    # the model-in-the-loop section: loss weights, request settings, the judge's scale, pool names, the endpoint
+    ("[llm]\nreasoning_weight = -5.0", "llm.reasoning_weight", "≥ 0"),
+    ("[llm]\nreasoning_weight = nan", "llm.reasoning_weight", "finite number"),
+    ("[llm]\nwmat_world_model_weight = -1", "llm.wmat_world_model_weight", "≥ 0"),
+    ("[llm]\nwmat_policy_weight = inf", "llm.wmat_policy_weight", "finite number"),
+    ("[llm]\nwmat_observation_weight = true", "llm.wmat_observation_weight", "finite number"),
+    ("[llm]\nmax_retries = -1", "llm.max_retries", "≥ 0"),
+    ("[llm]\ntimeout_s = 0", "llm.timeout_s", "> 0"),
+    ('[llm]\nconcurrency = "x"', "llm.concurrency", "integer"),
+    ("[llm]\nconcurrency = 0", "llm.concurrency", "≥ 1"),
+    ('[llm]\ntemperature = "hot"', "llm.temperature", "number"),
+    ("[llm]\nthreshold = 99", "llm.threshold", "from 0 to 25"),
+    ('[llm]\ninstruction_pools = ["SFT"]', "llm.instruction_pools", "one of 'cpt', 'sft', 'rl' or 'eval'"),
+    ('[llm]\nwmat_pools = "cpt"', "llm.wmat_pools", "list"),
+    ("[llm]\ncandidates = true", "llm.candidates", "integer"),
+    ("[llm]\nmax_requests = true", "llm.max_requests", "integer"),
+    ('[llm]\nendpoint = "localhost:8000/v1"\nmodel = "m"', "llm.endpoint", "http:// or https://"),
+    ('[llm]\njudge_endpoint = "ftp://judge/v1"', "llm.judge_endpoint", "http:// or https://"),
+    ("[llm]\nunknown_knob = 1", "unknown config key 'llm.unknown_knob'", ""),
 ]
 
 
@@ -96,6 +115,8 @@ FLAG_PROBES = [
     (["--format", "sharegpt", "--opt", "orphans=keep"], "ingest.options.orphans (--opt)", "'keep'"),
     (["--format", "swe-agent", "--opt", "messages_column=traj"], "ingest.options.messages_column (--opt)",
      "source_kind"),  # what the format has
+    (["--llm-endpoint", "localhost:8000/v1", "--llm-model", "m"], "llm.endpoint (--llm-endpoint)",
+     "'localhost:8000/v1'"),
 ]
 
 
@@ -112,6 +133,28 @@ def test_a_bad_flag_through_the_installed_command_is_one_line(tmp_path):
     proc = _lwm("run", "-i", "x", "-o", str(tmp_path / "out"), "--sft-turns", "abc", "--num-cpus", "2", "--dry-run")
     assert proc.returncode == 2
     assert _one_error_line(proc.stderr) == "pools.sft_turns (--sft-turns): must be a positive integer or \"all\", not 'abc'"
+
+
+@pytest.mark.parametrize(("toml", "key", "secret"), [
+    ('api_key_env = "sk-live-4f9a8b7c6d5e4f3a2b1c"', "llm.api_key_env", "sk-live-4f9a8b7c6d5e4f3a2b1c"),
+    ('api_key_env = "4f9a8b7c6d5e4f3a2b1c0d9e"', "llm.api_key_env", "4f9a8b7c6d5e4f3a2b1c0d9e"),
+    ('endpoint = "http://user:hunter2pw@127.0.0.1:8000/v1"\nmodel = "m"', "llm.endpoint", "hunter2pw"),
+], ids=["a pasted key", "a key without a prefix", "a password in the endpoint"])
+def test_a_credential_in_the_llm_section_is_refused_without_repeating_it(toml, key, secret, tmp_path):
+    cfg = tmp_path / "bad.toml"
+    cfg.write_text(f"[llm]\n{toml}\n")
+    status, stderr = _invoke(["run", "-i", "x", "-o", str(tmp_path / "out"), "--config", str(cfg), "--dry-run"])
+    line = _one_error_line(stderr)
+    assert status == 2
+    assert line.startswith(f"{cfg}: {key}: "), line
+    assert secret not in stderr
+
+
+@pytest.mark.parametrize("name", ["OPENAI_API_KEY", "MY_PROVIDER_KEY_2", "HF_TOKEN", ""])
+def test_an_environment_variable_name_or_none_is_a_valid_api_key_env(name):
+    from pipeline.config import resolve
+
+    assert resolve({"llm": {"api_key_env": name}})["llm"]["api_key_env"] == name
 
 
 def _closed_port() -> int:

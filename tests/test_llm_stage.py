@@ -13,10 +13,21 @@ import pyarrow.parquet as pq
 import pytest
 
 from pipeline.config import config_hash, resolve
-from pipeline.llm_stage import BudgetExhausted, LLMDryRun, resolve_llm
+from pipeline.llm_stage import BudgetExhausted, EndpointFailed, LLMDryRun, resolve_llm
 from pipeline.run import run_pipeline
 from schemas.errors import ConfigError
-from tests.helpers import LWM, JudgeServer, Script, clean_env, llm_config, scenario, write_llm_corpus
+from tests.helpers import (
+    LWM,
+    Answer,
+    JudgeServer,
+    Raw,
+    Script,
+    Status,
+    clean_env,
+    llm_config,
+    scenario,
+    write_llm_corpus,
+)
 
 CLEAN = ["good", "low", "tie"]  # no failing requests: every request is answered (and cached)
 
@@ -259,3 +270,114 @@ def test_the_request_budget_holds_when_the_run_has_worker_processes(corpus, tmp_
             run_pipeline(cfg, echo=lambda m: None)
         assert len(server.requests) == 5
     assert len(list((tmp_path / "out" / "_tasks" / "ingest").glob("*.json"))) > 2
+
+
+WRONG_KEY = Status(401, body=b'{"error": {"message": "Incorrect API key provided: sk-wr***ng.", "code": "invalid_api_key"}}')
+
+
+def test_a_wrong_key_stops_the_run_with_one_line_after_the_first_stage(corpus, tmp_path):
+    out = tmp_path / "out"
+    with JudgeServer(lambda body, n: WRONG_KEY) as server:
+        done = subprocess.run(
+            [LWM, "run", "--executor", "local", "--input", str(corpus), "--out", str(out), "--progress", "off",
+             "--llm-endpoint", server.url, "--llm-model", "m"],
+            env={**clean_env(), "OPENAI_API_KEY": "sk-wrong-key-0123456789abcdef"}, capture_output=True, text=True,
+            timeout=120)
+        asked = len(server.requests)
+    assert done.returncode == 2, done.stderr[-2000:]
+    errors = [ln for ln in done.stderr.splitlines() if ln.startswith("lwm: error: ")]
+    assert len(errors) == 1 and "Traceback" not in done.stderr, done.stderr
+    assert errors[0].startswith("lwm: error: llm endpoint failed in stage instructions: 3 request(s) in a row refused")
+    assert f"{server.url}/chat/completions (model m): HTTP 401: Incorrect API key provided: sk-wr***ng." in errors[0]
+    assert "$OPENAI_API_KEY" in errors[0] and "sk-wrong-key" not in done.stderr
+    assert asked == len(CLEAN)  # one instruction request per trajectory; the sft stage never started
+    assert not (out / "_SUCCESS").exists()
+
+
+def test_an_endpoint_refusing_every_request_stops_the_stage_before_its_end(tmp_path):
+    corpus = write_llm_corpus(tmp_path / "in.jsonl", [f"good{i}" for i in range(30)])
+    with JudgeServer(lambda body, n: Status(404, body=b'{"detail": "The model `m` does not exist."}')) as server:
+        with pytest.raises(EndpointFailed, match=r"in a row refused, 0 answered .*HTTP 404: The model `m` does not"):
+            run_pipeline(llm_config([corpus], tmp_path / "out", server.url, "sft", concurrency=2),
+                         echo=lambda m: None)
+        assert 5 <= len(server.requests) <= 6  # five in a row, and the one in flight beside the fifth
+
+
+def test_nothing_listening_at_the_endpoint_stops_the_run(corpus, tmp_path):
+    with JudgeServer(lambda body, n: Answer("x")) as server:
+        url = server.url  # closed once the block ends: nothing listens there
+    with pytest.raises(EndpointFailed, match=r"in stage instructions: .* refused.*connection: .*refused"):
+        run_pipeline(llm_config([corpus], tmp_path / "out", url, "sft"), echo=lambda m: None)
+    assert not (tmp_path / "out" / "_SUCCESS").exists()
+
+
+def test_refusals_between_answers_do_not_stop_the_run(tmp_path):
+    corpus = write_llm_corpus(tmp_path / "in.jsonl", [f"good{i}" for i in range(12)])
+    script = Script()
+
+    def reply(body, n):  # every other instruction request refused: the endpoint itself works
+        return WRONG_KEY if n % 2 else script(body, n)
+
+    with JudgeServer(reply) as server:
+        manifest = run_pipeline(llm_config([corpus], tmp_path / "out", server.url, "sft", stages=["instructions"],
+                                           concurrency=1), echo=lambda m: None)
+        assert len(server.requests) == 12
+    assert manifest["llm"]["stages"]["instructions"]["usage"]["failures"] == 6
+
+
+def _keys_seen(server) -> set[str | None]:
+    return {h.get("Authorization") for h in server.headers}
+
+
+@pytest.mark.parametrize(("judge_key_env", "generator_key", "judge_key"), [
+    ("", "Bearer sk-generator-key", None),  # a judge on another server gets no key by default
+    ("JUDGE_KEY", "Bearer sk-generator-key", "Bearer sk-judge-key"),  # or its own
+])
+def test_the_generators_key_goes_to_a_judge_on_another_server_only_when_named(judge_key_env, generator_key,
+                                                                               judge_key, corpus, tmp_path,
+                                                                               monkeypatch):
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-generator-key")
+    monkeypatch.setenv("JUDGE_KEY", "sk-judge-key")
+    with JudgeServer(Script()) as generator, JudgeServer(Script()) as judge:
+        run_pipeline(llm_config([corpus], tmp_path / "out", generator.url, "sft", stages=["sft_reasoning"],
+                                judge_endpoint=judge.url,
+                                **({"judge_api_key_env": judge_key_env} if judge_key_env else {})),
+                     echo=lambda m: None)
+        assert generator.requests and judge.requests
+        assert _keys_seen(generator) == {generator_key}
+        assert _keys_seen(judge) == {judge_key}
+
+
+def test_a_judge_on_the_generators_server_gets_the_generators_key(corpus, tmp_path, monkeypatch):
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-generator-key")
+    with JudgeServer(Script()) as server:
+        run_pipeline(llm_config([corpus], tmp_path / "out", server.url, "sft", stages=["sft_reasoning"],
+                                judge_endpoint=server.url.replace("/v1", "/v1/")), echo=lambda m: None)
+        judged = [h for b, h in zip(server.requests, server.headers, strict=True) if "seed" not in b]
+        assert judged and {h.get("Authorization") for h in judged} == {"Bearer sk-generator-key"}
+
+
+def test_retries_are_requests_of_the_budget(corpus, tmp_path):
+    with JudgeServer(lambda body, n: Status(503)) as server:
+        with pytest.raises(BudgetExhausted, match=r"after 5 requests"):
+            run_pipeline(llm_config([corpus], tmp_path / "out", server.url, "sft", max_requests=5, max_retries=3,
+                                    concurrency=1), echo=lambda m: None)
+        assert len(server.requests) == 5  # one request tried 4 times and a second one's first try
+
+
+def test_answers_without_token_counts_warn_once_that_the_token_budget_cannot_hold(corpus, tmp_path):
+    script = Script()
+
+    def reply(body, n):  # a server that sends no usage
+        answer = script(body, n)
+        return Raw(json.dumps({"choices": [{"index": 0, "finish_reason": "stop",
+                                            "message": {"role": "assistant", "content": answer.text}}]}).encode())
+
+    lines: list[str] = []
+    with JudgeServer(reply) as server:
+        run_pipeline(llm_config([corpus], tmp_path / "out", server.url, "sft", max_tokens=100), echo=lines.append)
+        sent = len(server.requests)
+    warnings = [ln for ln in lines if "without token counts" in ln]
+    assert warnings == [f"warning: the endpoint sent {len(CLEAN)} answer(s) without token counts (usage), so "
+                        "llm.max_tokens (100) cannot bound what they cost; llm.max_requests can"]
+    assert sent > len(CLEAN)  # both stages ran: the warning came once, after the first

@@ -15,7 +15,17 @@ import pytest
 from pipeline.run import run_pipeline
 from stages.render import PRED_CLOSE, PRED_OPEN
 from stages.tokenizer import load_tokenizer
-from tests.helpers import CANDIDATES, JudgeServer, Script, candidate_text, llm_config, scenario, write_llm_corpus
+from tests.helpers import (
+    CANDIDATES,
+    Answer,
+    JudgeServer,
+    Raw,
+    Script,
+    candidate_text,
+    llm_config,
+    scenario,
+    write_llm_corpus,
+)
 
 SCENARIOS = list(CANDIDATES)
 KEPT = {"good": 1, "tie": 2, "tiebad": 0, "flaky": 0, "slow": 1}  # scenario → winning candidate
@@ -208,3 +218,26 @@ def test_kept_reasoning_is_the_targets_and_leaves_the_agents_own_reasoning_alone
     assert [t.reasoning for t in traj.turns] == ["I look around first.", "Then I read the file.", "Clean up."]
     applied.add({1: "request_failed"})  # a stage of one's own may still return drop reasons only
     assert applied.dropped == {1: "request_failed", 3: "below_threshold"}
+
+
+def test_a_server_that_sends_the_thinking_apart_gives_the_same_kept_reasoning(first, tmp_path):
+    """vLLM or SGLang with a reasoning parser: the text before the tag comes as ``message.reasoning_content``."""
+    corpus = write_llm_corpus(tmp_path / "in.jsonl", ["good", "tie", "low"])
+    script = Script()
+
+    def reply(body, n):
+        answer = script(body, n)
+        if "seed" not in body or not isinstance(answer, Answer) or PRED_OPEN not in answer.text:
+            return answer
+        thinking, tag, rest = answer.text.partition(PRED_OPEN)
+        return Raw(json.dumps({"choices": [{"index": 0, "finish_reason": "stop", "message": {
+            "role": "assistant", "content": tag + rest, "reasoning_content": thinking}}]}).encode())
+
+    with JudgeServer(reply) as server:
+        run_pipeline(llm_config([corpus], tmp_path / "out", server.url, "sft", stages=["sft_reasoning"]),
+                     echo=lambda m: None)
+    rows = {r["traj_id"].removeprefix("t-"): r for r in _rows(tmp_path / "out", "llm/sft_reasoning")}
+    expected = {r["traj_id"].removeprefix("t-"): r for r in _rows(first[0], "llm/sft_reasoning")}
+    assert {k: (r["status"], r["winner"], r["reasoning"]) for k, r in rows.items()} == {
+        k: (expected[k]["status"], expected[k]["winner"], expected[k]["reasoning"]) for k in rows}
+    assert rows["good"]["status"] == "kept" and rows["good"]["reasoning"].startswith("Thinking about good")

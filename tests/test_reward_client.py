@@ -5,11 +5,12 @@ from __future__ import annotations
 import hashlib
 import json
 import threading
+import time
 
 import pytest
 
 from stages.llm.client import ChatClient
-from tests.helpers import Answer, JudgeServer, Raw, Slow, Status
+from tests.helpers import Answer, Broken, JudgeServer, Raw, Slow, Status, Trickle
 
 MSG = [{"role": "user", "content": "grade this"}]
 
@@ -62,6 +63,31 @@ def test_client_errors_other_than_429_are_not_retried():
         assert r.error == "HTTP 400" and r.attempts == 1 and len(judge.requests) == 1
 
 
+def test_a_client_error_keeps_the_start_of_the_servers_message_without_the_key():
+    said = {"error": {"message": "Incorrect API key provided: sk-test. Find your key at https://example.com/keys. "
+                      + "More words. " * 100, "type": "invalid_request_error", "code": "invalid_api_key"}}
+    with JudgeServer(lambda body, n: Status(401, body=json.dumps(said).encode())) as judge:
+        c = client(judge.url, max_retries=3)
+        r = c.chat(MSG)
+    assert r.error.startswith("HTTP 401: Incorrect API key provided: <SECRET:api_key>. Find your key at "), r.error
+    assert "sk-test" not in r.error and len(r.error) <= len("HTTP 401: ") + 200 and r.error.endswith("…")
+    assert r.endpoint_failed and r.attempts == 1
+
+
+@pytest.mark.parametrize(("status", "body", "error", "endpoint_failed"), [
+    (400, b'{"object": "error", "message": "This model\'s maximum context length is 8192 tokens."}',
+     "HTTP 400: This model's maximum context length is 8192 tokens.", False),  # this request only
+    (404, b'{"detail": "The model `qwen` does not exist."}', "HTTP 404: The model `qwen` does not exist.", True),
+    (403, b"<html>\n  <body>Forbidden</body>\n</html>", "HTTP 403: <html> <body>Forbidden</body> </html>", True),
+    (500, b"", "HTTP 500", False),
+])
+def test_a_failure_names_the_servers_reason_and_whether_the_endpoint_itself_refused(status, body, error,
+                                                                                   endpoint_failed):
+    with JudgeServer(lambda b, n: Status(status, body=body)) as judge:
+        r = client(judge.url, max_retries=1).chat(MSG)
+    assert (r.ok, r.error, r.endpoint_failed) == (False, error, endpoint_failed)
+
+
 def test_a_timeout_is_retried():
     def reply(body, n):
         return Slow(0.5, Answer("too slow")) if n == 0 else Answer("quick")
@@ -71,6 +97,21 @@ def test_a_timeout_is_retried():
         r = c.chat(MSG)
         assert r.ok and r.text == "quick" and r.attempts == 2
         assert c.usage.retries == 1
+
+
+def test_the_timeout_bounds_the_whole_answer_not_each_read():
+    slow = Trickle(Answer("a long answer " * 20), gap=0.05)  # ~400 bytes, 8 every 0.05 s: about 2.5 s in all
+
+    def reply(body, n):
+        return slow if n == 0 else Answer("quick")
+
+    with JudgeServer(reply) as judge:
+        c = client(judge.url, timeout_s=0.5, max_retries=1)
+        start = time.monotonic()
+        r = c.chat(MSG)
+        took = time.monotonic() - start
+    assert (r.ok, r.text, r.attempts) == (True, "quick", 2)
+    assert took < 1.5, took  # cut off at the timeout, not held until the last byte
 
 
 def test_timeouts_until_the_end_fail_with_timeout():
@@ -101,12 +142,75 @@ def test_an_answer_whose_usage_is_no_count_is_still_the_answer(usage):
         assert c.usage.as_dict()["failures"] == 0
 
 
+def test_an_answer_cut_short_or_not_http_is_retried_like_a_dropped_connection():
+    script = [Broken.cut_short(), Broken(b"GARBAGE\r\n\r\n"), Broken(b"HTTP/1.1 200 OK\r\n" + b"X" * 70000)]
+
+    def reply(body, n):
+        return script[n] if n < len(script) else Answer("fine after all")
+
+    with JudgeServer(reply) as judge:
+        c = client(judge.url, max_retries=3)
+        r = c.chat(MSG)
+        assert (r.ok, r.text, r.attempts) == (True, "fine after all", 4)
+        assert len(judge.requests) == 4 and c.usage.retries == 3 and c.usage.failures == 0
+
+
+def test_answers_always_cut_short_end_as_a_failed_result_not_an_exception():
+    with JudgeServer(lambda body, n: Broken.cut_short()) as judge:
+        c = client(judge.url, max_retries=1)
+        r = c.chat(MSG)
+        assert not r.ok and r.error == "connection: IncompleteRead" and r.attempts == 2
+        assert c.usage.errors == {"connection: IncompleteRead": 1}
+
+
+def _completion(message: dict, finish_reason: str = "stop") -> bytes:
+    return json.dumps({"choices": [{"index": 0, "message": {"role": "assistant", **message},
+                                    "finish_reason": finish_reason}],
+                       "usage": {"prompt_tokens": 30, "completion_tokens": 2048}}).encode()
+
+
+@pytest.mark.parametrize(("answer", "error"), [
+    (_completion({"content": "Thinking about it at length and then"}, "length"),
+     "answer cut short at the token limit (finish_reason length)"),
+    (_completion({"content": ""}), "empty answer"),
+    (_completion({"content": " \n "}), "empty answer"),
+], ids=["cut at the token limit", "empty", "blank"])
+def test_an_answer_cut_short_or_empty_is_a_failure_with_its_reason_and_never_cached(answer, error, tmp_path):
+    with JudgeServer(lambda body, n: Raw(answer)) as judge:
+        c = client(judge.url, max_retries=3, cache_dir=str(tmp_path / "cache"))
+        first, again = c.chat(MSG), c.chat(MSG)
+        assert len(judge.requests) == 2  # not retried (the server did answer), and asked again: not cached
+    assert (first.ok, first.error, first.attempts) == (False, error, 1)
+    assert (again.ok, again.cached) == (False, False)
+    assert c.usage.errors == {error: 2} and c.usage.completion_tokens == 4096  # what they cost is counted
+
+
+@pytest.mark.parametrize("field", ["reasoning_content", "reasoning"])
+def test_thinking_sent_apart_by_a_reasoning_parser_comes_before_the_answer(field, tmp_path):
+    answer = _completion({"content": "\n<predicted_observation>\nok\n</predicted_observation>",
+                          field: "The search returns one line.\n"})
+    with JudgeServer(lambda body, n: Raw(answer)) as judge:
+        c = client(judge.url, cache_dir=str(tmp_path / "cache"))
+        r, replay = c.chat(MSG), c.chat(MSG)
+        assert len(judge.requests) == 1
+    assert r.text == ("<think>\nThe search returns one line.\n</think>\n"
+                      "<predicted_observation>\nok\n</predicted_observation>")
+    assert replay.cached and replay.text == r.text
+
+
+def test_thinking_already_in_the_answer_is_not_repeated():
+    answer = _completion({"content": "<think>mine</think>\nanswer", "reasoning_content": "mine"})
+    with JudgeServer(lambda body, n: Raw(answer)) as judge:
+        assert client(judge.url).chat(MSG).text == "<think>mine</think>\nanswer"
+
+
 def test_connection_refused_is_a_counted_failure():
     with JudgeServer(lambda body, n: Answer("x")) as judge:
         url = judge.url
     c = client(url, max_retries=1)
     r = c.chat(MSG)
     assert not r.ok and r.error.startswith("connection") and c.usage.failures == 1
+    assert r.endpoint_failed and r.attempts == 2  # refused on every try: nothing listens there
 
 
 def test_the_disk_cache_answers_a_repeated_request_without_a_call(tmp_path):

@@ -4,12 +4,15 @@ Standard library only (``urllib``): nothing to install for users who only build 
 adds over a bare request:
 
 - a concurrency limit shared by every thread that uses one client (`max_concurrency`);
-- retries with exponential backoff on HTTP 429 and 5xx, timeouts and connection errors, honouring
-  a ``Retry-After`` header (capped at `max_backoff_s`); other 4xx answers fail at once;
-- a per-request timeout;
+- retries with exponential backoff on HTTP 429 and 5xx, timeouts and connection errors (answers cut
+  short or not HTTP included), honouring
+  a ``Retry-After`` header (capped at `max_backoff_s`); other 4xx answers fail at once, with the start of
+  the server's message in the reason (`ChatResult.endpoint_failed` marks those that say the endpoint, key
+  or model is wrong, and connections refused on every try);
+- a per-request timeout (for the whole answer: a server sending its answer slowly is cut off too);
 - a disk cache keyed by the request content (endpoint, model, messages, parameters — never the API
   key), on any fsspec URL, so re-scoring the same predictions costs no calls; only successful
-  answers are cached;
+  answers are cached (not one cut at the token limit, nor an empty one);
 - accounting per call (`ChatResult`) and in total (`Usage`): calls, HTTP attempts, retries, cache
   hits, failures, prompt and completion tokens.
 
@@ -23,9 +26,11 @@ Example::
 from __future__ import annotations
 
 import hashlib
+import http.client
 import json
 import posixpath
 import random
+import socket
 import threading
 import time
 import urllib.error
@@ -35,6 +40,9 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, TypeVar
 
 RETRY_STATUS = frozenset({408, 409, 425, 429, 500, 502, 503, 504})
+# The endpoint itself is wrong (the key, the model or the path), whatever was asked: no answer will come from it.
+ENDPOINT_STATUS = frozenset({401, 403, 404})
+ERROR_DETAIL_CHARS = 200  # of a server's error message kept in a failure's reason
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -97,6 +105,8 @@ class ChatResult:
     prompt_tokens: int = 0
     completion_tokens: int = 0
     seconds: float = 0.0
+    endpoint_failed: bool = False  # the endpoint refused as it would any request: 401/403/404, or nothing listening
+    tokens_known: bool = True  # False: the answer came without token counts (``usage``), so they count 0
 
     @property
     def ok(self) -> bool:
@@ -161,9 +171,8 @@ class ChatClient:
         key = self.cache_key(body, cache_salt)
         start = time.monotonic()
         cached = self._cache_get(key)
-        if cached is not None:
-            result = self._result_from(cached, attempts=0, cached=True)
-        else:
+        result = self._result_from(cached, attempts=0, cached=True) if cached is not None else None
+        if result is None or not result.ok:  # an empty answer cached by an older version is asked again
             result = self._call(body)
             if result.ok:
                 self._cache_put(key, result)
@@ -194,32 +203,69 @@ class ChatClient:
         error, attempts = "", 0
         for attempt in range(self.max_retries + 1):
             attempts = attempt + 1
-            retry_after = None
+            retry_after, unreachable = None, False
+            if attempt:
+                self._before_retry()
             with self._slots:
                 try:
                     req = urllib.request.Request(self.url, data=data, headers=headers, method="POST")
+                    deadline = time.monotonic() + self.timeout_s
                     with urllib.request.urlopen(req, timeout=self.timeout_s) as resp:
-                        payload = json.loads(resp.read().decode("utf-8"))
+                        payload = json.loads(_read_until(resp, deadline).decode("utf-8"))
                     # a 200 without message content is not retried: the server did answer
                     return self._result_from(payload, attempts=attempts, cached=False)
                 except urllib.error.HTTPError as exc:
-                    error = f"HTTP {exc.code}"
+                    error = f"HTTP {exc.code}" + (f": {detail}" if (detail := self._error_detail(exc)) else "")
                     if exc.code not in RETRY_STATUS:
-                        return ChatResult(None, error=error, attempts=attempts)
+                        return ChatResult(None, error=error, attempts=attempts,
+                                          endpoint_failed=exc.code in ENDPOINT_STATUS)
                     retry_after = _retry_after(exc.headers.get("Retry-After") if exc.headers else None)
                 except TimeoutError:
                     error = "timeout"
                 except urllib.error.URLError as exc:
                     error = "timeout" if isinstance(exc.reason, TimeoutError) else f"connection: {exc.reason}"
+                    unreachable = isinstance(exc.reason, ConnectionRefusedError | socket.gaierror | str)
                 except (json.JSONDecodeError, UnicodeDecodeError):
                     error = "invalid JSON from endpoint"
+                except http.client.HTTPException as exc:  # an answer cut short or not HTTP: a dropped connection
+                    error = f"connection: {type(exc).__name__}"
                 except (ConnectionError, OSError) as exc:
                     error = f"connection: {exc}"
+                    unreachable = isinstance(exc, ConnectionRefusedError | socket.gaierror)
             if attempt < self.max_retries:
                 with self._lock:
                     self.usage.retries += 1
                 time.sleep(self._backoff(attempt, retry_after))
-        return ChatResult(None, error=error, attempts=attempts)
+        # refused on every try: nothing listens there (or the host has no address)
+        return ChatResult(None, error=error, attempts=attempts, endpoint_failed=unreachable)
+
+    def _error_detail(self, exc: urllib.error.HTTPError) -> str:
+        """The start of an error answer's message (what the server says is wrong: a wrong key, an unknown model, a
+        prompt over the context), on one line, cut to `ERROR_DETAIL_CHARS`, with the key and any secret removed."""
+        try:
+            raw = exc.read(8192)
+        except (OSError, http.client.HTTPException):
+            return ""
+        text = raw.decode("utf-8", "replace").strip()
+        try:
+            body = json.loads(text)
+        except ValueError:
+            body = None
+        if isinstance(body, dict):  # OpenAI and vLLM: {"error": {"message": …}}; others: {"message": …}, {"detail": …}
+            inner = body.get("error")
+            found = next((v for v in (inner.get("message") if isinstance(inner, dict) else inner,
+                                      body.get("message"), body.get("detail")) if isinstance(v, str) and v), None)
+            text = found if found is not None else text
+        text = " ".join(text.split())
+        if self.api_key:
+            text = text.replace(self.api_key, "<SECRET:api_key>")
+        from stages.redact import redact_text  # on an error answer only: the client itself needs nothing else
+
+        text = redact_text(text)[0]
+        return text if len(text) <= ERROR_DETAIL_CHARS else text[: ERROR_DETAIL_CHARS - 1] + "…"
+
+    def _before_retry(self) -> None:
+        """Called before each retry is sent; a subclass may draw it from a budget (and raise when it is spent)."""
 
     def _backoff(self, attempt: int, retry_after: float | None) -> float:
         if retry_after is not None:
@@ -229,16 +275,36 @@ class ChatClient:
 
     @staticmethod
     def _result_from(payload: dict[str, Any], attempts: int, cached: bool) -> ChatResult:
+        """The answer of a chat completion. A server with a reasoning parser (vLLM, SGLang) sends the thinking apart,
+        as ``message.reasoning_content`` (or ``reasoning``): it is put back before the answer as the
+        ``<think>…</think>`` block a model without that parser writes, which every reader of answers expects. An
+        answer cut at the token limit (``finish_reason`` ``length``) or without text is a failure, never cached: the
+        same request would only get it again."""
         try:
-            text = payload["choices"][0]["message"]["content"]
+            choice = payload["choices"][0]
+            message = choice["message"]
+            text = message["content"]
         except (KeyError, IndexError, TypeError):
-            text = None
+            choice, message, text = {}, {}, None
         usage = payload.get("usage") if isinstance(payload, dict) else None
+        error = ""
+        if not isinstance(text, str):
+            text, error = None, "answer without message content"
+        elif isinstance(choice, dict) and choice.get("finish_reason") == "length":
+            text, error = None, "answer cut short at the token limit (finish_reason length)"
+        elif not text.strip():
+            text, error = None, "empty answer"
+        else:
+            thinking = next((v for v in (message.get("reasoning_content"), message.get("reasoning"))
+                             if isinstance(v, str) and v.strip()), None) if isinstance(message, dict) else None
+            if thinking is not None and "<think>" not in text:
+                text = f"<think>\n{thinking.strip()}\n</think>\n{text.lstrip()}"
         return ChatResult(
-            text if isinstance(text, str) else None,
-            error="" if isinstance(text, str) else "answer without message content",
+            text,
+            error=error,
             attempts=attempts,
             cached=cached,
+            tokens_known=isinstance(usage, dict) and "completion_tokens" in usage,
             prompt_tokens=_token_count(usage, "prompt_tokens"),
             completion_tokens=_token_count(usage, "completion_tokens"),
         )
@@ -282,6 +348,19 @@ class ChatClient:
         with self._fs.open(tmp, "wb") as f:
             f.write(json.dumps(payload, ensure_ascii=False).encode("utf-8"))
         self._fs.mv(tmp, path)
+
+
+def _read_until(resp, deadline: float) -> bytes:
+    """The body of `resp`, or `TimeoutError` once `deadline` passes: the socket's timeout bounds each read only, and
+    a server (or proxy) that trickles its answer would otherwise hold the request for as long as it keeps sending."""
+    chunks = []
+    while chunk := resp.read1(65536):
+        chunks.append(chunk)
+        if time.monotonic() > deadline:
+            raise TimeoutError("the answer took longer than the request's timeout")
+    if getattr(resp, "length", None):  # the connection ended before the Content-Length it announced
+        raise http.client.IncompleteRead(b"".join(chunks), resp.length)
+    return b"".join(chunks)
 
 
 def _retry_after(value: str | None) -> float | None:

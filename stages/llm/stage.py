@@ -28,6 +28,7 @@ from schemas.stats import Stats
 from schemas.trajectory import Trajectory
 from stages.llm.client import ChatClient, ChatResult, map_in_threads
 from stages.redact import redact_text
+from stages.uri_credentials import recorded_uri
 
 
 @dataclass
@@ -48,6 +49,10 @@ class Applied:
 
 class BudgetExhausted(ConfigError):
     """The request or token budget of this invocation is spent (answers so far are cached)."""
+
+
+class EndpointFailed(ConfigError):
+    """The endpoint refused request after request as it would any (a wrong key, model or URL, nothing listening)."""
 
 
 class StageClient(ChatClient):
@@ -72,8 +77,15 @@ class StageClient(ChatClient):
             raise BudgetExhausted("llm budget spent")
         result = super()._call(body)
         if self.ledger is not None:
-            self.ledger.add(result.prompt_tokens, result.completion_tokens, result.ok, max(0, result.attempts - 1))
+            refused = f"{recorded_uri(self.url)} (model {self.model}): {result.error}" if result.endpoint_failed else ""
+            if self.ledger.add(result.prompt_tokens, result.completion_tokens, result.ok, max(0, result.attempts - 1),
+                               refused, result.tokens_known or not result.ok):
+                raise EndpointFailed(refused)
         return result
+
+    def _before_retry(self) -> None:
+        if self.ledger is not None and not self.ledger.take():  # a retry is sent, and paid for, like any request
+            raise BudgetExhausted("llm budget spent")
 
 
 @dataclass(frozen=True)
