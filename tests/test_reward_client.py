@@ -322,3 +322,12 @@ def test_a_prompt_of_well_formed_text_keeps_the_cache_key_it_always_had():
     body = {"model": "m", "messages": [{"role": "user", "content": "naïve 日本 \U0001f600"}]}
     blob = json.dumps({"url": c.url, "body": body, "salt": "s"}, sort_keys=True, ensure_ascii=False)
     assert c.cache_key(body, "s") == hashlib.sha256(blob.encode("utf-8")).hexdigest()
+
+
+def test_an_answer_holding_a_lone_surrogate_is_cached_and_read_back_as_it_came(tmp_path):
+    with JudgeServer(lambda body, n: Answer("score \ud800 4")) as judge:
+        c = client(judge.url, cache_dir=str(tmp_path))
+        first = c.chat(MSG)
+        assert first.ok and first.text == "score \ud800 4"
+        again = c.chat(MSG)
+        assert again.cached and again.text == first.text and len(judge.requests) == 1

@@ -345,8 +345,12 @@ class ChatClient:
                    "usage": {"prompt_tokens": result.prompt_tokens, "completion_tokens": result.completion_tokens}}
         self._fs.makedirs(posixpath.dirname(path), exist_ok=True)
         tmp = f"{path}.tmp-{threading.get_ident()}-{random.getrandbits(32):08x}"
+        try:
+            blob = json.dumps(payload, ensure_ascii=False).encode("utf-8")
+        except UnicodeEncodeError:  # a lone surrogate (escaped in the server's JSON) is kept as its escape
+            blob = json.dumps(payload).encode("ascii")
         with self._fs.open(tmp, "wb") as f:
-            f.write(json.dumps(payload, ensure_ascii=False).encode("utf-8"))
+            f.write(blob)
         self._fs.mv(tmp, path)
 
 
