@@ -81,8 +81,16 @@ def test_think_tags_match_in_any_case_and_pair_in_order():
     assert extract_prediction(text).prediction == "W"
 
 
-def test_an_unclosed_think_block_is_left_as_it_is():
-    assert extract_prediction(f"<think>{QUOTING}<predicted_observation>\nV\n</predicted_observation>").status == "duplicate"
+def test_an_unclosed_think_block_is_reasoning_up_to_the_answer():
+    """A quoted tag inside thinking that never closes no longer makes a duplicate; a completion cut off while it
+    thinks holds no answer."""
+    ex = extract_prediction(f"<think>{QUOTING} so: <predicted_observation>\nV\n</predicted_observation>")
+    assert ex.status == "duplicate"  # the first tag after <think> is where its reasoning ends: it quoted both tags
+    ex = extract_prediction("<think>It prints V.\n<predicted_observation>\nV\n</predicted_observation>")
+    assert ex.ok and ex.prediction == "V"
+    ex = extract_prediction("<think>I close with </predicted_observation>.\n<predicted_observation>\nV\n</predicted_observation>")
+    assert ex.ok and ex.prediction == "V"
+    assert extract_prediction("<think>It prints V, so the answer").status == "missing"
 
 
 VENDOR = Path(__file__).resolve().parent.parent.parent / "shared" / "vendor" / "agentworldbench-eval" / "eval"
@@ -108,6 +116,9 @@ def official_parser():
     f"<think>a<think>{QUOTING}</think>{QUOTING}</think><predicted_observation>\nX\n</predicted_observation>",
     f"</think>{QUOTING}</think><think>{QUOTING}</think>\n<predicted_observation>\n  X y\n</predicted_observation>",
     f"{QUOTING}</think>So it prints X.<think>{QUOTING}</think><predicted_observation>\nX\n</predicted_observation>",
+    "<think>It prints X.\n<predicted_observation>\nX\n</predicted_observation>",
+    "<think>I close with </predicted_observation>.\n<predicted_observation>\nX\n</predicted_observation>",
+    "<think>a</think> <think>It prints X. <predicted_observation>\nX\n</predicted_observation>",
 ])
 def test_the_official_evaluator_reads_the_same_prediction_from_thinking_completions(official_parser, completion):
     ours = extract_prediction(completion)

@@ -6,8 +6,9 @@ reasoning before it, any text after it — is ignored. Think blocks are reasonin
 removed first, so a thinking model that mentions the tag while it thinks is not penalised for it:
 a complete ``<think>…</think>``, and everything before a ``</think>`` that closes no ``<think>``
 (the chat templates of R1, QwQ and Qwen3-Thinking put the opening tag in the prompt, so the
-completion holds only the closing one). Both are what the AgentWorldBench evaluator removes;
-like it, think tags match in any case. An unclosed ``<think>`` is left as it is.
+completion holds only the closing one), and an unclosed ``<think>`` up to the first
+``<predicted_observation>`` after it (or to the end: a completion cut off while thinking). All three
+are what the AgentWorldBench evaluator removes; like it, think tags match in any case.
 
 What is a format failure (the reward module gives it a fixed, configurable reward):
 
@@ -30,6 +31,7 @@ from dataclasses import dataclass
 OPEN_TAG = "<predicted_observation>"
 CLOSE_TAG = "</predicted_observation>"
 _THINK_TAG = re.compile(r"<(/?)think>", re.IGNORECASE)
+_OPEN_TAG_ANY_CASE = re.compile(re.escape(OPEN_TAG), re.IGNORECASE)
 
 
 @dataclass(frozen=True)
@@ -45,8 +47,9 @@ class Extraction:
 
 
 def strip_think(text: str) -> str:
-    """`text` without its ``<think>…</think>`` blocks and without everything up to a ``</think>`` that closes no
-    ``<think>`` (module docstring); an unclosed ``<think>`` is left as it is.
+    """`text` without its ``<think>…</think>`` blocks, without everything up to a ``</think>`` that closes no
+    ``<think>``, and without an unclosed ``<think>`` up to the first opening prediction tag after it (or the end)
+    (module docstring).
 
     Each ``</think>`` closes the earliest ``<think>`` still open, as the AgentWorldBench evaluator pairs them.
     """
@@ -57,6 +60,9 @@ def strip_think(text: str) -> str:
             open_at.append(m.start())
         else:
             spans.append((open_at.popleft() if open_at else 0, m.end()))
+    for start in open_at:  # never closed: reasoning up to the answer's tag (any case, as the evaluator looks)
+        answer = _OPEN_TAG_ANY_CASE.search(text, start)
+        spans.append((start, answer.start() if answer else len(text)))
     if not spans:
         return text
     kept, pos = [], 0
