@@ -103,9 +103,9 @@ class ShardDataset(IterableDataset):
         read_batch_rows: int = DEFAULT_READ_BATCH_ROWS,
     ) -> None:
         super().__init__()
-        files = resolve_shard_files([sources] if isinstance(sources, str) else list(sources))
+        self.files = resolve_shard_files([sources] if isinstance(sources, str) else list(sources))
         self.category_weights = dict(category_weights or {})
-        self.groups: list[RowGroup] = plan_row_groups(files, CATEGORY_COLUMNS if self.category_weights else ())
+        self.groups: list[RowGroup] = plan_row_groups(self.files, CATEGORY_COLUMNS if self.category_weights else ())
         self.total_rows = sum(g.num_rows for g in self.groups)
         self.seed, self.shuffle, self.shuffle_buffer, self.epochs = seed, shuffle, shuffle_buffer, epochs
         self.read_batch_rows = read_batch_rows

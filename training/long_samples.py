@@ -46,7 +46,8 @@ class LongestSample:
 def _manifest_of(uri: str) -> tuple[dict[str, Any] | None, str]:
     """The manifest of the run a shard file belongs to (beside its ``_SUCCESS``), and the run root."""
     fs, path = fsspec.core.url_to_fs(uri)
-    marker = find_success_marker(fs, posixpath.dirname(path))
+    # any depth: a folder source finds files in nested folders too, below the marker its own folder is checked for
+    marker = find_success_marker(fs, posixpath.dirname(path), depth=path.count("/"))
     if marker is None:
         return None, ""
     root = posixpath.dirname(marker)

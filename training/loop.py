@@ -39,10 +39,11 @@ from training.loss import all_ranks_sum
 from training.models import TINY, build_model, pick_attention, vocabulary_rows
 from training.progress import StepLogger
 from training.reweight import check_category_names
-from training.runs import check_same_tokenizer
+from training.runs import check_same_tokenizer, check_shard_listing
 from training.schedule import lr_multiplier
 from training.settings import TrainConfig, check_config
 from training.sharding import compute_dtype, shard_model
+from training.shards import folder_sources
 from training.step import StepResult, accumulate_gradients
 from training.tiny_model import TinyConfig
 
@@ -209,8 +210,12 @@ def _train(config: TrainConfig, dist: Distributed, echo: Callable[[str], None]) 
     )
     if not dataset.total_rows:
         raise ConfigError(f"no samples to train on in {', '.join(config.shards)} (an empty pool?)")
-    files = sorted({group.uri for group in dataset.groups})
+    files = dataset.files
     manifests = run_manifests(files)  # each run's manifest, read once for every check
+    rows_of_file = dict.fromkeys(files, 0)
+    for group in dataset.groups:
+        rows_of_file[group.uri] += group.num_rows
+    check_shard_listing(rows_of_file, folder_sources(config.shards), manifests)
     check_same_tokenizer(manifests)
     if config.category_weights:
         check_category_names(files, config.category_weights, manifests)
