@@ -25,6 +25,7 @@ from torch.utils.data import DataLoader
 from schemas.errors import ConfigError
 from training.checkpoint import checkpoint_lock, load_checkpoint, load_sharded_state, save_checkpoint, sharded_state
 from training.collate import MicroBatch, micro_batches
+from training.compatibility import context_length, sample_limit
 from training.dataset import ShardDataset
 from training.interrupts import StopBetweenSteps
 from training.long_samples import (
@@ -219,16 +220,18 @@ def _train(config: TrainConfig, dist: Distributed, echo: Callable[[str], None]) 
     check_same_tokenizer(manifests)
     if config.category_weights:
         check_category_names(files, config.category_weights, manifests)
-    longest = longest_sample(files, manifests)
-    note = check_row_length(longest, config.micro_batch_tokens, config.long_samples)
-    if note:
-        echo(note)
-    # the stream repeats for ever: a whole pass of it without a sample that fits ends the run
-    policy = LongSamplePolicy(config.micro_batch_tokens, config.long_samples, config.window_overlap,
-                              give_up_after=dataset.total_rows)
     tiny = TinyConfig(config.tiny_vocab, config.tiny_dim, config.tiny_layers, config.tiny_heads)
     model = build_model(config.model, tiny, pick_attention(config.attention, dist.device)).to(dist.device)
     rows = vocabulary_rows(model)
+    context = context_length(model)
+    longest = longest_sample(files, manifests)
+    note = check_row_length(longest, config.micro_batch_tokens, config.long_samples,
+                            (context.tokens, context.field) if context else None)
+    if note:
+        echo(note)
+    # the stream repeats for ever: a whole pass of it without a sample that fits ends the run
+    policy = LongSamplePolicy(sample_limit(config.micro_batch_tokens, context), config.long_samples,
+                              config.window_overlap, give_up_after=dataset.total_rows)
     model.train()
     if config.activation_checkpointing:
         model.enable_activation_checkpointing()
@@ -321,7 +324,7 @@ def _train(config: TrainConfig, dist: Distributed, echo: Callable[[str], None]) 
             if stops:
                 stopping.stop(f"step {step} saved in {config.out}: the same command resumes" if config.out else "")
     if counts.long:
-        echo(describe_counts(counts, config.micro_batch_tokens, config.long_samples))
+        echo(describe_counts(counts, policy.row, config.long_samples))
     return logged
 
 
