@@ -25,7 +25,7 @@ from torch.utils.data import DataLoader
 from schemas.errors import ConfigError
 from training.checkpoint import checkpoint_lock, load_checkpoint, load_sharded_state, save_checkpoint, sharded_state
 from training.collate import MicroBatch, micro_batches
-from training.compatibility import context_length, sample_limit
+from training.compatibility import check_fits_model, context_length, sample_limit
 from training.dataset import ShardDataset
 from training.interrupts import StopBetweenSteps
 from training.long_samples import (
@@ -223,6 +223,7 @@ def _train(config: TrainConfig, dist: Distributed, echo: Callable[[str], None]) 
     tiny = TinyConfig(config.tiny_vocab, config.tiny_dim, config.tiny_layers, config.tiny_heads)
     model = build_model(config.model, tiny, pick_attention(config.attention, dist.device)).to(dist.device)
     rows = vocabulary_rows(model)
+    check_fits_model(config.model, rows, files, manifests)
     context = context_length(model)
     longest = longest_sample(files, manifests)
     note = check_row_length(longest, config.micro_batch_tokens, config.long_samples,
