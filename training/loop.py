@@ -42,7 +42,7 @@ from training.progress import StepLogger
 from training.reweight import check_category_names
 from training.runs import check_same_tokenizer, check_shard_listing
 from training.schedule import lr_multiplier
-from training.settings import TrainConfig, check_config
+from training.settings import TrainConfig, changed_settings, check_config
 from training.sharding import compute_dtype, shard_model
 from training.shards import folder_sources
 from training.step import StepResult, accumulate_gradients
@@ -116,10 +116,11 @@ def _resume(
     dataset: Any,
     policy: LongSamplePolicy,
     trained: LongSampleCounts,
-) -> int:
+) -> tuple[int, str]:
+    """The step of the checkpoint in ``out`` (0: none), everything restored; and what this command changes."""
     checkpoint = load_checkpoint(config.out) if config.out else None
     if checkpoint is None:
-        return 0
+        return 0, ""
     saved = (checkpoint.trainer.get("world_size"), checkpoint.trainer.get("num_workers"))
     if saved != (dist.world_size, config.num_workers):
         raise ConfigError(
@@ -131,12 +132,26 @@ def _resume(
             f"{config.out}: the checkpoint was written {'with' if config.fsdp is False else 'without'} --fsdp; "
             "resume the same way"
         )
-    if config.fsdp:
-        load_sharded_state(checkpoint.folder, model, optimizer)
-    else:
-        model.load_state_dict(checkpoint.model)
-        optimizer.load_state_dict(checkpoint.optimizer)
+    try:
+        if config.fsdp:
+            load_sharded_state(checkpoint.folder, model, optimizer)
+        else:
+            model.load_state_dict(checkpoint.model)
+            optimizer.load_state_dict(checkpoint.optimizer)
+    except (RuntimeError, ValueError) as mismatch:  # torch names every differing tensor, over many lines
+        said = [line.strip() for line in str(mismatch).splitlines() if line.strip()]
+        detail = next((line for line in said if line.startswith(("size mismatch", "Missing key", "Unexpected key"))),
+                      said[0] if said else type(mismatch).__name__)
+        raise ConfigError(
+            f"--out {config.out}: its checkpoint is of another model ({detail.rstrip('.')}); resume with the model "
+            "settings it was written with (its trainer.json), or choose another --out"
+        ) from None
     scheduler.load_state_dict(checkpoint.scheduler)
+    # The rate and decay of this command, not the checkpoint's: the optimizer's state restores the saved groups'
+    # settings and the scheduler its peak rate, while the schedule itself (a function) is this command's.
+    for group in optimizer.param_groups:
+        group["weight_decay"], group["initial_lr"] = config.weight_decay, config.lr
+    scheduler.base_lrs = [config.lr for _ in optimizer.param_groups]
     # the learning rate of the next step under this run's schedule, which --max-steps may have moved (the
     # optimizer's state holds the last rate of the saved one); with the same schedule, the same number
     for group, base, factor in zip(optimizer.param_groups, scheduler.base_lrs, scheduler.lr_lambdas):
@@ -146,7 +161,7 @@ def _resume(
     dataset.load_state_dict(data_state)
     policy.skip_pieces = PieceTracker.skip_map(data_state.get("pieces_done", []))
     trained.add(LongSampleCounts.from_list(data_state.get("long_sample_counts", LongSampleCounts().as_list())))
-    return checkpoint.step
+    return checkpoint.step, changed_settings(checkpoint.trainer.get("config") or {}, config)
 
 
 def _save(
@@ -249,9 +264,9 @@ def _train(config: TrainConfig, dist: Distributed, echo: Callable[[str], None]) 
     )
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, schedule)
     trained = LongSampleCounts()  # what the long-sample policy did to the samples trained on, this rank
-    step = _resume(config, dist, model, optimizer, scheduler, dataset, policy, trained)
+    step, changed = _resume(config, dist, model, optimizer, scheduler, dataset, policy, trained)
     if step:
-        echo(f"resumed from {config.out} at step {step}")
+        echo(f"resumed from {config.out} at step {step}{changed}")
     if step >= config.max_steps:
         echo(f"nothing to do: step {step} already reached --max-steps {config.max_steps}")
         return []

@@ -98,3 +98,17 @@ def check_config(config: TrainConfig) -> None:
     if config.model == TINY and config.tiny_dim % (2 * config.tiny_heads):
         raise ConfigError(f"--tiny-dim {config.tiny_dim} must be a multiple of twice --tiny-heads "
                           f"({2 * config.tiny_heads}): each head's rotary embedding takes pairs of dimensions")
+
+
+# The optimizer settings a resumed run takes from its command, not from the checkpoint it continues.
+RESUMED_WITH = (("lr", "--lr"), ("weight_decay", "--weight-decay"), ("schedule", "--schedule"),
+                ("warmup_steps", "--warmup-steps"), ("min_lr_ratio", "--min-lr-ratio"))
+
+
+def changed_settings(saved: dict, config: TrainConfig) -> str:
+    """`` with --lr 1e-05 (was 0.001), …`` for the optimizer settings this command changes against the `saved`
+    config of the checkpoint it resumes (its trainer.json), or an empty string."""
+    changed = [f"{flag} {getattr(config, name):g} (was {saved[name]:g})" if isinstance(saved[name], float)
+               else f"{flag} {getattr(config, name)} (was {saved[name]})"
+               for name, flag in RESUMED_WITH if name in saved and saved[name] != getattr(config, name)]
+    return f" with {', '.join(changed)}" if changed else ""
