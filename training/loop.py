@@ -245,9 +245,13 @@ def _train(config: TrainConfig, dist: Distributed, echo: Callable[[str], None]) 
                             (context.tokens, context.field) if context else None)
     if note:
         echo(note)
-    # the stream repeats for ever: a whole pass of it without a sample that fits ends the run
+    # The stream repeats for ever: a stretch of it long enough to hold every sample without one that fits ends the
+    # run. Each epoch reshuffles a consumer's block of k rows, so a sample recurs up to 2k - 1 samples later in
+    # that consumer's stream, and the loader takes the rank's dataloader workers in turn.
+    workers = max(1, config.num_workers)
+    block = -(-dataset.total_rows // (dist.world_size * workers))
     policy = LongSamplePolicy(sample_limit(config.micro_batch_tokens, context), config.long_samples,
-                              config.window_overlap, give_up_after=dataset.total_rows)
+                              config.window_overlap, give_up_after=workers * (2 * block + 1))
     model.train()
     if config.activation_checkpointing:
         model.enable_activation_checkpointing()
