@@ -200,3 +200,15 @@ def test_a_second_run_into_a_checkpoint_folder_in_use_is_refused(shards, tmp_pat
         os.kill(run.pid, signal.SIGINT)
         run.communicate(timeout=60)
     assert _lwm_train("--shards", shards, "--out", str(out), "--max-steps", "2", *TINY).exit_code == 0
+
+
+@pytest.mark.parametrize("where", ["missing/steps.jsonl", "a-file/steps.jsonl"])
+def test_a_log_file_that_cannot_be_written_is_refused_before_training(shards, tmp_path, where):
+    (tmp_path / "a-file").write_text("")
+    log, out = tmp_path / where, tmp_path / "ck"
+    result = _lwm_train("--shards", shards, "--max-steps", "3", "--log-every", "1", "--log-json", str(log), "--out",
+                        str(out), *TINY)
+    assert result.exit_code == 2, result.output
+    assert result.output.strip().splitlines() == [result.output.strip()]
+    assert result.output.startswith(f"lwm: error: --log-json {log}: cannot be written ("), result.output
+    assert not out.exists()  # refused before anything was trained or written

@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from schemas.errors import ConfigError
+from schemas.errors import ConfigError, os_error_text
 from training.dataset import DEFAULT_SHUFFLE_BUFFER
 from training.long_samples import POLICIES
 from training.loss import LOSS_NORMS
@@ -95,6 +95,13 @@ def check_config(config: TrainConfig) -> None:
         # URL would become a folder named after its scheme ("s3:")
         raise ConfigError(f"--out {config.out}: checkpoints are written to a local (or mounted) folder, not to a URL; "
                           "give a local path and copy the folder to object storage afterwards")
+    if config.log_json:
+        # the first logged step would fail on it, with nothing of the run saved yet
+        try:
+            with open(config.log_json, "a", encoding="utf-8"):
+                pass
+        except OSError as error:
+            raise ConfigError(f"--log-json {config.log_json}: cannot be written ({os_error_text(error)})") from None
     if config.model == TINY and config.tiny_dim % (2 * config.tiny_heads):
         raise ConfigError(f"--tiny-dim {config.tiny_dim} must be a multiple of twice --tiny-heads "
                           f"({2 * config.tiny_heads}): each head's rotary embedding takes pairs of dimensions")
