@@ -212,3 +212,30 @@ def test_a_log_file_that_cannot_be_written_is_refused_before_training(shards, tm
     assert result.output.strip().splitlines() == [result.output.strip()]
     assert result.output.startswith(f"lwm: error: --log-json {log}: cannot be written ("), result.output
     assert not out.exists()  # refused before anything was trained or written
+
+
+def test_more_dataloader_workers_than_rows_is_one_line(tmp_path):
+    pool = write_synthetic_shards(str(tmp_path), rows_per_file=(5,), row_group_rows=5)
+    result = _lwm_train("--shards", pool, "--max-steps", "1", "--num-workers", "6", *TINY)
+    assert result.exit_code == 2, result.output
+    assert result.output.strip() == ("lwm: error: 5 rows cannot feed 6 consumers (1 rank(s) × 6 dataloader worker(s)): "
+                                     "one would get none; use fewer ranks or --num-workers")
+
+
+def test_a_broken_shard_met_in_a_dataloader_worker_is_one_line(tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    pool = write_synthetic_shards(str(tmp_path), rows_per_file=(6,), row_group_rows=3)
+    part = Path(pool) / "part-00000.parquet"
+    table = pq.read_table(part)
+    ids = table.column("input_ids").to_pylist()
+    ids[1][1] = None  # a null token id, which the loader refuses when it decodes the row
+    index = table.schema.get_field_index("input_ids")
+    pq.write_table(table.set_column(index, table.schema.field(index), pa.array(ids, table.schema.field(index).type)),
+                   part, row_group_size=3)
+    result = _lwm_train("--shards", pool, "--max-steps", "2", "--num-workers", "1", "--no-shuffle", *TINY)
+    assert result.exit_code == 2, result.output
+    assert result.output.strip().splitlines()[-1] == f"lwm: error: {part} row group 0 rows 0-2: column input_ids " \
+                                                     "holds nulls", result.output
+    assert "Traceback" not in result.output and "worker process" not in result.output

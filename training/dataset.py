@@ -121,6 +121,17 @@ class ShardDataset(IterableDataset):
         # sample was next resumes with worker 0 reading consumer k's share, 1 the next, and so on: the same order.
         self._rotation = 0
 
+    def check_consumers_fed(self, num_workers: int) -> None:
+        """Refuse ranks × dataloader workers that leave a consumer without rows, before any worker starts: an
+        endless stream would wait on it for ever, and an error raised in a worker reaches the user as torch's
+        traceback of it."""
+        consumers = self.world_size * max(1, num_workers)
+        if self.total_rows < consumers:
+            raise ShardError(
+                f"{self.total_rows} rows cannot feed {consumers} consumers ({self.world_size} rank(s) × "
+                f"{max(1, num_workers)} dataloader worker(s)): one would get none; use fewer ranks or --num-workers"
+            )
+
     # -- resumable state -------------------------------------------------------------------
 
     def set_epoch(self, epoch: int) -> None:

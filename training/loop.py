@@ -226,6 +226,7 @@ def _train(config: TrainConfig, dist: Distributed, echo: Callable[[str], None]) 
     )
     if not dataset.total_rows:
         raise ConfigError(f"no samples to train on in {', '.join(config.shards)} (an empty pool?)")
+    dataset.check_consumers_fed(config.num_workers)
     files = dataset.files
     manifests = run_manifests(files)  # each run's manifest, read once for every check
     rows_of_file = dict.fromkeys(files, 0)
