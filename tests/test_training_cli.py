@@ -239,3 +239,27 @@ def test_a_broken_shard_met_in_a_dataloader_worker_is_one_line(tmp_path):
     assert result.output.strip().splitlines()[-1] == f"lwm: error: {part} row group 0 rows 0-2: column input_ids " \
                                                      "holds nulls", result.output
     assert "Traceback" not in result.output and "worker process" not in result.output
+
+
+def test_flash_attention_without_its_package_is_one_line(shards, tmp_path):
+    pytest.importorskip("transformers")
+    import importlib.util
+
+    from tests.helpers import write_tiny_qwen
+
+    if importlib.util.find_spec("flash_attn") is not None:
+        pytest.skip("flash_attn is installed here")
+    model = write_tiny_qwen(str(tmp_path / "qwen"))
+    result = _lwm_train("--shards", shards, "--model", model, "--attention", "flash_attention_2", "--max-steps", "1")
+    assert result.exit_code == 2, result.output
+    assert result.output.strip().splitlines()[-1].startswith("lwm: error: --attention flash_attention_2: ")
+    assert "internal error" not in result.output
+
+
+@pytest.mark.parametrize("overlap", ["64", "100"])
+def test_a_window_overlap_of_a_whole_row_is_refused_before_any_shard_is_read(tmp_path, overlap):
+    result = _lwm_train("--shards", str(tmp_path / "no-such-run"), "--max-steps", "1", "--long-samples", "window",
+                        "--window-overlap", overlap, *TINY)
+    assert result.exit_code == 2, result.output
+    assert result.output.strip() == (f"lwm: error: --window-overlap {overlap} must lie in 1..63 tokens, under "
+                                     "--micro-batch-tokens 64: consecutive windows would not advance")

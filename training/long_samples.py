@@ -172,7 +172,7 @@ class LongSampleCounts:
 def window_starts(length: int, row: int, overlap: int) -> list[int]:
     """Start of each piece of a `length`-token sample in rows of `row` tokens overlapping by `overlap`."""
     if not 1 <= overlap < row:
-        raise ConfigError(f"the window overlap must lie in 1..{row - 1} tokens, not {overlap}")
+        raise ConfigError(f"--window-overlap must lie in 1..{row - 1} tokens (under a window's {row}), not {overlap}")
     starts, start = [0], 0
     while start + row < length:
         start = min(start + row - overlap, length - row)

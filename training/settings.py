@@ -78,6 +78,11 @@ def check_config(config: TrainConfig) -> None:
         raise ConfigError(f"--precision must be one of {', '.join(PRECISIONS)}")
     if config.attention not in ATTENTION:
         raise ConfigError(f"--attention must be one of {', '.join(ATTENTION)}")
+    if config.long_samples == "window" and config.window_overlap is not None and not (
+            1 <= config.window_overlap < config.micro_batch_tokens):
+        raise ConfigError(f"--window-overlap {config.window_overlap} must lie in 1..{config.micro_batch_tokens - 1} "
+                          f"tokens, under --micro-batch-tokens {config.micro_batch_tokens}: consecutive windows "
+                          "would not advance")
     if not 0 <= config.empty_row_warn <= 1:
         raise ConfigError("--empty-row-warn is a share of a step's rows, between 0 and 1")
     # AdamW and the tiny model would refuse these too, but with a traceback and after the shards were read
