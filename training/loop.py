@@ -6,7 +6,7 @@ shards is compared with the row length (`training.long_samples`). Each global st
 ``grad_accum`` micro-batches per rank, computes the global loss denominator, accumulates
 gradients, clips and steps AdamW and the schedule. A run given ``out`` resumes from the newest
 checkpoint there: model, optimizer, schedule, the exact data position of every rank (down to the
-window of a windowed sample), and the step count.
+window of a windowed sample), each rank's random state (dropout) and the step count.
 """
 
 from __future__ import annotations
@@ -23,7 +23,15 @@ from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader
 
 from schemas.errors import ConfigError
-from training.checkpoint import checkpoint_lock, load_checkpoint, load_sharded_state, save_checkpoint, sharded_state
+from training.checkpoint import (
+    checkpoint_lock,
+    load_checkpoint,
+    load_sharded_state,
+    restore_rng_state,
+    rng_state,
+    save_checkpoint,
+    sharded_state,
+)
 from training.collate import MicroBatch, micro_batches
 from training.compatibility import check_fits_model, context_length, sample_limit
 from training.dataset import ShardDataset
@@ -116,11 +124,12 @@ def _resume(
     dataset: Any,
     policy: LongSamplePolicy,
     trained: LongSampleCounts,
-) -> tuple[int, str]:
-    """The step of the checkpoint in ``out`` (0: none), everything restored; and what this command changes."""
+) -> tuple[int, str, dict[str, str]]:
+    """The step of the checkpoint in ``out`` (0: none), everything restored but the random state (returned: the
+    caller sets it once the loader has drawn its workers' seeds); and what this command changes."""
     checkpoint = load_checkpoint(config.out) if config.out else None
     if checkpoint is None:
-        return 0, ""
+        return 0, "", {}
     saved = (checkpoint.trainer.get("world_size"), checkpoint.trainer.get("num_workers"))
     if saved != (dist.world_size, config.num_workers):
         raise ConfigError(
@@ -161,7 +170,7 @@ def _resume(
     dataset.load_state_dict(data_state)
     policy.skip_pieces = PieceTracker.skip_map(data_state.get("pieces_done", []))
     trained.add(LongSampleCounts.from_list(data_state.get("long_sample_counts", LongSampleCounts().as_list())))
-    return checkpoint.step, changed_settings(checkpoint.trainer.get("config") or {}, config)
+    return checkpoint.step, changed_settings(checkpoint.trainer.get("config") or {}, config), data_state.get("rng", {})
 
 
 def _save(
@@ -269,7 +278,7 @@ def _train(config: TrainConfig, dist: Distributed, echo: Callable[[str], None]) 
     )
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, schedule)
     trained = LongSampleCounts()  # what the long-sample policy did to the samples trained on, this rank
-    step, changed = _resume(config, dist, model, optimizer, scheduler, dataset, policy, trained)
+    step, changed, saved_rng = _resume(config, dist, model, optimizer, scheduler, dataset, policy, trained)
     if step:
         echo(f"resumed from {config.out} at step {step}{changed}")
     if step >= config.max_steps:
@@ -293,6 +302,8 @@ def _train(config: TrainConfig, dist: Distributed, echo: Callable[[str], None]) 
         # Loader workers (`--num-workers`) are forked here, so they inherit the noting handlers: a Ctrl-C sent to
         # the whole process group does not end them under the step the main process finishes and saves.
         batches = micro_batches(policy(iter(loader)), config.micro_batch_tokens, config.pack)
+        # after the loader's iterator drew its workers' base seed, as it did once in the uninterrupted run
+        restore_rng_state(saved_rng, dist.device)
         while step < config.max_steps:
             drawn = _draw(batches, config.grad_accum)
             if rows is not None:
@@ -340,6 +351,7 @@ def _train(config: TrainConfig, dist: Distributed, echo: Callable[[str], None]) 
                     **dataset.state_dict(),
                     "pieces_done": tracker.state(),
                     "long_sample_counts": trained.as_list(),
+                    "rng": rng_state(dist.device),
                 }
                 _save(config, dist, step, model, optimizer, scheduler, data_state)
             if stops:
