@@ -200,3 +200,66 @@ def test_a_second_run_into_a_checkpoint_folder_in_use_is_refused(shards, tmp_pat
         os.kill(run.pid, signal.SIGINT)
         run.communicate(timeout=60)
     assert _lwm_train("--shards", shards, "--out", str(out), "--max-steps", "2", *TINY).exit_code == 0
+
+
+@pytest.mark.parametrize("where", ["missing/steps.jsonl", "a-file/steps.jsonl"])
+def test_a_log_file_that_cannot_be_written_is_refused_before_training(shards, tmp_path, where):
+    (tmp_path / "a-file").write_text("")
+    log, out = tmp_path / where, tmp_path / "ck"
+    result = _lwm_train("--shards", shards, "--max-steps", "3", "--log-every", "1", "--log-json", str(log), "--out",
+                        str(out), *TINY)
+    assert result.exit_code == 2, result.output
+    assert result.output.strip().splitlines() == [result.output.strip()]
+    assert result.output.startswith(f"lwm: error: --log-json {log}: cannot be written ("), result.output
+    assert not out.exists()  # refused before anything was trained or written
+
+
+def test_more_dataloader_workers_than_rows_is_one_line(tmp_path):
+    pool = write_synthetic_shards(str(tmp_path), rows_per_file=(5,), row_group_rows=5)
+    result = _lwm_train("--shards", pool, "--max-steps", "1", "--num-workers", "6", *TINY)
+    assert result.exit_code == 2, result.output
+    assert result.output.strip() == ("lwm: error: 5 rows cannot feed 6 consumers (1 rank(s) × 6 dataloader worker(s)): "
+                                     "one would get none; use fewer ranks or --num-workers")
+
+
+def test_a_broken_shard_met_in_a_dataloader_worker_is_one_line(tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    pool = write_synthetic_shards(str(tmp_path), rows_per_file=(6,), row_group_rows=3)
+    part = Path(pool) / "part-00000.parquet"
+    table = pq.read_table(part)
+    ids = table.column("input_ids").to_pylist()
+    ids[1][1] = None  # a null token id, which the loader refuses when it decodes the row
+    index = table.schema.get_field_index("input_ids")
+    pq.write_table(table.set_column(index, table.schema.field(index), pa.array(ids, table.schema.field(index).type)),
+                   part, row_group_size=3)
+    result = _lwm_train("--shards", pool, "--max-steps", "2", "--num-workers", "1", "--no-shuffle", *TINY)
+    assert result.exit_code == 2, result.output
+    assert result.output.strip().splitlines()[-1] == f"lwm: error: {part} row group 0 rows 0-2: column input_ids " \
+                                                     "holds nulls", result.output
+    assert "Traceback" not in result.output and "worker process" not in result.output
+
+
+def test_flash_attention_without_its_package_is_one_line(shards, tmp_path):
+    pytest.importorskip("transformers")
+    import importlib.util
+
+    from tests.helpers import write_tiny_qwen
+
+    if importlib.util.find_spec("flash_attn") is not None:
+        pytest.skip("flash_attn is installed here")
+    model = write_tiny_qwen(str(tmp_path / "qwen"))
+    result = _lwm_train("--shards", shards, "--model", model, "--attention", "flash_attention_2", "--max-steps", "1")
+    assert result.exit_code == 2, result.output
+    assert result.output.strip().splitlines()[-1].startswith("lwm: error: --attention flash_attention_2: ")
+    assert "internal error" not in result.output
+
+
+@pytest.mark.parametrize("overlap", ["64", "100"])
+def test_a_window_overlap_of_a_whole_row_is_refused_before_any_shard_is_read(tmp_path, overlap):
+    result = _lwm_train("--shards", str(tmp_path / "no-such-run"), "--max-steps", "1", "--long-samples", "window",
+                        "--window-overlap", overlap, *TINY)
+    assert result.exit_code == 2, result.output
+    assert result.output.strip() == (f"lwm: error: --window-overlap {overlap} must lie in 1..63 tokens, under "
+                                     "--micro-batch-tokens 64: consecutive windows would not advance")

@@ -210,3 +210,20 @@ def test_a_model_directory_transformers_cannot_load_is_one_line(config, says, sh
     assert "Traceback" not in result.output
     last = result.output.strip().splitlines()[-1]
     assert last.startswith(f"lwm: error: --model {broken}: transformers cannot load it: ") and says in last, last
+
+
+def test_a_resumed_run_with_dropout_continues_the_uninterrupted_ones_draws(shards, tmp_path):
+    import transformers
+
+    torch.manual_seed(0)
+    config = transformers.Qwen2Config(vocab_size=96, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                                      num_attention_heads=4, num_key_value_heads=2, attention_dropout=0.3)
+    model = str(tmp_path / "dropout")
+    transformers.Qwen2ForCausalLM(config).save_pretrained(model)
+    straight = _run(model, shards, tmp_path / "a", 4, attention="eager")
+    _run(model, shards, tmp_path / "b", 2, attention="eager")
+    resumed = _run(model, shards, tmp_path / "b", 4, attention="eager")
+    assert [e["loss"] for e in resumed] == [e["loss"] for e in straight[2:]]
+    model_a, model_b = load_checkpoint(str(tmp_path / "a")).model, load_checkpoint(str(tmp_path / "b")).model
+    for name, tensor in model_a.items():
+        assert torch.equal(tensor, model_b[name]), name

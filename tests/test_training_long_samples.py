@@ -235,7 +235,7 @@ def test_cli_drop_of_every_sample_is_one_line(long_shards):
     result = CliRunner().invoke(train_command, args)
     assert result.exit_code == 2
     assert result.output.strip().splitlines()[-1].startswith(
-        f"lwm: error: --long-samples drop leaves nothing to train on: none of the last 32 samples gives a piece to train "
+        f"lwm: error: --long-samples drop leaves nothing to train on: none of the last 65 samples gives a piece to train "
         f"on within --micro-batch-tokens {row}")
 
 
@@ -305,3 +305,17 @@ def test_environment_failures_of_lwm_train_are_one_line(long_shards, tmp_path):
     result = CliRunner().invoke(train_command, ["--shards", long_shards, "--out", str(blocker / "ckpt"), *args])
     assert isinstance(result.exception, SystemExit), result.exception
     assert result.output.strip().splitlines()[-1].startswith("lwm: error: ") and str(blocker) in result.output
+
+
+@pytest.mark.parametrize(("seed", "workers"), [(0, 0), (1, 0), (2, 0), (0, 2)])
+def test_drop_trains_on_the_one_sample_that_fits_however_the_epochs_are_shuffled(tmp_path, seed, workers):
+    """Five samples, one short enough for the row: reshuffled epochs put up to nine others between its turns."""
+    pool = write_synthetic_shards(str(tmp_path), rows_per_file=(5,), row_group_rows=5, seed=0, max_turns=4)
+    lengths = sorted(pq.read_table(f"{pool}/part-00000.parquet").column("num_tokens").to_pylist())
+    assert lengths[0] < lengths[1]  # exactly one sample fits a row of lengths[0]
+    result = CliRunner().invoke(train_command, ["--shards", pool, "--max-steps", "3", "--tiny-vocab", "64", "--tiny-dim",
+                                                "32", "--micro-batch-tokens", str(lengths[0]), "--long-samples", "drop",
+                                                "--seed", str(seed), "--shuffle-buffer", "8", "--num-workers",
+                                                str(workers)])
+    assert result.exit_code == 0, result.output
+    assert f"long samples (over {lengths[0]} tokens): " in result.output

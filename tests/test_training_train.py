@@ -174,3 +174,32 @@ def test_resuming_with_more_steps_follows_the_new_schedule_from_the_first_step(t
     assert [e["step"] for e in extended] == [5, 6]
     assert [e["lr"] for e in extended] == [e["lr"] for e in straight[4:]]
     assert extended[0]["lr"] > 0.1 * straight[0]["lr"]  # not the saved schedule's last, near-zero rate
+
+
+def test_resuming_with_a_new_rate_and_weight_decay_trains_with_them_and_says_so(train_shards, tmp_path):
+    """The step after a loss spike, resumed with a lower --lr: the old peak rate and decay would come back."""
+    def run(max_steps: int, **changed) -> tuple[list[dict], list[str]]:
+        said: list[str] = []
+        config = TrainConfig(shards=(train_shards,), max_steps=max_steps, out=str(tmp_path / "ck"), micro_batch_tokens=64,
+                             shuffle_buffer=8, log_every=1, tiny_vocab=64, tiny_dim=32, **changed)
+        return train(config, echo=said.append), said
+
+    run(2, lr=1e-3)
+    logged, said = run(4, lr=1e-5, schedule="constant", weight_decay=0.5)
+    assert [e["lr"] for e in logged] == [pytest.approx(1e-5)] * 2
+    groups = load_checkpoint(str(tmp_path / "ck")).optimizer["param_groups"]
+    assert {g["weight_decay"] for g in groups} == {0.5} and {g["initial_lr"] for g in groups} == {1e-5}
+    assert any(line.startswith(f"resumed from {tmp_path / 'ck'} at step 2 with --lr 1e-05 (was 0.001), "
+                               "--weight-decay 0.5 (was 0), --schedule constant (was cosine)") for line in said), said
+
+
+def test_resuming_into_a_checkpoint_of_another_model_shape_is_one_line(train_shards, tmp_path):
+    args = ["--shards", train_shards, "--out", str(tmp_path / "ck"), "--tiny-vocab", "64", "--micro-batch-tokens", "64",
+            "--shuffle-buffer", "8"]
+    assert CliRunner().invoke(train_command, [*args, "--max-steps", "1", "--tiny-dim", "32"]).exit_code == 0
+    result = CliRunner().invoke(train_command, [*args, "--max-steps", "2", "--tiny-dim", "64"])
+    assert result.exit_code == 2, result.output
+    lines = result.output.strip().splitlines()
+    assert lines[-1].startswith(f"lwm: error: --out {tmp_path / 'ck'}: its checkpoint is of another model (size "
+                                "mismatch for "), result.output
+    assert "internal error" not in result.output and "Traceback" not in result.output

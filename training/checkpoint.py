@@ -17,6 +17,7 @@ loaded with ``weights_only=True``: tensors and plain containers, never pickled c
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import json
 import os
@@ -184,3 +185,24 @@ def load_checkpoint(out: str) -> Checkpoint | None:
         data_states,
         folder,
     )
+
+
+def rng_state(device: torch.device) -> dict[str, str]:
+    """This process's torch random state (CPU, and the device's on CUDA) as text for ``data_state.json``: dropout
+    draws from it, so a resumed run continues the uninterrupted one's draws instead of replaying the first ones."""
+    state = {"cpu": base64.b64encode(torch.get_rng_state().numpy().tobytes()).decode()}
+    if device.type == "cuda":
+        state["cuda"] = base64.b64encode(torch.cuda.get_rng_state(device).numpy().tobytes()).decode()
+    return state
+
+
+def restore_rng_state(state: dict[str, str], device: torch.device) -> None:
+    """Set the random state `rng_state` returned (a checkpoint without one leaves it as it is)."""
+
+    def tensor(text: str) -> torch.Tensor:
+        return torch.frombuffer(bytearray(base64.b64decode(text)), dtype=torch.uint8)
+
+    if "cpu" in state:
+        torch.set_rng_state(tensor(state["cpu"]))
+    if "cuda" in state and device.type == "cuda":
+        torch.cuda.set_rng_state(tensor(state["cuda"]), device)

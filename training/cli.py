@@ -20,6 +20,15 @@ class TrainError(click.ClickException):
         click.echo(f"lwm: error: {self.format_message()}", err=True)
 
 
+def worker_error_text(message: str) -> str:
+    """The message of an error raised in a dataloader worker, without the worker's traceback that torch puts
+    around it when it raises the error again in the training process."""
+    if "\nOriginal Traceback" not in message:
+        return message
+    last = message.strip().splitlines()[-1]
+    return last.split(": ", 1)[1] if ": " in last else last
+
+
 @click.command("train")
 @click.option(
     "--shards",
@@ -182,6 +191,6 @@ def train(**options: object) -> None:
         options["shards"] = tuple(options["shards"])  # type: ignore[arg-type]
         run_training(TrainConfig(**options), echo=click.echo)  # type: ignore[arg-type]
     except ConfigError as error:
-        raise TrainError(str(error)) from error
+        raise TrainError(worker_error_text(str(error))) from error
     except OSError as error:  # a full disk, a folder it may not write: one line naming the path
         raise TrainError(os_error_text(error)) from error

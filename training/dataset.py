@@ -103,9 +103,9 @@ class ShardDataset(IterableDataset):
         read_batch_rows: int = DEFAULT_READ_BATCH_ROWS,
     ) -> None:
         super().__init__()
-        files = resolve_shard_files([sources] if isinstance(sources, str) else list(sources))
+        self.files = resolve_shard_files([sources] if isinstance(sources, str) else list(sources))
         self.category_weights = dict(category_weights or {})
-        self.groups: list[RowGroup] = plan_row_groups(files, CATEGORY_COLUMNS if self.category_weights else ())
+        self.groups: list[RowGroup] = plan_row_groups(self.files, CATEGORY_COLUMNS if self.category_weights else ())
         self.total_rows = sum(g.num_rows for g in self.groups)
         self.seed, self.shuffle, self.shuffle_buffer, self.epochs = seed, shuffle, shuffle_buffer, epochs
         self.read_batch_rows = read_batch_rows
@@ -120,6 +120,17 @@ class ShardDataset(IterableDataset):
         # Dataloader workers take turns (0, 1, …) from the start of every iteration. A state saved when worker k's
         # sample was next resumes with worker 0 reading consumer k's share, 1 the next, and so on: the same order.
         self._rotation = 0
+
+    def check_consumers_fed(self, num_workers: int) -> None:
+        """Refuse ranks × dataloader workers that leave a consumer without rows, before any worker starts: an
+        endless stream would wait on it for ever, and an error raised in a worker reaches the user as torch's
+        traceback of it."""
+        consumers = self.world_size * max(1, num_workers)
+        if self.total_rows < consumers:
+            raise ShardError(
+                f"{self.total_rows} rows cannot feed {consumers} consumers ({self.world_size} rank(s) × "
+                f"{max(1, num_workers)} dataloader worker(s)): one would get none; use fewer ranks or --num-workers"
+            )
 
     # -- resumable state -------------------------------------------------------------------
 

@@ -46,7 +46,8 @@ class LongestSample:
 def _manifest_of(uri: str) -> tuple[dict[str, Any] | None, str]:
     """The manifest of the run a shard file belongs to (beside its ``_SUCCESS``), and the run root."""
     fs, path = fsspec.core.url_to_fs(uri)
-    marker = find_success_marker(fs, posixpath.dirname(path))
+    # any depth: a folder source finds files in nested folders too, below the marker its own folder is checked for
+    marker = find_success_marker(fs, posixpath.dirname(path), depth=path.count("/"))
     if marker is None:
         return None, ""
     root = posixpath.dirname(marker)
@@ -112,24 +113,36 @@ def longest_sample(files: Sequence[str], manifests: dict[str, tuple[dict[str, An
     return LongestSample(longest, " and ".join(sorted(sources))) if sources else None
 
 
-def check_row_length(longest: LongestSample | None, row: int, policy: str) -> str | None:
-    """Refuse a run whose longest sample exceeds the row under ``refuse``; else a note for the log (or None)."""
+def check_row_length(longest: LongestSample | None, row: int, policy: str, context: tuple[int, str] | None = None,
+                     ) -> str | None:
+    """Refuse a run whose longest sample exceeds the row under ``refuse``; else a note for the log (or None).
+    `context`: the positions the model takes and the config field naming them, where fewer than the row: then
+    the sample limit (`training.compatibility`)."""
     if policy not in POLICIES:
         raise ConfigError(f"--long-samples must be one of {', '.join(POLICIES)}, not {policy!r}")
+    limited = context is not None and context[0] < row
+    limit = context[0] if limited else row
+    what = (f"the model's context of {limit} tokens ({context[1]}), under --micro-batch-tokens {row}" if limited
+            else f"the row of {row}")
     if longest is None:
         return (
             "the longest sample is unknown (no max_tokens in the manifest, no num_tokens statistics); "
-            f"samples over {row} tokens are handled when they arrive (--long-samples {policy})"
+            f"samples over {limit} tokens are handled when they arrive (--long-samples {policy})"
         )
-    if longest.tokens <= row:
+    if longest.tokens <= limit:
         return None
     if policy == "refuse":
+        if limited:
+            raise ConfigError(
+                f"the longest sample has {longest.tokens} tokens ({longest.source}) but {what}: the model has no "
+                "positions for the rest; choose --long-samples drop | truncate-left | window"
+            )
         raise ConfigError(
             f"the longest sample has {longest.tokens} tokens ({longest.source}) but a row holds "
             f"--micro-batch-tokens {row}: raise --micro-batch-tokens to {longest.tokens}, or choose "
             "--long-samples drop | truncate-left | window"
         )
-    return f"the longest sample has {longest.tokens} tokens ({longest.source}), over the row of {row}: {policy}"
+    return f"the longest sample has {longest.tokens} tokens ({longest.source}), over {what}: {policy}"
 
 
 @dataclass
@@ -159,7 +172,7 @@ class LongSampleCounts:
 def window_starts(length: int, row: int, overlap: int) -> list[int]:
     """Start of each piece of a `length`-token sample in rows of `row` tokens overlapping by `overlap`."""
     if not 1 <= overlap < row:
-        raise ConfigError(f"the window overlap must lie in 1..{row - 1} tokens, not {overlap}")
+        raise ConfigError(f"--window-overlap must lie in 1..{row - 1} tokens (under a window's {row}), not {overlap}")
     starts, start = [0], 0
     while start + row < length:
         start = min(start + row - overlap, length - row)

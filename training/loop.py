@@ -6,7 +6,7 @@ shards is compared with the row length (`training.long_samples`). Each global st
 ``grad_accum`` micro-batches per rank, computes the global loss denominator, accumulates
 gradients, clips and steps AdamW and the schedule. A run given ``out`` resumes from the newest
 checkpoint there: model, optimizer, schedule, the exact data position of every rank (down to the
-window of a windowed sample), and the step count.
+window of a windowed sample), each rank's random state (dropout) and the step count.
 """
 
 from __future__ import annotations
@@ -23,8 +23,17 @@ from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader
 
 from schemas.errors import ConfigError
-from training.checkpoint import checkpoint_lock, load_checkpoint, load_sharded_state, save_checkpoint, sharded_state
+from training.checkpoint import (
+    checkpoint_lock,
+    load_checkpoint,
+    load_sharded_state,
+    restore_rng_state,
+    rng_state,
+    save_checkpoint,
+    sharded_state,
+)
 from training.collate import MicroBatch, micro_batches
+from training.compatibility import check_fits_model, context_length, sample_limit
 from training.dataset import ShardDataset
 from training.interrupts import StopBetweenSteps
 from training.long_samples import (
@@ -39,10 +48,11 @@ from training.loss import all_ranks_sum
 from training.models import TINY, build_model, pick_attention, vocabulary_rows
 from training.progress import StepLogger
 from training.reweight import check_category_names
-from training.runs import check_same_tokenizer
+from training.runs import check_same_tokenizer, check_shard_listing
 from training.schedule import lr_multiplier
-from training.settings import TrainConfig, check_config
+from training.settings import TrainConfig, changed_settings, check_config
 from training.sharding import compute_dtype, shard_model
+from training.shards import folder_sources
 from training.step import StepResult, accumulate_gradients
 from training.tiny_model import TinyConfig
 
@@ -114,10 +124,12 @@ def _resume(
     dataset: Any,
     policy: LongSamplePolicy,
     trained: LongSampleCounts,
-) -> int:
+) -> tuple[int, str, dict[str, str]]:
+    """The step of the checkpoint in ``out`` (0: none), everything restored but the random state (returned: the
+    caller sets it once the loader has drawn its workers' seeds); and what this command changes."""
     checkpoint = load_checkpoint(config.out) if config.out else None
     if checkpoint is None:
-        return 0
+        return 0, "", {}
     saved = (checkpoint.trainer.get("world_size"), checkpoint.trainer.get("num_workers"))
     if saved != (dist.world_size, config.num_workers):
         raise ConfigError(
@@ -129,12 +141,26 @@ def _resume(
             f"{config.out}: the checkpoint was written {'with' if config.fsdp is False else 'without'} --fsdp; "
             "resume the same way"
         )
-    if config.fsdp:
-        load_sharded_state(checkpoint.folder, model, optimizer)
-    else:
-        model.load_state_dict(checkpoint.model)
-        optimizer.load_state_dict(checkpoint.optimizer)
+    try:
+        if config.fsdp:
+            load_sharded_state(checkpoint.folder, model, optimizer)
+        else:
+            model.load_state_dict(checkpoint.model)
+            optimizer.load_state_dict(checkpoint.optimizer)
+    except (RuntimeError, ValueError) as mismatch:  # torch names every differing tensor, over many lines
+        said = [line.strip() for line in str(mismatch).splitlines() if line.strip()]
+        detail = next((line for line in said if line.startswith(("size mismatch", "Missing key", "Unexpected key"))),
+                      said[0] if said else type(mismatch).__name__)
+        raise ConfigError(
+            f"--out {config.out}: its checkpoint is of another model ({detail.rstrip('.')}); resume with the model "
+            "settings it was written with (its trainer.json), or choose another --out"
+        ) from None
     scheduler.load_state_dict(checkpoint.scheduler)
+    # The rate and decay of this command, not the checkpoint's: the optimizer's state restores the saved groups'
+    # settings and the scheduler its peak rate, while the schedule itself (a function) is this command's.
+    for group in optimizer.param_groups:
+        group["weight_decay"], group["initial_lr"] = config.weight_decay, config.lr
+    scheduler.base_lrs = [config.lr for _ in optimizer.param_groups]
     # the learning rate of the next step under this run's schedule, which --max-steps may have moved (the
     # optimizer's state holds the last rate of the saved one); with the same schedule, the same number
     for group, base, factor in zip(optimizer.param_groups, scheduler.base_lrs, scheduler.lr_lambdas):
@@ -144,7 +170,7 @@ def _resume(
     dataset.load_state_dict(data_state)
     policy.skip_pieces = PieceTracker.skip_map(data_state.get("pieces_done", []))
     trained.add(LongSampleCounts.from_list(data_state.get("long_sample_counts", LongSampleCounts().as_list())))
-    return checkpoint.step
+    return checkpoint.step, changed_settings(checkpoint.trainer.get("config") or {}, config), data_state.get("rng", {})
 
 
 def _save(
@@ -209,21 +235,33 @@ def _train(config: TrainConfig, dist: Distributed, echo: Callable[[str], None]) 
     )
     if not dataset.total_rows:
         raise ConfigError(f"no samples to train on in {', '.join(config.shards)} (an empty pool?)")
-    files = sorted({group.uri for group in dataset.groups})
+    dataset.check_consumers_fed(config.num_workers)
+    files = dataset.files
     manifests = run_manifests(files)  # each run's manifest, read once for every check
+    rows_of_file = dict.fromkeys(files, 0)
+    for group in dataset.groups:
+        rows_of_file[group.uri] += group.num_rows
+    check_shard_listing(rows_of_file, folder_sources(config.shards), manifests)
     check_same_tokenizer(manifests)
     if config.category_weights:
         check_category_names(files, config.category_weights, manifests)
-    longest = longest_sample(files, manifests)
-    note = check_row_length(longest, config.micro_batch_tokens, config.long_samples)
-    if note:
-        echo(note)
-    # the stream repeats for ever: a whole pass of it without a sample that fits ends the run
-    policy = LongSamplePolicy(config.micro_batch_tokens, config.long_samples, config.window_overlap,
-                              give_up_after=dataset.total_rows)
     tiny = TinyConfig(config.tiny_vocab, config.tiny_dim, config.tiny_layers, config.tiny_heads)
     model = build_model(config.model, tiny, pick_attention(config.attention, dist.device)).to(dist.device)
     rows = vocabulary_rows(model)
+    check_fits_model(config.model, rows, files, manifests)
+    context = context_length(model)
+    longest = longest_sample(files, manifests)
+    note = check_row_length(longest, config.micro_batch_tokens, config.long_samples,
+                            (context.tokens, context.field) if context else None)
+    if note:
+        echo(note)
+    # The stream repeats for ever: a stretch of it long enough to hold every sample without one that fits ends the
+    # run. Each epoch reshuffles a consumer's block of k rows, so a sample recurs up to 2k - 1 samples later in
+    # that consumer's stream, and the loader takes the rank's dataloader workers in turn.
+    workers = max(1, config.num_workers)
+    block = -(-dataset.total_rows // (dist.world_size * workers))
+    policy = LongSamplePolicy(sample_limit(config.micro_batch_tokens, context), config.long_samples,
+                              config.window_overlap, give_up_after=workers * (2 * block + 1))
     model.train()
     if config.activation_checkpointing:
         model.enable_activation_checkpointing()
@@ -240,9 +278,9 @@ def _train(config: TrainConfig, dist: Distributed, echo: Callable[[str], None]) 
     )
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, schedule)
     trained = LongSampleCounts()  # what the long-sample policy did to the samples trained on, this rank
-    step = _resume(config, dist, model, optimizer, scheduler, dataset, policy, trained)
+    step, changed, saved_rng = _resume(config, dist, model, optimizer, scheduler, dataset, policy, trained)
     if step:
-        echo(f"resumed from {config.out} at step {step}")
+        echo(f"resumed from {config.out} at step {step}{changed}")
     if step >= config.max_steps:
         echo(f"nothing to do: step {step} already reached --max-steps {config.max_steps}")
         return []
@@ -264,6 +302,8 @@ def _train(config: TrainConfig, dist: Distributed, echo: Callable[[str], None]) 
         # Loader workers (`--num-workers`) are forked here, so they inherit the noting handlers: a Ctrl-C sent to
         # the whole process group does not end them under the step the main process finishes and saves.
         batches = micro_batches(policy(iter(loader)), config.micro_batch_tokens, config.pack)
+        # after the loader's iterator drew its workers' base seed, as it did once in the uninterrupted run
+        restore_rng_state(saved_rng, dist.device)
         while step < config.max_steps:
             drawn = _draw(batches, config.grad_accum)
             if rows is not None:
@@ -311,12 +351,13 @@ def _train(config: TrainConfig, dist: Distributed, echo: Callable[[str], None]) 
                     **dataset.state_dict(),
                     "pieces_done": tracker.state(),
                     "long_sample_counts": trained.as_list(),
+                    "rng": rng_state(dist.device),
                 }
                 _save(config, dist, step, model, optimizer, scheduler, data_state)
             if stops:
                 stopping.stop(f"step {step} saved in {config.out}: the same command resumes" if config.out else "")
     if counts.long:
-        echo(describe_counts(counts, config.micro_batch_tokens, config.long_samples))
+        echo(describe_counts(counts, policy.row, config.long_samples))
     return logged
 
 

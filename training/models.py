@@ -149,6 +149,9 @@ def load_hf_causal_lm(path: str, attention: str = "sdpa") -> HFCausalLM:
     except (OSError, ValueError, KeyError, TypeError) as err:  # no weights, an unknown model_type, a broken config
         first = next((line.strip() for line in str(err).splitlines() if line.strip()), type(err).__name__)
         raise ConfigError(f"--model {path}: transformers cannot load it: {first}") from err
+    except ImportError as err:  # an attention implementation whose package is not installed (flash_attn)
+        first = next((line.strip() for line in str(err).splitlines() if line.strip()), type(err).__name__)
+        raise ConfigError(f"--attention {attention}: {first}") from err
     return HFCausalLM(model)
 
 

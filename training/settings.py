@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from schemas.errors import ConfigError
+from schemas.errors import ConfigError, os_error_text
 from training.dataset import DEFAULT_SHUFFLE_BUFFER
 from training.long_samples import POLICIES
 from training.loss import LOSS_NORMS
@@ -78,6 +78,11 @@ def check_config(config: TrainConfig) -> None:
         raise ConfigError(f"--precision must be one of {', '.join(PRECISIONS)}")
     if config.attention not in ATTENTION:
         raise ConfigError(f"--attention must be one of {', '.join(ATTENTION)}")
+    if config.long_samples == "window" and config.window_overlap is not None and not (
+            1 <= config.window_overlap < config.micro_batch_tokens):
+        raise ConfigError(f"--window-overlap {config.window_overlap} must lie in 1..{config.micro_batch_tokens - 1} "
+                          f"tokens, under --micro-batch-tokens {config.micro_batch_tokens}: consecutive windows "
+                          "would not advance")
     if not 0 <= config.empty_row_warn <= 1:
         raise ConfigError("--empty-row-warn is a share of a step's rows, between 0 and 1")
     # AdamW and the tiny model would refuse these too, but with a traceback and after the shards were read
@@ -95,6 +100,27 @@ def check_config(config: TrainConfig) -> None:
         # URL would become a folder named after its scheme ("s3:")
         raise ConfigError(f"--out {config.out}: checkpoints are written to a local (or mounted) folder, not to a URL; "
                           "give a local path and copy the folder to object storage afterwards")
+    if config.log_json:
+        # the first logged step would fail on it, with nothing of the run saved yet
+        try:
+            with open(config.log_json, "a", encoding="utf-8"):
+                pass
+        except OSError as error:
+            raise ConfigError(f"--log-json {config.log_json}: cannot be written ({os_error_text(error)})") from None
     if config.model == TINY and config.tiny_dim % (2 * config.tiny_heads):
         raise ConfigError(f"--tiny-dim {config.tiny_dim} must be a multiple of twice --tiny-heads "
                           f"({2 * config.tiny_heads}): each head's rotary embedding takes pairs of dimensions")
+
+
+# The optimizer settings a resumed run takes from its command, not from the checkpoint it continues.
+RESUMED_WITH = (("lr", "--lr"), ("weight_decay", "--weight-decay"), ("schedule", "--schedule"),
+                ("warmup_steps", "--warmup-steps"), ("min_lr_ratio", "--min-lr-ratio"))
+
+
+def changed_settings(saved: dict, config: TrainConfig) -> str:
+    """`` with --lr 1e-05 (was 0.001), …`` for the optimizer settings this command changes against the `saved`
+    config of the checkpoint it resumes (its trainer.json), or an empty string."""
+    changed = [f"{flag} {getattr(config, name):g} (was {saved[name]:g})" if isinstance(saved[name], float)
+               else f"{flag} {getattr(config, name)} (was {saved[name]})"
+               for name, flag in RESUMED_WITH if name in saved and saved[name] != getattr(config, name)]
+    return f" with {', '.join(changed)}" if changed else ""

@@ -65,10 +65,10 @@ def _glob_anchor(path: str) -> str:
     return posixpath.dirname(path)
 
 
-def find_success_marker(fs: fsspec.AbstractFileSystem, folder: str) -> str | None:
-    """Path of the ``_SUCCESS`` marker in `folder` or up to two folders above it, or None."""
+def find_success_marker(fs: fsspec.AbstractFileSystem, folder: str, depth: int = SUCCESS_SEARCH_DEPTH) -> str | None:
+    """Path of the ``_SUCCESS`` marker in `folder` or up to `depth` folders above it, or None."""
     current = folder.rstrip("/")
-    for _ in range(SUCCESS_SEARCH_DEPTH + 1):
+    for _ in range(depth + 1):
         candidate = posixpath.join(current, SUCCESS_MARKER)
         if fs.exists(candidate):
             return candidate
@@ -119,6 +119,17 @@ def resolve_shard_files(sources: Sequence[str]) -> list[str]:
     for source in sources:
         files.update(_files_of_source(source))
     return sorted(files)
+
+
+def folder_sources(sources: Sequence[str]) -> list[str]:
+    """The sources that are folders (every shard under them is read), as filesystem paths: a glob or a file
+    picks some shards of a run on purpose, a folder means all of them."""
+    folders = []
+    for source in sources:
+        fs, path = fsspec.core.url_to_fs(source)
+        if not _has_glob(path) and fs.isdir(path):
+            folders.append(path.rstrip("/"))
+    return folders
 
 
 def open_parquet(uri: str) -> pq.ParquetFile:

@@ -1,0 +1,152 @@
+"""Whether the shards fit the model, checked before the first step: its context, its embedding, its tokenizer.
+
+- **Context.** A sample longer than the model's positions (``max_position_embeddings``, GPT-2's
+  ``n_positions``) is a long sample, whatever ``--micro-batch-tokens`` allows: `sample_limit` is the
+  smaller of the two, and ``--long-samples`` applies to it. (Packed rows may still be longer than
+  the context: positions restart at 0 for each sample.)
+- **Embedding.** The largest token id of the shards, from the Parquet statistics of ``input_ids``
+  where the files have them, must have a row in the model's input embedding; where the manifest's
+  tokenizer can be loaded here, its vocabulary must too.
+- **Tokenizer.** Where the manifest names the shards' tokenizer and the model directory holds a
+  ``tokenizer.json``, the two must encode text the same way: the same vocabulary hash, or, across
+  engines (the built-in tiktoken vocabulary and a Hugging Face file), the same ids for a probe text.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any
+
+import fsspec
+
+from schemas.errors import ConfigError
+from training.runs import Manifests
+from training.shards import open_parquet
+
+# Text of several kinds (prose, code, a shell line, JSON, accents, CJK, an emoji): two tokenizers that agree on
+# all of it are taken for the same one.
+PROBE = (
+    "The quick brown fox jumps over 13 lazy dogs.\n"
+    "def area(r: float) -> float:\n    return 3.14159 * r ** 2\n"
+    "$ ls -la /app && grep -rn 'TODO' src/ | head -5\n"
+    '{"status": "ok", "items": [1, 2.5, null, true], "path": "C:\\\\Users\\\\x"}\n'
+    "Über café naïve — 東京タワー 서울 😀\t\tend"
+)
+_CONTEXT_FIELDS = ("max_position_embeddings", "n_positions", "n_ctx", "seq_length", "max_sequence_length")
+
+
+@dataclass(frozen=True)
+class Context:
+    """The positions a model takes, and the config field that says so."""
+
+    tokens: int
+    field: str
+
+
+def context_length(model: Any) -> Context | None:
+    """The context of a Hugging Face model (from its config); None for the tiny model and configs that name none."""
+    config = getattr(getattr(model, "model", None), "config", None)
+    if config is None:
+        return None
+    if hasattr(config, "get_text_config"):
+        config = config.get_text_config()
+    written = config.to_dict() if hasattr(config, "to_dict") else {}
+    for name in _CONTEXT_FIELDS:
+        value = written.get(name)
+        if isinstance(value, int) and value > 0:
+            return Context(value, name)
+    value = getattr(config, "max_position_embeddings", None)
+    return Context(value, "max_position_embeddings") if isinstance(value, int) and value > 0 else None
+
+
+def sample_limit(row: int, context: Context | None) -> int:
+    """The most tokens a sample may have: a row, and no more than the model's context."""
+    return row if context is None else min(row, context.tokens)
+
+
+def largest_token_id(files: list[str]) -> int | None:
+    """The largest id of ``input_ids`` over `files`, from the Parquet statistics; None where a row group has none."""
+    largest = -1
+    for uri in files:
+        parquet = open_parquet(uri)
+        try:
+            meta = parquet.metadata
+            leaves = [meta.schema.column(i).path for i in range(meta.num_columns)]
+            if "input_ids.list.element" not in leaves:
+                return None
+            column = leaves.index("input_ids.list.element")
+            for group in range(meta.num_row_groups):
+                if meta.row_group(group).num_rows == 0:
+                    continue
+                stats = meta.row_group(group).column(column).statistics
+                if stats is None or not stats.has_min_max:
+                    return None
+                largest = max(largest, int(stats.max))
+        finally:
+            parquet.close()
+    return largest
+
+
+def _shards_tokenizer(manifests: Manifests) -> tuple[dict[str, Any], str] | None:
+    """The tokenizer the manifests name (`training.runs.check_same_tokenizer` made them agree) and one run root."""
+    for manifest, root in manifests.values():
+        tokenizer = (manifest or {}).get("tokenizer")
+        if isinstance(tokenizer, dict) and tokenizer.get("vocab_hash"):
+            return tokenizer, root
+    return None
+
+
+def _load(spec: str, engine: str | None) -> Any | None:
+    """The tokenizer of `spec` where this machine can load it (the built-in vocabulary, an existing file), else None."""
+    from stages.tokenizer.engines import DEFAULT_ALIASES, load_tokenizer
+
+    if spec.strip().lower() not in DEFAULT_ALIASES and not os.path.isfile(spec):
+        return None
+    try:
+        return load_tokenizer(spec, engine or None)
+    except ConfigError:
+        return None
+
+
+def check_fits_model(model: str, rows: int | None, files: list[str], manifests: Manifests) -> None:
+    """Refuse, in one line, shards whose token ids the model has no embedding for, or that another tokenizer than
+    the model's wrote (see the module docstring). `rows`: the model's embedding rows (None: the tiny model)."""
+    if rows is None:
+        return
+    top = largest_token_id(files)
+    if top is not None and top >= rows:
+        raise ConfigError(
+            f"--model {model}: the shards hold token id {top}, but the model's vocabulary has {rows} entries; the "
+            "shards were tokenized for another model (the run's manifest.json names its tokenizer)"
+        )
+    named = _shards_tokenizer(manifests)
+    if named is None:
+        return
+    tokenizer, root = named
+    description = f"{tokenizer.get('name') or tokenizer.get('engine')} (vocabulary {str(tokenizer['vocab_hash'])[:12]})"
+    shards_tokenizer = _load(str(tokenizer.get("name") or ""), tokenizer.get("engine"))
+    if shards_tokenizer is not None and shards_tokenizer.vocab_size > rows:
+        raise ConfigError(
+            f"--model {model}: the shards of {root} were tokenized with {description}, whose ids go up to "
+            f"{shards_tokenizer.vocab_size - 1}, but the model's vocabulary has {rows} entries; train a model of that "
+            "tokenizer, or rebuild the shards with the model's (lwm run --tokenizer)"
+        )
+    model_file = os.path.join(model, "tokenizer.json")
+    if not (fsspec.core.url_to_fs(model)[0].isfile(model_file)):
+        return
+    model_tokenizer = _load(model_file, "tokenizers")
+    if model_tokenizer is None or model_tokenizer.vocab_hash == tokenizer["vocab_hash"]:
+        return
+    if shards_tokenizer is None:
+        if tokenizer.get("engine") != "tokenizers":
+            return  # another engine's hash, and no tokenizer here to encode with: nothing to compare
+        same = False
+    else:
+        same = shards_tokenizer.encode(PROBE) == model_tokenizer.encode(PROBE)
+    if not same:
+        raise ConfigError(
+            f"--model {model}: its tokenizer.json encodes text differently from {description}, which tokenized the "
+            f"shards of {root}; train a model of that tokenizer, or rebuild the shards with the model's "
+            "(lwm run --tokenizer)"
+        )
