@@ -73,7 +73,6 @@ class HFCausalLM(nn.Module):
             return self.model(
                 input_ids=input_ids, position_ids=position_ids, attention_mask=mask, use_cache=False
             ).logits
-        head = self.model.get_output_embeddings()
         if not self.logits_are_projection:
             loss_chunk_tokens = 0  # logits are not a plain projection of the hidden states: use the model's own
         if label_weights is None:
@@ -84,6 +83,7 @@ class HFCausalLM(nn.Module):
         hidden = self.model.base_model(
             input_ids=input_ids, position_ids=position_ids, attention_mask=mask, use_cache=False
         ).last_hidden_state
+        head = self.model.get_output_embeddings()
         return model_loss_sum(hidden, head.weight, head.bias, labels, label_weights, loss_chunk_tokens)
 
     def enable_activation_checkpointing(self) -> None:
@@ -102,8 +102,10 @@ def _logits_are_projection(model: Any) -> bool:
     """Whether `model`'s logits equal its output embedding applied to its final hidden states, measured on a few
     tokens (in eval mode: dropout would make two passes differ). Not assumed from the architecture: any step
     after the projection (scaling, soft-capping, a bias added elsewhere) shows as a difference."""
+    if not all(hasattr(model, name) for name in ("get_output_embeddings", "get_input_embeddings", "base_model")):
+        return False  # not a transformers model: its own logits are all there is
     head = model.get_output_embeddings()
-    if getattr(model.config, "final_logit_softcapping", None) or head is None or not hasattr(model, "base_model"):
+    if getattr(getattr(model, "config", None), "final_logit_softcapping", None) or head is None:
         return False
     rows = model.get_input_embeddings().num_embeddings
     ids = torch.arange(min(8, rows), dtype=torch.long).unsqueeze(0)
