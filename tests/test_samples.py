@@ -247,3 +247,15 @@ def test_a_target_is_weighted_from_its_reasoning_on_whatever_the_reasoning_begin
     past = [bool(e > len(b"assistant\n")) for e in ends]
     assert [w == 1.0 for w in s.weights[m + 1 : b - 1]] == past and s.weights[b - 1] == 1.0
     assert a == m + 1 + past.index(True)
+
+
+@pytest.mark.parametrize(("a", "b"), [("\U00018d80", "£o"), ("x\U00018d80", "!y"), ("ab!\U00018d80", "cd"),
+                                      ("ok", "\U00018d80z"), ("é!", "\U00018d80")])
+def test_a_junction_next_to_a_character_unicode_versions_disagree_on_is_exact(a, b):
+    """U+18D80 is unassigned in Python's Unicode tables and a letter in newer ones: which side of the junction rule
+    it falls on depends on whose tables ask, so the junction is tokenized whole."""
+    seg = segment_tokenizer(load_tokenizer())
+    assert seg.extend(seg.tok.encode(a), a, b) == seg.tok.encode(a + b)
+    assert seg.extend(seg.encode_array(a), a, b).tolist() == seg.tok.encode(a + b)
+    if seg.can_prepend(a, b):
+        assert seg.tok.encode(a) + seg.tok.encode(b) == seg.tok.encode(a + b)

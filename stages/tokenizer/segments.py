@@ -157,11 +157,13 @@ class SegmentTokenizer:
             return concat(ids_a, [])
         if not text_a:
             return encode(text_b)
-        if not self.splice_ok:
+        if not self.splice_ok or _unassigned(text_b[0]):
+            return encode(text_a + text_b)
+        s = _trailing_run_start(text_a)
+        if _unassigned(text_a[max(0, s - 1):]):  # the junction's characters, as far back as the last letter
             return encode(text_a + text_b)
         if _ends_alnum(text_a) and not _ALNUM_START.match(text_b):
             return concat(ids_a, self.encode(text_b))
-        s = _trailing_run_start(text_a)
         if s == 0 or s == len(text_a):
             return encode(text_a + text_b)
         # The tokens covering the trailing run, counted from the end (the run is short, the text
@@ -180,7 +182,7 @@ class SegmentTokenizer:
         """Whether ``tokens(A + B) == tokens(A) + tokens(B)`` is guaranteed by the junction rule."""
         if not text_a or not text_b:
             return True
-        if not self.splice_ok or _starts_with_mark(text_b):
+        if not self.splice_ok or _starts_with_mark(text_b) or _unassigned(text_a[-1] + text_b[0]):
             return False
         if _ends_alnum(text_a):
             return not _ALNUM_START.match(text_b)
@@ -225,6 +227,14 @@ def _trailing_run_start(text: str) -> int:
     """Where the trailing run of characters that are not letters, marks or digits starts."""
     last = _LAST_ALNUM.search(text)
     return last.end() if last else 0
+
+
+def _unassigned(text: str) -> bool:
+    """Whether `text` holds a character unassigned in this Python's Unicode tables. The junction rule asks whether a
+    character is a letter, mark or digit, and the answer for such a character depends on the Unicode version of
+    whoever asks (`regex`, the tokenizer's own pre-tokenizer, `unicodedata` may each know another one): a junction
+    next to one is tokenized whole."""
+    return not text.isascii() and any(unicodedata.category(c) == "Cn" for c in text)
 
 
 def _starts_with_mark(text: str) -> bool:
