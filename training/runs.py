@@ -68,6 +68,8 @@ def check_shard_listing(row_counts: Mapping[str, int], folders: Sequence[str], m
         shards = (manifest or {}).get("shards")
         if not root or not isinstance(shards, list):
             continue
+        wmat = (manifest or {}).get("wmat")
+        shards = shards + (wmat.get("shards") or [] if isinstance(wmat, dict) else [])  # the WMAT pools' own list
         entries = listed.setdefault(root, {str(s.get("path")): s for s in shards if isinstance(s, dict)})
         relative = posixpath.relpath(path, root)
         read.setdefault(root, set()).add(relative)
