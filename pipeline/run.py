@@ -131,7 +131,30 @@ def _run(cfg: dict[str, Any], fs, root: str, executor: Executor, echo: Echo) -> 
     for stage in PLAN:
         stage.run(ctx)
     _say_what_was_resumed(ctx.stage_runs, echo)
+    check_shards_visible(fs, root, cfg["run"]["out"], ctx.manifest)
     write_json_atomic(fs, posixpath.join(root, "manifest.json"), ctx.manifest)
     write_json_atomic(fs, posixpath.join(root, "_timings.json"), ctx.stage_runs)
     write_bytes_atomic(fs, posixpath.join(root, "_SUCCESS"), b"")
     return ctx.manifest
+
+
+def check_shards_visible(fs, root: str, out: str, manifest: dict[str, Any]) -> None:
+    """Each shard file the manifest lists is in the output as this process sees it, with the bytes its task
+    recorded: before ``_SUCCESS`` says the run is whole. Workers on other machines of a Ray cluster write to `out`
+    as they see it; a local folder that is not shared leaves the shards on their disks, not here."""
+    listed = list(manifest.get("shards") or []) + list((manifest.get("wmat") or {}).get("shards") or [])
+    wrong = []
+    for entry in listed:
+        path = posixpath.join(root, entry["path"])
+        try:
+            size = fs.size(path)
+        except FileNotFoundError:
+            size = None
+        if size != entry.get("bytes", size):
+            wrong.append(entry["path"])
+    if wrong:
+        raise ConfigError(
+            f"{len(wrong)} of the {len(listed)} shard files the workers wrote are not in {out} as this machine sees "
+            f"it (e.g. {wrong[0]}): with workers on other machines, give --out on storage every node reads "
+            "(s3://…, a shared mount); no _SUCCESS was written"
+        )

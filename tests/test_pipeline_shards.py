@@ -191,3 +191,31 @@ def test_going_back_to_an_earlier_shard_layout_writes_its_files_again(runs, tmp_
     assert len(manifest["shards"]) > len(json.loads((runs[0] / "manifest.json").read_text())["shards"])
     assert all((again / s["path"]).is_file() for s in manifest["shards"])
     assert_same_outputs(again, fresh)
+
+
+def test_success_needs_every_listed_shard_where_the_driver_looks(runs, tmp_path):
+    """Workers on other machines of a cluster write a local --out to their own disks: the driver then misses the
+    shards. A shard the manifest lists that is not there, or not at its recorded size, stops the run before
+    _SUCCESS; the run's own outputs pass."""
+    import fsspec
+
+    from pipeline.run import check_shards_visible
+    from schemas.errors import ConfigError
+
+    out = runs[0]
+    manifest = json.loads((out / "manifest.json").read_text())
+    fs = fsspec.filesystem("file")
+    check_shards_visible(fs, str(out), str(out), manifest)
+    listed = [s for s in manifest["shards"] if s["rows"]]
+    copy = tmp_path / "copy"
+    import shutil
+
+    shutil.copytree(out, copy)
+    (copy / listed[0]["path"]).unlink()
+    with pytest.raises(ConfigError, match=r"1 of the \d+ shard files the workers wrote are not in .* as this machine"):
+        check_shards_visible(fs, str(copy), str(copy), manifest)
+    shutil.copy(out / listed[0]["path"], copy / listed[0]["path"])
+    with open(copy / listed[1]["path"], "ab") as f:
+        f.write(b"x")
+    with pytest.raises(ConfigError, match="no _SUCCESS was written"):
+        check_shards_visible(fs, str(copy), str(copy), manifest)

@@ -158,10 +158,10 @@ def write_agentworldbench(run_dir: str, out: str) -> ExportSummary:
     import fsspec
 
     fs, path = fsspec.core.url_to_fs(out)
+    check_bucket(fs, path, out)  # first: a store that never answers is one line, not a hang in `isdir`
     if fs.isdir(path):  # a move onto it would put the file inside, under its temporary name
         raise ConfigError(f"{out} is a directory; give the file to write, e.g. {posixpath.join(out, 'lwm_test.jsonl')} "
                           "(the evaluator reads every *_test.jsonl of its --data-dir)")
-    check_bucket(fs, path, out)
     parent = posixpath.dirname(path)
     if parent and not protocols(fs) & BUCKET_PROTOCOLS:  # an object store has no folders; lwm makes no bucket
         fs.makedirs(parent, exist_ok=True)

@@ -9,6 +9,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from pipeline.object_stores import check_inputs_answer
 from pipeline.outputs import out_fs, read_json
 from schemas.errors import ConfigError
 from schemas.trajectory import Trajectory
@@ -30,6 +31,7 @@ def finished_manifest(run_dir: str):
 
 
 def _finished(run_dir: str, need_manifest: bool):
+    check_inputs_answer([run_dir])  # a store that never answers is one line within LWM_STORE_WAIT_S, not a hang
     fs, root = out_fs(run_dir)
     if not fs.exists(posixpath.join(root, "_SUCCESS")):
         if not fs.exists(root):  # a typo, most likely: not a run that stopped early
