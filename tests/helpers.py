@@ -934,3 +934,25 @@ def run_ranks(fn, args: tuple, tmp_path: Path, nprocs: int = 2, timeout: float =
                 if process.is_alive():
                     process.kill()
             raise AssertionError(f"{nprocs} ranks did not finish within {timeout:.0f} s (killed)")
+
+
+# ------------------------------------------------------------------ the vendored AgentWorldBench evaluator
+
+VENDORED_EVAL = Path(__file__).resolve().parent.parent.parent / "shared" / "vendor" / "agentworldbench-eval" / "eval"
+
+
+def vendored_eval_function(module: str, name: str):
+    """A function of the vendored evaluator's ``lwm_eval_utils`` package, imported as it ships (the test is
+    skipped where the evaluator is absent)."""
+    import importlib
+    import sys
+
+    import pytest
+
+    if not VENDORED_EVAL.is_dir():
+        pytest.skip(f"vendored AgentWorldBench evaluator not found at {VENDORED_EVAL}")
+    sys.path.insert(0, str(VENDORED_EVAL))
+    try:
+        return getattr(importlib.import_module(f"lwm_eval_utils.{module}"), name)
+    finally:
+        sys.path.remove(str(VENDORED_EVAL))

@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import pytest
 
 from stages.render import target_reply
 from stages.reward.extract import extract_prediction
+from tests.helpers import vendored_eval_function
 
 
 def test_the_rendered_target_reply_gives_back_the_observation_exactly():
@@ -93,19 +91,11 @@ def test_an_unclosed_think_block_is_reasoning_up_to_the_answer():
     assert extract_prediction("<think>It prints V, so the answer").status == "missing"
 
 
-VENDOR = Path(__file__).resolve().parent.parent.parent / "shared" / "vendor" / "agentworldbench-eval" / "eval"
 
 
 @pytest.fixture(scope="module")
 def official_parser():
-    if not VENDOR.is_dir():
-        pytest.skip(f"vendored AgentWorldBench evaluator not found at {VENDOR}")
-    sys.path.insert(0, str(VENDOR))
-    try:
-        from lwm_eval_utils.output_parser import parse_model_output
-    finally:
-        sys.path.remove(str(VENDOR))
-    return parse_model_output
+    return vendored_eval_function("output_parser", "parse_model_output")
 
 
 @pytest.mark.parametrize("completion", [

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import sys
 import time
-from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
@@ -13,6 +11,7 @@ from hypothesis import strategies as st
 from stages.reward import rubric
 from stages.reward.judge_prompts import DIMENSIONS, judge_system_prompt, judge_user_prompt
 from stages.reward.rubric import INVALID_REWARD, parse_judge_answer
+from tests.helpers import vendored_eval_function
 
 GOOD = """The prediction lists the same files.
 <final_evaluation>
@@ -161,7 +160,6 @@ def test_judge_prompts_name_all_five_dimensions_and_the_answer_tag_for_every_dom
 
 # ----------------------------------------------------------- the official evaluator as a reference
 
-VENDOR = Path(__file__).resolve().parent.parent.parent / "shared" / "vendor" / "agentworldbench-eval" / "eval"
 LENIENT = next(m.args[1] for m in test_lenient_locations_and_repairs.pytestmark if m.name == "parametrize")
 INVALID = next(m.args[1] for m in test_answers_without_five_valid_scores_give_zero.pytestmark if m.name == "parametrize")
 
@@ -178,14 +176,7 @@ PARTIAL = {INVALID[5], INVALID[6], INVALID[7], INVALID[8]}
 
 @pytest.fixture(scope="module")
 def official_parser():
-    if not VENDOR.is_dir():
-        pytest.skip(f"vendored AgentWorldBench evaluator not found at {VENDOR}")
-    sys.path.insert(0, str(VENDOR))
-    try:
-        from lwm_eval_utils.judge_parser import parse_judge_output
-    finally:
-        sys.path.remove(str(VENDOR))
-    return parse_judge_output
+    return vendored_eval_function("judge_parser", "parse_judge_output")
 
 
 @pytest.mark.parametrize("answer", [GOOD] + [a for a, _ in LENIENT] + list(INVALID))

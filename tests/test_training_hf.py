@@ -70,15 +70,19 @@ def test_packed_rows_give_the_loss_and_gradients_of_unpacked_ones(qwen_dir, shar
     assert (leaked[0, second] - separate[0, second]).abs().max() > 1e-3
 
 
-def test_chunked_loss_equals_the_full_logits_loss(qwen_dir, shards):
+def _assert_chunked_equals_full(model, shards):
+    """The loss and every gradient of four packed samples are the same with a 7-token loss chunk and without."""
     samples = [s for _, s in zip(range(4), ShardDataset(shards, shuffle=False))]
-    model = load_hf_causal_lm(qwen_dir)
     batch = pack_samples(samples, 200)
     full_loss, full_grads = _step(model, [batch], chunk=0)
     chunked_loss, chunked_grads = _step(model, [batch], chunk=7)
     assert chunked_loss == pytest.approx(full_loss, rel=1e-6)
     for name, grad in full_grads.items():
         torch.testing.assert_close(chunked_grads[name], grad, rtol=1e-5, atol=1e-7, msg=name)
+
+
+def test_chunked_loss_equals_the_full_logits_loss(qwen_dir, shards):
+    _assert_chunked_equals_full(load_hf_causal_lm(qwen_dir), shards)
 
 
 @pytest.mark.parametrize(("config", "scaling"), [
@@ -97,13 +101,7 @@ def test_models_that_scale_their_logits_get_the_same_loss_chunked_or_not(config,
     transformers.AutoModelForCausalLM.from_config(cfg).save_pretrained(str(tmp_path / "m"))
     model = load_hf_causal_lm(str(tmp_path / "m"))
     assert not model.logits_are_projection
-    samples = [s for _, s in zip(range(4), ShardDataset(shards, shuffle=False))]
-    batch = pack_samples(samples, 200)
-    full_loss, full_grads = _step(model, [batch], chunk=0)
-    chunked_loss, chunked_grads = _step(model, [batch], chunk=7)
-    assert chunked_loss == pytest.approx(full_loss, rel=1e-6)
-    for name, grad in full_grads.items():
-        torch.testing.assert_close(chunked_grads[name], grad, rtol=1e-5, atol=1e-7, msg=name)
+    _assert_chunked_equals_full(model, shards)
 
 
 def test_a_plain_projection_model_keeps_the_chunked_loss(qwen_dir):

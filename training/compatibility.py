@@ -22,7 +22,7 @@ import fsspec
 
 from schemas.errors import ConfigError
 from training.runs import Manifests
-from training.shards import open_parquet
+from training.shards import column_max
 
 # Text of several kinds (prose, code, a shell line, JSON, accents, CJK, an emoji): two tokenizers that agree on
 # all of it are taken for the same one.
@@ -69,22 +69,10 @@ def largest_token_id(files: list[str]) -> int | None:
     """The largest id of ``input_ids`` over `files`, from the Parquet statistics; None where a row group has none."""
     largest = -1
     for uri in files:
-        parquet = open_parquet(uri)
-        try:
-            meta = parquet.metadata
-            leaves = [meta.schema.column(i).path for i in range(meta.num_columns)]
-            if "input_ids.list.element" not in leaves:
-                return None
-            column = leaves.index("input_ids.list.element")
-            for group in range(meta.num_row_groups):
-                if meta.row_group(group).num_rows == 0:
-                    continue
-                stats = meta.row_group(group).column(column).statistics
-                if stats is None or not stats.has_min_max:
-                    return None
-                largest = max(largest, int(stats.max))
-        finally:
-            parquet.close()
+        found = column_max(uri, "input_ids.list.element")
+        if found is None:
+            return None
+        largest = max(largest, found)
     return largest
 
 

@@ -26,10 +26,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import fsspec
-import pyarrow.parquet as pq
 
 from schemas.errors import ConfigError
-from training.shards import find_success_marker, open_parquet
+from training.shards import column_max, find_success_marker
 
 POLICIES = ("refuse", "drop", "truncate-left", "window")
 MANIFEST = "manifest.json"
@@ -56,27 +55,6 @@ def _manifest_of(uri: str) -> tuple[dict[str, Any] | None, str]:
         return None, root
     with fs.open(manifest_path, "rb") as handle:
         return json.load(handle), root
-
-
-def _footer_max_tokens(uri: str) -> int | None:
-    """The largest ``num_tokens`` from the Parquet row-group statistics (None when a group has none)."""
-    parquet: pq.ParquetFile = open_parquet(uri)
-    try:
-        meta = parquet.metadata
-        # a leaf column index: nested columns before it (input_ids, turn_spans, ...) take several leaves
-        leaves = [meta.schema.column(i).path for i in range(meta.num_columns)]
-        if "num_tokens" not in leaves:
-            return None
-        column = leaves.index("num_tokens")
-        best = 0
-        for group in range(parquet.metadata.num_row_groups):
-            stats = parquet.metadata.row_group(group).column(column).statistics
-            if stats is None or not stats.has_min_max:
-                return None
-            best = max(best, int(stats.max))
-        return best
-    finally:
-        parquet.close()
 
 
 def run_manifests(files: Sequence[str]) -> dict[str, tuple[dict[str, Any] | None, str]]:
@@ -106,7 +84,8 @@ def longest_sample(files: Sequence[str], manifests: dict[str, tuple[dict[str, An
         if entry is not None and "max_tokens" in entry:
             longest, sources = max(longest, int(entry["max_tokens"])), sources | {MANIFEST}
             continue
-        footer = _footer_max_tokens(uri)
+        footer = column_max(uri, "num_tokens")
+        footer = None if footer is None else max(footer, 0)
         if footer is None:
             return None
         longest, sources = max(longest, footer), sources | {"parquet statistics"}

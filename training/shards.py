@@ -144,6 +144,30 @@ def open_parquet(uri: str) -> pq.ParquetFile:
                           "`lwm run` again to rebuild it") from None
 
 
+def column_max(uri: str, leaf: str) -> int | None:
+    """The largest value of the leaf column `leaf` (``num_tokens``, ``input_ids.list.element``) in `uri`, from its
+    Parquet row-group statistics: -1 for a file without rows, None where the column or a row group's statistics
+    are missing (the values must then be read)."""
+    parquet = open_parquet(uri)
+    try:
+        meta = parquet.metadata
+        # a leaf column index: nested columns before it (input_ids, turn_spans, ...) take several leaves
+        leaves = [meta.schema.column(i).path for i in range(meta.num_columns)]
+        if leaf not in leaves:
+            return None
+        column, largest = leaves.index(leaf), -1
+        for group in range(meta.num_row_groups):
+            if meta.row_group(group).num_rows == 0:
+                continue
+            stats = meta.row_group(group).column(column).statistics
+            if stats is None or not stats.has_min_max:
+                return None
+            largest = max(largest, int(stats.max))
+        return largest
+    finally:
+        parquet.close()
+
+
 def _check_schema(uri: str, schema: pa.Schema, extra_columns: Sequence[str]) -> None:
     names = set(schema.names)
     missing = [c for c in (*REQUIRED_COLUMNS, *extra_columns) if c not in names]
