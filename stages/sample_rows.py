@@ -134,6 +134,9 @@ def build_rows(traj: Trajectory, cfg: dict[str, Any], seg, table, stats: Stats, 
         if len(prompt) > int(pools_cfg["rl_prompt_cap"]):
             stats.add("filtered.rl_prompt_cap")
             return
+        if len(prompt) > limit:  # a prompt the model cannot read whole: rl prompts are dropped, never truncated
+            stats.add("filtered.sample_over_context_limit")
+            return
         score = scores[t - 1]
         messages = [{"role": "system", "content": system_text}]
         for h in range(1, t):

@@ -156,7 +156,7 @@ def test_config_errors_are_one_clear_line(tmp_path):
     assert proc.returncode == 2 and "not writable" in proc.stderr.strip().splitlines()[-1]
 
 
-def test_rl_pool_has_one_sample_per_trajectory_and_counts_the_cap(runs, tmp_path):
+def test_rl_pool_has_one_sample_per_trajectory_and_counts_the_cap_and_the_context_limit(runs, tmp_path):
     out = runs[0]
     manifest = json.loads((out / "manifest.json").read_text())
     rl_rows = [r for p in (out / "shards" / "rl").glob("*.parquet") for r in pq.read_table(p).to_pylist()]
@@ -172,6 +172,15 @@ def test_rl_pool_has_one_sample_per_trajectory_and_counts_the_cap(runs, tmp_path
     m2 = json.loads((capped / "manifest.json").read_text())
     assert m2["counts"]["filtered"]["rl_prompt_cap"] == n_rl
     assert m2["counts"]["samples"].get("rl", 0) == 0
+    # a context limit below the rl cap bounds rl prompts too: they are dropped whole, never truncated
+    cfg.write_text("[pools]\ncontext_limit = 50\n")
+    short = tmp_path / "short"
+    lwm("run", "--executor", "local", "-i", str(out.parent / "in"), "-o", str(short), "--config", str(cfg),
+        "--progress", "off")
+    m3 = json.loads((short / "manifest.json").read_text())
+    assert m3["counts"].get("samples", {}).get("rl", 0) == 0
+    assert m3["counts"]["filtered"]["sample_over_context_limit"] >= n_rl
+    assert "rl_prompt_cap" not in m3["counts"]["filtered"]
 
 
 def test_going_back_to_an_earlier_shard_layout_writes_its_files_again(runs, tmp_path):
