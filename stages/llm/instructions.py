@@ -12,7 +12,8 @@ none, with a model, from the trajectory itself:
   An answer that shares ``llm.spoiler_ngram`` consecutive words (lowercased word characters) with
   any observation is rejected, as is one longer than ``llm.instruction_max_chars`` or without the
   tag pair; rejected answers are re-asked ``llm.instruction_reasks`` times (a distinct request,
-  told why), then the trajectory keeps no instruction and the reason is counted;
+  told why), then the trajectory goes on without an instruction (it is not dropped: its samples are
+  made as without this stage) and the reason is counted (``without_instruction.<reason>``);
 - a trajectory whose source already has an instruction keeps it and costs no request;
 - only trajectories of ``llm.instruction_pools`` are asked (the eval pool is left as recorded).
 
@@ -200,8 +201,8 @@ class InstructionStage:
             row = rows[traj.traj_id]
             if row["status"] != "source":
                 ctx.stats.add(f"status.{row['status']}")
-            if row["status"] == "rejected":
-                ctx.stats.add(f"dropped.{row['reason']}")
+            if row["status"] == "rejected":  # the trajectory goes on, without an instruction
+                ctx.stats.add(f"without_instruction.{row['reason']}")
             out.append(row)
         return out
 
