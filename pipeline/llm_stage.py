@@ -8,7 +8,9 @@ every other stage. What this module adds to that:
   ``<out>/_llm/cache/`` (any fsspec URL, so S3 too) before it is used, keyed by the request
   body (model, messages, parameters) and a salt — not by the endpoint or the API key, so the same
   model served elsewhere reuses the answers. A killed run re-sends nothing already answered, and
-  since every later step is a function of the cached answers, the shards come out byte-identical;
+  since every later step is a function of the cached answers, the shards come out byte-identical.
+  A request the server refuses for good (`stages.llm.client.refuses_the_request`) is recorded too, for
+  that endpoint only; other failures are asked again by the next run;
 - **budget**: ``llm.max_requests`` / ``llm.max_tokens`` (0 = no limit) bound what one invocation
   sends, over every worker (a shared ledger: a Ray actor on Ray, a counter in-process). When it
   is spent the run stops with `BudgetExhausted`; what was answered stays cached, so the next run
@@ -18,7 +20,8 @@ every other stage. What this module adds to that:
 - **dry run**: ``llm.dry_run`` (``--llm-dry-run``) prints the first rendered requests of each
   stage and the projected number of calls, sends nothing, and stops the run (`LLMDryRun`);
 - **accounting**: each task's marker keeps its usage (requests, cache hits, retries, failures per
-  reason, tokens); the manifest's ``llm`` section sums them per stage with the model name.
+  reason and the refusals among them, tokens); the manifest's ``llm`` section sums them per stage with
+  the model name.
 
 A stage is an object (`stages.llm.stage.LLMStage`: ``name``, ``schema``, ``wants``, ``process``,
 ``dry_requests``, ``apply``) registered under a name (`register_stage`); stages run in the order of
@@ -54,6 +57,7 @@ from pipeline.outputs import AtomicParquetWriter, out_fs
 from pipeline.process_executor import in_this_process
 from schemas.errors import ConfigError
 from schemas.stats import merge_all
+from stages.llm.answer_cache import REFUSED
 from stages.llm.stage import Applied, BudgetExhausted, EndpointFailed, StageClient, StageContext
 from stages.sample_rows import key_parts, sample_key
 from stages.templates import templates_digest
@@ -213,23 +217,25 @@ def run_llm_task(task: dict[str, Any]) -> dict[str, Any]:
               "rows": len(rows), "bytes": 0, "spec_hash": task["spec_hash"],
               # what later stages and the samples depend on: these rows, which a run again may change
               "output": w.sha256()}
-    if usage["failures"]:  # never answered (failed requests are not cached): the next run asks again
+    # failed requests are not cached: the next run asks them again. A refusal is, but only for its endpoint: the task
+    # runs again too, answered from the cache with nothing sent to this endpoint, so that another one is asked.
+    if usage["failures"]:
         result["incomplete"] = True
     return result
 
 
 def _merge_usage(usages: Sequence[dict[str, Any]]) -> dict[str, Any]:
     out: dict[str, Any] = {"calls": 0, "attempts": 0, "retries": 0, "cache_hits": 0, "failures": 0,
-                           "prompt_tokens": 0, "completion_tokens": 0, "errors": {}}
+                           "prompt_tokens": 0, "completion_tokens": 0, "errors": {}, "refused": {}}
     for u in usages:
         for k, v in u.items():
-            if k == "errors":
+            if isinstance(v, dict):  # per reason: errors, refused
                 for e, n in v.items():
-                    out["errors"][e] = out["errors"].get(e, 0) + n
+                    out[k][e] = out[k].get(e, 0) + n
             else:
                 out[k] = out.get(k, 0) + v
     out["requests"] = out["calls"] - out["cache_hits"]  # answers not found in the cache (sent, or failed)
-    out["errors"] = dict(sorted(out["errors"].items()))
+    out["errors"], out["refused"] = dict(sorted(out["errors"].items())), dict(sorted(out["refused"].items()))
     return out
 
 
@@ -302,17 +308,27 @@ def run_llm_stages(cfg: dict[str, Any], fs, root: str, executor, ingest_results,
             usage = _merge_usage([r["usage"] for r in results])
             section["stages"][get_stage(name).name] = {"usage": usage, "counts": stats.nested(),
                                                        "rows": sum(int(r["rows"]) for r in results)}
-            if usage["failures"]:
-                common = sorted(usage["errors"].items(), key=lambda en: -en[1])
-                reasons = ", ".join(f"{e} {n}" for e, n in common[:5])
-                reasons += f", and {len(common) - 5} other reason(s)" if len(common) > 5 else ""
-                echo(f"warning: llm stage {name}: {usage['failures']} request(s) got no answer ({reasons}); what "
-                     "needed them is dropped in this run, and the same command run again asks them again")
+            failed = {e: n - usage["refused"].get(e, 0) for e, n in usage["errors"].items()}
+            if any(failed.values()):
+                echo(f"warning: llm stage {name}: {sum(failed.values())} request(s) got no answer ({_reasons(failed)}); "
+                     "what needed them is dropped in this run, and the same command run again asks them again")
+            if usage["refused"]:
+                echo(f"warning: llm stage {name}: {sum(usage['refused'].values())} request(s) refused by the server "
+                     f"as it will refuse them again ({_reasons(usage['refused'])}); recorded in "
+                     f"{posixpath.join(cache_root(cfg['run']['out']), REFUSED)}, they are not asked again at this "
+                     "endpoint (another endpoint, model or prompt is asked); what needed them is dropped")
             done.append(name)
     finally:
         owner.close()
     manifest["llm"] = section
     return {"stages": done, "specs": {tid: spec_hash(base, spec) for tid, spec in prior.items()}}
+
+
+def _reasons(counts: dict[str, int]) -> str:
+    """``reason count, …`` for the five commonest reasons of `counts`."""
+    common = sorted(((e, n) for e, n in counts.items() if n), key=lambda en: -en[1])
+    text = ", ".join(f"{e} {n}" for e, n in common[:5])
+    return text + (f", and {len(common) - 5} other reason(s)" if len(common) > 5 else "")
 
 
 def _endpoint_failed(llm: dict[str, Any], stage: str, snap: dict[str, Any], out: str) -> str:

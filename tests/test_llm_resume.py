@@ -11,6 +11,8 @@ import subprocess
 import time
 from pathlib import Path
 
+import pyarrow.parquet as pq
+
 from pipeline.run import run_pipeline
 from tests.helpers import (
     LWM,
@@ -116,6 +118,47 @@ def test_requests_that_got_no_answer_are_asked_again_by_the_next_run(tmp_path):
         asked = list(server.requests)
     assert asked and all("s2" in json.dumps(b) for b in asked)  # only what got no answer; the rest is cached
     assert again["counts"]["samples"]["sft"] == 4
+    assert _shards(out) == _shards(fresh)
+
+
+OVER_CONTEXT = Status(400, body=b'{"object": "error", "message": "This model\'s maximum context length is 8192 tokens."}')
+
+
+def test_requests_the_server_refuses_for_good_are_not_asked_again_at_that_endpoint(tmp_path):
+    corpus = write_llm_corpus(tmp_path / "in.jsonl", SCENARIOS[:4])
+    fresh = tmp_path / "fresh"
+    with JudgeServer(Script()) as server:
+        run_pipeline(llm_config([corpus], fresh, server.url, "sft"), echo=lambda m: None)
+
+    out, script = tmp_path / "out", Script()
+
+    def small_context(body, n):  # every prompt about s2 is over this server's context
+        return OVER_CONTEXT if "s2" in json.dumps(body) else script(body, n)
+
+    lines: list[str] = []
+    with JudgeServer(small_context) as server:
+        first = run_pipeline(llm_config([corpus], out, server.url, "sft"), echo=lines.append)
+        asked_first = list(server.requests)
+        again = run_pipeline(llm_config([corpus], out, server.url, "sft"), echo=lambda m: None)
+        assert len(server.requests) == len(asked_first)  # the same command again: nothing is sent
+    assert sum("s2" in json.dumps(b) for b in asked_first) == 1 + 3  # the instruction, then 3 candidates
+    rows = {r["traj_id"]: r for p in (out / "llm" / "instructions").glob("*.parquet") for r in pq.read_table(p).to_pylist()}
+    assert (rows["t-s2"]["status"], rows["t-s2"]["reason"]) == ("rejected", "request_refused")
+    for manifest in (first, again):
+        stages = manifest["llm"]["stages"]
+        assert stages["instructions"]["usage"]["refused"] == {"HTTP 400: This model's maximum context length is "
+                                                              "8192 tokens.": 1}
+        assert stages["sft_reasoning"]["counts"]["dropped"] == {"request_refused": 1}
+        assert manifest["counts"]["samples"]["sft"] == 3
+    assert any(ln.startswith("warning: llm stage instructions: 1 request(s) refused by the server as it will refuse "
+                             "them again (HTTP 400: This model's maximum context length is 8192 tokens. 1)")
+               for ln in lines), lines
+    assert not any("got no answer" in ln for ln in lines), lines
+
+    with JudgeServer(Script()) as larger:  # another server, which takes the longer prompts: they are asked there
+        run_pipeline(llm_config([corpus], out, larger.url, "sft"), echo=lambda m: None)
+        asked = list(larger.requests)
+    assert asked and all("s2" in json.dumps(b) for b in asked)
     assert _shards(out) == _shards(fresh)
 
 

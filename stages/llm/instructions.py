@@ -29,7 +29,7 @@ from typing import Any
 import pyarrow as pa
 
 from schemas.trajectory import Trajectory
-from stages.llm.stage import Request, StageContext
+from stages.llm.stage import Request, StageContext, unanswered_reason
 from stages.pools import pool_of
 
 TAG_OPEN, TAG_CLOSE = "<simulation_instruction>", "</simulation_instruction>"
@@ -157,7 +157,7 @@ class InstructionStage:
 
     def _check(self, traj: Trajectory, answer, ctx: StageContext) -> tuple[str | None, str]:
         if not answer.ok:
-            return None, "request_failed"
+            return None, unanswered_reason(answer)
         text, reason = parse_instruction(answer.text, int(ctx.llm["instruction_max_chars"]))
         if text is not None:
             gram = shared_ngram(text, [t.observation for t in traj.turns], int(ctx.llm["spoiler_ngram"]))
@@ -186,7 +186,7 @@ class InstructionStage:
                 if reason:
                     ctx.stats.add(f"rejected_answers.{reason}")
                     reasons[traj.traj_id] = reason
-                    if reason != "request_failed":  # a failed request was already retried by the client
+                    if answer.ok:  # a request without an answer was retried by the client, or is refused for good
                         retry.append(traj)
                         continue
                 status = "rejected" if reason else ("derived" if text is not None else "none")

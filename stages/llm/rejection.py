@@ -15,8 +15,10 @@ samples stage builds exactly these targets):
    comparison keeps the earlier candidate and is counted (``ties.unresolved``);
 5. the winner is kept when its reward reaches ``llm.threshold`` (on the rubric's [0, 25] scale),
    else the target is dropped as ``below_threshold``. A target none of whose candidates could be
-   scored is dropped as ``request_failed`` (no answer came back), ``malformed`` (answers without
-   one tag pair or without reasoning) or ``judge_failed`` (the judge gave no valid scores).
+   scored is dropped as ``request_failed`` (no answer came back), ``request_refused`` (the server
+   refuses the requests themselves, a prompt over its context: recorded, not asked again at that
+   endpoint), ``malformed`` (answers without one tag pair or without reasoning) or ``judge_failed``
+   (the judge gave no valid scores).
 
 The kept reasoning (the text before the tag, think tags removed) is the world model's reasoning for
 that target (`stages.llm.stage.Applied`; the turn's own ``reasoning``, the agent's thought, is left
@@ -37,7 +39,7 @@ from typing import Any
 import pyarrow as pa
 
 from schemas.trajectory import Trajectory
-from stages.llm.stage import Applied, Request, StageContext
+from stages.llm.stage import Applied, Request, StageContext, unanswered_reason
 from stages.pools import choose_template, choose_turns, pool_of
 from stages.render import history_reply, target_prompt, user_prompt
 from stages.reward import RewardConfig, RewardInput, score_batch, split_prompt
@@ -173,11 +175,12 @@ class RejectionStage:
         items, owners = [], []
         for tg in live:
             tg.scores = [-1.0] * len(tg.answers)
-            tg.failures = {"request_failed": 0, "malformed": 0, "judge_failed": 0}
+            tg.failures = {"request_failed": 0, "request_refused": 0, "malformed": 0, "judge_failed": 0}
             for j, ans in enumerate(tg.answers):
                 if not ans.ok:
-                    tg.failures["request_failed"] += 1
-                    ctx.stats.add("candidates.request_failed")
+                    reason = unanswered_reason(ans)
+                    tg.failures[reason] += 1
+                    ctx.stats.add(f"candidates.{reason}")
                     continue
                 if not extract_prediction(ans.text).ok or not reasoning_of(ans.text):
                     tg.failures["malformed"] += 1
@@ -202,8 +205,8 @@ class RejectionStage:
             tg.best, tg.tied, tg.winner = max(tg.scores, default=-1.0), 0, -1
             if tg.best < 0:
                 f = tg.failures
-                tg.reason = ("judge_failed" if f["judge_failed"] else
-                             "malformed" if f["malformed"] else "request_failed")
+                tg.reason = ("judge_failed" if f["judge_failed"] else "malformed" if f["malformed"] else
+                             "request_failed" if f["request_failed"] else "request_refused")
                 continue
             tied = [j for j, s in enumerate(tg.scores) if s == tg.best]
             tg.tied, tg.winner = len(tied), tied[0]

@@ -66,8 +66,8 @@ class StageClient(ChatClient):
         blob = json.dumps({"body": body, "salt": salt}, sort_keys=True, ensure_ascii=False)
         return hashlib.sha256(blob.encode("utf-8")).hexdigest()
 
-    def _cache_get(self, key: str):
-        found = super()._cache_get(key)
+    def _cache_get(self, key: str, folder: str = ""):
+        found = super()._cache_get(key, folder)
         if found is not None and self.ledger is not None:
             self.ledger.hit()
         return found
@@ -86,6 +86,13 @@ class StageClient(ChatClient):
     def _before_retry(self) -> None:
         if self.ledger is not None and not self.ledger.take():  # a retry is sent, and paid for, like any request
             raise BudgetExhausted("llm budget spent")
+
+
+def unanswered_reason(answer: ChatResult) -> str:
+    """Why a request has no answer, as a stage's rows name it: ``request_refused`` when the server refuses the request
+    itself as it would every time (recorded in the cache: not asked again at that endpoint), else ``request_failed``
+    (nothing recorded: the next run asks again)."""
+    return "request_refused" if answer.refused else "request_failed"
 
 
 @dataclass(frozen=True)
