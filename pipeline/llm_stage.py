@@ -32,17 +32,16 @@ samples stage applies them all.
 from __future__ import annotations
 
 import json
-import os
 import posixpath
 from collections.abc import Callable, Sequence
 from typing import Any
-from urllib.parse import urlsplit
 
 from pipeline.config import output_config
 from pipeline.dedup_stage import removed_ids
 from pipeline.engine import RunContext, Stage, run_tasks, spec_hash
 from pipeline.leftovers import remove_stale_task_outputs
 from pipeline.llm_budget import ENDPOINT_FAILURES_IN_A_ROW, LedgerOwner, Ticker, ledger_for
+from pipeline.llm_clients import cache_root, make_client
 from pipeline.llm_config import (  # noqa: F401  (re-exported: the stage API lives here for callers)
     LLM_DEFAULTS,
     LLM_EXECUTION_KEYS,
@@ -58,7 +57,7 @@ from pipeline.process_executor import in_this_process
 from schemas.errors import ConfigError
 from schemas.stats import merge_all
 from stages.llm.answer_cache import REFUSED
-from stages.llm.stage import Applied, BudgetExhausted, EndpointFailed, StageClient, StageContext
+from stages.llm.stage import Applied, BudgetExhausted, EndpointFailed, StageContext
 from stages.sample_rows import key_parts, sample_key
 from stages.templates import templates_digest
 
@@ -69,44 +68,6 @@ class LLMDryRun(Exception):  # the run stops after printing its plan; not an err
     def __init__(self, report: dict[str, Any]) -> None:
         super().__init__("llm dry run: nothing was sent")
         self.report = report
-
-
-# ------------------------------------------------------------------------------------ client
-
-
-def cache_root(out: str) -> str:
-    return posixpath.join(out.rstrip("/"), "_llm", "cache")
-
-
-def api_key_env(llm: dict[str, Any], judge: bool = False) -> str:
-    """The environment variable holding the key for the generator's or the judge's requests ("" = no key). The judge
-    gets the generator's key only on the generator's server (scheme, host and port), unless
-    ``llm.judge_api_key_env`` names its own: a key is never sent to a server it was not given for."""
-    if not judge or not llm["judge_endpoint"]:
-        return llm["api_key_env"]
-    if llm["judge_api_key_env"]:
-        return llm["judge_api_key_env"]
-    return llm["api_key_env"] if _origin(llm["judge_endpoint"]) == _origin(llm["endpoint"]) else ""
-
-
-def _origin(url: str) -> tuple[str, str, int | None]:
-    parts = urlsplit(url)
-    return parts.scheme.lower(), (parts.hostname or "").lower(), parts.port or {"http": 80, "https": 443}.get(
-        parts.scheme.lower())
-
-
-def make_client(llm: dict[str, Any], out: str, ledger=None, judge: bool = False) -> StageClient:
-    endpoint = (llm["judge_endpoint"] if judge else "") or llm["endpoint"]
-    model = (llm["judge_model"] if judge else "") or llm["model"]
-    key_env = api_key_env(llm, judge)
-    return StageClient(
-        endpoint, model, (os.environ.get(key_env) if key_env else None) or None,
-        timeout_s=float(llm["timeout_s"]), max_retries=int(llm["max_retries"]),
-        backoff_s=float(llm["backoff_s"]), max_backoff_s=float(llm["max_backoff_s"]),
-        max_concurrency=int(llm["concurrency"]), cache_dir=cache_root(out), ledger=ledger,
-        # the judge grades, it does not sample; its answers are bounded like the generator's
-        default_params={"temperature": 0.0, "max_tokens": int(llm["judge_max_tokens"])} if judge else None,
-    )
 
 
 def read_kept(fs, root: str, task_id: str, drop: set[str], dups: dict[str, int] | None = None):
