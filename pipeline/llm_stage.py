@@ -57,7 +57,14 @@ from pipeline.process_executor import in_this_process
 from schemas.errors import ConfigError
 from schemas.stats import merge_all
 from stages.llm.answer_cache import REFUSED
-from stages.llm.stage import Applied, BudgetExhausted, EndpointFailed, StageContext
+from stages.llm.stage import (
+    EARLIER_STAGE_UNANSWERED,
+    Applied,
+    BudgetExhausted,
+    EndpointFailed,
+    StageContext,
+    UnsentClient,
+)
 from stages.sample_rows import key_parts, sample_key
 from stages.templates import templates_digest
 
@@ -157,16 +164,21 @@ def run_llm_task(task: dict[str, Any]) -> dict[str, Any]:
     llm = cfg["llm"]
     ctx = StageContext(cfg, make_client(llm, task["out"], ledger), make_client(llm, task["out"], ledger, judge=True))
     earlier = Augment(cfg, fs, root, task["task_id"], task["earlier"])
-    kept = []
+    kept, waiting = [], []  # waiting: an earlier stage got no answer for them, so their prompts would lack its output
     for key, traj in read_kept(fs, root, task["task_id"], set(task.get("drop") or ()), task.get("dups")):
-        earlier.apply(traj, key)
+        unanswered = earlier.apply(traj, key).unanswered
         if stage.wants(traj, ctx):
-            kept.append((key, traj))
+            (waiting if unanswered else kept).append((key, traj))
+    # the waiting ones go through the stage too, with requests that are never sent: it drops what needed them
+    unsent = StageContext(cfg, UnsentClient(), UnsentClient(), ctx.stats)
     rows: list[dict[str, Any]] = []
-    for batch in unique_id_batches(kept, max(1, int(llm["batch"]))):
-        occurrence = {traj.traj_id: key_parts(key)[1] for key, traj in batch}
-        rows.extend({**row, "occurrence": occurrence.get(row["traj_id"])}
-                    for row in stage.process([traj for _, traj in batch], ctx))
+    for group, group_ctx in ((kept, ctx), (waiting, unsent)):
+        for batch in unique_id_batches(group, max(1, int(llm["batch"]))):
+            occurrence = {traj.traj_id: key_parts(key)[1] for key, traj in batch}
+            rows.extend({**row, "occurrence": occurrence.get(row["traj_id"])}
+                        for row in stage.process([traj for _, traj in batch], group_ctx))
+    if waiting:
+        ctx.stats.add(f"not_asked.{EARLIER_STAGE_UNANSWERED}", len(waiting))
     schema = output_schema(stage)
     with AtomicParquetWriter(fs, stage_output(root, stage.name, task["task_id"]), schema, rows_per_group=1024,
                              compression_level=3, digest=True) as w:
@@ -178,9 +190,10 @@ def run_llm_task(task: dict[str, Any]) -> dict[str, Any]:
               "rows": len(rows), "bytes": 0, "spec_hash": task["spec_hash"],
               # what later stages and the samples depend on: these rows, which a run again may change
               "output": w.sha256()}
-    # failed requests are not cached: the next run asks them again. A refusal is, but only for its endpoint: the task
-    # runs again too, answered from the cache with nothing sent to this endpoint, so that another one is asked.
-    if usage["failures"]:
+    # failed requests are not cached: the next run asks them again, and what was not asked for want of them. A refusal
+    # is, but only for its endpoint: the task runs again too, answered from the cache with nothing sent to this
+    # endpoint, so that another one is asked.
+    if usage["failures"] or waiting:
         result["incomplete"] = True
     return result
 
@@ -273,6 +286,10 @@ def run_llm_stages(cfg: dict[str, Any], fs, root: str, executor, ingest_results,
             if any(failed.values()):
                 echo(f"warning: llm stage {name}: {sum(failed.values())} request(s) got no answer ({_reasons(failed)}); "
                      "what needed them is dropped in this run, and the same command run again asks them again")
+            if waiting := stats.nested().get("not_asked", {}).get(EARLIER_STAGE_UNANSWERED):
+                echo(f"warning: llm stage {name}: {int(waiting)} trajectory(ies) not asked, as an earlier stage got no "
+                     "answer for them (their prompts would lack its output); what needed them is dropped in this run, "
+                     "and the same command run again asks them")
             if usage["refused"]:
                 echo(f"warning: llm stage {name}: {sum(usage['refused'].values())} request(s) refused by the server "
                      f"as it will refuse them again ({_reasons(usage['refused'])}); recorded in "

@@ -121,6 +121,42 @@ def test_requests_that_got_no_answer_are_asked_again_by_the_next_run(tmp_path):
     assert _shards(out) == _shards(fresh)
 
 
+def test_a_later_stage_sends_nothing_about_a_trajectory_an_earlier_stage_got_no_answer_for(tmp_path):
+    corpus = write_llm_corpus(tmp_path / "in.jsonl", SCENARIOS[:4])
+    fresh = tmp_path / "fresh"
+    with JudgeServer(Script()) as server:
+        run_pipeline(llm_config([corpus], fresh, server.url, "sft"), echo=lambda m: None)
+
+    out, script = tmp_path / "out", Script()
+
+    def instruction_down(body, n):  # only the instruction request about s2 fails; the sft requests would be answered
+        system = body["messages"][0]["content"]
+        if system.startswith("You write simulation instructions") and "s2" in json.dumps(body):
+            return Status(500)
+        return script(body, n)
+
+    lines: list[str] = []
+    with JudgeServer(instruction_down) as server:
+        first = run_pipeline(llm_config([corpus], out, server.url, "sft"), echo=lines.append)
+        asked = list(server.requests)
+    about_s2 = [b for b in asked if "s2" in json.dumps(b)]
+    assert len(about_s2) == 2 and all("simulation instructions" in b["messages"][0]["content"] for b in about_s2)
+    assert len(asked) - len(about_s2) == 3 + 3 * 6  # the other trajectories: an instruction, 3 candidates, 3 grades
+    counts = first["llm"]["stages"]["sft_reasoning"]["counts"]
+    assert counts["not_asked"] == {"earlier_stage_unanswered": 1}
+    assert counts["dropped"] == {"earlier_stage_unanswered": 1} and counts["kept"] == 3
+    assert first["counts"]["filtered"] == {"llm_earlier_stage_unanswered": 1}
+    assert first["counts"]["samples"]["sft"] == 3
+    assert any(ln.startswith("warning: llm stage sft_reasoning: 1 trajectory(ies) not asked, as an earlier stage got "
+                             "no answer for them") for ln in lines), lines
+
+    with JudgeServer(Script()) as server:  # the endpoint is well again: s2 is asked, and only s2
+        run_pipeline(llm_config([corpus], out, server.url, "sft"), echo=lambda m: None)
+        again = list(server.requests)
+    assert len(again) == 1 + 6 and all("s2" in json.dumps(b) for b in again)
+    assert _shards(out) == _shards(fresh)
+
+
 OVER_CONTEXT = Status(400, body=b'{"object": "error", "message": "This model\'s maximum context length is 8192 tokens."}')
 
 

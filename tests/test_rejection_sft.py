@@ -243,6 +243,24 @@ def test_kept_reasoning_is_the_targets_and_leaves_the_agents_own_reasoning_alone
     assert applied.dropped == {1: "request_failed", 3: "below_threshold"}
 
 
+@pytest.mark.parametrize(("reasons", "unanswered"), [
+    (["request_failed", "request_failed"], True),  # nothing came back: a later stage waits for the next run
+    (["request_failed", "earlier_stage_unanswered"], True),
+    (["request_failed", ""], False),  # one target kept: the stage produced something for the trajectory
+    (["request_refused"], False),  # refused for good: final, as a low score is
+    (["below_threshold"], False),
+])
+def test_later_stages_are_told_when_no_target_of_a_trajectory_got_an_answer(reasons, unanswered):
+    from schemas.trajectory import Source, SystemPrompt, Trajectory, Turn
+    from stages.llm.rejection import STAGE
+
+    traj = Trajectory("t1", "terminal", "k", Source(), SystemPrompt("task", "shell"),
+                      [Turn('{"cmd": "ls"}', "a.txt"), Turn('{"cmd": "cat a.txt"}', "hello")])
+    rows = [{"traj_id": "t1", "turn_idx": t, "status": "dropped" if reason else "kept", "reason": reason,
+             "reasoning": None if reason else "cat prints it."} for t, reason in enumerate(reasons, 1)]
+    assert STAGE.apply(traj, rows, None).unanswered is unanswered
+
+
 def test_a_server_that_sends_the_thinking_apart_gives_the_same_kept_reasoning(first, tmp_path):
     """vLLM or SGLang with a reasoning parser: the text before the tag comes as ``message.reasoning_content``."""
     corpus = write_llm_corpus(tmp_path / "in.jsonl", ["good", "tie", "low"])

@@ -121,6 +121,7 @@ class ChatResult:
     endpoint_failed: bool = False  # the endpoint refused as it would any request: 401/403/404, or nothing listening
     tokens_known: bool = True  # False: the answer came without token counts (``usage``), so they count 0
     refused: bool = False  # the server refuses this request as it would every time (`refuses_the_request`)
+    not_sent: bool = False  # never sent: what it needed from an earlier model stage is missing (`stages.llm.stage`)
 
     @property
     def ok(self) -> bool:

@@ -29,7 +29,7 @@ from typing import Any
 import pyarrow as pa
 
 from schemas.trajectory import Trajectory
-from stages.llm.stage import Request, StageContext, unanswered_reason
+from stages.llm.stage import Applied, Request, StageContext, all_unanswered, unanswered_reason
 from stages.pools import pool_of
 
 TAG_OPEN, TAG_CLOSE = "<simulation_instruction>", "</simulation_instruction>"
@@ -206,11 +206,12 @@ class InstructionStage:
             out.append(row)
         return out
 
-    def apply(self, traj: Trajectory, rows: list[dict[str, Any]], ctx: StageContext) -> dict[int, str]:
+    def apply(self, traj: Trajectory, rows: list[dict[str, Any]], ctx: StageContext) -> Applied:
         for row in rows:
             if row["status"] == "derived" and not traj.system.simulation_instruction:
                 traj.system.simulation_instruction = row["instruction"]
-        return {}
+        # no answer yet: the instruction a later run may derive would change every later prompt
+        return Applied(unanswered=all_unanswered(rows, "rejected"))
 
 
 STAGE = InstructionStage()

@@ -13,6 +13,8 @@ A stage (see `pipeline.llm_stage` for how stages are run, resumed and accounted)
   later stages and the samples see, and which target turns must not become samples; an `Applied` also
   gives the world model's reasoning for a target. That reasoning is kept apart from ``Turn.reasoning``,
   the agent's own thought before its action (what the WMAT policy segments hold), never the world model's.
+  An `Applied` whose ``unanswered`` is set says the stage got no answer for the trajectory (its requests
+  failed): a later stage sends nothing about it in this run (`UnsentClient`), and the next run asks again.
 """
 
 from __future__ import annotations
@@ -37,12 +39,14 @@ class Applied:
 
     dropped: dict[int, str] = field(default_factory=dict)  # target turn -> why it becomes no sample
     reasoning: dict[int, str] = field(default_factory=dict)  # target turn -> the world model's reasoning
+    unanswered: bool = False  # a stage got no answer for the trajectory: it is not yet what the stages would make
 
     def add(self, other: dict[int, str] | Applied | None) -> None:
         """Take in what one stage's ``apply`` returned: drop reasons, or an `Applied`."""
         if isinstance(other, Applied):
             self.dropped.update(other.dropped)
             self.reasoning.update(other.reasoning)
+            self.unanswered = self.unanswered or other.unanswered
         elif other:
             self.dropped.update(other)
 
@@ -88,11 +92,41 @@ class StageClient(ChatClient):
             raise BudgetExhausted("llm budget spent")
 
 
+EARLIER_STAGE_UNANSWERED = "earlier_stage_unanswered"
+# Reasons in a stage's rows that the next run may change: it asks those requests again.
+UNANSWERED = frozenset({"request_failed", EARLIER_STAGE_UNANSWERED})
+
+
 def unanswered_reason(answer: ChatResult) -> str:
     """Why a request has no answer, as a stage's rows name it: ``request_refused`` when the server refuses the request
-    itself as it would every time (recorded in the cache: not asked again at that endpoint), else ``request_failed``
-    (nothing recorded: the next run asks again)."""
+    itself as it would every time (recorded in the cache: not asked again at that endpoint),
+    ``earlier_stage_unanswered`` when it was not sent (`UnsentClient`), else ``request_failed`` (nothing recorded:
+    the next run asks again)."""
+    if answer.not_sent:
+        return EARLIER_STAGE_UNANSWERED
     return "request_refused" if answer.refused else "request_failed"
+
+
+def all_unanswered(rows: Sequence[dict[str, Any]], failed_status: str) -> bool:
+    """Whether a stage's rows of one trajectory (each with ``status`` and ``reason``) say it produced nothing for it
+    for want of answers: every row has `failed_status` and a reason of `UNANSWERED`."""
+    return bool(rows) and all(r["status"] == failed_status and r["reason"] in UNANSWERED for r in rows)
+
+
+class UnsentClient:
+    """Stands in for the clients when a stage is given trajectories an earlier stage got no answer for: every request
+    comes back at once without an answer and unsent, so the stage drops what needed it as it would after a failed
+    request (reason ``earlier_stage_unanswered``) and spends nothing on a prompt that lacks the earlier stage's
+    output; the next run, which asks the earlier stage again, asks these too."""
+
+    max_concurrency = 1
+    ERROR = "not sent: an earlier stage got no answer for this trajectory"
+
+    def chat(self, messages: Sequence[dict[str, str]], cache_salt: str = "", **params: Any) -> ChatResult:
+        return ChatResult(None, error=self.ERROR, not_sent=True)
+
+    def chat_many(self, requests: Sequence[Sequence[dict[str, str]]], **params: Any) -> list[ChatResult]:
+        return [self.chat(m) for m in requests]
 
 
 @dataclass(frozen=True)
@@ -104,7 +138,7 @@ class Request:
     params: dict[str, Any] = field(default_factory=dict)
 
 
-def send_all(client: ChatClient, requests: Sequence[Request]) -> list[ChatResult]:
+def send_all(client: ChatClient | UnsentClient, requests: Sequence[Request]) -> list[ChatResult]:
     """Every request through `client`, up to its concurrency at a time; results in order."""
     if not requests:
         return []
@@ -117,8 +151,8 @@ class StageContext:
     """What a stage sees: the resolved config, the clients (None in a dry run), counters."""
 
     cfg: dict[str, Any]
-    client: StageClient | None = None
-    judge: StageClient | None = None
+    client: StageClient | UnsentClient | None = None
+    judge: StageClient | UnsentClient | None = None
     stats: Stats = field(default_factory=Stats)
 
     @property

@@ -22,7 +22,7 @@ from typing import Any
 import pyarrow as pa
 
 from schemas.trajectory import Trajectory
-from stages.llm.stage import Request, StageContext, unanswered_reason
+from stages.llm.stage import Applied, Request, StageContext, all_unanswered, unanswered_reason
 from stages.pools import pool_of
 from stages.wmat import REASK_NOTE, block_messages, choose_steps, validate_block
 
@@ -104,8 +104,9 @@ class WmatBlockStage:
                 ctx.stats.add(f"dropped.{row['reason']}")
         return out_rows
 
-    def apply(self, traj: Trajectory, rows: list[dict[str, Any]], ctx: StageContext) -> dict[int, str]:
-        return {}  # blocks feed the WMAT pools only; the world-model pools are unchanged
+    def apply(self, traj: Trajectory, rows: list[dict[str, Any]], ctx: StageContext) -> Applied:
+        # blocks feed the WMAT pools only; the world-model pools are unchanged
+        return Applied(unanswered=all_unanswered(rows, "rejected"))
 
 
 STAGE = WmatBlockStage()
