@@ -45,6 +45,7 @@ def make_client(llm: dict[str, Any], out: str, ledger=None, judge: bool = False)
         timeout_s=float(llm["timeout_s"]), max_retries=int(llm["max_retries"]),
         backoff_s=float(llm["backoff_s"]), max_backoff_s=float(llm["max_backoff_s"]),
         max_concurrency=int(llm["concurrency"]), cache_dir=cache_root(out), ledger=ledger,
+        completion_tokens=int(llm["max_completion_tokens"]),
         # the judge grades, it does not sample; its answers are bounded like the generator's
         default_params={"temperature": 0.0, "max_tokens": int(llm["judge_max_tokens"])} if judge else None,
     )

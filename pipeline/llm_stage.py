@@ -12,7 +12,8 @@ every other stage. What this module adds to that:
   A request the server refuses for good (`stages.llm.client.refuses_the_request`) is recorded too, for
   that endpoint only; other failures are asked again by the next run;
 - **budget**: ``llm.max_requests`` / ``llm.max_tokens`` (0 = no limit) bound what one invocation
-  sends, over every worker (a shared ledger: a Ray actor on Ray, a counter in-process). When it
+  sends, over every worker (a shared ledger: a Ray actor on Ray, a counter in-process), the token
+  budget with requests in flight too (each holds the most it may cost until its usage comes). When it
   is spent the run stops with `BudgetExhausted`; what was answered stays cached, so the next run
   continues where this one stopped (the ledger and its progress line: `pipeline.llm_budget`);
 - **progress**: a line per stage every few seconds with requests sent, cache hits, requests/s,
@@ -262,13 +263,7 @@ def run_llm_stages(cfg: dict[str, Any], fs, root: str, executor, ingest_results,
                     if snap["endpoint_failures"] >= ENDPOINT_FAILURES_IN_A_ROW or isinstance(exc, EndpointFailed):
                         raise EndpointFailed(_endpoint_failed(llm, name, snap, cfg["run"]["out"])) from None
                     if snap["exhausted"] or isinstance(exc, BudgetExhausted):
-                        raise BudgetExhausted(
-                            f"llm budget spent in stage {name} after {snap['requests']} requests and "
-                            f"{snap['prompt_tokens'] + snap['completion_tokens']} tokens in this run "
-                            f"(llm.max_requests {llm['max_requests'] or 'unlimited'}, llm.max_tokens "
-                            f"{llm['max_tokens'] or 'unlimited'}); answers so far are cached in "
-                            f"{cache_root(cfg['run']['out'])}: run again to continue"
-                        ) from None
+                        raise BudgetExhausted(_budget_spent(llm, name, snap, cfg["run"]["out"])) from None
                     raise
             snap = owner.ledger.snapshot()
             if snap["endpoint_failures"] and not snap["answered"]:  # too few requests to stop on, none answered
@@ -307,6 +302,20 @@ def _reasons(counts: dict[str, int]) -> str:
     common = sorted(((e, n) for e, n in counts.items() if n), key=lambda en: -en[1])
     text = ", ".join(f"{e} {n}" for e, n in common[:5])
     return text + (f", and {len(common) - 5} other reason(s)" if len(common) > 5 else "")
+
+
+def _budget_spent(llm: dict[str, Any], stage: str, snap: dict[str, Any], out: str) -> str:
+    held = snap["refused_reservation"]
+    why = (f"; {snap['not_sent']} request(s) not sent, as a request holds the most it may cost (its prompt and "
+           f"max_tokens, up to {held} tokens) until its usage comes, and llm.max_tokens would not hold it"
+           if held else f"; {snap['not_sent']} request(s) not sent" if snap["not_sent"] else "")
+    if llm["max_tokens"] and held > llm["max_tokens"]:  # no run of this budget can send it
+        why += (f"; a request of {held} tokens never fits: raise llm.max_tokens, or lower llm.max_completion_tokens "
+                "or llm.judge_max_tokens")
+    return (f"llm budget spent in stage {stage} after {snap['requests']} requests and "
+            f"{snap['prompt_tokens'] + snap['completion_tokens']} tokens in this run (llm.max_requests "
+            f"{llm['max_requests'] or 'unlimited'}, llm.max_tokens {llm['max_tokens'] or 'unlimited'}){why}; "
+            f"answers so far are cached in {cache_root(out)}: run again to continue")
 
 
 def _endpoint_failed(llm: dict[str, Any], stage: str, snap: dict[str, Any], out: str) -> str:

@@ -59,12 +59,29 @@ class EndpointFailed(ConfigError):
     """The endpoint refused request after request as it would any (a wrong key, model or URL, nothing listening)."""
 
 
-class StageClient(ChatClient):
-    """`ChatClient` whose cache key is the request content only and whose sends draw on a ledger."""
+# Tokens a chat template may add around each message (role markers, separators) and before the answer.
+TEMPLATE_TOKENS = 16
 
-    def __init__(self, *args, ledger=None, **kwargs) -> None:
+
+def token_reservation(body: dict[str, Any], default_completion: int = 0) -> int:
+    """The most tokens a request may cost, which the budget holds while it is in flight: its messages' UTF-8 bytes as
+    JSON (a byte-level BPE tokenizer makes no more tokens than bytes) with `TEMPLATE_TOKENS` each and for the answer's
+    start, and its completion bound, ``max_tokens`` (`default_completion` for a request without one)."""
+    prompt = sum(len(json.dumps(m, ensure_ascii=False).encode("utf-8", "surrogatepass")) + TEMPLATE_TOKENS
+                 for m in body.get("messages") or ())
+    completion = body.get("max_tokens") or body.get("max_completion_tokens") or default_completion
+    return prompt + TEMPLATE_TOKENS + int(completion)
+
+
+class StageClient(ChatClient):
+    """`ChatClient` whose cache key is the request content only and whose sends draw on a ledger.
+
+    `completion_tokens`: what a request without ``max_tokens`` reserves of the token budget for its answer."""
+
+    def __init__(self, *args, ledger=None, completion_tokens: int = 0, **kwargs) -> None:
         super().__init__(*args, **kwargs)
         self.ledger = ledger
+        self.completion_tokens = completion_tokens
 
     def cache_key(self, body: dict[str, Any], salt: str = "") -> str:
         blob = json.dumps({"body": body, "salt": salt}, sort_keys=True, ensure_ascii=False)
@@ -77,14 +94,20 @@ class StageClient(ChatClient):
         return found
 
     def _call(self, body: dict[str, Any]) -> ChatResult:
-        if self.ledger is not None and not self.ledger.take():
+        if self.ledger is None:
+            return super()._call(body)
+        reserved = token_reservation(body, self.completion_tokens)
+        if not self.ledger.take(reserved):
             raise BudgetExhausted("llm budget spent")
-        result = super()._call(body)
-        if self.ledger is not None:
-            refused = f"{recorded_uri(self.url)} (model {self.model}): {result.error}" if result.endpoint_failed else ""
-            if self.ledger.add(result.prompt_tokens, result.completion_tokens, result.ok, max(0, result.attempts - 1),
-                               refused, result.tokens_known or not result.ok):
-                raise EndpointFailed(refused)
+        try:
+            result = super()._call(body)
+        except BaseException:  # stopped by the budget before a retry, or interrupted: nothing came to count
+            self.ledger.release(reserved)
+            raise
+        refused = f"{recorded_uri(self.url)} (model {self.model}): {result.error}" if result.endpoint_failed else ""
+        if self.ledger.add(result.prompt_tokens, result.completion_tokens, result.ok, max(0, result.attempts - 1),
+                           refused, result.tokens_known or not result.ok, reserved):
+            raise EndpointFailed(refused)
         return result
 
     def _before_retry(self) -> None:
