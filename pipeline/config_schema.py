@@ -193,6 +193,7 @@ class LLMSection(_Section):
     dry_run_show: NonNegative
     temperature: Annotated[float, Field(ge=0)]
     max_completion_tokens: Count
+    judge_max_tokens: Count
     seed: int
     candidates: Count
     threshold: float

@@ -3,6 +3,11 @@
 ``llm.max_requests`` / ``llm.max_tokens`` (0 = no limit) bound what one invocation sends, over every
 worker: the driver creates one `Ledger` per stage run (`LedgerOwner`): a Ray actor when the run is on
 Ray, an object in this process otherwise; a task finds it by the spec it carries (`ledger_for`).
+
+The token budget holds with requests in flight: each request reserves the most it may cost (its prompt and
+its ``max_tokens``: `stages.llm.stage.token_reservation`) before it is sent, and settles with the tokens its
+answer's usage counts; a request whose reservation would pass the budget, with what is spent and what the
+requests in flight hold, is not sent (``not_sent``) and the invocation stops.
 `Ticker` prints a line with the ledger's counters every few seconds while a stage runs.
 """
 
@@ -27,29 +32,44 @@ class Ledger:
         self.requests = self.cache_hits = self.failures = self.retries = self.answered = 0
         self.uncounted = 0  # answers without token counts: the token budget cannot see what they cost
         self.prompt_tokens = self.completion_tokens = 0
+        self.reserved = 0  # tokens held by requests in flight, until their usage comes
+        self.not_sent = 0  # requests the budget kept from being sent
+        self.refused_reservation = 0  # the largest reservation the token budget refused
         self.exhausted = False
         self.endpoint_failures = 0  # in a row, since the last request that was not refused so
         self.endpoint_error = ""  # the last of them: endpoint, model and the server's reason
         self._lock = threading.Lock()
 
-    def take(self) -> bool:
-        """Reserve one request (a first try or a retry); False (and exhausted) when the budget is spent."""
+    def take(self, tokens: int = 0) -> bool:
+        """Reserve one request and `tokens`, the most it may cost (a retry reserves none: its first try's reservation
+        holds until `add` settles it). False, and exhausted, when the request budget is spent or the reservation would
+        pass the token budget with what is spent and reserved: the request is not sent (counted in `not_sent`)."""
         with self._lock:
             spent_tokens = self.prompt_tokens + self.completion_tokens
-            if (self.max_requests and self.requests >= self.max_requests) or (
-                self.max_tokens and spent_tokens >= self.max_tokens
-            ):
+            over_tokens = self.max_tokens and (spent_tokens >= self.max_tokens
+                                               or spent_tokens + self.reserved + tokens > self.max_tokens)
+            if (self.max_requests and self.requests >= self.max_requests) or over_tokens:
                 self.exhausted = True
+                self.not_sent += 1
+                if over_tokens:
+                    self.refused_reservation = max(self.refused_reservation, tokens)
                 return False
             self.requests += 1
+            self.reserved += tokens
             return True
 
-    def add(self, prompt_tokens: int, completion_tokens: int, ok: bool, retries: int, endpoint_error: str = "",
-            tokens_known: bool = True) -> bool:
-        """Count one request's outcome; `endpoint_error`: why the endpoint refused it as it would any request;
-        `tokens_known`: False for an answer without token counts. True when `ENDPOINT_FAILURES_IN_A_ROW` requests in
-        a row were refused so: the endpoint has failed."""
+    def release(self, tokens: int) -> None:
+        """Give back a reservation whose request ended without an outcome to count (stopped by the budget on a retry)."""
         with self._lock:
+            self.reserved -= tokens
+
+    def add(self, prompt_tokens: int, completion_tokens: int, ok: bool, retries: int, endpoint_error: str = "",
+            tokens_known: bool = True, reserved: int = 0) -> bool:
+        """Count one request's outcome, settling the `reserved` tokens it held with those it cost; `endpoint_error`:
+        why the endpoint refused it as it would any request; `tokens_known`: False for an answer without token
+        counts. True when `ENDPOINT_FAILURES_IN_A_ROW` requests in a row were refused so: the endpoint has failed."""
+        with self._lock:
+            self.reserved -= reserved
             self.uncounted += not tokens_known
             self.prompt_tokens += prompt_tokens
             self.completion_tokens += completion_tokens
@@ -72,7 +92,8 @@ class Ledger:
             return {"requests": self.requests, "cache_hits": self.cache_hits, "failures": self.failures,
                     "retries": self.retries, "prompt_tokens": self.prompt_tokens,
                     "completion_tokens": self.completion_tokens, "exhausted": self.exhausted,
-                    "answered": self.answered, "uncounted": self.uncounted,
+                    "answered": self.answered, "uncounted": self.uncounted, "reserved": self.reserved,
+                    "not_sent": self.not_sent, "refused_reservation": self.refused_reservation,
                     "endpoint_failures": self.endpoint_failures,
                     "endpoint_error": self.endpoint_error}
 
@@ -86,8 +107,11 @@ class _RayLedgerProxy:
 
         self._ray, self._actor = ray, ray.get_actor(name)
 
-    def take(self) -> bool:
-        return self._ray.get(self._actor.take.remote())
+    def take(self, *args) -> bool:
+        return self._ray.get(self._actor.take.remote(*args))
+
+    def release(self, *args) -> None:
+        self._ray.get(self._actor.release.remote(*args))
 
     def add(self, *args) -> bool:
         return self._ray.get(self._actor.add.remote(*args))

@@ -34,6 +34,7 @@ LLM_DEFAULTS: dict[str, Any] = {
     "dry_run_show": 2,  # rendered requests printed per stage
     "temperature": 0.8,
     "max_completion_tokens": 2048,
+    "judge_max_tokens": 4096,  # completion tokens of one judge answer (a grade or a comparison); as the rl reward's
     "seed": 0,
     # rejection-sampled sft reasoning
     "candidates": 3,

@@ -8,9 +8,12 @@ every other stage. What this module adds to that:
   ``<out>/_llm/cache/`` (any fsspec URL, so S3 too) before it is used, keyed by the request
   body (model, messages, parameters) and a salt — not by the endpoint or the API key, so the same
   model served elsewhere reuses the answers. A killed run re-sends nothing already answered, and
-  since every later step is a function of the cached answers, the shards come out byte-identical;
+  since every later step is a function of the cached answers, the shards come out byte-identical.
+  A request the server refuses for good (`stages.llm.client.refuses_the_request`) is recorded too, for
+  that endpoint only; other failures are asked again by the next run;
 - **budget**: ``llm.max_requests`` / ``llm.max_tokens`` (0 = no limit) bound what one invocation
-  sends, over every worker (a shared ledger: a Ray actor on Ray, a counter in-process). When it
+  sends, over every worker (a shared ledger: a Ray actor on Ray, a counter in-process), the token
+  budget with requests in flight too (each holds the most it may cost until its usage comes). When it
   is spent the run stops with `BudgetExhausted`; what was answered stays cached, so the next run
   continues where this one stopped (the ledger and its progress line: `pipeline.llm_budget`);
 - **progress**: a line per stage every few seconds with requests sent, cache hits, requests/s,
@@ -18,7 +21,8 @@ every other stage. What this module adds to that:
 - **dry run**: ``llm.dry_run`` (``--llm-dry-run``) prints the first rendered requests of each
   stage and the projected number of calls, sends nothing, and stops the run (`LLMDryRun`);
 - **accounting**: each task's marker keeps its usage (requests, cache hits, retries, failures per
-  reason, tokens); the manifest's ``llm`` section sums them per stage with the model name.
+  reason and the refusals among them, tokens); the manifest's ``llm`` section sums them per stage with
+  the model name.
 
 A stage is an object (`stages.llm.stage.LLMStage`: ``name``, ``schema``, ``wants``, ``process``,
 ``dry_requests``, ``apply``) registered under a name (`register_stage`); stages run in the order of
@@ -29,17 +33,16 @@ samples stage applies them all.
 from __future__ import annotations
 
 import json
-import os
 import posixpath
 from collections.abc import Callable, Sequence
 from typing import Any
-from urllib.parse import urlsplit
 
 from pipeline.config import output_config
 from pipeline.dedup_stage import removed_ids
 from pipeline.engine import RunContext, Stage, run_tasks, spec_hash
 from pipeline.leftovers import remove_stale_task_outputs
 from pipeline.llm_budget import ENDPOINT_FAILURES_IN_A_ROW, LedgerOwner, Ticker, ledger_for
+from pipeline.llm_clients import cache_root, make_client
 from pipeline.llm_config import (  # noqa: F401  (re-exported: the stage API lives here for callers)
     LLM_DEFAULTS,
     LLM_EXECUTION_KEYS,
@@ -54,7 +57,15 @@ from pipeline.outputs import AtomicParquetWriter, out_fs
 from pipeline.process_executor import in_this_process
 from schemas.errors import ConfigError
 from schemas.stats import merge_all
-from stages.llm.stage import Applied, BudgetExhausted, EndpointFailed, StageClient, StageContext
+from stages.llm.answer_cache import REFUSED
+from stages.llm.stage import (
+    EARLIER_STAGE_UNANSWERED,
+    Applied,
+    BudgetExhausted,
+    EndpointFailed,
+    StageContext,
+    UnsentClient,
+)
 from stages.sample_rows import key_parts, sample_key
 from stages.templates import templates_digest
 
@@ -65,43 +76,6 @@ class LLMDryRun(Exception):  # the run stops after printing its plan; not an err
     def __init__(self, report: dict[str, Any]) -> None:
         super().__init__("llm dry run: nothing was sent")
         self.report = report
-
-
-# ------------------------------------------------------------------------------------ client
-
-
-def cache_root(out: str) -> str:
-    return posixpath.join(out.rstrip("/"), "_llm", "cache")
-
-
-def api_key_env(llm: dict[str, Any], judge: bool = False) -> str:
-    """The environment variable holding the key for the generator's or the judge's requests ("" = no key). The judge
-    gets the generator's key only on the generator's server (scheme, host and port), unless
-    ``llm.judge_api_key_env`` names its own: a key is never sent to a server it was not given for."""
-    if not judge or not llm["judge_endpoint"]:
-        return llm["api_key_env"]
-    if llm["judge_api_key_env"]:
-        return llm["judge_api_key_env"]
-    return llm["api_key_env"] if _origin(llm["judge_endpoint"]) == _origin(llm["endpoint"]) else ""
-
-
-def _origin(url: str) -> tuple[str, str, int | None]:
-    parts = urlsplit(url)
-    return parts.scheme.lower(), (parts.hostname or "").lower(), parts.port or {"http": 80, "https": 443}.get(
-        parts.scheme.lower())
-
-
-def make_client(llm: dict[str, Any], out: str, ledger=None, judge: bool = False) -> StageClient:
-    endpoint = (llm["judge_endpoint"] if judge else "") or llm["endpoint"]
-    model = (llm["judge_model"] if judge else "") or llm["model"]
-    key_env = api_key_env(llm, judge)
-    return StageClient(
-        endpoint, model, (os.environ.get(key_env) if key_env else None) or None,
-        timeout_s=float(llm["timeout_s"]), max_retries=int(llm["max_retries"]),
-        backoff_s=float(llm["backoff_s"]), max_backoff_s=float(llm["max_backoff_s"]),
-        max_concurrency=int(llm["concurrency"]), cache_dir=cache_root(out), ledger=ledger,
-        default_params={"temperature": 0.0} if judge else None,  # the judge grades; it does not sample
-    )
 
 
 def read_kept(fs, root: str, task_id: str, drop: set[str], dups: dict[str, int] | None = None):
@@ -191,16 +165,21 @@ def run_llm_task(task: dict[str, Any]) -> dict[str, Any]:
     llm = cfg["llm"]
     ctx = StageContext(cfg, make_client(llm, task["out"], ledger), make_client(llm, task["out"], ledger, judge=True))
     earlier = Augment(cfg, fs, root, task["task_id"], task["earlier"])
-    kept = []
+    kept, waiting = [], []  # waiting: an earlier stage got no answer for them, so their prompts would lack its output
     for key, traj in read_kept(fs, root, task["task_id"], set(task.get("drop") or ()), task.get("dups")):
-        earlier.apply(traj, key)
+        unanswered = earlier.apply(traj, key).unanswered
         if stage.wants(traj, ctx):
-            kept.append((key, traj))
+            (waiting if unanswered else kept).append((key, traj))
+    # the waiting ones go through the stage too, with requests that are never sent: it drops what needed them
+    unsent = StageContext(cfg, UnsentClient(), UnsentClient(), ctx.stats)
     rows: list[dict[str, Any]] = []
-    for batch in unique_id_batches(kept, max(1, int(llm["batch"]))):
-        occurrence = {traj.traj_id: key_parts(key)[1] for key, traj in batch}
-        rows.extend({**row, "occurrence": occurrence.get(row["traj_id"])}
-                    for row in stage.process([traj for _, traj in batch], ctx))
+    for group, group_ctx in ((kept, ctx), (waiting, unsent)):
+        for batch in unique_id_batches(group, max(1, int(llm["batch"]))):
+            occurrence = {traj.traj_id: key_parts(key)[1] for key, traj in batch}
+            rows.extend({**row, "occurrence": occurrence.get(row["traj_id"])}
+                        for row in stage.process([traj for _, traj in batch], group_ctx))
+    if waiting:
+        ctx.stats.add(f"not_asked.{EARLIER_STAGE_UNANSWERED}", len(waiting))
     schema = output_schema(stage)
     with AtomicParquetWriter(fs, stage_output(root, stage.name, task["task_id"]), schema, rows_per_group=1024,
                              compression_level=3, digest=True) as w:
@@ -212,23 +191,26 @@ def run_llm_task(task: dict[str, Any]) -> dict[str, Any]:
               "rows": len(rows), "bytes": 0, "spec_hash": task["spec_hash"],
               # what later stages and the samples depend on: these rows, which a run again may change
               "output": w.sha256()}
-    if usage["failures"]:  # never answered (failed requests are not cached): the next run asks again
+    # failed requests are not cached: the next run asks them again, and what was not asked for want of them. A refusal
+    # is, but only for its endpoint: the task runs again too, answered from the cache with nothing sent to this
+    # endpoint, so that another one is asked.
+    if usage["failures"] or waiting:
         result["incomplete"] = True
     return result
 
 
 def _merge_usage(usages: Sequence[dict[str, Any]]) -> dict[str, Any]:
     out: dict[str, Any] = {"calls": 0, "attempts": 0, "retries": 0, "cache_hits": 0, "failures": 0,
-                           "prompt_tokens": 0, "completion_tokens": 0, "errors": {}}
+                           "prompt_tokens": 0, "completion_tokens": 0, "errors": {}, "refused": {}}
     for u in usages:
         for k, v in u.items():
-            if k == "errors":
+            if isinstance(v, dict):  # per reason: errors, refused
                 for e, n in v.items():
-                    out["errors"][e] = out["errors"].get(e, 0) + n
+                    out[k][e] = out[k].get(e, 0) + n
             else:
                 out[k] = out.get(k, 0) + v
     out["requests"] = out["calls"] - out["cache_hits"]  # answers not found in the cache (sent, or failed)
-    out["errors"] = dict(sorted(out["errors"].items()))
+    out["errors"], out["refused"] = dict(sorted(out["errors"].items())), dict(sorted(out["refused"].items()))
     return out
 
 
@@ -281,13 +263,7 @@ def run_llm_stages(cfg: dict[str, Any], fs, root: str, executor, ingest_results,
                     if snap["endpoint_failures"] >= ENDPOINT_FAILURES_IN_A_ROW or isinstance(exc, EndpointFailed):
                         raise EndpointFailed(_endpoint_failed(llm, name, snap, cfg["run"]["out"])) from None
                     if snap["exhausted"] or isinstance(exc, BudgetExhausted):
-                        raise BudgetExhausted(
-                            f"llm budget spent in stage {name} after {snap['requests']} requests and "
-                            f"{snap['prompt_tokens'] + snap['completion_tokens']} tokens in this run "
-                            f"(llm.max_requests {llm['max_requests'] or 'unlimited'}, llm.max_tokens "
-                            f"{llm['max_tokens'] or 'unlimited'}); answers so far are cached in "
-                            f"{cache_root(cfg['run']['out'])}: run again to continue"
-                        ) from None
+                        raise BudgetExhausted(_budget_spent(llm, name, snap, cfg["run"]["out"])) from None
                     raise
             snap = owner.ledger.snapshot()
             if snap["endpoint_failures"] and not snap["answered"]:  # too few requests to stop on, none answered
@@ -301,17 +277,45 @@ def run_llm_stages(cfg: dict[str, Any], fs, root: str, executor, ingest_results,
             usage = _merge_usage([r["usage"] for r in results])
             section["stages"][get_stage(name).name] = {"usage": usage, "counts": stats.nested(),
                                                        "rows": sum(int(r["rows"]) for r in results)}
-            if usage["failures"]:
-                common = sorted(usage["errors"].items(), key=lambda en: -en[1])
-                reasons = ", ".join(f"{e} {n}" for e, n in common[:5])
-                reasons += f", and {len(common) - 5} other reason(s)" if len(common) > 5 else ""
-                echo(f"warning: llm stage {name}: {usage['failures']} request(s) got no answer ({reasons}); what "
-                     "needed them is dropped in this run, and the same command run again asks them again")
+            failed = {e: n - usage["refused"].get(e, 0) for e, n in usage["errors"].items()}
+            if any(failed.values()):
+                echo(f"warning: llm stage {name}: {sum(failed.values())} request(s) got no answer ({_reasons(failed)}); "
+                     "what needed them is dropped in this run, and the same command run again asks them again")
+            if waiting := stats.nested().get("not_asked", {}).get(EARLIER_STAGE_UNANSWERED):
+                echo(f"warning: llm stage {name}: {int(waiting)} trajectory(ies) not asked, as an earlier stage got no "
+                     "answer for them (their prompts would lack its output); what needed them is dropped in this run, "
+                     "and the same command run again asks them")
+            if usage["refused"]:
+                echo(f"warning: llm stage {name}: {sum(usage['refused'].values())} request(s) refused by the server "
+                     f"as it will refuse them again ({_reasons(usage['refused'])}); recorded in "
+                     f"{posixpath.join(cache_root(cfg['run']['out']), REFUSED)}, they are not asked again at this "
+                     "endpoint (another endpoint, model or prompt is asked); what needed them is dropped")
             done.append(name)
     finally:
         owner.close()
     manifest["llm"] = section
     return {"stages": done, "specs": {tid: spec_hash(base, spec) for tid, spec in prior.items()}}
+
+
+def _reasons(counts: dict[str, int]) -> str:
+    """``reason count, …`` for the five commonest reasons of `counts`."""
+    common = sorted(((e, n) for e, n in counts.items() if n), key=lambda en: -en[1])
+    text = ", ".join(f"{e} {n}" for e, n in common[:5])
+    return text + (f", and {len(common) - 5} other reason(s)" if len(common) > 5 else "")
+
+
+def _budget_spent(llm: dict[str, Any], stage: str, snap: dict[str, Any], out: str) -> str:
+    held = snap["refused_reservation"]
+    why = (f"; {snap['not_sent']} request(s) not sent, as a request holds the most it may cost (its prompt and "
+           f"max_tokens, up to {held} tokens) until its usage comes, and llm.max_tokens would not hold it"
+           if held else f"; {snap['not_sent']} request(s) not sent" if snap["not_sent"] else "")
+    if llm["max_tokens"] and held > llm["max_tokens"]:  # no run of this budget can send it
+        why += (f"; a request of {held} tokens never fits: raise llm.max_tokens, or lower llm.max_completion_tokens "
+                "or llm.judge_max_tokens")
+    return (f"llm budget spent in stage {stage} after {snap['requests']} requests and "
+            f"{snap['prompt_tokens'] + snap['completion_tokens']} tokens in this run (llm.max_requests "
+            f"{llm['max_requests'] or 'unlimited'}, llm.max_tokens {llm['max_tokens'] or 'unlimited'}){why}; "
+            f"answers so far are cached in {cache_root(out)}: run again to continue")
 
 
 def _endpoint_failed(llm: dict[str, Any], stage: str, snap: dict[str, Any], out: str) -> str:

@@ -134,11 +134,13 @@ def print_run_summary(manifest: dict[str, Any], out: str) -> None:
             click.echo(render_table(rows, f"pool {name}"))
     for name, stage in (manifest.get("llm") or {}).get("stages", {}).items():
         u, c = stage["usage"], stage["counts"]
-        dropped = ", ".join(f"{k} {int(v)}" for k, v in sorted((c.get("dropped") or {}).items()))
+        # per reason: what a stage dropped, and the trajectories the instructions stage let go on without one
+        outcomes = "".join(f"; {label}: " + ", ".join(f"{k} {int(v)}" for k, v in sorted(c[key].items()))
+                           for key, label in (("dropped", "dropped"), ("without_instruction", "without instruction"))
+                           if c.get(key))
         click.echo(f"llm {name}: {u['requests']} requests, {u['cache_hits']} cached, {u['failures']} failed, "
                    f"{u['prompt_tokens'] + u['completion_tokens']:,} tokens"
-                   + (f"; kept {int(c['kept'])}" if "kept" in c else "") + (f"; dropped: {dropped}" if dropped else ""),
-                   err=True)
+                   + (f"; kept {int(c['kept'])}" if "kept" in c else "") + outcomes, err=True)
     wmat = manifest.get("wmat")
     if wmat:
         pools = wmat["pools"]

@@ -84,6 +84,8 @@ FILE_PROBES = [
     ('[llm]\ninstruction_pools = ["SFT"]', "llm.instruction_pools", "one of 'cpt', 'sft', 'rl' or 'eval'"),
     ('[llm]\nwmat_pools = "cpt"', "llm.wmat_pools", "list"),
     ("[llm]\ncandidates = true", "llm.candidates", "integer"),
+    ("[llm]\njudge_max_tokens = 0", "llm.judge_max_tokens", "≥ 1"),
+    ('[llm]\njudge_max_tokens = "lots"', "llm.judge_max_tokens", "integer"),
     ("[llm]\nmax_requests = true", "llm.max_requests", "integer"),
     ('[llm]\nendpoint = "localhost:8000/v1"\nmodel = "m"', "llm.endpoint", "http:// or https://"),
     ('[llm]\njudge_endpoint = "ftp://judge/v1"', "llm.judge_endpoint", "http:// or https://"),

@@ -11,6 +11,8 @@ import subprocess
 import time
 from pathlib import Path
 
+import pyarrow.parquet as pq
+
 from pipeline.run import run_pipeline
 from tests.helpers import (
     LWM,
@@ -116,6 +118,83 @@ def test_requests_that_got_no_answer_are_asked_again_by_the_next_run(tmp_path):
         asked = list(server.requests)
     assert asked and all("s2" in json.dumps(b) for b in asked)  # only what got no answer; the rest is cached
     assert again["counts"]["samples"]["sft"] == 4
+    assert _shards(out) == _shards(fresh)
+
+
+def test_a_later_stage_sends_nothing_about_a_trajectory_an_earlier_stage_got_no_answer_for(tmp_path):
+    corpus = write_llm_corpus(tmp_path / "in.jsonl", SCENARIOS[:4])
+    fresh = tmp_path / "fresh"
+    with JudgeServer(Script()) as server:
+        run_pipeline(llm_config([corpus], fresh, server.url, "sft"), echo=lambda m: None)
+
+    out, script = tmp_path / "out", Script()
+
+    def instruction_down(body, n):  # only the instruction request about s2 fails; the sft requests would be answered
+        system = body["messages"][0]["content"]
+        if system.startswith("You write simulation instructions") and "s2" in json.dumps(body):
+            return Status(500)
+        return script(body, n)
+
+    lines: list[str] = []
+    with JudgeServer(instruction_down) as server:
+        first = run_pipeline(llm_config([corpus], out, server.url, "sft"), echo=lines.append)
+        asked = list(server.requests)
+    about_s2 = [b for b in asked if "s2" in json.dumps(b)]
+    assert len(about_s2) == 2 and all("simulation instructions" in b["messages"][0]["content"] for b in about_s2)
+    assert len(asked) - len(about_s2) == 3 + 3 * 6  # the other trajectories: an instruction, 3 candidates, 3 grades
+    counts = first["llm"]["stages"]["sft_reasoning"]["counts"]
+    assert counts["not_asked"] == {"earlier_stage_unanswered": 1}
+    assert counts["dropped"] == {"earlier_stage_unanswered": 1} and counts["kept"] == 3
+    assert first["counts"]["filtered"] == {"llm_earlier_stage_unanswered": 1}
+    assert first["counts"]["samples"]["sft"] == 3
+    assert any(ln.startswith("warning: llm stage sft_reasoning: 1 trajectory(ies) not asked, as an earlier stage got "
+                             "no answer for them") for ln in lines), lines
+
+    with JudgeServer(Script()) as server:  # the endpoint is well again: s2 is asked, and only s2
+        run_pipeline(llm_config([corpus], out, server.url, "sft"), echo=lambda m: None)
+        again = list(server.requests)
+    assert len(again) == 1 + 6 and all("s2" in json.dumps(b) for b in again)
+    assert _shards(out) == _shards(fresh)
+
+
+OVER_CONTEXT = Status(400, body=b'{"object": "error", "message": "This model\'s maximum context length is 8192 tokens."}')
+
+
+def test_requests_the_server_refuses_for_good_are_not_asked_again_at_that_endpoint(tmp_path):
+    corpus = write_llm_corpus(tmp_path / "in.jsonl", SCENARIOS[:4])
+    fresh = tmp_path / "fresh"
+    with JudgeServer(Script()) as server:
+        run_pipeline(llm_config([corpus], fresh, server.url, "sft"), echo=lambda m: None)
+
+    out, script = tmp_path / "out", Script()
+
+    def small_context(body, n):  # every prompt about s2 is over this server's context
+        return OVER_CONTEXT if "s2" in json.dumps(body) else script(body, n)
+
+    lines: list[str] = []
+    with JudgeServer(small_context) as server:
+        first = run_pipeline(llm_config([corpus], out, server.url, "sft"), echo=lines.append)
+        asked_first = list(server.requests)
+        again = run_pipeline(llm_config([corpus], out, server.url, "sft"), echo=lambda m: None)
+        assert len(server.requests) == len(asked_first)  # the same command again: nothing is sent
+    assert sum("s2" in json.dumps(b) for b in asked_first) == 1 + 3  # the instruction, then 3 candidates
+    rows = {r["traj_id"]: r for p in (out / "llm" / "instructions").glob("*.parquet") for r in pq.read_table(p).to_pylist()}
+    assert (rows["t-s2"]["status"], rows["t-s2"]["reason"]) == ("rejected", "request_refused")
+    for manifest in (first, again):
+        stages = manifest["llm"]["stages"]
+        assert stages["instructions"]["usage"]["refused"] == {"HTTP 400: This model's maximum context length is "
+                                                              "8192 tokens.": 1}
+        assert stages["sft_reasoning"]["counts"]["dropped"] == {"request_refused": 1}
+        assert manifest["counts"]["samples"]["sft"] == 3
+    assert any(ln.startswith("warning: llm stage instructions: 1 request(s) refused by the server as it will refuse "
+                             "them again (HTTP 400: This model's maximum context length is 8192 tokens. 1)")
+               for ln in lines), lines
+    assert not any("got no answer" in ln for ln in lines), lines
+
+    with JudgeServer(Script()) as larger:  # another server, which takes the longer prompts: they are asked there
+        run_pipeline(llm_config([corpus], out, larger.url, "sft"), echo=lambda m: None)
+        asked = list(larger.requests)
+    assert asked and all("s2" in json.dumps(b) for b in asked)
     assert _shards(out) == _shards(fresh)
 
 

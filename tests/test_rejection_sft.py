@@ -13,6 +13,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from pipeline.run import run_pipeline
+from stages.llm.rejection import PAIRWISE_SYSTEM
 from stages.render import PRED_CLOSE, PRED_OPEN
 from stages.tokenizer import load_tokenizer
 from tests.helpers import (
@@ -52,7 +53,7 @@ def first(corpus, tmp_path_factory):
     with JudgeServer(script) as server:
         cfg = llm_config([corpus], out, server.url, "sft", stages=["sft_reasoning"])
         manifest = run_pipeline(cfg, echo=lambda m: None)
-        return out, manifest, script, len(server.requests)
+        return out, manifest, script, list(server.requests)
 
 
 def test_winners_are_the_best_candidates_and_ties_are_broken_pairwise(first):
@@ -85,8 +86,30 @@ def test_dropped_targets_are_counted_with_their_reason_and_never_become_samples(
     assert manifest["counts"]["samples"]["sft"] == len(KEPT)
 
 
+def _judged(requests) -> list[dict]:
+    """The judge's requests: grades and pairwise comparisons (generation requests carry a seed)."""
+    return [b for b in requests if "seed" not in b]
+
+
+def test_every_judge_request_is_bounded_by_default(first):
+    *_, requests = first
+    judged = _judged(requests)
+    assert any(b["messages"][0]["content"] == PAIRWISE_SYSTEM for b in judged)  # comparisons were asked too
+    assert {b.get("max_tokens") for b in judged} == {4096}
+
+
+def test_the_judges_max_tokens_is_configured(corpus, tmp_path):
+    with JudgeServer(Script()) as server:
+        run_pipeline(llm_config([corpus], tmp_path / "out", server.url, "sft", stages=["sft_reasoning"],
+                                judge_max_tokens=300, max_completion_tokens=700), echo=lambda m: None)
+        requests = list(server.requests)
+    judged = _judged(requests)
+    assert len(judged) >= len(SCENARIOS) and {b["max_tokens"] for b in judged} == {300}
+    assert {b["max_tokens"] for b in requests if "seed" in b} == {700}  # generation keeps its own bound
+
+
 def test_failures_retries_and_tokens_are_in_the_manifest(first):
-    _, manifest, _, sent = first
+    _, manifest, _, requests = first
     section = manifest["llm"]
     assert section["model"] == section["judge_model"] == "scripted"
     usage = section["stages"]["sft_reasoning"]["usage"]
@@ -97,7 +120,7 @@ def test_failures_retries_and_tokens_are_in_the_manifest(first):
     assert usage["failures"] == 4
     # flaky: one 429 per candidate; down and slow: one retry per failed call (max_retries 1)
     assert usage["retries"] == 3 + 3 + 1
-    assert usage["attempts"] == sent  # every HTTP attempt reached the server
+    assert usage["attempts"] == len(requests)  # every HTTP attempt reached the server
     gen = 3 * len(SCENARIOS) - 4  # answered generation calls: 50 + 10 tokens each
     assert usage["completion_tokens"] >= 10 * gen and usage["prompt_tokens"] >= 50 * gen
 
@@ -218,6 +241,24 @@ def test_kept_reasoning_is_the_targets_and_leaves_the_agents_own_reasoning_alone
     assert [t.reasoning for t in traj.turns] == ["I look around first.", "Then I read the file.", "Clean up."]
     applied.add({1: "request_failed"})  # a stage of one's own may still return drop reasons only
     assert applied.dropped == {1: "request_failed", 3: "below_threshold"}
+
+
+@pytest.mark.parametrize(("reasons", "unanswered"), [
+    (["request_failed", "request_failed"], True),  # nothing came back: a later stage waits for the next run
+    (["request_failed", "earlier_stage_unanswered"], True),
+    (["request_failed", ""], False),  # one target kept: the stage produced something for the trajectory
+    (["request_refused"], False),  # refused for good: final, as a low score is
+    (["below_threshold"], False),
+])
+def test_later_stages_are_told_when_no_target_of_a_trajectory_got_an_answer(reasons, unanswered):
+    from schemas.trajectory import Source, SystemPrompt, Trajectory, Turn
+    from stages.llm.rejection import STAGE
+
+    traj = Trajectory("t1", "terminal", "k", Source(), SystemPrompt("task", "shell"),
+                      [Turn('{"cmd": "ls"}', "a.txt"), Turn('{"cmd": "cat a.txt"}', "hello")])
+    rows = [{"traj_id": "t1", "turn_idx": t, "status": "dropped" if reason else "kept", "reason": reason,
+             "reasoning": None if reason else "cat prints it."} for t, reason in enumerate(reasons, 1)]
+    assert STAGE.apply(traj, rows, None).unanswered is unanswered
 
 
 def test_a_server_that_sends_the_thinking_apart_gives_the_same_kept_reasoning(first, tmp_path):

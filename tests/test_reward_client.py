@@ -30,7 +30,7 @@ def test_a_good_answer_is_returned_with_its_tokens_and_the_request_is_openai_sha
         assert body == {"model": "judge-model", "messages": MSG, "temperature": 0.0, "max_tokens": 64}
         assert judge.headers[0]["Authorization"] == "Bearer sk-test"
         assert c.usage.as_dict() == {"calls": 1, "attempts": 1, "retries": 0, "cache_hits": 0, "failures": 0,
-                                     "prompt_tokens": 7, "completion_tokens": 3, "errors": {}}
+                                     "prompt_tokens": 7, "completion_tokens": 3, "errors": {}, "refused": {}}
 
 
 def test_429_and_5xx_are_retried_with_backoff_until_an_answer():
@@ -86,6 +86,55 @@ def test_a_failure_names_the_servers_reason_and_whether_the_endpoint_itself_refu
     with JudgeServer(lambda b, n: Status(status, body=body)) as judge:
         r = client(judge.url, max_retries=1).chat(MSG)
     assert (r.ok, r.error, r.endpoint_failed) == (False, error, endpoint_failed)
+
+
+CONTEXT_400 = Status(400, body=b'{"object": "error", "message": "This model\'s maximum context length is 8192 tokens."}')
+
+
+@pytest.mark.parametrize(("status", "recorded"), [
+    (400, True), (413, True), (422, True),  # the request itself: it gets the same answer every time
+    (401, False), (402, False), (403, False), (404, False), (407, False),  # the key, account or path: fixed apart
+    (408, False), (409, False), (429, False), (500, False), (503, False),  # transient
+])
+def test_only_a_refusal_of_the_request_itself_is_recorded_and_not_asked_again(status, recorded, tmp_path):
+    with JudgeServer(lambda b, n: Status(status)) as judge:
+        first = client(judge.url, max_retries=0, cache_dir=str(tmp_path)).chat(MSG)
+        again = client(judge.url, max_retries=0, cache_dir=str(tmp_path))
+        result = again.chat(MSG)
+        assert len(judge.requests) == (1 if recorded else 2)
+    assert (first.ok, first.refused, first.cached) == (False, recorded, False)
+    assert (result.ok, result.error, result.refused, result.cached) == (False, f"HTTP {status}", recorded, recorded)
+    assert again.usage.refused == ({f"HTTP {status}": 1} if recorded else {}) and again.usage.failures == 1
+
+
+def test_a_recorded_refusal_is_asked_again_for_another_model_prompt_parameter_or_endpoint(tmp_path):
+    cache = str(tmp_path)
+    with JudgeServer(lambda b, n: CONTEXT_400) as one, JudgeServer(lambda b, n: CONTEXT_400) as other:
+        assert client(one.url, cache_dir=cache).chat(MSG).refused
+        assert client(one.url, cache_dir=cache).chat(MSG).cached  # the same request to the same endpoint
+        assert len(one.requests) == 1
+        client(one.url, cache_dir=cache).chat(MSG, max_tokens=10)
+        client(one.url, cache_dir=cache).chat([{"role": "user", "content": "a shorter prompt"}])
+        ChatClient(one.url, "another-model", cache_dir=cache, backoff_s=0.01).chat(MSG)
+        client(other.url, cache_dir=cache).chat(MSG)
+        assert len(one.requests) == 4 and len(other.requests) == 1
+
+
+def test_a_stage_clients_refusal_holds_for_its_endpoint_only_though_its_answers_are_shared(tmp_path):
+    """The model stages key answers without the endpoint (the same model served elsewhere answers the same); a
+    refusal (a prompt over one server's context) is asked again of another server, whose answer then serves both."""
+    from stages.llm.stage import StageClient
+
+    def stage_client(url):
+        return StageClient(url, "m", cache_dir=str(tmp_path), backoff_s=0.01, timeout_s=5.0)
+
+    with JudgeServer(lambda b, n: CONTEXT_400) as small, JudgeServer(lambda b, n: Answer("fits")) as large:
+        assert stage_client(small.url).chat(MSG).refused
+        assert stage_client(small.url).chat(MSG).cached
+        assert stage_client(large.url).chat(MSG).text == "fits"
+        answer = stage_client(small.url).chat(MSG)
+        assert (answer.text, answer.cached) == ("fits", True)
+        assert (len(small.requests), len(large.requests)) == (1, 1)
 
 
 def test_a_timeout_is_retried():

@@ -10,6 +10,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
+from pipeline.report import print_run_summary
 from pipeline.run import run_pipeline
 from stages.llm.instructions import parse_instruction, shared_ngram
 from tests.helpers import GOOD_INSTRUCTION, SPOILER_OBS, JudgeServer, Script, llm_config, scenario, write_llm_corpus
@@ -74,8 +75,25 @@ def test_instructions_are_derived_reasked_rejected_or_kept(rl_run):
     assert sorted(scenario(b["messages"][-1]["content"]) for b in reasks) == ["ispoil", "ispoilall"]
     counts = manifest["llm"]["stages"]["instructions"]["counts"]
     assert counts["status"] == {"derived": 2, "none": 1, "rejected": 2, "source": 1}
-    assert counts["dropped"] == {"spoiler": 1, "malformed": 1}
     assert counts["rejected_answers"] == {"spoiler": 3, "malformed": 2}
+
+
+def test_trajectories_without_an_instruction_are_counted_as_going_on_not_as_dropped(rl_run):
+    out, manifest, _, _ = rl_run
+    counts = manifest["llm"]["stages"]["instructions"]["counts"]
+    assert counts["without_instruction"] == {"spoiler": 1, "malformed": 1}
+    assert "dropped" not in counts
+    # they did go on: each rejected trajectory has its rl sample, without an instruction
+    samples = {r["traj_id"].removeprefix("t-") for r in _rows(out, "shards/rl")}
+    assert {"ispoilall", "imalformed"} <= samples
+    assert manifest["counts"]["samples"]["rl"] == len(SCENARIOS)
+
+
+def test_the_run_summary_says_which_trajectories_went_on_without_an_instruction(rl_run, capsys):
+    _, manifest, _, _ = rl_run
+    print_run_summary(manifest, "out")
+    line = next(ln for ln in capsys.readouterr().err.splitlines() if ln.startswith("llm instructions: "))
+    assert line.endswith("; without instruction: malformed 1, spoiler 1") and "dropped" not in line
 
 
 def test_no_kept_instruction_shares_a_long_ngram_with_an_observation(rl_run):

@@ -8,11 +8,15 @@ adds over a bare request:
   short or not HTTP included), honouring
   a ``Retry-After`` header (capped at `max_backoff_s`); other 4xx answers fail at once, with the start of
   the server's message in the reason (`ChatResult.endpoint_failed` marks those that say the endpoint, key
-  or model is wrong, and connections refused on every try);
+  or model is wrong, and connections refused on every try; `ChatResult.refused` those that say the request
+  itself is, `refuses_the_request`);
 - a per-request timeout (for the whole answer: a server sending its answer slowly is cut off too);
 - a disk cache keyed by the request content (endpoint, model, messages, parameters — never the API
-  key), on any fsspec URL, so re-scoring the same predictions costs no calls; only successful
-  answers are cached (not one cut at the token limit, nor an empty one);
+  key), on any fsspec URL (`stages.llm.answer_cache`), so re-scoring the same predictions costs no calls;
+  successful answers are cached (not one cut at the token limit, nor an empty one), and so are refusals of
+  the request itself, keyed like answers and by the endpoint: the same request to the same endpoint is not
+  asked again, while another endpoint (one with a longer context, say), model or prompt is; transient
+  failures (429, 5xx, timeouts, connections) never are;
 - accounting per call (`ChatResult`) and in total (`Usage`): calls, HTTP attempts, retries, cache
   hits, failures, prompt and completion tokens.
 
@@ -28,7 +32,6 @@ from __future__ import annotations
 import hashlib
 import http.client
 import json
-import posixpath
 import random
 import socket
 import threading
@@ -39,13 +42,23 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, TypeVar
 
+from stages.llm.answer_cache import REFUSED, AnswerCache
+
 RETRY_STATUS = frozenset({408, 409, 425, 429, 500, 502, 503, 504})
 # The endpoint itself is wrong (the key, the model or the path), whatever was asked: no answer will come from it.
 ENDPOINT_STATUS = frozenset({401, 403, 404})
+# Client errors about the account or the way to the server (payment, a proxy's login), not about the request.
+ACCOUNT_STATUS = frozenset({402, 407})
 ERROR_DETAIL_CHARS = 200  # of a server's error message kept in a failure's reason
 
 T = TypeVar("T")
 R = TypeVar("R")
+
+
+def refuses_the_request(status: int) -> bool:
+    """Whether HTTP `status` says the request itself is wrong, as it will be every time it is sent (400 for a prompt
+    over the model's context, 413, 422): a 4xx that is not retried and is not about the endpoint, key or account."""
+    return 400 <= status < 500 and status not in RETRY_STATUS | ENDPOINT_STATUS | ACCOUNT_STATUS
 
 
 def map_in_threads(fn: Callable[[T], R], items: Sequence[T], workers: int) -> list[R]:
@@ -107,6 +120,8 @@ class ChatResult:
     seconds: float = 0.0
     endpoint_failed: bool = False  # the endpoint refused as it would any request: 401/403/404, or nothing listening
     tokens_known: bool = True  # False: the answer came without token counts (``usage``), so they count 0
+    refused: bool = False  # the server refuses this request as it would every time (`refuses_the_request`)
+    not_sent: bool = False  # never sent: what it needed from an earlier model stage is missing (`stages.llm.stage`)
 
     @property
     def ok(self) -> bool:
@@ -124,7 +139,8 @@ class Usage:
     failures: int = 0
     prompt_tokens: int = 0
     completion_tokens: int = 0
-    errors: dict[str, int] = field(default_factory=dict)
+    errors: dict[str, int] = field(default_factory=dict)  # failures per reason
+    refused: dict[str, int] = field(default_factory=dict)  # of those, refusals of the request itself (cached)
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -156,12 +172,7 @@ class ChatClient:
         self.usage = Usage()
         self._lock = threading.Lock()
         self._slots = threading.BoundedSemaphore(self.max_concurrency)
-        self._fs, self._cache_root = None, None
-        if cache_dir:
-            import fsspec
-
-            self._fs, self._cache_root = fsspec.core.url_to_fs(cache_dir)
-            self._fs.makedirs(self._cache_root, exist_ok=True)
+        self._cache = AnswerCache(cache_dir) if cache_dir else None
 
     # ---------------------------------------------------------------------------------- public
 
@@ -173,9 +184,13 @@ class ChatClient:
         cached = self._cache_get(key)
         result = self._result_from(cached, attempts=0, cached=True) if cached is not None else None
         if result is None or not result.ok:  # an empty answer cached by an older version is asked again
+            result = self._refusal(key)
+        if result is None:
             result = self._call(body)
             if result.ok:
                 self._cache_put(key, result)
+            elif result.refused:
+                self._cache_put(self.refusal_key(key), result)
         result.seconds = time.monotonic() - start
         self._account(result)
         return result
@@ -192,6 +207,11 @@ class ChatClient:
         # surrogatepass: a lone surrogate in a prompt (a model's broken output) is hashed, not an error; any other
         # text hashes to the key it always had, so existing caches stay valid
         return hashlib.sha256(blob.encode("utf-8", "surrogatepass")).hexdigest()
+
+    def refusal_key(self, key: str) -> str:
+        """The key of a refusal of the request whose answer would be cached under `key`: that key and this client's
+        endpoint, so that another server (which may take a longer prompt) is asked, whatever the answers' keys hold."""
+        return hashlib.sha256(json.dumps({"refused": key, "url": self.url}).encode("utf-8")).hexdigest()
 
     # --------------------------------------------------------------------------------- private
 
@@ -218,7 +238,8 @@ class ChatClient:
                     error = f"HTTP {exc.code}" + (f": {detail}" if (detail := self._error_detail(exc)) else "")
                     if exc.code not in RETRY_STATUS:
                         return ChatResult(None, error=error, attempts=attempts,
-                                          endpoint_failed=exc.code in ENDPOINT_STATUS)
+                                          endpoint_failed=exc.code in ENDPOINT_STATUS,
+                                          refused=refuses_the_request(exc.code))
                     retry_after = _retry_after(exc.headers.get("Retry-After") if exc.headers else None)
                 except TimeoutError:
                     error = "timeout"
@@ -318,40 +339,33 @@ class ChatClient:
             if not result.ok:
                 u.failures += 1
                 u.errors[result.error] = u.errors.get(result.error, 0) + 1
+            if result.refused:
+                u.refused[result.error] = u.refused.get(result.error, 0) + 1
             if not result.cached:
                 u.prompt_tokens += result.prompt_tokens
                 u.completion_tokens += result.completion_tokens
 
-    def _cache_path(self, key: str) -> str:
-        return posixpath.join(self._cache_root, key[:2], f"{key}.json")
+    def _refusal(self, key: str) -> ChatResult | None:
+        """The recorded refusal of the request of answer key `key` at this endpoint, replayed; None if there is none."""
+        found = self._cache_get(self.refusal_key(key), REFUSED)
+        refused = found.get("refused") if found is not None else None
+        if not isinstance(refused, dict) or not isinstance(refused.get("error"), str):
+            return None
+        return ChatResult(None, error=refused["error"], cached=True, refused=True)
 
-    def _cache_get(self, key: str) -> dict[str, Any] | None:
-        if self._fs is None:
-            return None
-        path = self._cache_path(key)
-        try:
-            with self._fs.open(path, "rb") as f:
-                return json.loads(f.read().decode("utf-8"))
-        except FileNotFoundError:
-            return None
-        except (json.JSONDecodeError, UnicodeDecodeError):
-            return None  # a torn entry is re-asked and overwritten
+    def _cache_get(self, key: str, folder: str = "") -> dict[str, Any] | None:
+        return self._cache.read(key, folder) if self._cache is not None else None
 
     def _cache_put(self, key: str, result: ChatResult) -> None:
-        if self._fs is None:
+        """Record `result` under `key`: an answer, or a refusal (under `refusal_key`) in the refusals' folder."""
+        if self._cache is None:
             return
-        path = self._cache_path(key)
-        payload = {"choices": [{"message": {"role": "assistant", "content": result.text}}],
-                   "usage": {"prompt_tokens": result.prompt_tokens, "completion_tokens": result.completion_tokens}}
-        self._fs.makedirs(posixpath.dirname(path), exist_ok=True)
-        tmp = f"{path}.tmp-{threading.get_ident()}-{random.getrandbits(32):08x}"
-        try:
-            blob = json.dumps(payload, ensure_ascii=False).encode("utf-8")
-        except UnicodeEncodeError:  # a lone surrogate (escaped in the server's JSON) is kept as its escape
-            blob = json.dumps(payload).encode("ascii")
-        with self._fs.open(tmp, "wb") as f:
-            f.write(blob)
-        self._fs.mv(tmp, path)
+        if result.refused:
+            self._cache.write(key, {"refused": {"error": result.error}}, REFUSED)
+            return
+        self._cache.write(key, {"choices": [{"message": {"role": "assistant", "content": result.text}}],
+                                "usage": {"prompt_tokens": result.prompt_tokens,
+                                          "completion_tokens": result.completion_tokens}})
 
 
 def _read_until(resp, deadline: float) -> bytes:

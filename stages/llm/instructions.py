@@ -12,7 +12,8 @@ none, with a model, from the trajectory itself:
   An answer that shares ``llm.spoiler_ngram`` consecutive words (lowercased word characters) with
   any observation is rejected, as is one longer than ``llm.instruction_max_chars`` or without the
   tag pair; rejected answers are re-asked ``llm.instruction_reasks`` times (a distinct request,
-  told why), then the trajectory keeps no instruction and the reason is counted;
+  told why), then the trajectory goes on without an instruction (it is not dropped: its samples are
+  made as without this stage) and the reason is counted (``without_instruction.<reason>``);
 - a trajectory whose source already has an instruction keeps it and costs no request;
 - only trajectories of ``llm.instruction_pools`` are asked (the eval pool is left as recorded).
 
@@ -28,7 +29,7 @@ from typing import Any
 import pyarrow as pa
 
 from schemas.trajectory import Trajectory
-from stages.llm.stage import Request, StageContext
+from stages.llm.stage import Applied, Request, StageContext, all_unanswered, unanswered_reason
 from stages.pools import pool_of
 
 TAG_OPEN, TAG_CLOSE = "<simulation_instruction>", "</simulation_instruction>"
@@ -156,7 +157,7 @@ class InstructionStage:
 
     def _check(self, traj: Trajectory, answer, ctx: StageContext) -> tuple[str | None, str]:
         if not answer.ok:
-            return None, "request_failed"
+            return None, unanswered_reason(answer)
         text, reason = parse_instruction(answer.text, int(ctx.llm["instruction_max_chars"]))
         if text is not None:
             gram = shared_ngram(text, [t.observation for t in traj.turns], int(ctx.llm["spoiler_ngram"]))
@@ -185,7 +186,7 @@ class InstructionStage:
                 if reason:
                     ctx.stats.add(f"rejected_answers.{reason}")
                     reasons[traj.traj_id] = reason
-                    if reason != "request_failed":  # a failed request was already retried by the client
+                    if answer.ok:  # a request without an answer was retried by the client, or is refused for good
                         retry.append(traj)
                         continue
                 status = "rejected" if reason else ("derived" if text is not None else "none")
@@ -200,16 +201,17 @@ class InstructionStage:
             row = rows[traj.traj_id]
             if row["status"] != "source":
                 ctx.stats.add(f"status.{row['status']}")
-            if row["status"] == "rejected":
-                ctx.stats.add(f"dropped.{row['reason']}")
+            if row["status"] == "rejected":  # the trajectory goes on, without an instruction
+                ctx.stats.add(f"without_instruction.{row['reason']}")
             out.append(row)
         return out
 
-    def apply(self, traj: Trajectory, rows: list[dict[str, Any]], ctx: StageContext) -> dict[int, str]:
+    def apply(self, traj: Trajectory, rows: list[dict[str, Any]], ctx: StageContext) -> Applied:
         for row in rows:
             if row["status"] == "derived" and not traj.system.simulation_instruction:
                 traj.system.simulation_instruction = row["instruction"]
-        return {}
+        # no answer yet: the instruction a later run may derive would change every later prompt
+        return Applied(unanswered=all_unanswered(rows, "rejected"))
 
 
 STAGE = InstructionStage()

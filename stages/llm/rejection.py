@@ -15,8 +15,11 @@ samples stage builds exactly these targets):
    comparison keeps the earlier candidate and is counted (``ties.unresolved``);
 5. the winner is kept when its reward reaches ``llm.threshold`` (on the rubric's [0, 25] scale),
    else the target is dropped as ``below_threshold``. A target none of whose candidates could be
-   scored is dropped as ``request_failed`` (no answer came back), ``malformed`` (answers without
-   one tag pair or without reasoning) or ``judge_failed`` (the judge gave no valid scores).
+   scored is dropped as ``request_failed`` (no answer came back), ``request_refused`` (the server
+   refuses the requests themselves, a prompt over its context: recorded, not asked again at that
+   endpoint), ``earlier_stage_unanswered`` (not asked: an earlier stage, such as the instructions,
+   got no answer for the trajectory), ``malformed`` (answers without one tag pair or without
+   reasoning) or ``judge_failed`` (the judge gave no valid scores).
 
 The kept reasoning (the text before the tag, think tags removed) is the world model's reasoning for
 that target (`stages.llm.stage.Applied`; the turn's own ``reasoning``, the agent's thought, is left
@@ -37,7 +40,7 @@ from typing import Any
 import pyarrow as pa
 
 from schemas.trajectory import Trajectory
-from stages.llm.stage import Applied, Request, StageContext
+from stages.llm.stage import EARLIER_STAGE_UNANSWERED, Applied, Request, StageContext, all_unanswered, unanswered_reason
 from stages.pools import choose_template, choose_turns, pool_of
 from stages.render import history_reply, target_prompt, user_prompt
 from stages.reward import RewardConfig, RewardInput, score_batch, split_prompt
@@ -64,6 +67,8 @@ turns and in realism. Reason briefly, then answer with exactly <winner>A</winner
 <winner>B</winner>."""
 
 _WINNER = re.compile(r"<winner>\s*([AB])\s*</winner>", re.IGNORECASE)
+# Why a candidate was not scored; a target none of whose candidates was is dropped for the first that applies.
+_UNSCORED = ("judge_failed", "malformed", "request_failed", EARLIER_STAGE_UNANSWERED, "request_refused")
 
 
 def reasoning_of(completion: str) -> str:
@@ -173,11 +178,12 @@ class RejectionStage:
         items, owners = [], []
         for tg in live:
             tg.scores = [-1.0] * len(tg.answers)
-            tg.failures = {"request_failed": 0, "malformed": 0, "judge_failed": 0}
+            tg.failures = dict.fromkeys(_UNSCORED, 0)
             for j, ans in enumerate(tg.answers):
                 if not ans.ok:
-                    tg.failures["request_failed"] += 1
-                    ctx.stats.add("candidates.request_failed")
+                    reason = unanswered_reason(ans)
+                    tg.failures[reason] += 1
+                    ctx.stats.add(f"candidates.{reason}")
                     continue
                 if not extract_prediction(ans.text).ok or not reasoning_of(ans.text):
                     tg.failures["malformed"] += 1
@@ -201,9 +207,7 @@ class RejectionStage:
         for tg in live:
             tg.best, tg.tied, tg.winner = max(tg.scores, default=-1.0), 0, -1
             if tg.best < 0:
-                f = tg.failures
-                tg.reason = ("judge_failed" if f["judge_failed"] else
-                             "malformed" if f["malformed"] else "request_failed")
+                tg.reason = next((reason for reason in _UNSCORED if tg.failures[reason]), "request_failed")
                 continue
             tied = [j for j, s in enumerate(tg.scores) if s == tg.best]
             tg.tied, tg.winner = len(tied), tied[0]
@@ -238,7 +242,7 @@ class RejectionStage:
                 tg.reasoning = ctx.redacted(reasoning_of(tg.answers[tg.winner].text))
 
     def apply(self, traj: Trajectory, rows: list[dict[str, Any]], ctx: StageContext) -> Applied:
-        applied = Applied()
+        applied = Applied(unanswered=all_unanswered(rows, "dropped"))
         for row in rows:
             t = int(row["turn_idx"])
             if row["status"] == "kept":

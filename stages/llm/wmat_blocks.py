@@ -9,7 +9,7 @@ kept when it is a well-formed block with a parseable q and no spoilers against t
 otherwise it is re-asked ``llm.wmat_reasks`` times, told why, and then the step gets no block.
 Answers are cached in the run output by the machinery, so a resumed or repeated run sends nothing
 already answered. Rows (``llm/wmat_blocks/part-<task>.parquet``): traj_id, step, status (``kept``
-| ``rejected``), reason (``malformed`` | ``no_confidence`` | ``spoiler`` | ``request_failed``),
+| ``rejected``), reason (``malformed`` | ``no_confidence`` | ``spoiler`` | ``request_failed`` | ``request_refused``),
 detail, block, confidence (q in [0, 1]), keywords, attempts. The blocks change nothing the
 world-model pools see; `pipeline.wmat_pools` turns them into the two WMAT pools.
 """
@@ -22,7 +22,7 @@ from typing import Any
 import pyarrow as pa
 
 from schemas.trajectory import Trajectory
-from stages.llm.stage import Request, StageContext
+from stages.llm.stage import Applied, Request, StageContext, all_unanswered, unanswered_reason
 from stages.pools import pool_of
 from stages.wmat import REASK_NOTE, block_messages, choose_steps, validate_block
 
@@ -78,7 +78,7 @@ class WmatBlockStage:
             for (traj, t), answer in zip(pending, answers):
                 key = (traj.traj_id, t)
                 if not answer.ok:
-                    check, reason, detail, text = None, "request_failed", answer.error, ""
+                    check, reason, detail, text = None, unanswered_reason(answer), answer.error, ""
                 else:
                     check, reason, detail, text = validate_block(answer.text, traj, t, ngram)
                 if check is not None:
@@ -94,7 +94,7 @@ class WmatBlockStage:
                 rows[key] = {"traj_id": traj.traj_id, "step": t, "status": "rejected", "reason": reason,
                              "detail": detail, "block": None, "confidence": None, "keywords": [],
                              "attempts": attempt + 1}
-                if reason != "request_failed":  # the client already retried a failed request
+                if answer.ok:  # a request without an answer was retried by the client, or is refused for good
                     retry.append((traj, t))
             pending = retry
         out_rows = [rows[(traj.traj_id, t)] for traj in trajs for t in self.steps(traj, ctx)]
@@ -104,8 +104,9 @@ class WmatBlockStage:
                 ctx.stats.add(f"dropped.{row['reason']}")
         return out_rows
 
-    def apply(self, traj: Trajectory, rows: list[dict[str, Any]], ctx: StageContext) -> dict[int, str]:
-        return {}  # blocks feed the WMAT pools only; the world-model pools are unchanged
+    def apply(self, traj: Trajectory, rows: list[dict[str, Any]], ctx: StageContext) -> Applied:
+        # blocks feed the WMAT pools only; the world-model pools are unchanged
+        return Applied(unanswered=all_unanswered(rows, "rejected"))
 
 
 STAGE = WmatBlockStage()
