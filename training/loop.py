@@ -130,11 +130,12 @@ def _resume(
     checkpoint = load_checkpoint(config.out) if config.out else None
     if checkpoint is None:
         return 0, "", {}
-    saved = (checkpoint.trainer.get("world_size"), checkpoint.trainer.get("num_workers"))
-    if saved != (dist.world_size, config.num_workers):
+    # each rank's data position is a place in its stream, which any number of dataloader workers yields alike
+    saved = checkpoint.trainer.get("world_size")
+    if saved != dist.world_size:
         raise ConfigError(
-            f"{config.out}: the checkpoint was written by {saved[0]} ranks with {saved[1]} dataloader workers each; "
-            f"resume with the same, not {dist.world_size} and {config.num_workers}"
+            f"{config.out}: the checkpoint was written by {saved} ranks; resume with the same number, not "
+            f"{dist.world_size}"
         )
     if bool(checkpoint.trainer.get("sharded")) != config.fsdp:
         raise ConfigError(
