@@ -29,7 +29,15 @@ from torch.utils.data import IterableDataset, get_worker_info
 
 from training.partition import Segment, block_segments, local_order, rank_block, row_group_order, worker_indices
 from training.reweight import apply_category_weights
-from training.shards import CATEGORY_COLUMNS, RowGroup, ShardError, open_parquet, plan_row_groups, resolve_shard_files
+from training.shards import (
+    CATEGORY_COLUMNS,
+    FooterStatistics,
+    RowGroup,
+    ShardError,
+    open_parquet,
+    plan_row_groups,
+    resolve_shard_files,
+)
 
 # 2: one position per rank's stream (1, per dataloader worker's block, is refused: see `load_state_dict`)
 STATE_FORMAT = 2
@@ -108,7 +116,11 @@ class ShardDataset(IterableDataset):
         super().__init__()
         self.files = resolve_shard_files([sources] if isinstance(sources, str) else list(sources))
         self.category_weights = dict(category_weights or {})
-        self.groups: list[RowGroup] = plan_row_groups(self.files, CATEGORY_COLUMNS if self.category_weights else ())
+        # the column maxima of the footers read here, for the checks before a first step (they need no second read)
+        self.footer_statistics = FooterStatistics()
+        self.groups: list[RowGroup] = plan_row_groups(
+            self.files, CATEGORY_COLUMNS if self.category_weights else (), self.footer_statistics
+        )
         self.total_rows = sum(g.num_rows for g in self.groups)
         self.seed, self.shuffle, self.shuffle_buffer, self.epochs = seed, shuffle, shuffle_buffer, epochs
         self.read_batch_rows = read_batch_rows

@@ -253,9 +253,9 @@ def _train(config: TrainConfig, dist: Distributed, echo: Callable[[str], None]) 
     tiny = TinyConfig(config.tiny_vocab, config.tiny_dim, config.tiny_layers, config.tiny_heads)
     model = build_model(config.model, tiny, pick_attention(config.attention, dist.device)).to(dist.device)
     rows = vocabulary_rows(model)
-    check_fits_model(config.model, rows, files, manifests)
+    check_fits_model(config.model, rows, files, manifests, dataset.footer_statistics)
     context = context_length(model)
-    longest = longest_sample(files, manifests)
+    longest = longest_sample(files, manifests, dataset.footer_statistics)
     note = check_row_length(longest, config.micro_batch_tokens, config.long_samples,
                             (context.tokens, context.field) if context else None)
     if note:
