@@ -214,12 +214,37 @@ def test_a_log_file_that_cannot_be_written_is_refused_before_training(shards, tm
     assert not out.exists()  # refused before anything was trained or written
 
 
-def test_more_dataloader_workers_than_rows_is_one_line(tmp_path):
-    pool = write_synthetic_shards(str(tmp_path), rows_per_file=(5,), row_group_rows=5)
-    result = _lwm_train("--shards", pool, "--max-steps", "1", "--num-workers", "6", *TINY)
+def test_more_dataloader_workers_than_rows_train_as_no_workers_do(tmp_path):
+    """The workers deal the rank's endless stream out among themselves: none is left without rows, and the run
+    trains on the same samples as one without workers."""
+    pool = write_synthetic_shards(str(tmp_path), rows_per_file=(2,), row_group_rows=2)
+
+    def run(workers: str) -> list[tuple[int, float]]:
+        log = tmp_path / f"steps-{workers}.jsonl"
+        result = _lwm_train("--shards", pool, "--max-steps", "3", "--log-every", "1", "--log-json", str(log),
+                            "--num-workers", workers, "--seed", "3", *TINY)
+        assert result.exit_code == 0, result.output
+        return [(e["tokens"], e["loss"]) for e in map(json.loads, log.read_text().splitlines())]
+
+    assert run("3") == run("0")
+
+
+def test_a_checkpoint_with_per_worker_data_positions_is_refused_in_one_line(shards, tmp_path):
+    """Data state format 1 (a block per dataloader worker) names no position in the stream read now: resuming at
+    its numbers would train on other samples than the interrupted run had left."""
+    out = tmp_path / "ck"
+    assert _lwm_train("--shards", shards, "--out", str(out), "--max-steps", "1", *TINY).exit_code == 0
+    state = out / (out / "latest").read_text() / "data_state.json"
+    old = [{"format": 1, "seed": 0, "shuffle": True, "shuffle_buffer": 8, "total_rows": 48, "num_consumers": 2,
+            "epoch": 0, "progress": {"0": [0, 3]}, "next_worker": 1}]
+    state.write_text(json.dumps(old))
+    result = _lwm_train("--shards", shards, "--out", str(out), "--max-steps", "2", *TINY)
     assert result.exit_code == 2, result.output
-    assert result.output.strip() == ("lwm: error: 5 rows cannot feed 6 consumers (1 rank(s) × 6 dataloader worker(s)): "
-                                     "one would get none; use fewer ranks or --num-workers")
+    assert result.output.strip().splitlines() == [
+        f"lwm: error: --out {out}: the data position was saved by an older lwm train, which gave each dataloader "
+        "worker rows of its own; it names no position in the stream read now, so it cannot resume at the same "
+        "sample: train into a new --out"]
+    assert (out / "latest").read_text() == "step-00000001" and json.loads(state.read_text()) == old
 
 
 def test_a_broken_shard_met_in_a_dataloader_worker_is_one_line(tmp_path):

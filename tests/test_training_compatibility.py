@@ -153,3 +153,53 @@ def test_a_tokenizer_file_of_another_hash_is_refused_where_it_cannot_be_loaded(t
     result = _train("--shards", pool, "--model", model, "--micro-batch-tokens", "64")
     assert result.exit_code == 2, result.output
     assert "encodes text differently from /elsewhere/tokenizer.json" in result.output
+
+
+def test_each_shard_footer_is_read_once_before_the_first_step(tmp_path, monkeypatch):
+    """The dataset's row groups, the largest token id and the longest sample (no max_tokens in this manifest) all
+    come from the same footers; each was read three times before."""
+    import pyarrow.parquet.core as parquet_core
+
+    from training.loop import TrainConfig, train
+
+    pool = write_synthetic_shards(str(tmp_path / "run"), rows_per_file=(6, 6), manifest_max_tokens=False)
+    model = _qwen(str(tmp_path / "model"), positions=4096)
+    opened: list[str] = []
+
+    class CountingParquetFile(pq.ParquetFile):
+        def __init__(self, source, *args, **kwargs):
+            opened.append(str(getattr(source, "path", source)))
+            super().__init__(source, *args, **kwargs)
+
+    class FirstStep(Exception):
+        pass
+
+    def no_loader(*args, **kwargs):
+        raise FirstStep  # every check is done once the loader is built
+
+    monkeypatch.setattr(pq, "ParquetFile", CountingParquetFile)
+    monkeypatch.setattr(parquet_core, "ParquetFile", CountingParquetFile)
+    monkeypatch.setattr("training.loop.DataLoader", no_loader)
+    said: list[str] = []
+    with pytest.raises(FirstStep):
+        train(TrainConfig(shards=(pool,), max_steps=1, model=model, micro_batch_tokens=4096), echo=said.append)
+    assert sorted(opened) == [f"{pool}/part-00000.parquet", f"{pool}/part-00001.parquet"]
+    assert not any("longest sample is unknown" in line for line in said)  # the footers did name it
+
+
+def test_a_column_without_statistics_leaves_the_other_columns_maximum(tmp_path):
+    """One read per footer serves both checks; each still falls back on its own column's statistics only."""
+    from training.compatibility import largest_token_id
+    from training.long_samples import longest_sample
+    from training.shards import FooterStatistics, resolve_shard_files
+
+    pool = write_synthetic_shards(str(tmp_path / "run"), rows_per_file=(6,), manifest_max_tokens=False)
+    [part] = resolve_shard_files([pool])
+    table = pq.read_table(part)
+    tokens = max(table.column("num_tokens").to_pylist())
+    top = max(max(ids) for ids in table.column("input_ids").to_pylist())
+    for kept, expected in (("num_tokens", (None, tokens)), ("input_ids.list.element", (top, None))):
+        pq.write_table(table, part, write_statistics=[kept])
+        statistics = FooterStatistics()
+        found = largest_token_id([part], statistics), longest_sample([part], statistics=statistics)
+        assert (found[0], found[1] and found[1].tokens) == expected

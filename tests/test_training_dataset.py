@@ -1,4 +1,5 @@
-"""ShardDataset: finding shards, splitting rows over ranks and workers, shuffling, resuming, re-weighting."""
+"""ShardDataset: finding shards, splitting rows over ranks and dealing them to workers, shuffling, resuming,
+re-weighting."""
 
 from __future__ import annotations
 
@@ -19,16 +20,29 @@ torch = pytest.importorskip("torch")
 
 from tests.helpers import write_synthetic_shards  # noqa: E402
 from training.dataset import ShardDataset  # noqa: E402
-from training.partition import block_segments, consumer_block, local_order, row_group_order  # noqa: E402
+from training.partition import (  # noqa: E402
+    block_segments,
+    local_order,
+    rank_block,
+    row_group_order,
+    worker_indices,
+)
 from training.reweight import apply_category_weights, parse_category_weights  # noqa: E402
 from training.shards import ShardError, plan_row_groups, resolve_shard_files  # noqa: E402
 
 ALL_IDS = [f"cpt-{i:05d}" for i in range(12)]  # rows_per_file=(7, 5) by default
+ODD_IDS = [f"cpt-{i:05d}" for i in range(13)]
 
 
 @pytest.fixture(scope="module")
 def pool_dir(tmp_path_factory: pytest.TempPathFactory) -> str:
     return write_synthetic_shards(str(tmp_path_factory.mktemp("run")))
+
+
+@pytest.fixture(scope="module")
+def odd_pool(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """13 rows: no number of workers from 2 to 12 splits them evenly."""
+    return write_synthetic_shards(str(tmp_path_factory.mktemp("odd")), rows_per_file=(7, 6))
 
 
 def _ids(samples) -> list[str]:
@@ -113,6 +127,38 @@ def test_every_row_exactly_once_per_epoch(pool_dir, world_size, workers):
         assert set(counts.values()) == {1}
 
 
+@pytest.mark.parametrize("workers", [2, 3])
+def test_every_row_is_drawn_once_per_epoch_of_the_endless_stream_with_workers(odd_pool, workers):
+    """The loader takes as many samples from each worker: workers that owned blocks of their own (6 and 7 rows
+    with two) drew the rows of the smaller block more often (26 draws each in four epochs: a row of the 6 about
+    4.3 times, one of the 7 about 3.7)."""
+    epochs = 4
+    dataset = ShardDataset(odd_pool, shuffle_buffer=4, epochs=None)
+    loader = torch.utils.data.DataLoader(dataset, batch_size=None, num_workers=workers)
+    drawn = _ids(itertools.islice(iter(loader), epochs * len(ODD_IDS)))
+    assert Counter(drawn) == {sample_id: epochs for sample_id in ODD_IDS}
+    for epoch in range(epochs):
+        assert sorted(drawn[epoch * len(ODD_IDS) : (epoch + 1) * len(ODD_IDS)]) == ODD_IDS
+
+
+def test_the_stream_is_the_same_with_zero_one_or_two_workers(odd_pool):
+    def stream(workers):
+        dataset = ShardDataset(odd_pool, shuffle_buffer=4, epochs=None)
+        loader = dataset if workers is None else torch.utils.data.DataLoader(dataset, batch_size=None,
+                                                                              num_workers=workers)
+        return [(s["sample_id"], tuple(s["position"])) for s in itertools.islice(iter(loader), 3 * 13 + 5)]
+
+    in_process = stream(None)
+    assert stream(0) == stream(1) == stream(2) == in_process
+    assert [i for i, _ in in_process[:13]] != [i for i, _ in in_process[13:26]]  # each epoch reshuffled
+
+
+def test_more_ranks_than_rows_are_refused_before_any_loader_starts(pool_dir):
+    with pytest.raises(ShardError, match=r"^12 rows cannot feed 13 ranks: one would get none; use fewer ranks$"):
+        ShardDataset(pool_dir, rank=0, world_size=13).check_ranks_fed()
+    ShardDataset(pool_dir, rank=0, world_size=12).check_ranks_fed()
+
+
 def test_shuffle_depends_on_seed_and_epoch_only(pool_dir):
     def order(seed, epoch):
         dataset = ShardDataset(pool_dir, seed=seed, shuffle_buffer=4)
@@ -128,16 +174,16 @@ def test_shuffle_depends_on_seed_and_epoch_only(pool_dir):
 @settings(max_examples=60, deadline=None)
 @given(
     sizes=st.lists(st.integers(1, 9), min_size=1, max_size=8),
-    consumers=st.integers(1, 7),
+    ranks=st.integers(1, 7),
     seed=st.integers(0, 2**16),
     epoch=st.integers(0, 5),
 )
-def test_blocks_cover_the_epoch_row_space_exactly_once(sizes, consumers, seed, epoch):
+def test_blocks_cover_the_epoch_row_space_exactly_once(sizes, ranks, seed, epoch):
     order = row_group_order(len(sizes), seed, epoch, shuffle=True)
     starts = np.concatenate([[0], np.cumsum(sizes)[:-1]])
     rows = []
-    for consumer in range(consumers):
-        start, stop = consumer_block(sum(sizes), consumer, consumers)
+    for rank in range(ranks):
+        start, stop = rank_block(sum(sizes), rank, ranks)
         segments = block_segments(sizes, order, start, stop)
         assert sum(s.row_hi - s.row_lo for s in segments) == stop - start
         rows += [int(starts[s.group]) + r for s in segments for r in range(s.row_lo, s.row_hi)]
@@ -147,10 +193,23 @@ def test_blocks_cover_the_epoch_row_space_exactly_once(sizes, consumers, seed, e
 @settings(max_examples=60, deadline=None)
 @given(n=st.integers(0, 300), buffer=st.integers(0, 40), seed=st.integers(0, 2**16))
 def test_local_order_is_a_permutation_with_bounded_displacement(n, buffer, seed):
-    order = local_order(n, buffer, seed, epoch=0, consumer=0)
+    order = local_order(n, buffer, seed, epoch=0, rank=0)
     assert sorted(order.tolist()) == list(range(n))
     if n:
         assert int(np.abs(order - np.arange(n)).max()) <= max(buffer, 0)
+
+
+@settings(max_examples=80, deadline=None)
+@given(rows=st.integers(1, 9), start=st.integers(0, 40), workers=st.integers(1, 5))
+def test_workers_deal_out_every_stream_position_from_the_start_once_in_turn(rows, start, workers):
+    dealt = {}  # stream position -> the worker that yields it
+    for worker in range(workers):
+        for epoch in range(8):
+            for index in worker_indices(rows, epoch, start, worker, workers).tolist():
+                assert epoch * rows + index not in dealt
+                dealt[epoch * rows + index] = worker
+    assert sorted(dealt) == list(range(start, 8 * rows))
+    assert all(worker == (position - start) % workers for position, worker in dealt.items())
 
 
 # -- resuming -------------------------------------------------------------------------------------
@@ -173,22 +232,13 @@ def test_resume_with_workers_from_recorded_positions(pool_dir):
     def loader_of(dataset):
         return torch.utils.data.DataLoader(dataset, batch_size=None, num_workers=2)
 
-    def per_consumer(samples):
-        streams: dict[int, list[str]] = {}
-        for s in samples:
-            streams.setdefault(int(s["position"].consumer), []).append(s["sample_id"])
-        return streams
-
-    full = per_consumer(loader_of(ShardDataset(pool_dir, shuffle_buffer=4)))
+    full = _ids(loader_of(ShardDataset(pool_dir, shuffle_buffer=4)))
     dataset = ShardDataset(pool_dir, shuffle_buffer=4)
     taken = list(itertools.islice(iter(loader_of(dataset)), 5))
     dataset.record_consumed(s["position"] for s in taken)
     resumed = ShardDataset(pool_dir, shuffle_buffer=4)
     resumed.load_state_dict(dataset.state_dict())
-    rest = per_consumer(loader_of(resumed))
-    before = per_consumer(taken)
-    for consumer, stream in full.items():
-        assert before.get(consumer, []) + rest.get(consumer, []) == stream
+    assert _ids(taken) + _ids(loader_of(resumed)) == full
 
 
 @pytest.mark.parametrize(("workers", "stops"), [(2, (5,)), (2, (5, 8)), (3, (4, 11)), (3, (7, 9, 10))])
@@ -227,13 +277,36 @@ def test_set_epoch_after_a_resume_starts_the_epoch_with_the_first_worker(pool_di
     assert _ids(loader_of(resumed)) == fresh
 
 
-def test_state_of_other_consumer_count_is_refused(pool_dir):
+@pytest.mark.parametrize(("before", "after"), [(0, 2), (2, 3), (3, 0)])
+def test_resume_with_another_number_of_workers_continues_the_same_stream(odd_pool, before, after):
+    def loader_of(dataset, workers):
+        return torch.utils.data.DataLoader(dataset, batch_size=None, num_workers=workers)
+
+    full = _ids(itertools.islice(iter(loader_of(ShardDataset(odd_pool, shuffle_buffer=4, epochs=None), 0)), 30))
+    dataset = ShardDataset(odd_pool, shuffle_buffer=4, epochs=None)
+    taken = list(itertools.islice(iter(loader_of(dataset, before)), 17))
+    dataset.record_consumed(s["position"] for s in taken)
+    resumed = ShardDataset(odd_pool, shuffle_buffer=4, epochs=None)
+    resumed.load_state_dict(dataset.state_dict())
+    assert _ids(taken) + _ids(itertools.islice(iter(loader_of(resumed, after)), 13)) == full
+
+
+def test_state_of_another_world_size_is_refused(pool_dir):
     dataset = ShardDataset(pool_dir)
     next(iter(dataset))
     other = ShardDataset(pool_dir, rank=0, world_size=2)
-    other.load_state_dict(dataset.state_dict())
-    with pytest.raises(ShardError, match="saved with 1 consumers"):
-        next(iter(other))
+    with pytest.raises(ShardError, match="world_size=1 but this dataset has 2"):
+        other.load_state_dict(dataset.state_dict())
+
+
+def test_a_state_of_per_worker_blocks_is_refused_in_one_line(pool_dir):
+    """Format 1 gave each dataloader worker a block of its own: its progress names no position in today's stream."""
+    old = {"format": 1, "seed": 0, "shuffle": True, "shuffle_buffer": 512, "total_rows": 12, "num_consumers": 2,
+           "epoch": 0, "progress": {"0": [0, 3], "1": [0, 2]}, "next_worker": 1}
+    with pytest.raises(ShardError) as refused:
+        ShardDataset(pool_dir).load_state_dict(old)
+    assert "\n" not in str(refused.value)
+    assert "saved by an older lwm train" in str(refused.value) and "new --out" in str(refused.value)
 
 
 def test_state_of_other_seed_is_refused(pool_dir):

@@ -66,7 +66,7 @@ def test_torchrun_two_ranks_learns_and_resumes(train_shards, tmp_path):
     assert len(checkpoint.data_states) == 2
 
 
-def _in_process(shards: str, out: Path, max_steps: int, log: Path) -> list[dict]:
+def _in_process(shards: str, out: Path, max_steps: int, log: Path, workers: int = 0) -> list[dict]:
     config = TrainConfig(
         shards=(shards,),
         max_steps=max_steps,
@@ -80,6 +80,7 @@ def _in_process(shards: str, out: Path, max_steps: int, log: Path) -> list[dict]
         log_json=str(log),
         tiny_vocab=64,
         tiny_dim=32,
+        num_workers=workers,
     )
     return train(config, echo=lambda _line: None)
 
@@ -96,6 +97,15 @@ def test_interrupted_run_equals_an_uninterrupted_one(train_shards, tmp_path):
     model_b = load_checkpoint(str(tmp_path / "b")).model
     for name, tensor in model_a.items():
         torch.testing.assert_close(tensor, model_b[name], rtol=1e-5, atol=1e-7)
+
+
+def test_a_run_resumed_with_another_number_of_dataloader_workers_equals_an_uninterrupted_one(train_shards, tmp_path):
+    straight = _in_process(train_shards, tmp_path / "a", 8, tmp_path / "a.jsonl", workers=0)
+    _in_process(train_shards, tmp_path / "b", 4, tmp_path / "b.jsonl", workers=2)
+    resumed = _in_process(train_shards, tmp_path / "b", 8, tmp_path / "b.jsonl", workers=1)
+    assert [e["step"] for e in resumed] == [5, 6, 7, 8]
+    assert [e["tokens"] for e in resumed] == [e["tokens"] for e in straight[4:]]
+    assert [e["loss"] for e in resumed] == pytest.approx([e["loss"] for e in straight[4:]], rel=1e-5)
 
 
 def test_cli_refuses_unfinished_shards_in_one_line(tmp_path):

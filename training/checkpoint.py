@@ -11,8 +11,11 @@ Layout::
                                     rank's shards (torch.distributed.checkpoint)
     out/_lock                     while a run trains into the folder (`checkpoint_lock`)
 
-A killed run leaves at most an unpublished ``*.tmp`` folder, which is ignored. Checkpoints are
-loaded with ``weights_only=True``: tensors and plain containers, never pickled code.
+A killed run leaves at most an unpublished ``*.tmp`` folder, which is ignored. A write that fails
+(a full disk) removes the folder it was staging and ends with an OSError naming the file, and
+``latest`` still names the last whole checkpoint: every file is flushed to the disk before the
+renames that publish it. Checkpoints are loaded with ``weights_only=True``: tensors and plain
+containers, never pickled code.
 """
 
 from __future__ import annotations
@@ -22,9 +25,9 @@ import contextlib
 import json
 import os
 import shutil
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, BinaryIO
 
 import torch
 
@@ -56,22 +59,41 @@ def _step_name(step: int) -> str:
     return f"step-{step:08d}"
 
 
-def _save(obj: Any, path: str) -> None:
-    """`torch.save`, whose failure to write to a full disk is a RuntimeError of its archive writer: then an
-    OSError naming the file, so the command ends with one line (the checkpoint being staged is not used)."""
-    import errno
+def _os_error_of(failure: BaseException) -> OSError | None:
+    """The operating-system error behind `failure`: itself, or one in its chain (torch's archive writer turns the
+    OSError of the file object it writes to into a RuntimeError, and a full disk may surface first when the file
+    is flushed on closing, with torch's error as its context)."""
+    seen: set[int] = set()
+    current: BaseException | None = failure
+    while current is not None and id(current) not in seen:
+        if isinstance(current, OSError) and current.errno is not None:
+            return current
+        seen.add(id(current))
+        current = current.__cause__ or current.__context__
+    return None
 
+
+def _write_file(path: str, write: Callable[[BinaryIO], None]) -> None:
+    """Write a new file through `write`, flushed to the disk before it is published by a rename: a full disk (or any
+    failed write) is an OSError naming `path`, whatever layer noticed it."""
     try:
-        torch.save(obj, path)
-    except RuntimeError:
-        if shutil.disk_usage(os.path.dirname(path) or ".").free >= (1 << 20):
-            raise  # not a full disk: torch's own error
-        raise OSError(errno.ENOSPC, "No space left on device", path) from None
+        with open(path, "wb") as handle:
+            write(handle)
+            handle.flush()
+            os.fsync(handle.fileno())
+    except (OSError, RuntimeError) as failure:
+        cause = _os_error_of(failure)
+        if cause is None:
+            raise  # not an error of the file: torch's own
+        raise OSError(cause.errno, cause.strerror, path) from None
+
+
+def _save(obj: Any, path: str) -> None:
+    _write_file(path, lambda handle: torch.save(obj, handle))
 
 
 def _write_json(path: str, value: Any) -> None:
-    with open(path, "w", encoding="utf-8") as handle:
-        json.dump(value, handle, indent=1, sort_keys=True)
+    _write_file(path, lambda handle: handle.write(json.dumps(value, indent=1, sort_keys=True).encode()))
 
 
 def save_checkpoint(
@@ -107,17 +129,24 @@ def save_checkpoint(
             torch.distributed.barrier()
         if rank != 0:
             return final
-    else:
-        _save(model, os.path.join(staging, "model.pt"))
-        _save(optimizer, os.path.join(staging, "optimizer.pt"))
-    _save(scheduler, os.path.join(staging, "scheduler.pt"))
-    _write_json(os.path.join(staging, "trainer.json"), {**trainer, "step": step})
-    _write_json(os.path.join(staging, "data_state.json"), data_states)
+    pointer = os.path.join(out, LATEST + ".tmp")
+    try:
+        if sharded is None:
+            _save(model, os.path.join(staging, "model.pt"))
+            _save(optimizer, os.path.join(staging, "optimizer.pt"))
+        _save(scheduler, os.path.join(staging, "scheduler.pt"))
+        _write_json(os.path.join(staging, "trainer.json"), {**trainer, "step": step})
+        _write_json(os.path.join(staging, "data_state.json"), data_states)
+        # the pointer's bytes too before anything is renamed: after that, only renames, which take no space
+        _write_file(pointer, lambda handle: handle.write(_step_name(step).encode()))
+    except BaseException:
+        # a full disk: the half-written checkpoint gives its space back, and ``latest`` still names the last whole one
+        shutil.rmtree(staging, ignore_errors=True)
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(pointer)
+        raise
     shutil.rmtree(final, ignore_errors=True)
     os.replace(staging, final)
-    pointer = os.path.join(out, LATEST + ".tmp")
-    with open(pointer, "w", encoding="utf-8") as handle:
-        handle.write(_step_name(step))
     os.replace(pointer, os.path.join(out, LATEST))
     published = sorted(n for n in os.listdir(out) if n.startswith("step-") and not n.endswith(".tmp"))
     for old in published[:-KEEP_CHECKPOINTS]:

@@ -22,7 +22,7 @@ import fsspec
 
 from schemas.errors import ConfigError
 from training.runs import Manifests
-from training.shards import column_max
+from training.shards import TOKEN_ID_LEAF, FooterStatistics
 
 # Text of several kinds (prose, code, a shell line, JSON, accents, CJK, an emoji): two tokenizers that agree on
 # all of it are taken for the same one.
@@ -65,11 +65,13 @@ def sample_limit(row: int, context: Context | None) -> int:
     return row if context is None else min(row, context.tokens)
 
 
-def largest_token_id(files: list[str]) -> int | None:
-    """The largest id of ``input_ids`` over `files`, from the Parquet statistics; None where a row group has none."""
+def largest_token_id(files: list[str], statistics: FooterStatistics | None = None) -> int | None:
+    """The largest id of ``input_ids`` over `files`, from the Parquet statistics; None where a row group has none.
+    `statistics`: the footers' maxima, where the caller has them."""
+    statistics = FooterStatistics() if statistics is None else statistics
     largest = -1
     for uri in files:
-        found = column_max(uri, "input_ids.list.element")
+        found = statistics.column_max(uri, TOKEN_ID_LEAF)
         if found is None:
             return None
         largest = max(largest, found)
@@ -97,12 +99,14 @@ def _load(spec: str, engine: str | None) -> Any | None:
         return None
 
 
-def check_fits_model(model: str, rows: int | None, files: list[str], manifests: Manifests) -> None:
+def check_fits_model(model: str, rows: int | None, files: list[str], manifests: Manifests,
+                     statistics: FooterStatistics | None = None) -> None:
     """Refuse, in one line, shards whose token ids the model has no embedding for, or that another tokenizer than
-    the model's wrote (see the module docstring). `rows`: the model's embedding rows (None: the tiny model)."""
+    the model's wrote (see the module docstring). `rows`: the model's embedding rows (None: the tiny model);
+    `statistics`: the footers' maxima, where the caller has them."""
     if rows is None:
         return
-    top = largest_token_id(files)
+    top = largest_token_id(files, statistics)
     if top is not None and top >= rows:
         raise ConfigError(
             f"--model {model}: the shards hold token id {top}, but the model's vocabulary has {rows} entries; the "

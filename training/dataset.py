@@ -1,16 +1,18 @@
-"""`ShardDataset`: a torch `IterableDataset` over lwmkit shards, split across ranks and workers.
+"""`ShardDataset`: a torch `IterableDataset` over lwmkit shards, split across ranks and dealt out to workers.
 
-The order of an epoch, the split into consumers (rank × dataloader worker) and the shuffle are
-described in `training.partition`. Rows are read row group by row group in record batches of
-``read_batch_rows`` rows, never a whole file at once, through fsspec (local paths, ``memory://``,
-``s3://`` …).
+The order of an epoch, the split into ranks, the shuffle and how a rank's dataloader workers
+share its stream are described in `training.partition`: whatever the number of workers, the
+loader yields the same stream, and every row of a rank's block once per epoch. Rows are read
+row group by row group in record batches of ``read_batch_rows`` rows, never a whole file at once,
+through fsspec (local paths, ``memory://``, ``s3://`` …); each worker reads the row groups of its
+rank's block and decodes only its own rows.
 
-Resuming: each yielded sample carries ``position = (consumer, num_consumers, epoch, index)``.
-When the dataset is iterated in the training process itself, the state advances as samples are
-yielded; when dataloader workers iterate copies of it, the training process reports what it
-used with `record_consumed`. `state_dict()` then names, per consumer, the next sample to yield,
-and a dataset given that state by `load_state_dict` continues there exactly (same seed, same
-shards, same number of ranks × workers).
+Resuming: each yielded sample carries ``position = (rank, world_size, epoch, index)``. When the
+dataset is iterated in the training process itself, the state advances as samples are yielded;
+when dataloader workers iterate copies of it, the training process reports what it used, in
+stream order, with `record_consumed`. `state_dict()` then names the next sample of the rank's
+stream, and a dataset given that state by `load_state_dict` continues there exactly (same seed,
+same shards, same number of ranks; any number of workers).
 """
 
 from __future__ import annotations
@@ -25,22 +27,31 @@ import pyarrow as pa
 import torch
 from torch.utils.data import IterableDataset, get_worker_info
 
-from training.partition import Segment, block_segments, consumer_block, local_order, row_group_order
+from training.partition import Segment, block_segments, local_order, rank_block, row_group_order, worker_indices
 from training.reweight import apply_category_weights
-from training.shards import CATEGORY_COLUMNS, RowGroup, ShardError, open_parquet, plan_row_groups, resolve_shard_files
+from training.shards import (
+    CATEGORY_COLUMNS,
+    FooterStatistics,
+    RowGroup,
+    ShardError,
+    open_parquet,
+    plan_row_groups,
+    resolve_shard_files,
+)
 
-STATE_FORMAT = 1
+# 2: one position per rank's stream (1, per dataloader worker's block, is refused: see `load_state_dict`)
+STATE_FORMAT = 2
 DEFAULT_SHUFFLE_BUFFER = 512
 DEFAULT_READ_BATCH_ROWS = 64
-# Open Parquet files kept per consumer; shuffled row groups jump between files.
+# Open Parquet files kept per reader (the rank, or each of its workers); shuffled row groups jump between files.
 _OPEN_FILES = 8
 
 
 class SamplePosition(NamedTuple):
-    """Where a sample sits in the epoch order: the consumer that read it and its rank in that stream."""
+    """Where a sample sits: the rank whose stream holds it, and its index in that epoch's order of the rank's block."""
 
-    consumer: int
-    num_consumers: int
+    rank: int
+    world_size: int
     epoch: int
     index: int
 
@@ -81,7 +92,7 @@ def _samples_of_batch(batch: pa.RecordBatch, overrides: Mapping[str, float], whe
 
 
 class ShardDataset(IterableDataset):
-    """Samples of lwmkit shards for one rank; each dataloader worker of the rank reads its own share.
+    """Samples of lwmkit shards for one rank; the rank's dataloader workers deal its stream out among themselves.
 
     `sources`: shard directories, globs or files (see `training.shards`). `epochs`: how many
     epochs one iteration runs (None: forever, the trainer's mode). `category_weights`: optional
@@ -105,7 +116,11 @@ class ShardDataset(IterableDataset):
         super().__init__()
         self.files = resolve_shard_files([sources] if isinstance(sources, str) else list(sources))
         self.category_weights = dict(category_weights or {})
-        self.groups: list[RowGroup] = plan_row_groups(self.files, CATEGORY_COLUMNS if self.category_weights else ())
+        # the column maxima of the footers read here, for the checks before a first step (they need no second read)
+        self.footer_statistics = FooterStatistics()
+        self.groups: list[RowGroup] = plan_row_groups(
+            self.files, CATEGORY_COLUMNS if self.category_weights else (), self.footer_statistics
+        )
         self.total_rows = sum(g.num_rows for g in self.groups)
         self.seed, self.shuffle, self.shuffle_buffer, self.epochs = seed, shuffle, shuffle_buffer, epochs
         self.read_batch_rows = read_batch_rows
@@ -114,159 +129,131 @@ class ShardDataset(IterableDataset):
         self.world_size = default_size if world_size is None else world_size
         if not 0 <= self.rank < self.world_size:
             raise ShardError(f"rank {self.rank} outside a world of size {self.world_size}")
-        self._epoch = 0
-        self._progress: dict[int, tuple[int, int]] = {}
-        self._num_consumers: int | None = None
-        # Dataloader workers take turns (0, 1, …) from the start of every iteration. A state saved when worker k's
-        # sample was next resumes with worker 0 reading consumer k's share, 1 the next, and so on: the same order.
-        self._rotation = 0
+        self.block = rank_block(self.total_rows, self.rank, self.world_size)
+        # the next sample of this rank's stream: (epoch, index into that epoch's order of the block)
+        self._next = (0, 0)
 
-    def check_consumers_fed(self, num_workers: int) -> None:
-        """Refuse ranks × dataloader workers that leave a consumer without rows, before any worker starts: an
-        endless stream would wait on it for ever, and an error raised in a worker reaches the user as torch's
-        traceback of it."""
-        consumers = self.world_size * max(1, num_workers)
-        if self.total_rows < consumers:
+    def check_ranks_fed(self) -> None:
+        """Refuse more ranks than rows, before any loader starts: a rank without rows would leave an endless stream
+        waiting for ever, and an error raised in a dataloader worker reaches the user as torch's traceback of it.
+        (Any number of dataloader workers is fed: they deal out an endless stream.)"""
+        if self.total_rows < self.world_size:
             raise ShardError(
-                f"{self.total_rows} rows cannot feed {consumers} consumers ({self.world_size} rank(s) × "
-                f"{max(1, num_workers)} dataloader worker(s)): one would get none; use fewer ranks or --num-workers"
+                f"{self.total_rows} rows cannot feed {self.world_size} ranks: one would get none; use fewer ranks"
             )
 
     # -- resumable state -------------------------------------------------------------------
 
     def set_epoch(self, epoch: int) -> None:
-        """Start every consumer at the beginning of `epoch` (forgets any mid-epoch progress)."""
-        self._epoch, self._progress, self._rotation = epoch, {}, 0
+        """Start at the beginning of `epoch` (forgets any mid-epoch progress)."""
+        self._next = (epoch, 0)
 
     def record_consumed(self, positions: Iterable[SamplePosition | Sequence[int]]) -> None:
-        """Mark samples as used; per consumer, the state then points just after the last one given."""
+        """Mark samples as used, in stream order; the state then points just after the last one given."""
         for position in positions:
-            consumer, num_consumers, epoch, index = (int(v) for v in position)
-            self._check_consumers(num_consumers)
-            self._num_consumers = num_consumers
-            self._progress[consumer] = (epoch, index + 1)
+            rank, world_size, epoch, index = (int(v) for v in position)
+            if (rank, world_size) != (self.rank, self.world_size):
+                raise ShardError(
+                    f"a sample of rank {rank} of {world_size} recorded by the dataset of rank {self.rank} of "
+                    f"{self.world_size}"
+                )
+            self._next = (epoch, index + 1)
 
     def state_dict(self) -> dict[str, Any]:
-        """A JSON-ready state naming, per consumer, the next sample to yield."""
+        """A JSON-ready state naming the next sample of this rank's stream."""
         return {
             "format": STATE_FORMAT,
             "seed": self.seed,
             "shuffle": self.shuffle,
             "shuffle_buffer": self.shuffle_buffer,
             "total_rows": self.total_rows,
-            "num_consumers": self._num_consumers,
-            "epoch": self._epoch,
-            "progress": {str(c): list(p) for c, p in sorted(self._progress.items())},
-            "next_worker": self._next_worker(),
+            "rank": self.rank,
+            "world_size": self.world_size,
+            "epoch": self._next[0],
+            "index": self._next[1],
         }
 
-    def _next_worker(self) -> int:
-        """The dataloader worker (as this rank's consumer offset) whose sample comes next in the stream. The stream
-        takes the workers' shares in turn, 0, 1, …, W−1, 0, … (a resumed loader is rotated to continue it), so
-        after n samples the first n mod W have one more: the first with the fewest is next."""
-        if not self._num_consumers or self._num_consumers <= self.world_size:
-            return 0
-        workers = self._num_consumers // self.world_size
-        taken = []
-        for w in range(workers):
-            consumer = self.rank * workers + w
-            start, stop = consumer_block(self.total_rows, consumer, self._num_consumers)
-            epoch, index = self._progress.get(consumer, (self._epoch, 0))
-            taken.append((epoch - self._epoch) * (stop - start) + index)
-        return taken.index(min(taken))
-
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        """Continue from a `state_dict()`; refuses a state of other shards or another order."""
+        """Continue from a `state_dict()`; refuses a state of other shards, another order or an older format."""
+        if state.get("format") == 1:
+            raise ShardError(
+                "the data position was saved by an older lwm train, which gave each dataloader worker rows of its "
+                "own; it names no position in the stream read now, so it cannot resume at the same sample: train "
+                "into a new --out"
+            )
         if state.get("format") != STATE_FORMAT:
             raise ShardError(f"dataset state format {state.get('format')!r} is not {STATE_FORMAT}")
-        for key in ("seed", "shuffle", "shuffle_buffer", "total_rows"):
+        for key in ("seed", "shuffle", "shuffle_buffer", "total_rows", "world_size", "rank"):
             if state[key] != getattr(self, key):
                 raise ShardError(
                     f"dataset state has {key}={state[key]!r} but this dataset has {getattr(self, key)!r}; "
                     "it cannot resume at the same sample"
                 )
-        self._epoch = int(state["epoch"])
-        self._num_consumers = state["num_consumers"]
-        self._progress = {int(c): (int(p[0]), int(p[1])) for c, p in state["progress"].items()}
-        self._rotation = int(state.get("next_worker", 0))
-
-    def _check_consumers(self, num_consumers: int) -> None:
-        if self._num_consumers is not None and self._num_consumers != num_consumers:
-            raise ShardError(
-                f"the dataset state was saved with {self._num_consumers} consumers (ranks × dataloader workers) "
-                f"but now there are {num_consumers}; resume with the same number of ranks and workers"
-            )
+        self._next = (int(state["epoch"]), int(state["index"]))
 
     # -- iteration ----------------------------------------------------------------------------
 
-    def _consumer(self) -> tuple[int, int, bool]:
-        info = get_worker_info()
-        if info is None:
-            return self.rank, self.world_size, True
-        return (self.rank * info.num_workers + (info.id + self._rotation) % info.num_workers,
-                self.world_size * info.num_workers, False)
-
     def __iter__(self) -> Iterator[dict[str, Any]]:
-        consumer, num_consumers, in_process = self._consumer()
-        self._check_consumers(num_consumers)
-        if in_process:
-            self._num_consumers = num_consumers
-        epoch, index = self._progress.get(consumer, (self._epoch, 0))
-        start, stop = consumer_block(self.total_rows, consumer, num_consumers)
-        if stop == start and self.epochs is None:
-            raise ShardError(
-                f"{self.total_rows} rows cannot feed {num_consumers} consumers (ranks × workers): "
-                f"consumer {consumer} would get none; use fewer ranks or workers"
-            )
-        if index >= stop - start:
+        info = get_worker_info()
+        worker, workers = (0, 1) if info is None else (info.id, info.num_workers)
+        rows = self.block[1] - self.block[0]
+        if rows == 0:
+            if self.epochs is None:
+                self.check_ranks_fed()
+            return
+        epoch, index = self._next
+        if index >= rows:
             epoch, index = epoch + 1, 0
+        start = epoch * rows + index  # the stream position of the loader's first sample
         files: OrderedDict[str, Any] = OrderedDict()
-        done = 0
+        current = epoch
         try:
-            while self.epochs is None or done < self.epochs:
-                for position, sample in self._epoch_samples(files, consumer, num_consumers, epoch, index):
-                    if in_process:
-                        self._progress[consumer] = (position.epoch, position.index + 1)
+            while self.epochs is None or current < epoch + self.epochs:
+                indices = worker_indices(rows, current, start, worker, workers)
+                for position, sample in self._epoch_samples(files, current, indices):
+                    if info is None:
+                        self._next = (position.epoch, position.index + 1)
                     sample["position"] = position
                     yield sample
-                epoch, index, done = epoch + 1, 0, done + 1
+                current += 1
         finally:
             for parquet in files.values():
                 parquet.close()
 
     def _epoch_samples(
-        self, files: OrderedDict[str, Any], consumer: int, num_consumers: int, epoch: int, index: int
+        self, files: OrderedDict[str, Any], epoch: int, indices: np.ndarray
     ) -> Iterator[tuple[SamplePosition, dict[str, Any]]]:
-        start, stop = consumer_block(self.total_rows, consumer, num_consumers)
-        order = local_order(stop - start, self.shuffle_buffer if self.shuffle else 0, self.seed, epoch, consumer)
-        remaining = order[index:]
-        if len(remaining) == 0:
+        """The samples at `indices` (increasing) of `epoch`'s order of the block; only those rows are decoded."""
+        if len(indices) == 0:
             return
-        first_needed = int(remaining.min())
-        yielded = order[:index]
-        already = set(yielded[yielded >= first_needed].tolist())
+        start, stop = self.block
+        order = local_order(stop - start, self.shuffle_buffer if self.shuffle else 0, self.seed, epoch, self.rank)
+        wanted_rows = order[indices]
+        wanted = np.zeros(stop - start, dtype=bool)
+        wanted[wanted_rows] = True
         group_order = row_group_order(len(self.groups), self.seed, epoch, self.shuffle)
         segments = block_segments([g.num_rows for g in self.groups], group_order, start, stop)
-        rows = self._read_rows(files, segments, first_needed)
+        rows = self._read_rows(files, segments, wanted, int(wanted_rows.min()))
         pending: dict[int, dict[str, Any]] = {}
-        for position_index, wanted in enumerate(remaining.tolist(), start=index):
-            while wanted not in pending:
+        for index, row in zip(indices.tolist(), wanted_rows.tolist()):
+            while row not in pending:
                 local, sample = next(rows)
-                if local not in already:
-                    pending[local] = sample
-            yield SamplePosition(consumer, num_consumers, epoch, position_index), pending.pop(wanted)
+                pending[local] = sample
+            yield SamplePosition(self.rank, self.world_size, epoch, index), pending.pop(row)
 
     def _read_rows(
-        self, files: OrderedDict[str, Any], segments: Sequence[Segment], first_local: int
+        self, files: OrderedDict[str, Any], segments: Sequence[Segment], wanted: np.ndarray, first_local: int
     ) -> Iterator[tuple[int, dict[str, Any]]]:
-        """(local index, sample) for every row of the segments from local index `first_local` on."""
+        """(local index, sample) for the `wanted` rows (a mask over the block) of the segments, from local index
+        `first_local` on; a row group without a wanted row is not read."""
         columns = ["sample_id", "input_ids", "loss_weight"]
         if self.category_weights:
             columns += list(CATEGORY_COLUMNS)
         for segment in segments:
             skip_to = segment.row_lo + max(0, first_local - segment.first_local)
-            if skip_to >= segment.row_hi:
-                continue  # the whole segment lies before the resume point
+            local_of_row = segment.first_local - segment.row_lo  # local index = row + local_of_row
+            if skip_to >= segment.row_hi or not wanted[skip_to + local_of_row : segment.row_hi + local_of_row].any():
+                continue  # the whole segment lies before the resume point, or holds none of the rows wanted
             group = self.groups[segment.group]
             parquet = self._open(files, group.uri)
             batch_start = 0
@@ -274,11 +261,14 @@ class ShardDataset(IterableDataset):
                 batch_size=self.read_batch_rows, row_groups=[group.index], columns=columns, use_threads=False
             ):
                 lo, hi = max(batch_start, skip_to), min(batch_start + batch.num_rows, segment.row_hi)
-                if lo < hi:
+                picked = np.flatnonzero(wanted[lo + local_of_row : hi + local_of_row]) if lo < hi else []
+                if len(picked):
                     where = f"{group.uri} row group {group.index} rows {lo}-{hi - 1}"
                     piece = batch.slice(lo - batch_start, hi - lo)
-                    for offset, sample in enumerate(_samples_of_batch(piece, self.category_weights, where)):
-                        yield segment.first_local + lo - segment.row_lo + offset, sample
+                    if len(picked) < hi - lo:  # another worker's rows are left undecoded
+                        piece = piece.take(pa.array(picked))
+                    for offset, sample in zip(picked.tolist(), _samples_of_batch(piece, self.category_weights, where)):
+                        yield lo + local_of_row + offset, sample
                 batch_start += batch.num_rows
                 if batch_start >= segment.row_hi:
                     break

@@ -28,7 +28,7 @@ from typing import Any
 import fsspec
 
 from schemas.errors import ConfigError
-from training.shards import column_max, find_success_marker
+from training.shards import NUM_TOKENS_LEAF, FooterStatistics, find_success_marker
 
 POLICIES = ("refuse", "drop", "truncate-left", "window")
 MANIFEST = "manifest.json"
@@ -69,11 +69,12 @@ def run_manifests(files: Sequence[str]) -> dict[str, tuple[dict[str, Any] | None
 
 
 def longest_sample(files: Sequence[str], manifests: dict[str, tuple[dict[str, Any] | None, str]] | None = None,
-                   ) -> LongestSample | None:
+                   statistics: FooterStatistics | None = None) -> LongestSample | None:
     """The longest sample over `files`: from the manifest's shard entries, else the footers; None if unknown.
-    `manifests`: `run_manifests` of `files`, where the caller has it."""
+    `manifests`: `run_manifests` of `files`, and `statistics` the footers' maxima, where the caller has them."""
     longest, sources = 0, set()
     manifests = run_manifests(files) if manifests is None else manifests
+    statistics = FooterStatistics() if statistics is None else statistics
     entries: dict[str, dict[str, dict[str, Any]]] = {}  # per run root: its manifest's shard entries by path
     for uri in files:
         path = fsspec.core.url_to_fs(uri)[1]
@@ -84,7 +85,7 @@ def longest_sample(files: Sequence[str], manifests: dict[str, tuple[dict[str, An
         if entry is not None and "max_tokens" in entry:
             longest, sources = max(longest, int(entry["max_tokens"])), sources | {MANIFEST}
             continue
-        footer = column_max(uri, "num_tokens")
+        footer = statistics.column_max(uri, NUM_TOKENS_LEAF)
         footer = None if footer is None else max(footer, 0)
         if footer is None:
             return None

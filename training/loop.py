@@ -52,7 +52,7 @@ from training.runs import check_same_tokenizer, check_shard_listing
 from training.schedule import lr_multiplier
 from training.settings import TrainConfig, changed_settings, check_config
 from training.sharding import compute_dtype, shard_model
-from training.shards import folder_sources
+from training.shards import ShardError, folder_sources
 from training.step import StepResult, accumulate_gradients
 from training.tiny_model import TinyConfig
 
@@ -130,17 +130,24 @@ def _resume(
     checkpoint = load_checkpoint(config.out) if config.out else None
     if checkpoint is None:
         return 0, "", {}
-    saved = (checkpoint.trainer.get("world_size"), checkpoint.trainer.get("num_workers"))
-    if saved != (dist.world_size, config.num_workers):
+    # each rank's data position is a place in its stream, which any number of dataloader workers yields alike
+    saved = checkpoint.trainer.get("world_size")
+    if saved != dist.world_size:
         raise ConfigError(
-            f"{config.out}: the checkpoint was written by {saved[0]} ranks with {saved[1]} dataloader workers each; "
-            f"resume with the same, not {dist.world_size} and {config.num_workers}"
+            f"{config.out}: the checkpoint was written by {saved} ranks; resume with the same number, not "
+            f"{dist.world_size}"
         )
     if bool(checkpoint.trainer.get("sharded")) != config.fsdp:
         raise ConfigError(
             f"{config.out}: the checkpoint was written {'with' if config.fsdp is False else 'without'} --fsdp; "
             "resume the same way"
         )
+    # the data position first: a position this version cannot continue is refused before any tensor is read
+    data_state = checkpoint.data_states[dist.rank]
+    try:
+        dataset.load_state_dict(data_state)
+    except ShardError as refused:
+        raise ConfigError(f"--out {config.out}: {refused}") from None
     try:
         if config.fsdp:
             load_sharded_state(checkpoint.folder, model, optimizer)
@@ -166,8 +173,6 @@ def _resume(
     for group, base, factor in zip(optimizer.param_groups, scheduler.base_lrs, scheduler.lr_lambdas):
         group["lr"] = base * factor(scheduler.last_epoch)
     scheduler._last_lr = [group["lr"] for group in optimizer.param_groups]
-    data_state = checkpoint.data_states[dist.rank]
-    dataset.load_state_dict(data_state)
     policy.skip_pieces = PieceTracker.skip_map(data_state.get("pieces_done", []))
     trained.add(LongSampleCounts.from_list(data_state.get("long_sample_counts", LongSampleCounts().as_list())))
     return checkpoint.step, changed_settings(checkpoint.trainer.get("config") or {}, config), data_state.get("rng", {})
@@ -235,7 +240,7 @@ def _train(config: TrainConfig, dist: Distributed, echo: Callable[[str], None]) 
     )
     if not dataset.total_rows:
         raise ConfigError(f"no samples to train on in {', '.join(config.shards)} (an empty pool?)")
-    dataset.check_consumers_fed(config.num_workers)
+    dataset.check_ranks_fed()
     files = dataset.files
     manifests = run_manifests(files)  # each run's manifest, read once for every check
     rows_of_file = dict.fromkeys(files, 0)
@@ -248,20 +253,19 @@ def _train(config: TrainConfig, dist: Distributed, echo: Callable[[str], None]) 
     tiny = TinyConfig(config.tiny_vocab, config.tiny_dim, config.tiny_layers, config.tiny_heads)
     model = build_model(config.model, tiny, pick_attention(config.attention, dist.device)).to(dist.device)
     rows = vocabulary_rows(model)
-    check_fits_model(config.model, rows, files, manifests)
+    check_fits_model(config.model, rows, files, manifests, dataset.footer_statistics)
     context = context_length(model)
-    longest = longest_sample(files, manifests)
+    longest = longest_sample(files, manifests, dataset.footer_statistics)
     note = check_row_length(longest, config.micro_batch_tokens, config.long_samples,
                             (context.tokens, context.field) if context else None)
     if note:
         echo(note)
     # The stream repeats for ever: a stretch of it long enough to hold every sample without one that fits ends the
-    # run. Each epoch reshuffles a consumer's block of k rows, so a sample recurs up to 2k - 1 samples later in
-    # that consumer's stream, and the loader takes the rank's dataloader workers in turn.
-    workers = max(1, config.num_workers)
-    block = -(-dataset.total_rows // (dist.world_size * workers))
+    # run. Each epoch reshuffles a rank's block of k rows, so a sample recurs up to 2k - 1 samples later in the
+    # rank's stream (the same stream with any number of dataloader workers).
+    block = -(-dataset.total_rows // dist.world_size)
     policy = LongSamplePolicy(sample_limit(config.micro_batch_tokens, context), config.long_samples,
-                              config.window_overlap, give_up_after=workers * (2 * block + 1))
+                              config.window_overlap, give_up_after=2 * block + 1)
     model.train()
     if config.activation_checkpointing:
         model.enable_activation_checkpointing()

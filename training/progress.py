@@ -7,11 +7,15 @@ measured since the previous logged step, ``rows`` / ``empty_rows`` (rows of the 
 without a single weighted target), and ``long_samples`` (what the ``--long-samples`` policy did so
 far, all ranks: samples seen over the row, dropped, truncated_left, windowed, pieces, empty_pieces,
 lost_loss_tokens).
+
+The JSON log holds whole lines only: a line that cannot be written (a full disk) is not left half
+written, and the run ends with one line naming the file.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import time
 from collections.abc import Callable
 from typing import Any
@@ -60,6 +64,26 @@ class StepLogger:
             f"tok/s {entry['tokens_per_s']:.0f} weighted tok/s {entry['weighted_tokens_per_s']:.0f}{truncated}"
         )
         if self.json_path:
-            with open(self.json_path, "a", encoding="utf-8") as handle:
-                handle.write(json.dumps(entry) + "\n")
+            append_line(self.json_path, json.dumps(entry))
         return entry
+
+
+def append_line(path: str, line: str) -> None:
+    """Append `line` to the file at `path`, whole or not at all: a write that fails (a full disk) cuts the file back
+    to its previous end, so that it holds only complete lines, and is an OSError naming `path` (the operating
+    system's own names no file)."""
+    data = memoryview((line + "\n").encode())
+    try:
+        descriptor = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)
+        try:
+            end = os.fstat(descriptor).st_size
+            try:
+                while data:
+                    data = data[os.write(descriptor, data) :]
+            except OSError:
+                os.ftruncate(descriptor, end)
+                raise
+        finally:
+            os.close(descriptor)
+    except OSError as failure:
+        raise OSError(failure.errno, failure.strerror, path) from None

@@ -144,28 +144,58 @@ def open_parquet(uri: str) -> pq.ParquetFile:
                           "`lwm run` again to rebuild it") from None
 
 
-def column_max(uri: str, leaf: str) -> int | None:
-    """The largest value of the leaf column `leaf` (``num_tokens``, ``input_ids.list.element``) in `uri`, from its
-    Parquet row-group statistics: -1 for a file without rows, None where the column or a row group's statistics
-    are missing (the values must then be read)."""
-    parquet = open_parquet(uri)
-    try:
-        meta = parquet.metadata
-        # a leaf column index: nested columns before it (input_ids, turn_spans, ...) take several leaves
-        leaves = [meta.schema.column(i).path for i in range(meta.num_columns)]
-        if leaf not in leaves:
-            return None
-        column, largest = leaves.index(leaf), -1
+# The leaf columns whose Parquet statistics the trainer checks before the first step: a sample's length, and the
+# token ids (a nested column's values).
+NUM_TOKENS_LEAF = "num_tokens"
+TOKEN_ID_LEAF = "input_ids.list.element"
+STATISTICS_LEAVES = (NUM_TOKENS_LEAF, TOKEN_ID_LEAF)
+
+
+def _leaf_maxima(meta: pq.FileMetaData, leaves: Sequence[str]) -> dict[str, int | None]:
+    """Per leaf column, its largest value by the row-group statistics: -1 for a file without rows, None where the
+    column or a row group's statistics are missing (the values must then be read). Each leaf on its own: one
+    without statistics leaves the others' maxima as they are."""
+    # a leaf column index: nested columns before it (input_ids, turn_spans, ...) take several leaves
+    paths = [meta.schema.column(i).path for i in range(meta.num_columns)]
+    maxima: dict[str, int | None] = {}
+    for leaf in leaves:
+        if leaf not in paths:
+            maxima[leaf] = None
+            continue
+        column, largest = paths.index(leaf), -1
         for group in range(meta.num_row_groups):
             if meta.row_group(group).num_rows == 0:
                 continue
             stats = meta.row_group(group).column(column).statistics
             if stats is None or not stats.has_min_max:
-                return None
+                largest = None
+                break
             largest = max(largest, int(stats.max))
-        return largest
-    finally:
-        parquet.close()
+        maxima[leaf] = largest
+    return maxima
+
+
+class FooterStatistics:
+    """The largest value of each of `STATISTICS_LEAVES` in each shard file, from its Parquet footer: read once per
+    file, however many checks ask (`plan_row_groups` notes the footers it reads anyway)."""
+
+    def __init__(self) -> None:
+        self._maxima: dict[str, dict[str, int | None]] = {}
+
+    def note(self, uri: str, meta: pq.FileMetaData) -> None:
+        """Keep the maxima of a footer already read."""
+        self._maxima[uri] = _leaf_maxima(meta, STATISTICS_LEAVES)
+
+    def column_max(self, uri: str, leaf: str) -> int | None:
+        """The largest value of `leaf` (one of `STATISTICS_LEAVES`) in `uri` (see `_leaf_maxima`); the footer is read
+        on the first question about the file."""
+        if uri not in self._maxima:
+            parquet = open_parquet(uri)
+            try:
+                self.note(uri, parquet.metadata)
+            finally:
+                parquet.close()
+        return self._maxima[uri][leaf]
 
 
 def _check_schema(uri: str, schema: pa.Schema, extra_columns: Sequence[str]) -> None:
@@ -184,12 +214,20 @@ def _check_schema(uri: str, schema: pa.Schema, extra_columns: Sequence[str]) -> 
             raise ShardError(f"{uri}: column {column} must be a list, found {kind}")
 
 
-def plan_row_groups(files: Sequence[str], extra_columns: Sequence[str] = ()) -> list[RowGroup]:
-    """The row groups of every file, in file order, read from the Parquet footers only."""
+def plan_row_groups(
+    files: Sequence[str], extra_columns: Sequence[str] = (), statistics: FooterStatistics | None = None
+) -> list[RowGroup]:
+    """The row groups of every file, in file order, read from the Parquet footers only; each footer's column maxima
+    go to `statistics` where given."""
     groups: list[RowGroup] = []
     for uri in files:
         parquet = open_parquet(uri)
-        _check_schema(uri, parquet.schema_arrow, extra_columns)
-        meta = parquet.metadata
+        try:
+            _check_schema(uri, parquet.schema_arrow, extra_columns)
+            meta = parquet.metadata
+        finally:
+            parquet.close()
+        if statistics is not None:
+            statistics.note(uri, meta)
         groups.extend(RowGroup(uri, i, meta.row_group(i).num_rows) for i in range(meta.num_row_groups))
     return [g for g in groups if g.num_rows > 0]
