@@ -56,7 +56,8 @@ costs about twenty fast scans per text and no rule regex at all):
 - ``email`` — only when asked (``emails=True``).
 
 What stays, by decision: values that are not secrets but references or descriptions — empty values,
-placeholders, ``$VAR``/``${VAR}``/``{var}``/``%(x)s``/``<your-token>`` references, masked values
+placeholders, ``$VAR``/``${VAR}``/``{var}``/``%(x)s``/``<your-token>`` references when they are the whole value
+(`stages.secret_references`: ``"$3cr3tP@ss"`` or ``"<SECRET:password>hunter2pw"`` only start like one), masked values
 (``***``), booleans and null words, numbers (except 4+ digits under a password key), paths
 (``PASSWORD_FILE=/run/secrets/db`` — keys ending in ``_file``, ``_path``, ``_url``, ``_type``,
 ``_count``, ``_id`` … name something else), pagination cursors (``nextPageToken``, ``NextToken``,
@@ -83,6 +84,7 @@ from urllib.parse import unquote
 
 from schemas.stats import Stats
 from schemas.trajectory import Demonstration, Trajectory
+from stages.secret_references import reference_at, reference_defaults
 from stages.steps import trajectory_step
 
 PLACEHOLDER = "<SECRET:{}>"
@@ -269,13 +271,24 @@ def _has_digit(body: str) -> bool:
 _MASKED = re.compile(r"[*xX.•#_-]+|(?i:redacted|hidden|masked|none|null|nil|true|false|yes|no|undefined|required|optional)")
 _NUMBER = re.compile(r"-?\d+(?:\.\d+)?")
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*")
-_REFERENCE_STARTS = ("$", "{", "%(", "%s", "<", "process.env", "os.environ", "os.getenv", "getenv(")
 _PATH_STARTS = ("/", "./", "../", "~/")
+_PLACEHOLDER_RE = re.compile(r"<SECRET:[a-z_]+>")
 
 
-def _is_reference_or_masked(value: str) -> bool:
+def _is_reference_or_masked(value: str, kind: str = "password") -> bool:
+    """Empty, masked, or a whole reference (`stages.secret_references`) whose fallback literals are no secrets."""
     v = value.strip()
-    return not v or v.startswith(_REFERENCE_STARTS) or bool(_MASKED.fullmatch(v))
+    if not v or _MASKED.fullmatch(v):
+        return True
+    defaults = reference_defaults(v)
+    return defaults is not None and all(keep_value(d, False, kind) for d in defaults)
+
+
+def _reference_covers(m: re.Match, group: str, kind: str = "password") -> bool:
+    """A reference that starts the value and runs at least to its end: a value class stops at a space or a brace
+    that a reference may hold (``--password=$(cat /run/secrets/pw)``, ``Bearer ${TOKEN}``)."""
+    found = reference_at(m.string, m.start(group))
+    return found is not None and found[0] >= m.end(group) and all(keep_value(d, False, kind) for d in found[1])
 
 
 def _case_switches(word: str) -> int:
@@ -318,7 +331,11 @@ def _is_prose_or_token_shape(value: str) -> bool:
 
 def keep_value(value: str, quoted: bool, kind: str, following: str = "") -> bool:
     """Whether an assigned value is not a secret (see the module docstring for the decisions)."""
-    if value.startswith("<SECRET:") or _is_reference_or_masked(value):
+    if "<SECRET:" in value and (rest := _PLACEHOLDER_RE.sub("", value)) != value:
+        # Placeholders of earlier rules stay; what else the value holds is judged on its own, so that a forged
+        # placeholder (``<SECRET:password>hunter2pw``) shields nothing.
+        return not any(c.isalnum() for c in rest) or keep_value(rest.strip(), quoted, kind, following)
+    if _is_reference_or_masked(value, kind):
         return True
     if _NUMBER.fullmatch(value):
         return kind != "password" or len(value) < 4
@@ -344,9 +361,16 @@ _NOT_SECRET_SUFFIXES = (
     "_hint", "_env", "_var", "_policy", "_prompt", "_field", "_header", "_required", "_enabled", "_min",
     "_max", "_format", "_pattern", "_regex", "_id", "_ids", "_arn", "_version", "_source", "_location",
 )
+# An unquoted value ends at whitespace, a quote or code punctuation, but may start with a bracketed reference
+# (``${DB_PASSWORD}``, ``$(cat f)``, ``{{ pw }}``, ``{pw}``, ``%(pw)s``, ``<your-password>``), which is taken whole with
+# what follows it: ``{Xy9z}Abc1`` is one value, not a reference and a word.
+_UNQUOTED = r"[^\s\"'`\\,;&|<>(){}\[\]]"
+_UNQUOTED_BRACKETS = (r"(?:\$?\{\{[^{}\n]{1,256}\}\}|\$\{(?:[^{}\s]|\$\{[^{}\s]{0,128}\}){1,256}\}|\$\((?:[^()\n]|\([^()\n]{0,256}\)){1,256}\)"
+                      r"|\{[^{}\s]{0,256}\}|%\([^()\s]{1,64}\)|<[^<>\s]{1,256}>)")
 _SEPARATOR_VALUE = re.compile(
     r"\\*[\"']?[ \t]*(?::=|=>|[:=])(?![=>])[ \t]*"
-    r"(?:(?P<q>\\*[\"'`])(?P<qv>(?:(?!(?P=q))[^\n]){1,512}?)(?P=q)|(?P<uv>[^\s\"'`\\,;&|<>(){}\[\]]{1,512}))"
+    r"(?:(?P<q>\\*[\"'`])(?P<qv>(?:(?!(?P=q))[^\n]){1,512}?)(?P=q)|(?P<uv>" + _UNQUOTED_BRACKETS + _UNQUOTED + r"{0,512}"
+    r"|" + _UNQUOTED + r"{1,512}))"
 )
 # Pagination cursors (`nextPageToken`, AWS `NextToken`, `continuation_token`): opaque, never credentials.
 _CURSOR_NAMES = ("pagetoken", "nexttoken", "continuationtoken", "synctoken")
@@ -468,11 +492,18 @@ def _flag_kind(m: re.Match) -> str:
 
 
 def _keep_flag(m: re.Match) -> bool:
-    return _names_no_secret(m.group("flag")) or keep_value(m.group("v"), bool(m.group("q")), _flag_kind(m))
+    kind = _flag_kind(m)
+    return (_names_no_secret(m.group("flag")) or keep_value(m.group("v"), bool(m.group("q")), kind)
+            or _reference_covers(m, "v", kind))
 
 
 def _keep_plain(group: str) -> Callable[[re.Match], bool]:
-    return lambda m: keep_value(m.group(group), True, "password")
+    return lambda m: keep_value(m.group(group), True, "password") or _reference_covers(m, group)
+
+
+def _keep_auth(m: re.Match) -> bool:
+    v = m.group("v")
+    return len(v) < 4 or _is_reference_or_masked(v, "token") or _reference_covers(m, "v", "token")
 
 
 def _aws_access_key(m: re.Match) -> tuple[str, str] | None:
@@ -591,7 +622,6 @@ _ESCAPE_RE = re.compile(_ESCAPE)
 _ESCAPE_SPLIT = re.compile(f"({_ESCAPE})")
 _DECODE = {f"%{i:02{case}}": chr(i) for i in range(128) for case in "xX"}
 _RUN_END = re.compile(r"[ \t\n\r\f\v]")
-_PLACEHOLDER_RE = re.compile(r"<SECRET:[a-z_]+>")
 # Decoded runs are redacted as one text, each after this separator: no pattern crosses its newline and NUL, a run after
 # it starts no line (the `.pgpass` rule reads whole lines) and follows whitespace, as in the text. No decoded run holds
 # the separator: a form feed ends a run, and its escape is not decoded.
@@ -771,10 +801,12 @@ _RULES: list[SecretRule] = [
         "authorization",
         re.compile(
             r"(?P<pre>authorization\\*[\"']?[ \t]*[:=][ \t]*\\*[\"']?[ \t]*"
-            r"(?:(?P<scheme>bearer|basic|token|digest|apikey)[ \t]+)?)(?P<v>[^\s\"'\\,;}]{4,})",
+            # a `{…}` in the value is taken whole (``${TOKEN}``, ``{Xy9z}Abc1``); short values stay (`_keep_auth`)
+            r"(?:(?P<scheme>bearer|basic|token|digest|apikey)[ \t]+)?)"
+            r"(?P<v>(?:[^\s\"'\\,;{}`]|\$?\{\{[^{}\n]{0,256}\}\}|\{[^\s\"'\\,;{}`]{0,256}\}){1,1024})",
             re.IGNORECASE,
         ),
-        _value("v", _auth_kind, lambda m: _is_reference_or_masked(m.group("v"))),
+        _value("v", _auth_kind, _keep_auth),
     ),
     SecretRule(
         "bearer",
