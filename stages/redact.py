@@ -84,7 +84,7 @@ from urllib.parse import unquote
 
 from schemas.stats import Stats
 from schemas.trajectory import Demonstration, Trajectory
-from stages.secret_references import reference_at, reference_defaults
+from stages.secret_references import BRACKETED_START, reference_at, reference_defaults
 from stages.steps import trajectory_step
 
 PLACEHOLDER = "<SECRET:{}>"
@@ -361,15 +361,12 @@ _NOT_SECRET_SUFFIXES = (
     "_hint", "_env", "_var", "_policy", "_prompt", "_field", "_header", "_required", "_enabled", "_min",
     "_max", "_format", "_pattern", "_regex", "_id", "_ids", "_arn", "_version", "_source", "_location",
 )
-# An unquoted value ends at whitespace, a quote or code punctuation, but may start with a bracketed reference
-# (``${DB_PASSWORD}``, ``$(cat f)``, ``{{ pw }}``, ``{pw}``, ``%(pw)s``, ``<your-password>``), which is taken whole with
-# what follows it: ``{Xy9z}Abc1`` is one value, not a reference and a word.
+# An unquoted value ends at whitespace, a quote or code punctuation, but a bracketed start (``${DB_PASSWORD}``,
+# ``{Xy9z}Abc1``) is taken whole with what follows it, for `keep_value` to judge as one value.
 _UNQUOTED = r"[^\s\"'`\\,;&|<>(){}\[\]]"
-_UNQUOTED_BRACKETS = (r"(?:\$?\{\{[^{}\n]{1,256}\}\}|\$\{(?:[^{}\s]|\$\{[^{}\s]{0,128}\}){1,256}\}|\$\((?:[^()\n]|\([^()\n]{0,256}\)){1,256}\)"
-                      r"|\{[^{}\s]{0,256}\}|%\([^()\s]{1,64}\)|<[^<>\s]{1,256}>)")
 _SEPARATOR_VALUE = re.compile(
     r"\\*[\"']?[ \t]*(?::=|=>|[:=])(?![=>])[ \t]*"
-    r"(?:(?P<q>\\*[\"'`])(?P<qv>(?:(?!(?P=q))[^\n]){1,512}?)(?P=q)|(?P<uv>" + _UNQUOTED_BRACKETS + _UNQUOTED + r"{0,512}"
+    r"(?:(?P<q>\\*[\"'`])(?P<qv>(?:(?!(?P=q))[^\n]){1,512}?)(?P=q)|(?P<uv>" + BRACKETED_START + _UNQUOTED + r"{0,512}"
     r"|" + _UNQUOTED + r"{1,512}))"
 )
 # Pagination cursors (`nextPageToken`, AWS `NextToken`, `continuation_token`): opaque, never credentials.

@@ -39,6 +39,13 @@ _REFERENCE = (
     r"|(?:os\.environ\.get|os\.getenv|getenv)\(" + _ENV_KEY.format(n=3) + r"\)"
 )
 _WHOLE = re.compile(_REFERENCE)
+# The bracketed shapes a value may start with (``${DB_PASSWORD}``, ``$(cat f)``, ``{{ pw }}``, ``{pw}``, ``%(pw)s``,
+# ``<your-password>``), for value classes that stop at brackets: a rule takes such a start whole with what follows it,
+# so that ``{Xy9z}Abc1`` is judged as one value, not as a reference and a word.
+BRACKETED_START = (
+    r"(?:\$?\{\{[^{}\n]{1,256}\}\}|\$\{(?:[^{}\s]|\$\{[^{}\s]{0,128}\}){1,256}\}"
+    r"|\$\((?:[^()\n]|\([^()\n]{0,256}\)){1,256}\)|\{[^{}\s]{0,256}\}|%\([^()\s]{1,64}\)|<[^<>\s]{1,256}>)"
+)
 # A reference at the start of a value that a rule's value class cut short (``--password=$(cat f)`` stops at the
 # space): it must end where the value's context would, not run on into more characters.
 _AT = re.compile(r"(?:" + _REFERENCE + r")(?=[\s\"'`,;&|)\]}>\\]|\Z)")
