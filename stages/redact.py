@@ -63,10 +63,12 @@ placeholders, ``$VAR``/``${VAR}``/``{var}``/``%(x)s``/``<your-token>`` reference
 ``_count``, ``_id`` … name something else), pagination cursors (``nextPageToken``, ``NextToken``,
 ``continuation_token``); tokenizer special tokens (``"mask_token": "[MASK]"``, ``"bos_token": "<s>"``) and
 logprob entries (``{"token": "Hello"}``); unquoted code (``password=self.password``,
-``token=os.environ["T"]``, ``password: str``): a bare word of letters is a name, not a secret (so an
-unquoted all-letters password like ``letmein`` is not caught — catching it would break every typed
-parameter in code). Look-alikes never match: git SHAs and hex digests, UUIDs, base64 images, version
-strings, ``password`` in prose, ``sk-`` inside words (``task-list``), URLs without credentials.
+``token=os.environ["T"]``, ``password: str``): a bare word of letters is a name, not a secret — except where
+the assignment is configuration (`stages.env_assignments`: ``export DB_PASSWORD=letmein``, ``PGPASSWORD=… psql``,
+``-e NAME=…``, Dockerfile ``ENV``, ``.env`` and compose lines, a lone ``password: letmein`` YAML line), where it is a
+value, and the ``token``/``secret`` allowances above do not hold in an environment. Look-alikes never match:
+git SHAs and hex digests, UUIDs, base64 images, version strings, ``password`` in prose, ``sk-`` inside words
+(``task-list``), URLs without credentials.
 """
 
 from __future__ import annotations
@@ -84,6 +86,7 @@ from urllib.parse import unquote
 
 from schemas.stats import Stats
 from schemas.trajectory import Demonstration, Trajectory
+from stages.env_assignments import ENVIRONMENT, assignment_context, dockerfile_env_value
 from stages.secret_references import BRACKETED_START, reference_at, reference_defaults
 from stages.steps import trajectory_step
 
@@ -329,12 +332,13 @@ def _is_prose_or_token_shape(value: str) -> bool:
     return len(value) < 8 and not _has_digit(value)
 
 
-def keep_value(value: str, quoted: bool, kind: str, following: str = "") -> bool:
-    """Whether an assigned value is not a secret (see the module docstring for the decisions)."""
+def keep_value(value: str, quoted: bool, kind: str, following: str = "", context: str | None = None) -> bool:
+    """Whether an assigned value is not a secret (see the module docstring for the decisions); `context` is where
+    the assignment stands (`stages.env_assignments`), None for code or no telling."""
     if "<SECRET:" in value and (rest := _PLACEHOLDER_RE.sub("", value)) != value:
         # Placeholders of earlier rules stay; what else the value holds is judged on its own, so that a forged
         # placeholder (``<SECRET:password>hunter2pw``) shields nothing.
-        return not any(c.isalnum() for c in rest) or keep_value(rest.strip(), quoted, kind, following)
+        return not any(c.isalnum() for c in rest) or keep_value(rest.strip(), quoted, kind, following, context)
     if _is_reference_or_masked(value, kind):
         return True
     if _NUMBER.fullmatch(value):
@@ -343,9 +347,34 @@ def keep_value(value: str, quoted: bool, kind: str, following: str = "") -> bool
         return True
     # A key that only says `token` names tokenizer entries, logprobs and lexer output too: its value must look made
     # by a machine, as real tokens are. A `secret` may be chosen by a person, so only phrases and short words stay.
-    if (kind == "token" and not _looks_generated(value)) or (kind == "secret" and _is_prose_or_token_shape(value)):
+    # An environment holds none of those.
+    generic = (kind == "token" and not _looks_generated(value)) or (kind == "secret" and _is_prose_or_token_shape(value))
+    if generic and context != ENVIRONMENT:
         return True
-    return not quoted and _is_code_name(value, following)
+    if quoted:
+        return False
+    if context is not None and "." not in value and following[:1] not in ("(", "["):
+        return False  # a word there is a value, not a name
+    return _is_code_name(value, following)
+
+
+def _context_may_matter(value: str, quoted: bool, kind: str) -> bool:
+    """Whether `keep_value` may judge `value` otherwise in an environment or mapping line than in code."""
+    return kind in ("token", "secret") or (not quoted and "." not in value and bool(_IDENTIFIER.fullmatch(value)))
+
+
+def _kept_assignment(m: re.Match, key_start: int, key_end: int, kind: str) -> bool:
+    """Whether the value of a `_SEPARATOR_VALUE` match after the key at ``key_start:key_end`` stays."""
+    quoted = m.group("qv") is not None
+    value = m.group("qv" if quoted else "uv")
+    following = m.string[m.end() : m.end() + 1]
+    if not keep_value(value, quoted, kind, following):
+        return False
+    if not _context_may_matter(value, quoted, kind):
+        return True
+    value_start = m.start("q") if quoted else m.start("uv")
+    context = assignment_context(m.string, key_start, key_end, value_start, m.end(), value, quoted)
+    return context is None or keep_value(value, quoted, kind, following, context)
 
 
 # --- assignments: found from their key word, then the separator and value are matched ----------------------
@@ -424,15 +453,15 @@ def _scan_assignments(text: str, counts: Counter) -> str:
         key = text[start:end]
         if not _SECRET_NAME.search(key) or _names_no_secret(key):
             continue
+        kind = assignment_kind(key)
         m = _SEPARATOR_VALUE.match(text, end)
         if m is None:
+            legacy = dockerfile_env_value(text, start, end)  # `ENV NAME value`
+            if legacy is not None and not keep_value(text[legacy[0] : legacy[1]], legacy[2], kind, "", ENVIRONMENT):
+                edits.append((legacy[0], legacy[1], kind))
             continue
-        quoted = m.group("qv") is not None
-        group = "qv" if quoted else "uv"
-        kind = assignment_kind(key)
-        if keep_value(m.group(group), quoted, kind, text[m.end() : m.end() + 1]):
-            continue
-        edits.append((*m.span(group), kind))
+        if not _kept_assignment(m, start, end, kind):
+            edits.append((*m.span("qv" if m.group("qv") is not None else "uv"), kind))
     for vs, ve, kind in reversed(edits):
         text = text[:vs] + PLACEHOLDER.format(kind) + text[ve:]
         counts[kind] += 1
@@ -586,11 +615,9 @@ def _assigned(kind: str) -> Replacer:
     """Replace the value of a `_SEPARATOR_VALUE` match, unless `keep_value` keeps it."""
 
     def repl(m: re.Match) -> tuple[str, str] | None:
-        quoted = m.group("qv") is not None
-        group = "qv" if quoted else "uv"
-        if keep_value(m.group(group), quoted, kind, m.string[m.end() : m.end() + 1]):
+        if _kept_assignment(m, *m.span("key"), kind):
             return None
-        return _value(group, kind)(m)
+        return _value("qv" if m.group("qv") is not None else "uv", kind)(m)
 
     return repl
 
@@ -832,7 +859,7 @@ _RULES: list[SecretRule] = [
                    r"(?P<q>['\"]?)(?P<v>[^\s'\"-][^\s'\"]*)(?P=q)"),
         _value("v", "password", _keep_plain("v")),
     ),
-    SecretRule("cli_tool", re.compile(r"(?<![A-Za-z0-9_])MYSQL_PWD" + _SEPARATOR_VALUE.pattern), _assigned("password")),
+    SecretRule("cli_tool", re.compile(r"(?<![A-Za-z0-9_])(?P<key>MYSQL_PWD)" + _SEPARATOR_VALUE.pattern), _assigned("password")),
     SecretRule(
         "cli_tool",
         re.compile(r"(?<![\w-])htpasswd(?P<opts>(?:[ \t]+-(?:C[ \t]*\d+|[A-Za-z]+))+)(?P<args>(?:[ \t]+['\"]?[^\s'\"|;&<>]+['\"]?){2,3})"),
