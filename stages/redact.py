@@ -56,16 +56,19 @@ costs about twenty fast scans per text and no rule regex at all):
 - ``email`` — only when asked (``emails=True``).
 
 What stays, by decision: values that are not secrets but references or descriptions — empty values,
-placeholders, ``$VAR``/``${VAR}``/``{var}``/``%(x)s``/``<your-token>`` references, masked values
+placeholders, ``$VAR``/``${VAR}``/``{var}``/``%(x)s``/``<your-token>`` references when they are the whole value
+(`stages.secret_references`: ``"$3cr3tP@ss"`` or ``"<SECRET:password>hunter2pw"`` only start like one), masked values
 (``***``), booleans and null words, numbers (except 4+ digits under a password key), paths
 (``PASSWORD_FILE=/run/secrets/db`` — keys ending in ``_file``, ``_path``, ``_url``, ``_type``,
 ``_count``, ``_id`` … name something else), pagination cursors (``nextPageToken``, ``NextToken``,
 ``continuation_token``); tokenizer special tokens (``"mask_token": "[MASK]"``, ``"bos_token": "<s>"``) and
 logprob entries (``{"token": "Hello"}``); unquoted code (``password=self.password``,
-``token=os.environ["T"]``, ``password: str``): a bare word of letters is a name, not a secret (so an
-unquoted all-letters password like ``letmein`` is not caught — catching it would break every typed
-parameter in code). Look-alikes never match: git SHAs and hex digests, UUIDs, base64 images, version
-strings, ``password`` in prose, ``sk-`` inside words (``task-list``), URLs without credentials.
+``token=os.environ["T"]``, ``password: str``): a bare word of letters is a name, not a secret — except where
+the assignment is configuration (`stages.env_assignments`: ``export DB_PASSWORD=letmein``, ``PGPASSWORD=… psql``,
+``-e NAME=…``, Dockerfile ``ENV``, ``.env`` and compose lines, a lone ``password: letmein`` YAML line), where it is a
+value, and the ``token``/``secret`` allowances above do not hold in an environment. Look-alikes never match:
+git SHAs and hex digests, UUIDs, base64 images, version strings, ``password`` in prose, ``sk-`` inside words
+(``task-list``), URLs without credentials.
 """
 
 from __future__ import annotations
@@ -83,6 +86,8 @@ from urllib.parse import unquote
 
 from schemas.stats import Stats
 from schemas.trajectory import Demonstration, Trajectory
+from stages.env_assignments import ENVIRONMENT, assignment_context, dockerfile_env_value
+from stages.secret_references import BRACKETED_START, reference_at, reference_defaults
 from stages.steps import trajectory_step
 
 PLACEHOLDER = "<SECRET:{}>"
@@ -269,13 +274,24 @@ def _has_digit(body: str) -> bool:
 _MASKED = re.compile(r"[*xX.•#_-]+|(?i:redacted|hidden|masked|none|null|nil|true|false|yes|no|undefined|required|optional)")
 _NUMBER = re.compile(r"-?\d+(?:\.\d+)?")
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*")
-_REFERENCE_STARTS = ("$", "{", "%(", "%s", "<", "process.env", "os.environ", "os.getenv", "getenv(")
 _PATH_STARTS = ("/", "./", "../", "~/")
+_PLACEHOLDER_RE = re.compile(r"<SECRET:[a-z_]+>")
 
 
-def _is_reference_or_masked(value: str) -> bool:
+def _is_reference_or_masked(value: str, kind: str = "password") -> bool:
+    """Empty, masked, or a whole reference (`stages.secret_references`) whose fallback literals are no secrets."""
     v = value.strip()
-    return not v or v.startswith(_REFERENCE_STARTS) or bool(_MASKED.fullmatch(v))
+    if not v or _MASKED.fullmatch(v):
+        return True
+    defaults = reference_defaults(v)
+    return defaults is not None and all(keep_value(d, False, kind) for d in defaults)
+
+
+def _reference_covers(m: re.Match, group: str, kind: str = "password") -> bool:
+    """A reference that starts the value and runs at least to its end: a value class stops at a space or a brace
+    that a reference may hold (``--password=$(cat /run/secrets/pw)``, ``Bearer ${TOKEN}``)."""
+    found = reference_at(m.string, m.start(group))
+    return found is not None and found[0] >= m.end(group) and all(keep_value(d, False, kind) for d in found[1])
 
 
 def _case_switches(word: str) -> int:
@@ -316,9 +332,14 @@ def _is_prose_or_token_shape(value: str) -> bool:
     return len(value) < 8 and not _has_digit(value)
 
 
-def keep_value(value: str, quoted: bool, kind: str, following: str = "") -> bool:
-    """Whether an assigned value is not a secret (see the module docstring for the decisions)."""
-    if value.startswith("<SECRET:") or _is_reference_or_masked(value):
+def keep_value(value: str, quoted: bool, kind: str, following: str = "", context: str | None = None) -> bool:
+    """Whether an assigned value is not a secret (see the module docstring for the decisions); `context` is where
+    the assignment stands (`stages.env_assignments`), None for code or no telling."""
+    if "<SECRET:" in value and (rest := _PLACEHOLDER_RE.sub("", value)) != value:
+        # Placeholders of earlier rules stay; what else the value holds is judged on its own, so that a forged
+        # placeholder (``<SECRET:password>hunter2pw``) shields nothing.
+        return not any(c.isalnum() for c in rest) or keep_value(rest.strip(), quoted, kind, following, context)
+    if _is_reference_or_masked(value, kind):
         return True
     if _NUMBER.fullmatch(value):
         return kind != "password" or len(value) < 4
@@ -326,9 +347,34 @@ def keep_value(value: str, quoted: bool, kind: str, following: str = "") -> bool
         return True
     # A key that only says `token` names tokenizer entries, logprobs and lexer output too: its value must look made
     # by a machine, as real tokens are. A `secret` may be chosen by a person, so only phrases and short words stay.
-    if (kind == "token" and not _looks_generated(value)) or (kind == "secret" and _is_prose_or_token_shape(value)):
+    # An environment holds none of those.
+    generic = (kind == "token" and not _looks_generated(value)) or (kind == "secret" and _is_prose_or_token_shape(value))
+    if generic and context != ENVIRONMENT:
         return True
-    return not quoted and _is_code_name(value, following)
+    if quoted:
+        return False
+    if context is not None and "." not in value and following[:1] not in ("(", "["):
+        return False  # a word there is a value, not a name
+    return _is_code_name(value, following)
+
+
+def _context_may_matter(value: str, quoted: bool, kind: str) -> bool:
+    """Whether `keep_value` may judge `value` otherwise in an environment or mapping line than in code."""
+    return kind in ("token", "secret") or (not quoted and "." not in value and bool(_IDENTIFIER.fullmatch(value)))
+
+
+def _kept_assignment(m: re.Match, key_start: int, key_end: int, kind: str) -> bool:
+    """Whether the value of a `_SEPARATOR_VALUE` match after the key at ``key_start:key_end`` stays."""
+    quoted = m.group("qv") is not None
+    value = m.group("qv" if quoted else "uv")
+    following = m.string[m.end() : m.end() + 1]
+    if not keep_value(value, quoted, kind, following):
+        return False
+    if not _context_may_matter(value, quoted, kind):
+        return True
+    value_start = m.start("q") if quoted else m.start("uv")
+    context = assignment_context(m.string, key_start, key_end, value_start, m.end(), value, quoted)
+    return context is None or keep_value(value, quoted, kind, following, context)
 
 
 # --- assignments: found from their key word, then the separator and value are matched ----------------------
@@ -344,9 +390,13 @@ _NOT_SECRET_SUFFIXES = (
     "_hint", "_env", "_var", "_policy", "_prompt", "_field", "_header", "_required", "_enabled", "_min",
     "_max", "_format", "_pattern", "_regex", "_id", "_ids", "_arn", "_version", "_source", "_location",
 )
+# An unquoted value ends at whitespace, a quote or code punctuation, but a bracketed start (``${DB_PASSWORD}``,
+# ``{Xy9z}Abc1``) is taken whole with what follows it, for `keep_value` to judge as one value.
+_UNQUOTED = r"[^\s\"'`\\,;&|<>(){}\[\]]"
 _SEPARATOR_VALUE = re.compile(
     r"\\*[\"']?[ \t]*(?::=|=>|[:=])(?![=>])[ \t]*"
-    r"(?:(?P<q>\\*[\"'`])(?P<qv>(?:(?!(?P=q))[^\n]){1,512}?)(?P=q)|(?P<uv>[^\s\"'`\\,;&|<>(){}\[\]]{1,512}))"
+    r"(?:(?P<q>\\*[\"'`])(?P<qv>(?:(?!(?P=q))[^\n]){1,512}?)(?P=q)|(?P<uv>" + BRACKETED_START + _UNQUOTED + r"{0,512}"
+    r"|" + _UNQUOTED + r"{1,512}))"
 )
 # Pagination cursors (`nextPageToken`, AWS `NextToken`, `continuation_token`): opaque, never credentials.
 _CURSOR_NAMES = ("pagetoken", "nexttoken", "continuationtoken", "synctoken")
@@ -403,15 +453,15 @@ def _scan_assignments(text: str, counts: Counter) -> str:
         key = text[start:end]
         if not _SECRET_NAME.search(key) or _names_no_secret(key):
             continue
+        kind = assignment_kind(key)
         m = _SEPARATOR_VALUE.match(text, end)
         if m is None:
+            legacy = dockerfile_env_value(text, start, end)  # `ENV NAME value`
+            if legacy is not None and not keep_value(text[legacy[0] : legacy[1]], legacy[2], kind, "", ENVIRONMENT):
+                edits.append((legacy[0], legacy[1], kind))
             continue
-        quoted = m.group("qv") is not None
-        group = "qv" if quoted else "uv"
-        kind = assignment_kind(key)
-        if keep_value(m.group(group), quoted, kind, text[m.end() : m.end() + 1]):
-            continue
-        edits.append((*m.span(group), kind))
+        if not _kept_assignment(m, start, end, kind):
+            edits.append((*m.span("qv" if m.group("qv") is not None else "uv"), kind))
     for vs, ve, kind in reversed(edits):
         text = text[:vs] + PLACEHOLDER.format(kind) + text[ve:]
         counts[kind] += 1
@@ -468,11 +518,18 @@ def _flag_kind(m: re.Match) -> str:
 
 
 def _keep_flag(m: re.Match) -> bool:
-    return _names_no_secret(m.group("flag")) or keep_value(m.group("v"), bool(m.group("q")), _flag_kind(m))
+    kind = _flag_kind(m)
+    return (_names_no_secret(m.group("flag")) or keep_value(m.group("v"), bool(m.group("q")), kind)
+            or _reference_covers(m, "v", kind))
 
 
 def _keep_plain(group: str) -> Callable[[re.Match], bool]:
-    return lambda m: keep_value(m.group(group), True, "password")
+    return lambda m: keep_value(m.group(group), True, "password") or _reference_covers(m, group)
+
+
+def _keep_auth(m: re.Match) -> bool:
+    v = m.group("v")
+    return len(v) < 4 or _is_reference_or_masked(v, "token") or _reference_covers(m, "v", "token")
 
 
 def _aws_access_key(m: re.Match) -> tuple[str, str] | None:
@@ -558,11 +615,9 @@ def _assigned(kind: str) -> Replacer:
     """Replace the value of a `_SEPARATOR_VALUE` match, unless `keep_value` keeps it."""
 
     def repl(m: re.Match) -> tuple[str, str] | None:
-        quoted = m.group("qv") is not None
-        group = "qv" if quoted else "uv"
-        if keep_value(m.group(group), quoted, kind, m.string[m.end() : m.end() + 1]):
+        if _kept_assignment(m, *m.span("key"), kind):
             return None
-        return _value(group, kind)(m)
+        return _value("qv" if m.group("qv") is not None else "uv", kind)(m)
 
     return repl
 
@@ -591,7 +646,6 @@ _ESCAPE_RE = re.compile(_ESCAPE)
 _ESCAPE_SPLIT = re.compile(f"({_ESCAPE})")
 _DECODE = {f"%{i:02{case}}": chr(i) for i in range(128) for case in "xX"}
 _RUN_END = re.compile(r"[ \t\n\r\f\v]")
-_PLACEHOLDER_RE = re.compile(r"<SECRET:[a-z_]+>")
 # Decoded runs are redacted as one text, each after this separator: no pattern crosses its newline and NUL, a run after
 # it starts no line (the `.pgpass` rule reads whole lines) and follows whitespace, as in the text. No decoded run holds
 # the separator: a form feed ends a run, and its escape is not decoded.
@@ -771,10 +825,12 @@ _RULES: list[SecretRule] = [
         "authorization",
         re.compile(
             r"(?P<pre>authorization\\*[\"']?[ \t]*[:=][ \t]*\\*[\"']?[ \t]*"
-            r"(?:(?P<scheme>bearer|basic|token|digest|apikey)[ \t]+)?)(?P<v>[^\s\"'\\,;}]{4,})",
+            # a `{…}` in the value is taken whole (``${TOKEN}``, ``{Xy9z}Abc1``); short values stay (`_keep_auth`)
+            r"(?:(?P<scheme>bearer|basic|token|digest|apikey)[ \t]+)?)"
+            r"(?P<v>(?:[^\s\"'\\,;{}`]|\$?\{\{[^{}\n]{0,256}\}\}|\{[^\s\"'\\,;{}`]{0,256}\}){1,1024})",
             re.IGNORECASE,
         ),
-        _value("v", _auth_kind, lambda m: _is_reference_or_masked(m.group("v"))),
+        _value("v", _auth_kind, _keep_auth),
     ),
     SecretRule(
         "bearer",
@@ -803,7 +859,7 @@ _RULES: list[SecretRule] = [
                    r"(?P<q>['\"]?)(?P<v>[^\s'\"-][^\s'\"]*)(?P=q)"),
         _value("v", "password", _keep_plain("v")),
     ),
-    SecretRule("cli_tool", re.compile(r"(?<![A-Za-z0-9_])MYSQL_PWD" + _SEPARATOR_VALUE.pattern), _assigned("password")),
+    SecretRule("cli_tool", re.compile(r"(?<![A-Za-z0-9_])(?P<key>MYSQL_PWD)" + _SEPARATOR_VALUE.pattern), _assigned("password")),
     SecretRule(
         "cli_tool",
         re.compile(r"(?<![\w-])htpasswd(?P<opts>(?:[ \t]+-(?:C[ \t]*\d+|[A-Za-z]+))+)(?P<args>(?:[ \t]+['\"]?[^\s'\"|;&<>]+['\"]?){2,3})"),

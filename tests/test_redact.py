@@ -372,7 +372,8 @@ def test_mixed_text_loses_every_secret_and_keeps_every_lookalike(pieces, sep):
 
 def test_real_logs_only_lose_their_page_tokens(shared_data):
     """Real agent logs: the only hits are five web-page meta tokens, the three `curl -u user:password`
-    commands of the OpenHands V1 sample and the two `password="yourpassword"` arguments of a MySQL
+    commands of the OpenHands V1 sample, the two `Password: theagentcompany` lines of its task prompts (the
+    same service password, in a credentials block) and the two `password="yourpassword"` arguments of a MySQL
     example in the glaive sample (hand-checked)."""
     hits = Counter()
     for path in sorted(shared_data.rglob("*")):
@@ -384,15 +385,18 @@ def test_real_logs_only_lose_their_page_tokens(shared_data):
             redacted, counts = redact_text(text)
             hits.update(counts)
             if path.name == "output.jsonl" and path.parent.name == "openhands-v1":
-                assert text.count("curl -u theagentcompany:theagentcompany") == counts["password"] == 3
+                assert text.count("curl -u theagentcompany:theagentcompany") == 3
+                assert text.count("\\nPassword: theagentcompany\\n") == 2
+                assert counts["password"] == 5
                 assert "theagentcompany:theagentcompany" not in redacted
                 assert redacted.count("curl -u theagentcompany:<SECRET:password>") == 3
+                assert redacted.count("\\nPassword: <SECRET:password>\\n") == 2
             elif path.parent.name == "sharegpt-glaive" and counts:
                 assert text.count('password=\\"yourpassword\\"') == counts["password"] == 2
                 assert redacted.count('password=\\"<SECRET:password>\\"') == 2
             elif counts:
                 assert "OriginTrialToken" in text or "csrf-token" in text, path
-    assert hits == Counter(token=5, password=5)
+    assert hits == Counter(token=5, password=7)
 
 
 # --- end to end: every domain through `lwm run` ------------------------------------------------------------
