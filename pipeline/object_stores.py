@@ -14,9 +14,6 @@ from schemas.errors import ConfigError
 from stages.ingest.reading import protocols
 from stages.uri_credentials import strip_uri_credentials
 
-# Filesystems whose first path component is a bucket (a container): lwm writes into buckets, never creates one.
-BUCKET_PROTOCOLS = {"s3", "s3a", "gs", "gcs", "az", "abfs", "abfss", "adl", "oss"}
-
 WAIT_ENV = "LWM_STORE_WAIT_S"
 DEFAULT_WAIT_S = 20.0
 

@@ -21,11 +21,11 @@ import pyarrow.parquet as pq
 from fsspec.dircache import DirCache
 
 from pipeline.digest import HashingFile
-from pipeline.object_stores import BUCKET_PROTOCOLS, naming_refusals
+from pipeline.object_stores import naming_refusals
 from schemas.errors import ConfigError
 from schemas.text import escape_surrogates
 from stages.distinct import distinct, distinct_first
-from stages.ingest.reading import is_local, protocols
+from stages.ingest.reading import BUCKET_PROTOCOLS, is_local, protocols
 
 PARQUET_OPTIONS = {"compression": "zstd", "compression_level": 3}
 
