@@ -20,6 +20,7 @@ from typing import Any
 from pipeline.config_schema import check_config
 from schemas.errors import ConfigError
 from stages.filters import FILTER_ORDER
+from stages.ingest.reading import input_location
 from stages.uri_credentials import recorded_uri
 
 DEFAULTS: dict[str, Any] = {
@@ -223,7 +224,10 @@ def output_config(cfg: dict[str, Any]) -> dict[str, Any]:
         from pipeline.llm_config import output_llm_config
 
         out["llm"] = output_llm_config(out["llm"])
-    # Input URIs are recorded (manifest) and hashed without their credentials: a new password is the same input.
+    # Input URIs are recorded (manifest) and hashed without their credentials: a new password is the same input;
+    # and in one spelling: `-i in/` resumes what `-i in` began.
+    if "input" in out.get("run", {}):
+        out["run"]["input"] = [input_location(u) if isinstance(u, str) and u.strip() else u for u in out["run"]["input"]]
     for section, key in (("run", "input"), ("dedup", "decontaminate")):
         if key in out.get(section, {}):
             out[section][key] = [recorded_uri(u) if isinstance(u, str) else u for u in out[section][key]]

@@ -19,6 +19,7 @@ from pipeline.config import config_hash, output_config
 from pipeline.engine import RunContext, Stage
 from pipeline.ingest_task import run_ingest_task
 from pipeline.leftovers import remove_stale_task_outputs
+from pipeline.object_stores import refused_request, store_refused
 from pipeline.outputs import read_json
 from pipeline.split_input import input_entries, run_scan_task, scan_tasks
 from schemas.errors import ConfigError
@@ -155,6 +156,8 @@ def _expand_inputs(specs: list[str], fmt: str | None) -> list[InputUnit]:
             except Exception:
                 failing = spec
                 break
+        if isinstance(exc, PermissionError) and refused_request(exc):  # the store's word: name the right refused
+            raise ConfigError(f"run.input (--input): {store_refused(failing, exc).strerror}") from None
         reason = " ".join(str(exc).split())[:300] or type(exc).__name__
         raise ConfigError(f"run.input (--input): cannot read {strip_uri_credentials(failing)}: {reason}") from None
 

@@ -16,6 +16,7 @@ import os
 import time
 from typing import Any
 
+from pipeline.object_stores import store_refused
 from pipeline.outputs import AtomicParquetWriter, out_fs
 from schemas.layers import QUARANTINE_SCHEMA, RAW_SCHEMA
 from schemas.stats import Stats
@@ -43,7 +44,9 @@ def describe_input(unit: InputUnit) -> dict[str, Any]:
                 while chunk := f.read(1 << 20):
                     digest.update(chunk)
                     size += len(chunk)
-        except OSError:  # a link to nothing, no permission: quarantined as `unreadable_file` by its reader
+        except OSError as exc:  # a link to nothing, no permission: quarantined as `unreadable_file` by its reader
+            if isinstance(exc, PermissionError) and not is_local(fs):  # the store refused: one line, naming the input
+                raise store_refused(fs.unstrip_protocol(p), exc) from exc
             if not is_local(fs):
                 raise
             unreadable += 1

@@ -21,11 +21,11 @@ import pyarrow.parquet as pq
 from fsspec.dircache import DirCache
 
 from pipeline.digest import HashingFile
-from pipeline.object_stores import BUCKET_PROTOCOLS
+from pipeline.object_stores import naming_refusals
 from schemas.errors import ConfigError
 from schemas.text import escape_surrogates
 from stages.distinct import distinct, distinct_first
-from stages.ingest.reading import is_local, protocols
+from stages.ingest.reading import BUCKET_PROTOCOLS, is_local, protocols
 
 PARQUET_OPTIONS = {"compression": "zstd", "compression_level": 3}
 
@@ -78,7 +78,7 @@ def parquet_options(schema: pa.Schema, compression_level: int = 3) -> dict[str, 
             "use_dictionary": dictionary_columns(schema), "data_page_size": DATA_PAGE_SIZE}
 
 
-# The output filesystems of this process, by the token of the shared instance they stand in for (`out_fs`).
+# The output filesystems of this process, by the shared instance they stand in for and the location (`out_fs`).
 _OUTPUT_FS: dict[str, fsspec.AbstractFileSystem] = {}
 
 
@@ -91,17 +91,17 @@ def out_fs(root: str) -> tuple[fsspec.AbstractFileSystem, str]:
     holds): a shard task failed so, its process having listed the samples folder for an earlier task's clean-up.
     The shared instance, which reads the inputs, keeps its listings (sizing 10,000 listed input files would
     otherwise cost 10,000 requests). The cache is replaced, not turned off by a storage option, which some
-    filesystems pass on to their connection (SFTP). The shared instance's token names this process (and for
-    a synchronous filesystem, the thread), so a forked worker makes its own. A local path keeps the shared
-    instance: a local filesystem caches no listings."""
+    filesystems pass on to their connection (SFTP). The shared instance's token names this process (and for a
+    synchronous filesystem, the thread), so a forked worker makes its own; each location has its own, whose
+    refusals name it. A local path keeps the shared instance: a local filesystem caches no listings."""
     fs, path = fsspec.core.url_to_fs(root)
     if not is_local(fs) and isinstance(getattr(fs, "dircache", None), DirCache) and fs.dircache.use_listings_cache:
-        own = _OUTPUT_FS.get(fs._fs_token)  # fsspec's token of every instance it makes
-        if own is None:
+        if (own := _OUTPUT_FS.get(key := f"{fs._fs_token}\n{root}")) is None:  # fsspec's token of its instances
             own = fsspec.core.url_to_fs(root, skip_instance_cache=True)[0]
             own.dircache = DirCache(use_listings_cache=False)
             own.invalidate_cache = _invalidating_both(own.invalidate_cache, fs)
-            _OUTPUT_FS[fs._fs_token] = own  # once set up: another thread may look it up at once
+            naming_refusals(own, root, path)
+            _OUTPUT_FS[key] = own  # once set up: another thread may look it up at once
         fs = own
     return fs, path.rstrip("/")
 

@@ -23,7 +23,7 @@ from pipeline.executors import make_executor
 from pipeline.ingest_stage import INGEST, SCAN, check_output_outside_inputs
 from pipeline.leftovers import remove_stale_temps
 from pipeline.llm_stage import LLM
-from pipeline.object_stores import check_bucket, check_inputs_answer
+from pipeline.object_stores import check_bucket
 from pipeline.outputs import ensure_dir, out_fs, write_bytes_atomic, write_json_atomic
 from pipeline.preflight import preflight
 from pipeline.samples_stage import SAMPLES, SHARDS
@@ -31,6 +31,7 @@ from pipeline.wmat_pools import WMAT_POOLS_STAGE
 from schemas.errors import ConfigError
 from schemas.locks import folder_lock
 from stages.ingest.reading import is_local
+from stages.store_answer import check_inputs_answer
 from stages.tokenizer.engines import load_tokenizer, resolve_spec
 from stages.tokenizer.vocab import DEFAULT_NAME
 

@@ -12,6 +12,7 @@ from typing import Any
 
 import zstandard
 
+from pipeline.object_stores import store_refused
 from stages.ingest.frames import inflate, raw_chunks
 from stages.ingest.ranges import IngestWork, content_stamp
 from stages.uri_credentials import recorded_uri
@@ -51,6 +52,8 @@ def run_scan_task(task: dict[str, Any]) -> dict[str, Any]:
             last = chunk[-1:]
     except (EOFError, zstandard.ZstdError) as exc:
         error = f"{type(exc).__name__}: {exc}"  # the file is then read whole, where errors are quarantined
+    except PermissionError as exc:  # the store refused: one line, naming the input
+        raise store_refused(task["uri"], exc) from exc
     public_uri = recorded_uri(task["uri"])
     result = {
         "task_id": task["task_id"], "stage": "scan", "uri": public_uri, "newlines": newlines, "length": length,

@@ -185,6 +185,7 @@ def test_rows_grouped_into_one_record_count_as_rows_against_the_quarantine_bound
     ("openhands", "swe-agent", 4),
     ("openhands", "magentic-one", 3),
     ("droidbot", "webvoyager", 1),  # read nothing and said nothing
+    ("swe-agent", "magentic-one", 3),  # a role/content history read as a demonstration: filtered without turns
 ])
 def test_a_format_forced_onto_another_formats_logs_quarantines_them_as_the_wrong_format(shared_data, fmt, folder,
                                                                                           records):

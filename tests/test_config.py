@@ -134,6 +134,20 @@ def test_recorded_config_drops_input_credentials_and_the_hash_ignores_them():
     assert a["run"]["input"] == ["https://bob:pw1@example.com/a.jsonl"]  # the run itself still reads with them
 
 
+def test_one_input_written_several_ways_hashes_alike_and_another_input_does_not(tmp_path, monkeypatch):
+    (tmp_path / "in").mkdir()
+    monkeypatch.chdir(tmp_path)
+
+    def hashed(*inputs: str) -> str:
+        return config_hash(resolve(overrides={"run": {"input": list(inputs)}}))
+
+    assert len({hashed(s) for s in ("in", "in/", "./in", "in//", "in/../in", str(tmp_path / "in"))}) == 1
+    assert output_config(resolve(overrides={"run": {"input": ["./in/"]}}))["run"]["input"] == [str(tmp_path / "in")]
+    assert hashed("s3://b/logs/") == hashed("s3://b/logs") != hashed("s3://b/logs2")
+    assert len({hashed("in"), hashed("other"), hashed("in/*.jsonl"), hashed("in", "other")}) == 4
+    assert hashed("https://example.com/logs/") != hashed("https://example.com/logs")  # a web address as given
+
+
 def test_schema_literals_follow_the_trajectory_schema():
     from typing import get_args
 

@@ -14,7 +14,7 @@ ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("pipeline", "stages", "schemas", "masking", "training")
 # Modules a feature's own extra installs (pyproject.toml); every other module must come with a plain install.
 EXTRA_OF = {"torch": "train", "transformers": "train", "accelerate": "train", "matplotlib": "viz",
-            "botocore": "s3"}  # botocore: only where the filesystem is s3fs (pipeline/object_stores.py)
+            "botocore": "s3"}  # botocore: only where the filesystem is s3fs (stages/store_answer.py)
 # Imported only where an optional feature asks for it, each behind a one-line error naming what to install.
 OPTIONAL = {
     "grpc": "Ray Client addresses (ray://): `ray[client]`, checked by pipeline/ray_executor.py",

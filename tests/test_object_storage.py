@@ -304,15 +304,88 @@ def test_an_unreadable_store_wait_is_one_line(tmp_path):
         "lwm: error: LWM_STORE_WAIT_S='soon': give seconds (0: no bound on the wait for an object store's answer)")
 
 
-@pytest.mark.parametrize("command", [["hist"], ["show", "--index", "0"], ["export", "trl", "{run}", "{out}"]])
+@pytest.mark.parametrize("command", [["hist"], ["show", "--index", "0"], ["export", "trl", "{run}", "{out}"],
+                                     ["train", "--shards", "{run}/shards/cpt", "--max-steps", "1"]],
+                         ids=lambda command: command[0])
 def test_the_commands_that_read_a_run_on_a_store_that_never_answers_are_one_line(frozen_endpoint, tmp_path, command):
+    if command[0] == "train":
+        pytest.importorskip("torch")
     env = {**clean_env(), "AWS_ACCESS_KEY_ID": KEY_ID, "AWS_SECRET_ACCESS_KEY": SECRET,
            "AWS_DEFAULT_REGION": "us-east-1", "FSSPEC_S3_ENDPOINT_URL": frozen_endpoint, "LWM_STORE_WAIT_S": "1"}
     run = "s3://frozen/run"
     args = [a.format(run=run, out=str(tmp_path / "trl")) for a in command]
-    if "{run}" not in command:
+    if not any("{run}" in a for a in command):
         args.insert(1, run)
-    proc = subprocess.run([LWM, *args], env=env, capture_output=True, text=True, timeout=20)
+    shown = next(a for a in args if a.startswith(run))  # the run, or the shards of it the command was given
+    # unbounded, botocore's retries of 60-second waits hold each for minutes; `lwm train` first imports torch
+    proc = subprocess.run([LWM, *args], env=env, capture_output=True, text=True, timeout=60 if "train" in args else 20)
     assert proc.returncode == 2, proc.stderr
     assert proc.stderr.strip().splitlines()[-1].startswith(
-        f"lwm: error: {run}: no answer from the object store at {frozen_endpoint}")
+        f"lwm: error: {shown}: no answer from the object store at {frozen_endpoint}")
+
+
+@pytest.fixture
+def refusing_store(s3):
+    """The same server judging every request by IAM policies (moto's IAM simulation), for a user whose policy
+    `user(statements)` gives: the env of an `lwm` process with that user's credentials. Buckets and users are
+    made first, with the simulation off; it is on for the rest of the test."""
+    import boto3
+    from moto import settings
+    from moto.core.authorization import ActionAuthenticatorMixin
+
+    admin = {"aws_access_key_id": KEY_ID, "aws_secret_access_key": SECRET, "region_name": "us-east-1",
+             "endpoint_url": s3["endpoint"]}
+    iam = boto3.client("iam", **admin)
+    for bucket in ("lwm-locked",):
+        if not s3["fs"].exists(bucket):
+            s3["fs"].mkdir(bucket)
+            s3["fs"].put(str(s3["corpus"]) + "/", f"{bucket}/in/", recursive=True)
+
+    def user(statements: list[dict]) -> dict[str, str]:
+        name = "lwm-" + secrets.token_hex(4)
+        iam.create_user(UserName=name)
+        iam.put_user_policy(UserName=name, PolicyName="lwm", PolicyDocument=json.dumps(
+            {"Version": "2012-10-17", "Statement": statements}))
+        key = iam.create_access_key(UserName=name)["AccessKey"]
+        return {**s3["env"], "AWS_ACCESS_KEY_ID": key["AccessKeyId"], "AWS_SECRET_ACCESS_KEY": key["SecretAccessKey"]}
+
+    before = settings.INITIAL_NO_AUTH_ACTION_COUNT, ActionAuthenticatorMixin.request_count
+    users = {
+        # lists and reads the test bucket, writes nothing
+        "read-only": user([{"Effect": "Allow", "Action": ["s3:List*", "s3:HeadBucket", "s3:GetObject", "s3:HeadObject"],
+                            "Resource": [f"arn:aws:s3:::{BUCKET}", f"arn:aws:s3:::{BUCKET}/*"]}]),
+        # everything on the test bucket, nothing on the locked one
+        "test-bucket": user([{"Effect": "Allow", "Action": ["s3:*"],
+                              "Resource": [f"arn:aws:s3:::{BUCKET}", f"arn:aws:s3:::{BUCKET}/*"]}]),
+        # everything on the test bucket but reading its input files
+        "no-input-reads": user([{"Effect": "Allow", "Action": ["s3:*"],
+                                 "Resource": [f"arn:aws:s3:::{BUCKET}", f"arn:aws:s3:::{BUCKET}/*"]},
+                                {"Effect": "Deny", "Action": ["s3:GetObject"],
+                                 "Resource": [f"arn:aws:s3:::{BUCKET}/in/*"]}]),
+    }
+    settings.INITIAL_NO_AUTH_ACTION_COUNT, ActionAuthenticatorMixin.request_count = 0, 0
+    try:
+        yield users
+    finally:
+        settings.INITIAL_NO_AUTH_ACTION_COUNT, ActionAuthenticatorMixin.request_count = before
+
+
+@pytest.mark.parametrize(("who", "source", "out", "shown", "access"), [
+    ("read-only", f"s3://{BUCKET}/in", f"s3://{BUCKET}/out-refused", f"s3://{BUCKET}/out-refused", "write"),
+    ("test-bucket", f"s3://{BUCKET}/in", "s3://lwm-locked/out", "s3://lwm-locked/out", "list"),
+    ("test-bucket", "s3://lwm-locked/in", "{tmp}/out", "run.input (--input): s3://lwm-locked/in", "list"),
+    ("no-input-reads", f"s3://{BUCKET}/in", "{tmp}/out", f"s3://{BUCKET}/in/", "read"),
+])
+def test_a_location_the_store_refuses_is_one_line_naming_it_and_the_right_refused(
+        refusing_store, tmp_path, who, source, out, shown, access):
+    """s3fs says "Access Denied" alone: the line said neither which location nor whether lwm was refused a
+    listing, a read or a write there."""
+    out = out.format(tmp=tmp_path)
+    proc = subprocess.run([LWM, "run", "-i", source, "-o", out, "--executor", "processes", "--num-cpus", "2",
+                           "--progress", "off"], env=refusing_store[who], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    assert "Traceback" not in proc.stderr
+    line = proc.stderr.strip().splitlines()[-1]
+    assert line.startswith(f"lwm: error: {shown}"), line
+    assert f": the object store refused to let lwm {access} there (" in line, line
+    assert line.endswith(f"; the credentials in use may not {access} there"), line

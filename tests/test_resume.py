@@ -24,7 +24,7 @@ def corpus(tmp_path_factory) -> Path:
     return write_corpus(tmp_path_factory.mktemp("corpus") / "in", big=150)
 
 
-def _run(corpus: Path, out: Path, **overrides) -> dict:
+def _run(corpus: Path | str, out: Path, **overrides) -> dict:
     cfg = corpus_config([str(corpus)], out)
     for section, values in overrides.items():
         cfg[section].update(values)
@@ -313,3 +313,28 @@ def test_a_second_run_into_a_folder_in_use_stops_at_once_and_leaves_the_first_al
         _, err = first.communicate(timeout=300)
     assert first.returncode == 0, err
     assert_same_outputs(fresh, out)
+
+
+def test_the_same_input_folder_written_another_way_resumes_and_another_folder_does_not(corpus, tmp_path, monkeypatch):
+    """The ingest tasks' identity hashed the input as typed: `-i in/` after `-i in` ran every task again."""
+    import shutil
+
+    shutil.copytree(corpus, tmp_path / "in")
+    out = tmp_path / "out"
+    monkeypatch.chdir(tmp_path)
+    _run("in", out)
+    first = {**_files(out, "_tasks"), **_files(out, "shards"), "manifest.json": (out / "manifest.json").read_bytes()}
+    for spelling in ("in/", "./in", "in//", "./in/../in", str(tmp_path / "in"), str(tmp_path / "in") + "/"):
+        _run(spelling, out)
+        for stage, t in _timings(out).items():
+            assert t["ran"] == 0 and t["skipped"] == t["tasks"] > 0, (spelling, stage)
+        assert {**_files(out, "_tasks"), **_files(out, "shards"),
+                "manifest.json": (out / "manifest.json").read_bytes()} == first, spelling
+    # the same files in another folder are another input (their ids come from their location): read again
+    shutil.copytree(corpus, tmp_path / "copy")
+    _run("copy", out)
+    assert _timings(out)["ingest"]["ran"] == _timings(out)["ingest"]["tasks"] > 0
+    _run("./in/", out)
+    assert _timings(out)["ingest"]["ran"] == _timings(out)["ingest"]["tasks"]
+    _run(str(tmp_path / "in"), tmp_path / "fresh")
+    assert_same_outputs(tmp_path / "fresh", out)

@@ -18,6 +18,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from schemas.errors import ConfigError
+from stages.store_answer import check_inputs_answer
 
 SUCCESS_MARKER = "_SUCCESS"
 # The marker may sit in the source folder or this many folders above it.
@@ -112,9 +113,12 @@ def _refuse_a_run_folder(fs, source: str, path: str) -> None:
 
 
 def resolve_shard_files(sources: Sequence[str]) -> list[str]:
-    """All Parquet files of the given sources, sorted and deduplicated; each source must be finished."""
+    """All Parquet files of the given sources, sorted and deduplicated; each source must be finished. An object
+    store that never answers is one line within ``LWM_STORE_WAIT_S`` seconds (`check_inputs_answer`), not a
+    listing that botocore's retries hold for many minutes."""
     if not sources:
         raise ShardError("no shard source given")
+    check_inputs_answer(list(sources))
     files: set[str] = set()
     for source in sources:
         files.update(_files_of_source(source))

@@ -52,10 +52,10 @@ from pipeline.cli.run_files import (
     trajectory_of_sample,
 )
 from pipeline.errors import handle_errors
-from pipeline.object_stores import BUCKET_PROTOCOLS, check_bucket
+from pipeline.object_stores import check_bucket
 from schemas.errors import ConfigError
 from schemas.trajectory import Trajectory
-from stages.ingest.reading import protocols
+from stages.ingest.reading import BUCKET_PROTOCOLS, protocols
 from stages.render import history_reply, target_prompt, user_prompt
 from stages.templates import render_system
 

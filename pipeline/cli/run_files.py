@@ -9,12 +9,12 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from pipeline.object_stores import check_inputs_answer
 from pipeline.outputs import out_fs, read_json
 from schemas.errors import ConfigError
 from schemas.trajectory import Trajectory
 from stages.pools import sample_id
 from stages.sample_rows import sample_key
+from stages.store_answer import check_inputs_answer
 
 
 def finished_run(run_dir: str):

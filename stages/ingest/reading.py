@@ -65,6 +65,10 @@ def is_data_file(uri: str) -> bool:
     return base.endswith(DATA_SUFFIXES)
 
 
+# Filesystems whose first path component is a bucket (a container): lwm writes into buckets, never creates one.
+BUCKET_PROTOCOLS = frozenset({"s3", "s3a", "gs", "gcs", "az", "abfs", "abfss", "adl", "oss"})
+
+
 def filesystem(uri: str) -> tuple[fsspec.AbstractFileSystem, str]:
     """The fsspec filesystem for a URI and the path within it."""
     fs, path = fsspec.core.url_to_fs(uri)
@@ -392,6 +396,23 @@ def expand_inputs(specs: list[str], claims_dir=None) -> list[InputUnit]:
                 uri = _unstrip(fs, m)
                 units[uri] = InputUnit(uri)
     return sorted(units.values(), key=lambda u: u.uri)
+
+
+def input_location(spec: str) -> str:
+    """One spelling of an input location, the one a run's identity (what a rerun resumes) and its manifest record:
+    a local path as `expand_inputs` names the files it finds there (absolute; ``.``, ``..``, doubled and trailing
+    slashes gone; the folders above its last component resolved), so that ``in``, ``in/``, ``./in`` and
+    ``/work/in`` are one input; an object store's URL without trailing slashes (``s3://b/in/`` lists what
+    ``s3://b/in`` does). Any other URL (a query, a chain of filesystems, a web address) stays as given."""
+    if "::" in spec:
+        return spec
+    protocol, _ = fsspec.core.split_protocol(spec)
+    if protocol in (None, "file", "local"):
+        fs, path = filesystem(spec)
+        return _canonical_local(fs, path)
+    if protocol in BUCKET_PROTOCOLS and not any(c in spec for c in "?#") and spec.rstrip("/") != f"{protocol}:":
+        return spec.rstrip("/")
+    return spec
 
 
 def _canonical_local(fs, path: str) -> str:

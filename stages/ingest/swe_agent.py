@@ -37,7 +37,9 @@ Mapping to the unified schema (domain ``swe``; ``--opt domain=terminal`` for ter
 - A history-only ``.traj`` (a demonstration file: ``history`` and no ``trajectory``) becomes turns
   from ``history``: each assistant message with an ``action`` or ``tool_calls`` and the tool/user
   message that answers it (the ``(Open file: …)`` state lines removed); an action nobody answered
-  is counted in ``meta.unanswered_actions``.
+  is counted in ``meta.unanswered_actions``. A history whose messages speak in other roles than
+  SWE-agent's chat roles (``system``, ``user``, ``assistant``, ``tool``), such as a Magentic-One
+  log's ``Orchestrator (thought)`` and ``WebSurfer``, is another format: ``wrong_format``.
 - ``system.task_description``: the first task message of ``history`` (its ``<pr_description>``, or
   the text before ``INSTRUCTIONS:``);
   ``system.action_space``: the ``COMMANDS:`` documentation of the system prompt (else the whole
@@ -115,6 +117,8 @@ class SweAgentAdapter:
         history = value.get("history") or []
         if not isinstance(history, list) or not all(isinstance(m, dict) for m in history):
             raise InvalidRecord("wrong_type", "'history' must be a list of message objects", record.locator)
+        if history_only:
+            _check_chat_roles(history, record.locator)
         info = value.get("info") if isinstance(value.get("info"), dict) else {}
         system_text = next((text_of(m.get("content")) for m in history if m.get("role") == "system"), "")
         commands = parse_commands_doc(system_text)
@@ -178,6 +182,21 @@ def _turns(
             )
         )
     return turns
+
+
+# The roles of SWE-agent's history: a chat between the model and its environment.
+_CHAT_ROLES = frozenset({"system", "user", "assistant", "tool"})
+
+
+def _check_chat_roles(history: list[dict], locator: str) -> None:
+    """A history-only record is SWE-agent's when its messages speak in SWE-agent's chat roles. A multi-agent log
+    holds a role/content history too (Magentic-One's ``Orchestrator (thought)``, ``WebSurfer``): read as a
+    demonstration it has no assistant action and was filtered as a run without turns, not named wrong."""
+    others = sorted({str(m.get("role")) for m in history if m.get("role") not in _CHAT_ROLES})
+    if others:
+        shown = ", ".join(repr(r) for r in others[:4]) + (", …" if len(others) > 4 else "")
+        raise InvalidRecord("wrong_format", f"the history speaks in roles SWE-agent does not use ({shown}); SWE-agent's "
+                            f"are {', '.join(sorted(_CHAT_ROLES))}", locator)
 
 
 def _steps_from_history(history: list[dict]) -> tuple[list[dict], int]:
