@@ -90,6 +90,11 @@ FILE_PROBES = [
     ('[llm]\nendpoint = "localhost:8000/v1"\nmodel = "m"', "llm.endpoint", "http:// or https://"),
     ('[llm]\njudge_endpoint = "ftp://judge/v1"', "llm.judge_endpoint", "http:// or https://"),
     ("[llm]\nunknown_knob = 1", "unknown config key 'llm.unknown_knob'", ""),
+    # the masking table: a file's name or a table given inline, each checked whole, as it is a file's
+    ('[masking]\ntable = {short_chars = "x"}', "masking.table", "no 'categories': a table is given whole"),
+    ('[masking]\ntable = "missing.toml"', "masking.table", "missing.toml: masking table file not found"),
+    ("[masking]\ntable = 5", "masking.table", 'the path of a table file (a string, such as "my_table.toml") or a table'),
+    ("masking = 5", "masking", "must be a table"),
 ]
 
 
@@ -526,6 +531,27 @@ def test_settings_the_run_would_fail_on_are_one_line_before_any_work(toml, expec
     assert status == 2
     assert _one_error_line(stderr).startswith(expected.format(tmp=tmp_path))
     assert not out.exists()  # not even the output folder: nothing was read or written
+
+
+@pytest.mark.parametrize("dry_run", [False, True], ids=["run", "dry-run"])
+def test_a_mistake_in_the_masking_table_of_a_printed_config_is_one_line_before_any_work(dry_run, corpus, tmp_path):
+    """The config `--dry-run` prints holds the masking table inline: a key misspelt there is found as in a file."""
+    table = tmp_path / "table.toml"
+    table.write_text((ROOT / "masking" / "default_table.toml").read_text())
+    named = tmp_path / "named.toml"
+    named.write_text('[masking]\ntable = "table.toml"\n')
+    printed = CliRunner().invoke(main, ["run", "-i", str(corpus), "-o", "o", "--config", str(named), "--dry-run"])
+    assert printed.exit_code == 0, printed.output
+    assert printed.output.count("keep = 0.1,") == 1  # the boilerplate category, inline under [masking.table]
+    config = tmp_path / "c.toml"
+    config.write_text(printed.output.replace("keep = 0.1,", "kep = 0.1,"))
+    out = tmp_path / "out"
+    status, stderr = _invoke(["run", "--executor", "local", "--progress", "off", "-i", str(corpus), "-o", str(out),
+                              "--config", str(config), *(["--dry-run"] if dry_run else [])])
+    assert status == 2
+    assert _one_error_line(stderr) == (f"{config}: masking.table: category 'boilerplate': unknown key 'kep' "
+                                       "(expected name, when, keep, description)")
+    assert not out.exists()
 
 
 @pytest.mark.parametrize("left", ["no manifest", "a manifest"], ids=["interrupted", "rerun in progress"])
