@@ -166,7 +166,7 @@ def _table_of_file(file_only: dict[str, Any], overrides: dict[str, Any]) -> bool
 def _resolve_llm(file_section: Any, flag_section: Any, source: str | None) -> dict[str, Any]:
     """The ``[llm]`` section of the file and of the flags, resolved; a bad key or value of the file that no flag
     replaced is named as the file's, as `resolve` does for the other sections."""
-    from pipeline.llm_config import LLM_DEFAULTS, check_llm, resolve_llm
+    from pipeline.llm_config import LLM_DEFAULTS, check_llm, check_stage_names, resolve_llm
 
     sections = [s for s in (file_section, flag_section) if s is not None]
     try:
@@ -181,6 +181,7 @@ def _resolve_llm(file_section: Any, flag_section: Any, source: str | None) -> di
             if unknown is not None:
                 raise ConfigError(f"unknown config key 'llm.{unknown}'") from None
             check_llm({**LLM_DEFAULTS, **alone}, flags=False)
+            check_stage_names({**LLM_DEFAULTS, **alone})
         except ConfigError as exc:
             raise ConfigError(f"{source}: {exc}") from None
         raise

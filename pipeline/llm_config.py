@@ -82,15 +82,20 @@ def resolve_llm(sections: Sequence[dict[str, Any]]) -> dict[str, Any]:
                 raise ConfigError(f"unknown config key 'llm.{key}'")
             out[key] = value
     check_llm(out)
-    for name in out["stages"]:
-        if name not in _REGISTRY and ":" not in name:
-            raise ConfigError(f"llm.stages: unknown stage {name!r}; known: {', '.join(sorted(_REGISTRY))}")
+    check_stage_names(out)
     if out["endpoint"] and not out["model"]:
         raise ConfigError("llm.model is required with llm.endpoint")
     if out["dry_run"] and not (out["endpoint"] and out["stages"]):  # else the whole run would go ahead, for real
         raise ConfigError("llm.dry_run (--llm-dry-run): no model stage is configured, so there is nothing to show; "
                           "give llm.endpoint (--llm-endpoint), llm.model (--llm-model) and at least one of llm.stages")
     return out
+
+
+def check_stage_names(llm: dict[str, Any]) -> None:
+    """Each ``llm.stages`` entry is a built-in or registered name, or a ``"module:attribute"`` path."""
+    for name in llm["stages"]:
+        if name not in _REGISTRY and ":" not in name:
+            raise ConfigError(f"llm.stages: unknown stage {name!r}; known: {', '.join(sorted(_REGISTRY))}")
 
 
 def llm_enabled(cfg: dict[str, Any]) -> bool:

@@ -42,6 +42,28 @@ def preflight(cfg: dict[str, Any], inputs: bool = True) -> None:
                           f"dedup.decontaminate: {message}") from None
 
 
+def preflight_run(cfg: dict[str, Any], file_config: dict[str, Any], source: str | None, inputs: bool = True) -> None:
+    """`preflight` for ``lwm run``, whose config `cfg` resolved `file_config`, read from the file `source` (None:
+    no config file), and the flags: an error that the file's values make alone is named as the file's, as
+    `pipeline.config.resolve` names a bad value of the file, so the line says where to fix it."""
+    try:
+        preflight(cfg, inputs)
+    except ConfigError as exc:
+        if source is not None and _fails_alone(file_config, str(exc), inputs):
+            raise ConfigError(f"{source}: {exc}") from None
+        raise
+
+
+def _fails_alone(file_config: dict[str, Any], message: str, inputs: bool) -> bool:
+    from pipeline.config import resolve
+
+    try:
+        preflight(resolve(file_config), inputs)
+    except ConfigError as exc:
+        return str(exc) == message
+    return False
+
+
 def _check_templates(section: dict[str, Any]) -> None:
     """Every template folder can be read and every variant the pools name exists for some domain. The folders
     are read afresh for each run (a process that runs again sees templates edited since)."""

@@ -95,6 +95,7 @@ FILE_PROBES = [
     ('[masking]\ntable = "missing.toml"', "masking.table", "missing.toml: masking table file not found"),
     ("[masking]\ntable = 5", "masking.table", 'the path of a table file (a string, such as "my_table.toml") or a table'),
     ("masking = 5", "masking", "must be a table"),
+    ('[llm]\nstages = ["instructons"]', "llm.stages", "unknown stage 'instructons'"),
 ]
 
 
@@ -507,7 +508,8 @@ def test_an_option_on_input_no_format_recognizes_leaves_the_files_to_quarantine(
     assert "no format of this input" not in stderr
 
 
-# settings that name something that does not exist, or disagree with each other: (TOML, the error line's start)
+# settings that name something that does not exist, or disagree with each other: (TOML, the error line's start
+# after the config file's name)
 PREFLIGHT_PROBES = [
     ("[dedup]\nnum_perm = 16\nbands = 32", "dedup.bands (32) exceeds dedup.num_perm (16)"),
     ('[filter]\nenabled = ["min_turn"]', "filter.enabled: unknown filter(s) min_turn"),
@@ -515,6 +517,7 @@ PREFLIGHT_PROBES = [
     ('[templates.mapping]\ncpt = ["v99"]', "templates.mapping.cpt: unknown variant 'v99'; known: v0, v1, v2"),
     ('[templates]\ndirs = ["nonexistent_dir"]', "template directory {tmp}/nonexistent_dir does not exist"),
     ('[executor]\nkind = "local"\nray_address = "auto"', "executor.ray_address (--ray-address) auto is for the Ray"),
+    ('[masking]\ntable = "missing.toml"', "masking.table: {tmp}/missing.toml: masking table file not found"),
 ]
 
 
@@ -529,8 +532,17 @@ def test_settings_the_run_would_fail_on_are_one_line_before_any_work(toml, expec
     status, stderr = _invoke(["run", "--executor", "local", "--progress", "off", "-i", str(corpus), "-o", str(out),
                               "--config", str(config), *(["--dry-run"] if dry_run else [])])
     assert status == 2
-    assert _one_error_line(stderr).startswith(expected.format(tmp=tmp_path))
+    assert _one_error_line(stderr).startswith(f"{config}: " + expected.format(tmp=tmp_path))  # where to fix it
     assert not out.exists()  # not even the output folder: nothing was read or written
+
+
+def test_a_setting_the_flags_make_wrong_is_not_named_as_the_config_files(corpus, tmp_path):
+    config = tmp_path / "c.toml"
+    config.write_text('[executor]\nray_address = "auto"\n')  # right for the Ray executor, which the file leaves on
+    status, stderr = _invoke(["run", "--executor", "local", "-i", str(corpus), "-o", str(tmp_path / "out"),
+                              "--config", str(config), "--dry-run"])
+    assert status == 2
+    assert _one_error_line(stderr).startswith("executor.ray_address (--ray-address) auto is for the Ray executor")
 
 
 @pytest.mark.parametrize("dry_run", [False, True], ids=["run", "dry-run"])
@@ -568,8 +580,8 @@ def test_decontaminating_against_an_unfinished_run_names_it_before_any_work(left
     for dry_run in ([], ["--dry-run"]):
         status, stderr = _invoke([*args, "-o", str(out), "--config", str(config), *dry_run])
         assert status == 2
-        assert _one_error_line(stderr) == (f"dedup.decontaminate: {other}: not a finished run (no _SUCCESS); "
-                                           "run `lwm run` to completion first")
+        assert _one_error_line(stderr) == (f"{config}: dedup.decontaminate: {other}: not a finished run (no "
+                                           "_SUCCESS); run `lwm run` to completion first")
         assert not out.exists()
 
 
