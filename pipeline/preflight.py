@@ -1,12 +1,14 @@
 """What a run can tell is wrong before it reads any input: settings that name things (filters, template
-folders and variants, decontamination references) and settings that must agree with each other. `lwm run`
-checks them before it starts, ``--dry-run`` included, so a typo costs one line, not an ingest."""
+folders and variants, model-in-the-loop stages, decontamination references) and settings that must agree with
+each other. `lwm run` checks them before it starts, ``--dry-run`` included, so a typo costs one line, not an
+ingest."""
 
 from __future__ import annotations
 
 import os
 from typing import Any
 
+from pipeline.llm_config import check_stages
 from schemas.errors import ConfigError
 from schemas.trajectory import DOMAINS
 from stages.decontam import reference_units
@@ -34,6 +36,8 @@ def preflight(cfg: dict[str, Any], inputs: bool = True) -> None:
         _check_inputs(cfg["run"]["input"])
     _check_templates(cfg["templates"])
     _check_tokenizer(cfg["tokenizer"], cfg["render"]["chat_format"] == "chatml")
+    if "llm" in cfg:  # named stages are resolved even while no endpoint turns them on: a typo is found now
+        check_stages(cfg["llm"])
     try:
         reference_units(list(dedup["decontaminate"]))
     except ConfigError as exc:

@@ -510,6 +510,7 @@ def test_an_option_on_input_no_format_recognizes_leaves_the_files_to_quarantine(
 
 # settings that name something that does not exist, or disagree with each other: (TOML, the error line's start
 # after the config file's name)
+_LLM = '[llm]\nendpoint = "http://127.0.0.1:9/v1"\nmodel = "m"\n'
 PREFLIGHT_PROBES = [
     ("[dedup]\nnum_perm = 16\nbands = 32", "dedup.bands (32) exceeds dedup.num_perm (16)"),
     ('[filter]\nenabled = ["min_turn"]', "filter.enabled: unknown filter(s) min_turn"),
@@ -518,6 +519,12 @@ PREFLIGHT_PROBES = [
     ('[templates]\ndirs = ["nonexistent_dir"]', "template directory {tmp}/nonexistent_dir does not exist"),
     ('[executor]\nkind = "local"\nray_address = "auto"', "executor.ray_address (--ray-address) auto is for the Ray"),
     ('[masking]\ntable = "missing.toml"', "masking.table: {tmp}/missing.toml: masking table file not found"),
+    # a stage of one's own, named by its "module:attribute" path: resolved and checked before any work
+    (_LLM + 'stages = ["nomod:x"]', "llm.stages: 'nomod:x': cannot import module 'nomod': No module named 'nomod'"),
+    (_LLM + 'stages = ["tests.helpers:NO_SUCH_STAGE"]',
+     "llm.stages: 'tests.helpers:NO_SUCH_STAGE': module 'tests.helpers' has no attribute 'NO_SUCH_STAGE'"),
+    (_LLM + 'stages = ["json:dumps"]', "llm.stages: 'json:dumps' is not a stage: it lacks name, schema, wants, process, "
+                                      "dry_requests, apply (what a stage has: stages/llm/stage.py)"),
 ]
 
 
