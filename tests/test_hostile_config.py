@@ -383,6 +383,15 @@ def test_an_opt_value_that_is_not_json_is_its_text():
     assert parse_opt(["a=1", "b=x y", f"c={huge}", "d=a=b"]) == {"a": 1, "b": "x y", "c": huge, "d": "a=b"}
 
 
+def test_a_dry_run_refuses_a_missing_input_as_the_run_does(tmp_path):
+    missing = tmp_path / "nope"
+    for dry_run in ([], ["--dry-run"]):
+        status, stderr = _invoke(["run", "-i", str(missing), "-o", str(tmp_path / "out"), *dry_run])
+        assert status == 2
+        assert _one_error_line(stderr) == f"input not found: {missing}"
+        assert not (tmp_path / "out").exists()
+
+
 @pytest.mark.parametrize("command", ["run", "validate"])
 def test_an_empty_input_path_is_one_line_not_the_current_folder(command, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)

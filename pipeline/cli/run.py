@@ -94,8 +94,7 @@ def run_cmd(config_path: str | None, dry_run: bool, **kw: Any) -> None:
     cfg = resolve(file_cfg, _run_overrides(**kw), source=config_path)
     from pipeline.preflight import preflight_run
 
-    # what the run fails on before any work (a dry run: but the inputs), named as the file's where it is
-    preflight_run(cfg, file_cfg, config_path, inputs=not dry_run)
+    preflight_run(cfg, file_cfg, config_path)  # what the run fails on before any work, named as the file's
     if dry_run:
         click.echo(dry_run_text(cfg), nl=False)
         return
