@@ -339,6 +339,21 @@ def test_an_option_of_other_formats_than_the_sniffed_ones_is_one_line_naming_the
         assert line.startswith("no format of this input (mini-swe-agent, swe-agent) has option orphans;"), line
 
 
+def test_an_option_the_sniffed_format_lacks_leaves_the_output_folder_as_it_was(tmp_path):
+    """Refused once the input is sniffed: a folder the run made is gone, one that was there keeps only its files."""
+    assert _invoke(["demo", "--domain", "mcp", "--out", str(tmp_path / "in")])[0] == 0
+    kept = tmp_path / "kept"
+    kept.mkdir()
+    (kept / "notes.txt").write_text("mine\n")
+    for out in (tmp_path / "new" / "out", kept):
+        status, stderr = _invoke(["run", "--executor", "processes", "--num-cpus", "2", "--progress", "off",
+                                  "-i", str(tmp_path / "in"), "-o", str(out), "--opt", "orphans=skip"])
+        assert status == 2
+        assert _one_error_line(stderr).startswith("format lwm-jsonl has no option orphans"), stderr
+    assert not (tmp_path / "new").exists()  # nor the folder above it, which the run made too
+    assert [p.name for p in kept.rglob("*")] == ["notes.txt"]  # no _tasks/ of a scan
+
+
 @pytest.mark.parametrize("opt", ["orphans=maybe", "messages_path=5"])
 def test_a_bad_option_value_of_sniffed_input_fails_before_ingest_writes(opt, mixed_input, tmp_path):
     out = tmp_path / "out"
