@@ -376,6 +376,9 @@ def load_table(mapping: Mapping[str, Any] | None) -> CategoryTable:
     if unknown:
         raise ConfigError(f"masking table: unknown key {unknown[0]!r} (expected {', '.join(_TABLE_KEYS)})")
     raw_categories = mapping.get("categories")
+    if raw_categories is None:  # a table is given whole, never merged with the default
+        raise ConfigError("masking table: no 'categories': a table is given whole (short_chars and its "
+                          "[[categories]], as in masking/default_table.toml)")
     if not isinstance(raw_categories, list | tuple):
         raise ConfigError("masking table: 'categories' must be a list of [[categories]] tables")
     categories = tuple(_category_from_mapping(index, raw) for index, raw in enumerate(raw_categories))

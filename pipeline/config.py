@@ -140,25 +140,34 @@ def load_config_file(path: str) -> dict[str, Any]:
     return loaded
 
 
-def _inline_table_file(cfg: dict[str, Any]) -> None:
-    """``masking.table = "my_table.toml"`` (a copy of ``masking/default_table.toml``): the file's table, read now,
-    so the config, its hash and the manifest hold the table itself, not a name for it."""
-    path = cfg["masking"]["table"]
-    if not isinstance(path, str):
-        return
-    from masking.table import read_table_file
+def _check_masking_table(cfg: dict[str, Any], where: str) -> None:
+    """``masking.table``, checked whole now, not when the first samples are made. A name (``"my_table.toml"``, a copy
+    of ``masking/default_table.toml``) is replaced by the file's table, read now, so the config, its hash and the
+    manifest hold the table itself, not a name for it; a table given inline is checked as a file's is. `where`:
+    what an error line starts with (the config file, when the table came from it)."""
+    from masking.table import load_table, read_table_file
 
+    table = cfg["masking"]["table"] if isinstance(cfg.get("masking"), dict) else None
     try:
-        table = read_table_file(os.path.expanduser(path))
+        if isinstance(table, str):
+            cfg["masking"]["table"] = read_table_file(os.path.expanduser(table))
+        elif isinstance(table, dict):
+            load_table(table)
     except ConfigError as exc:
-        raise ConfigError(f"masking.table: {exc}") from None
-    cfg["masking"]["table"] = table
+        raise ConfigError(f"{where}masking.table: {str(exc).removeprefix('masking table: ')}") from None
+
+
+def _table_of_file(file_only: dict[str, Any], overrides: dict[str, Any]) -> bool:
+    """Whether the config file gave ``masking.table`` (a name or a table) and no override replaced it."""
+    given, replaced = file_only.get("masking"), overrides.get("masking")
+    return (isinstance(given, dict) and given.get("table") is not None
+            and not (isinstance(replaced, dict) and "table" in replaced))
 
 
 def _resolve_llm(file_section: Any, flag_section: Any, source: str | None) -> dict[str, Any]:
     """The ``[llm]`` section of the file and of the flags, resolved; a bad key or value of the file that no flag
     replaced is named as the file's, as `resolve` does for the other sections."""
-    from pipeline.llm_config import LLM_DEFAULTS, check_llm, resolve_llm
+    from pipeline.llm_config import LLM_DEFAULTS, check_llm, check_stage_names, resolve_llm
 
     sections = [s for s in (file_section, flag_section) if s is not None]
     try:
@@ -173,6 +182,7 @@ def _resolve_llm(file_section: Any, flag_section: Any, source: str | None) -> di
             if unknown is not None:
                 raise ConfigError(f"unknown config key 'llm.{unknown}'") from None
             check_llm({**LLM_DEFAULTS, **alone}, flags=False)
+            check_stage_names({**LLM_DEFAULTS, **alone})
         except ConfigError as exc:
             raise ConfigError(f"{source}: {exc}") from None
         raise
@@ -191,14 +201,15 @@ def resolve(file_config: dict[str, Any] | None = None, overrides: dict[str, Any]
         raise ConfigError(f"{source}: {exc}" if source is not None else str(exc)) from None
     file_only = cfg
     cfg = _merge(cfg, overrides)
-    _inline_table_file(cfg)
+    _check_masking_table(cfg, f"{source}: " if source is not None and _table_of_file(file_only, overrides) else "")
     try:
         check_config(cfg)
     except ConfigError:
         if source is not None:  # a value of the file that no flag replaced: named as the file's
             alone = copy.deepcopy(file_only)
-            if isinstance(alone["masking"]["table"], str):  # a table file: read and checked above
-                alone["masking"]["table"] = None
+            masking = alone.get("masking")
+            if isinstance(masking, dict) and isinstance(masking.get("table"), str | dict):  # checked whole above
+                masking["table"] = None
             try:
                 check_config(alone, flags=False)
             except ConfigError as exc:

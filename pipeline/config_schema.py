@@ -152,7 +152,14 @@ class TemplatesSection(_Section):
 class MaskingSection(_Section):
     keep_mode: Literal["weight", "turn", "token"]
     seed: int
-    table: dict[str, Any] | None
+    table: Any  # a table file's name is replaced by its table when the config is resolved
+
+    @field_validator("table")
+    @classmethod
+    def _name_or_table(cls, v: Any) -> Any:
+        if v is None or isinstance(v, dict):
+            return v
+        raise ValueError('must be the path of a table file (a string, such as "my_table.toml") or a table')
 
 
 class TokenizerSection(_Section):

@@ -57,6 +57,8 @@ def resolve_units(cfg: dict[str, Any], echo: Echo = _stderr) -> list[tuple[Input
     if sniffed:
         summary = ", ".join(f"{k} ({v} unit{'s' if v != 1 else ''})" for k, v in sorted(sniffed.items()))
         echo(f"sniffed format: {summary}")
+        # an option none of the sniffed formats has is refused now, before the scan writes its first marker
+        sniffed_opts((name for _, name in resolved), adapter_opts(cfg))
     return resolved
 
 

@@ -82,15 +82,21 @@ def resolve_llm(sections: Sequence[dict[str, Any]]) -> dict[str, Any]:
                 raise ConfigError(f"unknown config key 'llm.{key}'")
             out[key] = value
     check_llm(out)
-    for name in out["stages"]:
-        if name not in _REGISTRY and ":" not in name:
-            raise ConfigError(f"llm.stages: unknown stage {name!r}; known: {', '.join(sorted(_REGISTRY))}")
+    check_stage_names(out)
     if out["endpoint"] and not out["model"]:
         raise ConfigError("llm.model is required with llm.endpoint")
     if out["dry_run"] and not (out["endpoint"] and out["stages"]):  # else the whole run would go ahead, for real
         raise ConfigError("llm.dry_run (--llm-dry-run): no model stage is configured, so there is nothing to show; "
                           "give llm.endpoint (--llm-endpoint), llm.model (--llm-model) and at least one of llm.stages")
     return out
+
+
+def check_stage_names(llm: dict[str, Any]) -> None:
+    """Each ``llm.stages`` entry is a built-in or registered name, or a ``"module:attribute"`` path (which
+    `check_stages` resolves)."""
+    for name in llm["stages"]:
+        if name not in _REGISTRY and ":" not in name:
+            raise ConfigError(f"llm.stages: unknown stage {name!r}; known: {', '.join(sorted(_REGISTRY))}")
 
 
 def llm_enabled(cfg: dict[str, Any]) -> bool:
@@ -108,12 +114,62 @@ def register_stage(name: str, target: str) -> None:
 
 
 def get_stage(name: str):
-    """The stage object of an ``llm.stages`` entry: a built-in or registered name, or ``"module:attribute"``."""
+    """The stage object of an ``llm.stages`` entry: a built-in or registered name, or ``"module:attribute"``. A
+    name that resolves to nothing is a `ConfigError` saying why (no such module, an import that fails, no such
+    attribute)."""
     target = _REGISTRY.get(name) or _BUILTIN.get(name) or (name if ":" in name else None)
     if target is None:
         raise ConfigError(f"unknown llm stage {name!r}")
-    module, attr = target.split(":")
-    return getattr(importlib.import_module(module), attr)
+    module, _, attr = target.partition(":")
+    if not module or not attr or ":" in attr:
+        raise ConfigError(f"{target!r} is not a \"module:attribute\" path")
+    try:
+        loaded = importlib.import_module(module)
+    except ModuleNotFoundError as exc:
+        raise ConfigError(f"cannot import module {module!r}: {exc}") from None
+    except Exception as exc:  # the module's own code failed as it was imported: whatever it raised is the reason
+        raise ConfigError(f"importing module {module!r} failed: {type(exc).__name__}: {exc}") from None
+    if not hasattr(loaded, attr):
+        raise ConfigError(f"module {module!r} has no attribute {attr!r}")
+    return getattr(loaded, attr)
+
+
+STAGE_METHODS = ("wants", "process", "dry_requests", "apply")
+
+
+def stage_problem(stage: Any) -> str:
+    """What keeps `stage` from being run as a model-in-the-loop stage (`stages.llm.stage.LLMStage`), or ``""``: a
+    ``name`` that can name its output folder, a pyarrow ``schema`` with ``traj_id`` and without ``occurrence``
+    (which lwm adds), and the four methods."""
+    import pyarrow as pa
+
+    lacking = [a for a in ("name", "schema") if not hasattr(stage, a)]
+    lacking += [m for m in STAGE_METHODS if not callable(getattr(stage, m, None))]
+    if lacking:
+        return f"it lacks {', '.join(lacking)} (what a stage has: stages/llm/stage.py)"
+    name, schema = stage.name, stage.schema
+    if not isinstance(name, str) or not name or "/" in name or name in (".", ".."):
+        return f"its name must be a string that can name a folder, not {name!r}"
+    if not isinstance(schema, pa.Schema):
+        return f"its schema must be a pyarrow.Schema, not {type(schema).__name__}"
+    if "traj_id" not in schema.names:
+        return "its schema has no 'traj_id' column, which names the trajectory of each row"
+    if "occurrence" in schema.names:
+        return ("its schema has a column 'occurrence', which lwm adds to every stage's rows (which trajectory of "
+                "those sharing a traj_id a row belongs to); rename it")
+    return ""
+
+
+def check_stages(llm: dict[str, Any]) -> None:
+    """Every ``llm.stages`` entry resolves to an object a run can use (`stage_problem`): one `ConfigError` line
+    naming the key, the entry and what is wrong, before any work, instead of an error once ingest has run."""
+    for entry in llm["stages"]:
+        try:
+            stage = get_stage(entry)
+        except ConfigError as exc:
+            raise ConfigError(f"llm.stages: {entry!r}: {exc}") from None
+        if problem := stage_problem(stage):
+            raise ConfigError(f"llm.stages: {entry!r} is not a stage: {problem}")
 
 
 def output_llm_config(llm: dict[str, Any]) -> dict[str, Any]:

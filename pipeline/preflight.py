@@ -1,12 +1,14 @@
 """What a run can tell is wrong before it reads any input: settings that name things (filters, template
-folders and variants, decontamination references) and settings that must agree with each other. `lwm run`
-checks them before it starts, ``--dry-run`` included, so a typo costs one line, not an ingest."""
+folders and variants, model-in-the-loop stages, decontamination references, the inputs) and settings that must
+agree with each other. `lwm run` checks them before it starts, ``--dry-run`` included, so a typo costs one line,
+not an ingest."""
 
 from __future__ import annotations
 
 import os
 from typing import Any
 
+from pipeline.llm_config import check_stages
 from schemas.errors import ConfigError
 from schemas.trajectory import DOMAINS
 from stages.decontam import reference_units
@@ -16,9 +18,9 @@ from stages.templates import natural_key, reload_templates
 from stages.templates.library import variant_texts
 
 
-def preflight(cfg: dict[str, Any], inputs: bool = True) -> None:
-    """Raise one `ConfigError` line for the first setting of a resolved config that the run would fail on.
-    `inputs`: check that local inputs exist (``--dry-run`` does not: a config may be written before its inputs)."""
+def preflight(cfg: dict[str, Any]) -> None:
+    """Raise one `ConfigError` line for the first setting of a resolved config that the run would fail on. The
+    inputs are checked last, and only that each local one exists: nothing is read."""
     build_filters(cfg)  # unknown filter names
     executor = cfg["executor"]
     if executor["ray_address"] and executor["kind"] in ("local", "processes"):
@@ -30,16 +32,39 @@ def preflight(cfg: dict[str, Any], inputs: bool = True) -> None:
             lsh_params(float(dedup["threshold"]), int(dedup["num_perm"]), int(dedup["bands"]))
         except ValueError as exc:
             raise ConfigError(str(exc)) from None
-    if inputs:
-        _check_inputs(cfg["run"]["input"])
     _check_templates(cfg["templates"])
     _check_tokenizer(cfg["tokenizer"], cfg["render"]["chat_format"] == "chatml")
+    if "llm" in cfg:  # named stages are resolved even while no endpoint turns them on: a typo is found now
+        check_stages(cfg["llm"])
     try:
         reference_units(list(dedup["decontaminate"]))
     except ConfigError as exc:
         message = str(exc)
         raise ConfigError(message if message.startswith("dedup.decontaminate") else
                           f"dedup.decontaminate: {message}") from None
+    _check_inputs(cfg["run"]["input"])
+
+
+def preflight_run(cfg: dict[str, Any], file_config: dict[str, Any], source: str | None) -> None:
+    """`preflight` for ``lwm run``, whose config `cfg` resolved `file_config`, read from the file `source` (None:
+    no config file), and the flags: an error that the file's values make alone is named as the file's, as
+    `pipeline.config.resolve` names a bad value of the file, so the line says where to fix it."""
+    try:
+        preflight(cfg)
+    except ConfigError as exc:
+        if source is not None and _fails_alone(file_config, str(exc)):
+            raise ConfigError(f"{source}: {exc}") from None
+        raise
+
+
+def _fails_alone(file_config: dict[str, Any], message: str) -> bool:
+    from pipeline.config import resolve
+
+    try:
+        preflight(resolve(file_config))
+    except ConfigError as exc:
+        return str(exc) == message
+    return False
 
 
 def _check_templates(section: dict[str, Any]) -> None:

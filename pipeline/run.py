@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import os
 import posixpath
 import sys
 from collections.abc import Callable
@@ -55,9 +56,35 @@ def run_pipeline(cfg: dict[str, Any], echo: Echo = _stderr, executor: Executor |
     _check_tokenizer(cfg)
     fs, root = out_fs(cfg["run"]["out"])
     check_bucket(fs, root, cfg["run"]["out"])
+    made = _missing_folders(fs, root)
     ensure_dir(fs, root)
-    with run_lock(fs, root, cfg["run"]["out"]):
-        return _locked_run(cfg, fs, root, echo, executor)
+    try:
+        with run_lock(fs, root, cfg["run"]["out"]):
+            return _locked_run(cfg, fs, root, echo, executor)
+    except BaseException:
+        _remove_if_empty(made)  # a run refused before it wrote anything leaves no output folder behind
+        raise
+
+
+def _missing_folders(fs, root: str) -> list[str]:
+    """The local folder `root` and those of its parents that do not exist yet, deepest first."""
+    if not is_local(fs):
+        return []
+    missing = []
+    while not os.path.exists(root) and os.path.dirname(root) != root:
+        missing.append(root)
+        root = os.path.dirname(root)
+    return missing
+
+
+def _remove_if_empty(folders: list[str]) -> None:
+    """Remove each of `folders` (deepest first) while it is empty: a folder anything was written into stays, and
+    so do its parents."""
+    for folder in folders:
+        try:
+            os.rmdir(folder)
+        except OSError:
+            return
 
 
 @contextlib.contextmanager

@@ -48,7 +48,9 @@ def test_a_key_beyond_u_ffff_or_with_del_is_quoted_and_reads_back():
     assert tomllib.loads(dumps(cfg))["ingest"]["options"] == cfg["ingest"]["options"]
 
 
-def test_dry_run_prints_it_and_the_model_stage_keys_as_comments(tmp_path):
+def test_dry_run_prints_it_and_the_model_stage_keys_as_comments(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "in").mkdir()  # a dry run checks that the inputs exist (and reads none)
     result = CliRunner().invoke(main, ["run", "-i", "in", "-o", "out", "--sft-turns", "3", "--dry-run"])
     assert result.exit_code == 0, result.output
     printed = tmp_path / "dry.toml"

@@ -90,6 +90,12 @@ FILE_PROBES = [
     ('[llm]\nendpoint = "localhost:8000/v1"\nmodel = "m"', "llm.endpoint", "http:// or https://"),
     ('[llm]\njudge_endpoint = "ftp://judge/v1"', "llm.judge_endpoint", "http:// or https://"),
     ("[llm]\nunknown_knob = 1", "unknown config key 'llm.unknown_knob'", ""),
+    # the masking table: a file's name or a table given inline, each checked whole, as it is a file's
+    ('[masking]\ntable = {short_chars = "x"}', "masking.table", "no 'categories': a table is given whole"),
+    ('[masking]\ntable = "missing.toml"', "masking.table", "missing.toml: masking table file not found"),
+    ("[masking]\ntable = 5", "masking.table", 'the path of a table file (a string, such as "my_table.toml") or a table'),
+    ("masking = 5", "masking", "must be a table"),
+    ('[llm]\nstages = ["instructons"]', "llm.stages", "unknown stage 'instructons'"),
 ]
 
 
@@ -333,6 +339,21 @@ def test_an_option_of_other_formats_than_the_sniffed_ones_is_one_line_naming_the
         assert line.startswith("no format of this input (mini-swe-agent, swe-agent) has option orphans;"), line
 
 
+def test_an_option_the_sniffed_format_lacks_leaves_the_output_folder_as_it_was(tmp_path):
+    """Refused once the input is sniffed: a folder the run made is gone, one that was there keeps only its files."""
+    assert _invoke(["demo", "--domain", "mcp", "--out", str(tmp_path / "in")])[0] == 0
+    kept = tmp_path / "kept"
+    kept.mkdir()
+    (kept / "notes.txt").write_text("mine\n")
+    for out in (tmp_path / "new" / "out", kept):
+        status, stderr = _invoke(["run", "--executor", "processes", "--num-cpus", "2", "--progress", "off",
+                                  "-i", str(tmp_path / "in"), "-o", str(out), "--opt", "orphans=skip"])
+        assert status == 2
+        assert _one_error_line(stderr).startswith("format lwm-jsonl has no option orphans"), stderr
+    assert not (tmp_path / "new").exists()  # nor the folder above it, which the run made too
+    assert [p.name for p in kept.rglob("*")] == ["notes.txt"]  # no _tasks/ of a scan
+
+
 @pytest.mark.parametrize("opt", ["orphans=maybe", "messages_path=5"])
 def test_a_bad_option_value_of_sniffed_input_fails_before_ingest_writes(opt, mixed_input, tmp_path):
     out = tmp_path / "out"
@@ -375,6 +396,15 @@ def test_an_opt_value_that_is_not_json_is_its_text():
 
     huge = "9" * 5000  # JSON, but an integer Python will not convert: kept as the text given
     assert parse_opt(["a=1", "b=x y", f"c={huge}", "d=a=b"]) == {"a": 1, "b": "x y", "c": huge, "d": "a=b"}
+
+
+def test_a_dry_run_refuses_a_missing_input_as_the_run_does(tmp_path):
+    missing = tmp_path / "nope"
+    for dry_run in ([], ["--dry-run"]):
+        status, stderr = _invoke(["run", "-i", str(missing), "-o", str(tmp_path / "out"), *dry_run])
+        assert status == 2
+        assert _one_error_line(stderr) == f"input not found: {missing}"
+        assert not (tmp_path / "out").exists()
 
 
 @pytest.mark.parametrize("command", ["run", "validate"])
@@ -502,7 +532,9 @@ def test_an_option_on_input_no_format_recognizes_leaves_the_files_to_quarantine(
     assert "no format of this input" not in stderr
 
 
-# settings that name something that does not exist, or disagree with each other: (TOML, the error line's start)
+# settings that name something that does not exist, or disagree with each other: (TOML, the error line's start
+# after the config file's name)
+_LLM = '[llm]\nendpoint = "http://127.0.0.1:9/v1"\nmodel = "m"\n'
 PREFLIGHT_PROBES = [
     ("[dedup]\nnum_perm = 16\nbands = 32", "dedup.bands (32) exceeds dedup.num_perm (16)"),
     ('[filter]\nenabled = ["min_turn"]', "filter.enabled: unknown filter(s) min_turn"),
@@ -510,6 +542,13 @@ PREFLIGHT_PROBES = [
     ('[templates.mapping]\ncpt = ["v99"]', "templates.mapping.cpt: unknown variant 'v99'; known: v0, v1, v2"),
     ('[templates]\ndirs = ["nonexistent_dir"]', "template directory {tmp}/nonexistent_dir does not exist"),
     ('[executor]\nkind = "local"\nray_address = "auto"', "executor.ray_address (--ray-address) auto is for the Ray"),
+    ('[masking]\ntable = "missing.toml"', "masking.table: {tmp}/missing.toml: masking table file not found"),
+    # a stage of one's own, named by its "module:attribute" path: resolved and checked before any work
+    (_LLM + 'stages = ["nomod:x"]', "llm.stages: 'nomod:x': cannot import module 'nomod': No module named 'nomod'"),
+    (_LLM + 'stages = ["tests.helpers:NO_SUCH_STAGE"]',
+     "llm.stages: 'tests.helpers:NO_SUCH_STAGE': module 'tests.helpers' has no attribute 'NO_SUCH_STAGE'"),
+    (_LLM + 'stages = ["json:dumps"]', "llm.stages: 'json:dumps' is not a stage: it lacks name, schema, wants, process, "
+                                      "dry_requests, apply (what a stage has: stages/llm/stage.py)"),
 ]
 
 
@@ -524,8 +563,38 @@ def test_settings_the_run_would_fail_on_are_one_line_before_any_work(toml, expec
     status, stderr = _invoke(["run", "--executor", "local", "--progress", "off", "-i", str(corpus), "-o", str(out),
                               "--config", str(config), *(["--dry-run"] if dry_run else [])])
     assert status == 2
-    assert _one_error_line(stderr).startswith(expected.format(tmp=tmp_path))
+    assert _one_error_line(stderr).startswith(f"{config}: " + expected.format(tmp=tmp_path))  # where to fix it
     assert not out.exists()  # not even the output folder: nothing was read or written
+
+
+def test_a_setting_the_flags_make_wrong_is_not_named_as_the_config_files(corpus, tmp_path):
+    config = tmp_path / "c.toml"
+    config.write_text('[executor]\nray_address = "auto"\n')  # right for the Ray executor, which the file leaves on
+    status, stderr = _invoke(["run", "--executor", "local", "-i", str(corpus), "-o", str(tmp_path / "out"),
+                              "--config", str(config), "--dry-run"])
+    assert status == 2
+    assert _one_error_line(stderr).startswith("executor.ray_address (--ray-address) auto is for the Ray executor")
+
+
+@pytest.mark.parametrize("dry_run", [False, True], ids=["run", "dry-run"])
+def test_a_mistake_in_the_masking_table_of_a_printed_config_is_one_line_before_any_work(dry_run, corpus, tmp_path):
+    """The config `--dry-run` prints holds the masking table inline: a key misspelt there is found as in a file."""
+    table = tmp_path / "table.toml"
+    table.write_text((ROOT / "masking" / "default_table.toml").read_text())
+    named = tmp_path / "named.toml"
+    named.write_text('[masking]\ntable = "table.toml"\n')
+    printed = CliRunner().invoke(main, ["run", "-i", str(corpus), "-o", "o", "--config", str(named), "--dry-run"])
+    assert printed.exit_code == 0, printed.output
+    assert printed.output.count("keep = 0.1,") == 1  # the boilerplate category, inline under [masking.table]
+    config = tmp_path / "c.toml"
+    config.write_text(printed.output.replace("keep = 0.1,", "kep = 0.1,"))
+    out = tmp_path / "out"
+    status, stderr = _invoke(["run", "--executor", "local", "--progress", "off", "-i", str(corpus), "-o", str(out),
+                              "--config", str(config), *(["--dry-run"] if dry_run else [])])
+    assert status == 2
+    assert _one_error_line(stderr) == (f"{config}: masking.table: category 'boilerplate': unknown key 'kep' "
+                                       "(expected name, when, keep, description)")
+    assert not out.exists()
 
 
 @pytest.mark.parametrize("left", ["no manifest", "a manifest"], ids=["interrupted", "rerun in progress"])
@@ -542,8 +611,8 @@ def test_decontaminating_against_an_unfinished_run_names_it_before_any_work(left
     for dry_run in ([], ["--dry-run"]):
         status, stderr = _invoke([*args, "-o", str(out), "--config", str(config), *dry_run])
         assert status == 2
-        assert _one_error_line(stderr) == (f"dedup.decontaminate: {other}: not a finished run (no _SUCCESS); "
-                                           "run `lwm run` to completion first")
+        assert _one_error_line(stderr) == (f"{config}: dedup.decontaminate: {other}: not a finished run (no "
+                                           "_SUCCESS); run `lwm run` to completion first")
         assert not out.exists()
 
 

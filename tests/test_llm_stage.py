@@ -243,13 +243,15 @@ def test_a_row_naming_no_trajectory_of_its_batch_has_no_occurrence(corpus, tmp_p
     assert sum(r["answer_chars"] for r in summaries) == len(CLEAN)
 
 
-def test_a_stage_with_a_column_named_occurrence_is_one_line_before_any_request(corpus, tmp_path):
+def test_a_stage_with_a_column_named_occurrence_is_one_line_before_any_work(corpus, tmp_path):
     with JudgeServer(Script()) as server:
-        with pytest.raises(ConfigError, match=r"^llm stage own_occurrence: its schema has a column 'occurrence', "
-                                              r"which lwm adds to every stage's rows .*; rename it$"):
+        with pytest.raises(ConfigError, match=r"^llm\.stages: 'tests\.helpers:OWN_OCCURRENCE' is not a stage: its "
+                                              r"schema has a column 'occurrence', which lwm adds to every stage's "
+                                              r"rows .*; rename it$"):
             run_pipeline(llm_config([corpus], tmp_path / "out", server.url, "cpt",
                                     stages=["tests.helpers:OWN_OCCURRENCE"]), echo=lambda m: None)
         assert server.requests == []
+    assert not (tmp_path / "out").exists()  # refused before ingest: nothing was read or written
 
 
 def test_the_request_budget_holds_when_the_run_has_worker_processes(corpus, tmp_path):

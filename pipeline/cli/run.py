@@ -92,10 +92,10 @@ def run_cmd(config_path: str | None, dry_run: bool, **kw: Any) -> None:
     """
     file_cfg = load_config_file(config_path) if config_path else {}
     cfg = resolve(file_cfg, _run_overrides(**kw), source=config_path)
-    if dry_run:
-        from pipeline.preflight import preflight
+    from pipeline.preflight import preflight_run
 
-        preflight(cfg, inputs=False)  # what the run would check before it starts, but the inputs
+    preflight_run(cfg, file_cfg, config_path)  # what the run fails on before any work, named as the file's
+    if dry_run:
         click.echo(dry_run_text(cfg), nl=False)
         return
     from pipeline.llm_stage import LLMDryRun
