@@ -8,14 +8,13 @@ of a larger record (an unreadable event file of a recorded run) as ``skipped``.
 from __future__ import annotations
 
 from collections.abc import Callable
-from functools import partial
 from typing import Any
 
-from schemas.errors import ConfigError
+from pipeline.input_listing import input_units
 from schemas.stats import Stats
 from schemas.text import one_line
-from stages.ingest.reading import expand_inputs, unrecognized
-from stages.ingest.registry import claims_dir, get_adapter, resolve_opts, sniff, sniffed_opts
+from stages.ingest.reading import unrecognized
+from stages.ingest.registry import get_adapter, resolve_opts, sniff, sniffed_opts
 from stages.normalize import FILTERED_NO_TURNS, normalize_unit
 
 
@@ -29,9 +28,8 @@ def validate_inputs(
     """Counts for the inputs: format, records, trajectories, turns, filtered, quarantined, reasons."""
     if fmt:
         get_adapter(fmt)
-    units = expand_inputs(paths, claims_dir=partial(claims_dir, fmt=fmt))
-    if not units:  # as `lwm run` says
-        raise ConfigError(f"no input files found in {', '.join(paths)}")
+    # the listing `lwm run` reads, which leaves out the files of lwm output folders among the inputs (and says so)
+    units, left_out = input_units(paths, fmt, None, echo or (lambda line: None), label="input")
     names = [fmt or sniff(unit)[0] for unit in units]
     # sniffed formats: each unit's adapter takes the options it has, as under `lwm run`
     per_format = None if fmt else sniffed_opts(names, opts)
@@ -67,6 +65,7 @@ def validate_inputs(
         "quarantined": int(stats.get("records.quarantined")),
         # damaged members of a larger record (one event file of a run): they cost only themselves
         "skipped": {k: int(v) for k, v in stats.with_prefix("skipped").items()},
+        "left_out": left_out,  # files of lwm output folders among the inputs, not input (as `lwm run` leaves them)
         "reasons": {k: int(v) for k, v in stats.with_prefix("quarantined").items()},
     }
     if echo:

@@ -45,7 +45,7 @@ def lwm(*args: str, check: bool = True, process: bool = False) -> subprocess.Com
 def test_validate_json_on_each_shared_folder(shared_data, folder):
     report = json.loads(lwm("validate", str(shared_data / folder), "--json").stdout)
     assert set(report) == {"format", "records", "trajectories", "turns", "filtered", "quarantined", "reasons",
-                           "skipped"}
+                           "skipped", "left_out"}
     assert report["skipped"] == {}
     records, trajectories, without_turns = EXPECTED[folder]
     assert report["quarantined"] == 0, report["reasons"]
@@ -120,7 +120,8 @@ def test_validate_single_screens_are_filtered_not_quarantined(shared_data):
     """The uiautomator-xml samples are single screens without actions: readable, so filtered, not quarantined."""
     report = json.loads(lwm("validate", str(shared_data / "uiautomator-xml"), "--json").stdout)
     assert report == {"format": "uiautomator", "quarantined": 0, "reasons": {}, "records": 21,
-                      "trajectories": 0, "turns": 0, "filtered": {"no_turns": 21}, "skipped": {}}
+                      "trajectories": 0, "turns": 0, "filtered": {"no_turns": 21}, "skipped": {},
+                      "left_out": 0}
 
 
 def test_the_agents_recorded_reasoning_stays_out_of_world_model_targets(shared_data, tmp_path):
