@@ -207,3 +207,35 @@ def test_a_compression_no_reader_opens_is_named_not_sent_to_format(tmp_path):
     proc = lwm("validate", str(path), check=False)
     assert ".bz2 files are not read (plain, .gz or .zst)" in proc.stdout + proc.stderr
     assert "give --format" not in proc.stdout + proc.stderr
+
+
+def _jsonl(path: Path, first: int, n: int) -> Path:
+    path.write_text("".join(json.dumps(traj(i)) + "\n" for i in range(first, first + n)))
+    return path
+
+
+@pytest.mark.parametrize("name", ["agent.log", "agent.txt", "agent.out", "agent", "agent.log.gz"])
+def test_json_lines_under_a_name_no_reader_knows_are_read_by_their_content(name, tmp_path):
+    """A JSONL log saved as ``agent.log`` (or .txt, .out, no suffix, compressed) is read as JSON Lines, sniffed or
+    under --format, in a folder (.log) or named: not one quarantined record for the whole file."""
+    src = tmp_path / "logs"
+    src.mkdir()
+    body = "".join(json.dumps(traj(i)) + "\n" for i in range(40))
+    (src / name).write_bytes(gzip.compress(body.encode()) if name.endswith(".gz") else body.encode())
+    _jsonl(src / "swe.ndjson", 100, 40)
+    for args in ([str(src / name)], [str(src / name), "-f", "lwm-jsonl"]):
+        report = json.loads(lwm("validate", "--json", *args).stdout)
+        assert (report["records"], report["quarantined"], report["trajectories"]) == (40, 0, 40), (args, report)
+    out = tmp_path / "out"
+    inputs = [str(src)] if name.endswith((".log", ".log.gz")) else [str(src), "-i", str(src / name)]
+    proc = lwm("run", "--executor", "local", "--progress", "off", "-i", *inputs, "-o", str(out))
+    assert "ingest: 80 records read, 0 quarantined" in proc.stderr, proc.stderr
+    assert not _quarantine(out)
+
+
+def test_a_pretty_printed_json_document_under_an_unknown_suffix_is_read_as_json(tmp_path):
+    path = tmp_path / "trajectories.out"
+    path.write_text(json.dumps([traj(i) for i in range(3)], indent=2))
+    report = json.loads(lwm("validate", "--json", str(path)).stdout)
+    assert (report["records"], report["trajectories"], report["quarantined"]) == (3, 3, 0)
+

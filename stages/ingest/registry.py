@@ -30,7 +30,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from schemas.errors import ConfigError, InvalidRecord, OptionError
 from schemas.trajectory import Trajectory
-from stages.ingest.reading import InputUnit, container_of, loads, read_head, sniffed_records
+from stages.ingest.reading import InputUnit, container_kind, loads, read_head, sniffed_records
 
 # Modules that define an ``ADAPTER`` object, in listing order.
 ADAPTER_MODULES = [
@@ -86,9 +86,9 @@ class Probe:
     def uri(self) -> str:
         return self.unit.uri
 
-    @property
+    @cached_property
     def container(self) -> str:
-        return "dir" if self.unit.is_dir else container_of(self.unit.uri)
+        return "dir" if self.unit.is_dir else container_kind(self.unit.uri)
 
     @cached_property
     def head(self) -> str:
