@@ -19,12 +19,14 @@ from pipeline.ingest_task import run_ingest_task
 from pipeline.input_listing import input_units
 from pipeline.leftovers import remove_stale_task_outputs
 from pipeline.outputs import read_json
+from pipeline.quarantine_bound import bound_exceeded
 from pipeline.split_input import input_entries, run_scan_task, scan_tasks
 from schemas.errors import ConfigError
 from schemas.stats import merge_all
 from stages.ingest.ranges import IngestWork, apply_scans, content_stamp, input_size, plan_ingest, split_settings
 from stages.ingest.reading import InputUnit
 from stages.ingest.registry import get_adapter, sniff, sniffed_opts
+from stages.normalize import UNREAD_FILES
 from stages.steps import step_sections
 
 Echo = Callable[[str], None]
@@ -92,19 +94,18 @@ def keep_layer_settings(ctx: RunContext) -> None:
 
 
 def check_quarantine_rate(results: list[dict[str, Any]], bound: float) -> None:
-    """Fail with one line naming the worst file and reason when too much input is quarantined."""
+    """Fail with one line naming the worst file and reason when too much input is quarantined: records, or the bytes
+    of files of which nothing was read (`pipeline.quarantine_bound`)."""
+    entries = input_entries(results)
     total = merge_all([r["stats"] for r in results])
-    read = total.get("records.read")
-    quarantined = total.get("records.quarantined")
-    if not read or quarantined / read <= bound:
+    over = bound_exceeded(total.nested(), sum(int(e["input"].get("size") or 0) for e in entries), bound)
+    if over is None:
         return
-    worst = max(input_entries(results), key=lambda r: (r["stats"].get("records.quarantined", 0), r["uri"]))
+    line, measure = over
+    worst = max(entries, key=lambda r: (r["stats"].get(measure, 0), r["uri"]))
     reasons = {k.split(".", 1)[1]: v for k, v in worst["stats"].items() if k.startswith("quarantined.")}
     reason = max(sorted(reasons), key=lambda k: reasons[k]) if reasons else "unknown"
-    raise ConfigError(
-        f"quarantine rate {quarantined / read:.1%} ({int(quarantined)} of {int(read)} records) exceeds the bound "
-        f"{bound:.1%}; worst file {worst['uri']}: {int(reasons.get(reason, 0))} × {reason} (see quarantine/)"
-    )
+    raise ConfigError(f"{line}; worst file {worst['uri']}: {int(reasons.get(reason, 0))} × {reason} (see quarantine/)")
 
 
 class ScanStage(Stage):
@@ -183,11 +184,20 @@ class IngestStage(Stage):
         ctx.manifest = {
             "config": output_config(cfg),
             "config_hash": config_hash(cfg),
-            "inputs": [dict(e["input"], format=e["format"]) for e in input_entries(results)],
+            "inputs": [_input_entry(e) for e in input_entries(results)],
             "counts": stats.nested(),
             "layers": _layer_listing(fs, root, ("trajectories", "quarantine")),
             "versions": _versions(),
         }
+
+
+def _input_entry(entry: dict[str, Any]) -> dict[str, Any]:
+    """An input as the manifest lists it; one of which nothing was read says why (the reason of its quarantine row)."""
+    out = dict(entry["input"], format=entry["format"])
+    if entry["stats"].get(UNREAD_FILES):
+        out["unread"] = next((k.split(".", 1)[1] for k in sorted(entry["stats"]) if k.startswith("quarantined.")),
+                             "unknown")
+    return out
 
 
 SCAN = ScanStage()

@@ -18,6 +18,8 @@ from typing import Any
 
 import click
 
+from pipeline.quarantine_bound import unread_warning
+
 POOLS = ("cpt", "sft", "rl", "eval")
 # Filters that drop one sample, not a trajectory (pipeline/sample_task.py).
 SAMPLE_FILTERS = ("rl_prompt_cap", "sample_over_context_limit")
@@ -149,6 +151,6 @@ def print_run_summary(manifest: dict[str, Any], out: str) -> None:
     for line in lines[3:]:
         click.echo(line, err=True)
     click.echo(f"outputs: {out}", err=True)
-    warning = no_samples_warning(manifest)
-    if warning:
-        click.echo(warning, err=True)
+    for warning in (unread_warning(manifest.get("inputs") or []), no_samples_warning(manifest)):
+        if warning:
+            click.echo(warning, err=True)

@@ -11,11 +11,12 @@ from collections.abc import Callable
 from typing import Any
 
 from pipeline.input_listing import input_units
+from pipeline.quarantine_bound import bound_exceeded
 from schemas.stats import Stats
 from schemas.text import one_line
-from stages.ingest.reading import unrecognized
+from stages.ingest.ranges import input_size
 from stages.ingest.registry import get_adapter, resolve_opts, sniff, sniffed_opts
-from stages.normalize import FILTERED_NO_TURNS, normalize_unit
+from stages.normalize import FILTERED_NO_TURNS, UNREAD_BYTES, UNREAD_FILES, normalize_unit, unrecognized_unit
 
 
 def validate_inputs(
@@ -37,14 +38,8 @@ def validate_inputs(
     formats: set[str] = set()
     for unit, name in zip(units, names):
         if not name:
-            err = unrecognized(unit)  # as `lwm run` records it
-            if err is None:
-                stats.add("files.empty")
-                continue
-            stats.add("records.read")
-            stats.add("records.quarantined")
-            stats.add(f"quarantined.{err.reason}")
-            if echo:
+            err = unrecognized_unit(unit, stats)  # as `lwm run` counts it
+            if err is not None and echo:
                 echo(one_line(f"{unit.uri}: {err.locator}: {err.reason}: {err.detail}"))
             continue
         formats.add(name)
@@ -67,6 +62,10 @@ def validate_inputs(
         "skipped": {k: int(v) for k, v in stats.with_prefix("skipped").items()},
         "left_out": left_out,  # files of lwm output folders among the inputs, not input (as `lwm run` leaves them)
         "reasons": {k: int(v) for k, v in stats.with_prefix("quarantined").items()},
+        # files of which nothing was read (each one quarantined record) and their bytes, of all the input's bytes:
+        # the bound holds for both shares (`pipeline.quarantine_bound`)
+        "unread": {"files": int(stats.get(UNREAD_FILES)), "bytes": int(stats.get(UNREAD_BYTES))},
+        "input_bytes": sum(input_size(unit) for unit in units),
     }
     if echo:
         echo(
@@ -74,5 +73,16 @@ def validate_inputs(
             f"{report['turns']} turns, {sum(report['filtered'].values())} filtered without turns, "
             f"{report['quarantined']} quarantined"
             + (f", {sum(report['skipped'].values())} damaged member files skipped" if report["skipped"] else "")
+            + (f"; nothing was read from {report['unread']['files']} file(s) ({report['unread']['bytes']:,} of "
+               f"{report['input_bytes']:,} bytes)" if report["unread"]["files"] else "")
         )
     return report
+
+
+def run_would_fail(report: dict[str, Any], bound: float) -> str | None:
+    """Why `lwm run` would fail on the input `report` describes (`validate_inputs`), with the bound `bound`: the start
+    of the line it would print; None when it would not."""
+    counts = {"records": {"read": report["records"], "quarantined": report["quarantined"]},
+              "files": {"unread": report["unread"]["files"]}, "bytes": {"unread": report["unread"]["bytes"]}}
+    over = bound_exceeded(counts, report["input_bytes"], bound)
+    return over[0] if over else None
