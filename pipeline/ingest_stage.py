@@ -59,9 +59,9 @@ def resolve_units(cfg: dict[str, Any], echo: Echo = _stderr) -> list[tuple[Input
 
 def adapter_opts(cfg: dict[str, Any]) -> dict[str, Any]:
     opts = dict(cfg["ingest"]["options"])
-    if cfg["run"]["domain"]:
-        opts["domain"] = cfg["run"]["domain"]
-    opts.setdefault("source_kind", cfg["run"]["source_kind"])
+    for key in ("domain", "source_kind"):  # set for the run, they hold for every record, over its own
+        if cfg["run"][key]:
+            opts[key] = cfg["run"][key]
     opts.setdefault("max_record_bytes", cfg["run"]["max_record_bytes"])
     return opts
 

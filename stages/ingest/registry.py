@@ -17,7 +17,8 @@ An adapter is any object with these attributes (a Protocol, not a base class):
 - ``read(unit, opts) -> Iterator[RawRecord | InvalidRecord]``: native records with provenance;
 - ``normalize(record, opts) -> Iterator[Trajectory]``: raises `InvalidRecord` for a bad record.
 
-`opts` always carries ``domain`` (``None`` = the adapter's default) and ``source_kind``.
+`opts` always carries ``domain`` (``None`` = the adapter's default) and ``source_kind`` (``None`` = the kind the
+records carry, where a format has one, else ``public``); both, when set, hold for every trajectory read.
 """
 
 from __future__ import annotations
@@ -224,7 +225,7 @@ def resolve_opts(adapter: Adapter, opts: dict[str, Any]) -> dict[str, Any]:
         raise ConfigError(f"format {adapter.name} has no option {', '.join(sorted(unknown))}; options: {known}")
     out = dict(opts)
     out.setdefault("domain", None)
-    out.setdefault("source_kind", "public")
+    out.setdefault("source_kind", None)
     if out["domain"] is not None and out["domain"] not in adapter.domains:
         raise ConfigError(
             f"format {adapter.name} produces domains {', '.join(adapter.domains)}, not {out['domain']!r}"
