@@ -25,7 +25,7 @@ from schemas.errors import ConfigError
 from schemas.stats import merge_all
 from stages.ingest.ranges import IngestWork, apply_scans, content_stamp, input_size, plan_ingest, split_settings
 from stages.ingest.reading import InputUnit
-from stages.ingest.registry import get_adapter, sniff, sniffed_opts
+from stages.ingest.registry import get_adapter, sniff, sniffed_opts, with_run_settings
 from stages.normalize import UNREAD_FILES
 from stages.steps import step_sections
 
@@ -58,10 +58,10 @@ def resolve_units(cfg: dict[str, Any], echo: Echo = _stderr) -> list[tuple[Input
 
 
 def adapter_opts(cfg: dict[str, Any]) -> dict[str, Any]:
-    opts = dict(cfg["ingest"]["options"])
-    for key in ("domain", "source_kind"):  # set for the run, they hold for every record, over its own
-        if cfg["run"][key]:
-            opts[key] = cfg["run"][key]
+    """The adapter options of a run: ``ingest.options`` with ``run.domain`` and ``run.source_kind`` (which must agree
+    with them: `with_run_settings`) and the record size bound."""
+    opts = with_run_settings(cfg["ingest"]["options"], domain=cfg["run"]["domain"],
+                             source_kind=cfg["run"]["source_kind"])
     opts.setdefault("max_record_bytes", cfg["run"]["max_record_bytes"])
     return opts
 

@@ -15,7 +15,7 @@ from pipeline.quarantine_bound import bound_exceeded
 from schemas.stats import Stats
 from schemas.text import one_line
 from stages.ingest.ranges import input_size
-from stages.ingest.registry import get_adapter, resolve_opts, sniff, sniffed_opts
+from stages.ingest.registry import get_adapter, resolve_opts, sniff, sniffed_opts, with_run_settings
 from stages.normalize import FILTERED_NO_TURNS, UNREAD_BYTES, UNREAD_FILES, normalize_unit, unrecognized_unit
 
 
@@ -29,6 +29,7 @@ def validate_inputs(
     """Counts for the inputs: format, records, trajectories, turns, filtered, quarantined, reasons."""
     if fmt:
         get_adapter(fmt)
+    opts = with_run_settings(opts, domain=domain)  # one domain: `-d` and `--opt domain=` must agree
     # the listing `lwm run` reads, which leaves out the files of lwm output folders among the inputs (and says so)
     units, left_out = input_units(paths, fmt, None, echo or (lambda line: None), label="input")
     names = [fmt or sniff(unit)[0] for unit in units]
@@ -45,7 +46,7 @@ def validate_inputs(
         formats.add(name)
         adapter = get_adapter(name)
         given = per_format(name) if per_format is not None else opts
-        unit_opts = resolve_opts(adapter, {**given, **({"domain": domain} if domain else {})})
+        unit_opts = resolve_opts(adapter, given)
         for item in normalize_unit(unit, adapter, unit_opts, stats):
             if item.quarantine is not None and echo:
                 q = item.quarantine

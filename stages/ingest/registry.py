@@ -190,6 +190,28 @@ def sniffed_opts(formats: Iterable[str | None], opts: dict[str, Any]) -> Callabl
     return lambda name: {k: v for k, v in opts.items() if k in declared[name]}
 
 
+# The run's own settings of two common options (`lwm run --domain / --source-kind`, ``run.domain`` /
+# ``run.source_kind``), by option name.
+RUN_SETTINGS = {"domain": ("run.domain", "--domain"), "source_kind": ("run.source_kind", "--source-kind")}
+
+
+def with_run_settings(opts: dict[str, Any], **settings: Any) -> dict[str, Any]:
+    """`opts` (``ingest.options``, ``--opt``) with the run's settings of the common options (`RUN_SETTINGS`:
+    ``domain=``, ``source_kind=``; empty or None = not set) added. Both name one thing: set twice to two values,
+    it is a `ConfigError`, never a silent choice of one (the same value twice is fine)."""
+    out = dict(opts)
+    for key, value in settings.items():
+        if not value:
+            continue
+        given = out.get(key)
+        if given not in (None, "") and given != value:
+            name, flag = RUN_SETTINGS[key]
+            raise ConfigError(f"{name} ({flag}) is {value!r} but ingest.options.{key} (--opt {key}=…) is {given!r}: "
+                              f"two settings of one {key.replace('_', ' ')}; give one of them")
+        out[key] = value
+    return out
+
+
 def check_options(fmt: str | None, opts: dict[str, Any]) -> None:
     """The names and values of a run's adapter options, checked before any input is read: an unknown name or a
     bad value is an `OptionError` (a domain the given format cannot produce, a `ConfigError`).
