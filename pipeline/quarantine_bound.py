@@ -30,13 +30,14 @@ def bound_exceeded(counts: dict[str, Any], input_bytes: int, bound: float) -> tu
     return None
 
 
-def unread_warning(inputs: list[dict[str, Any]], shown: int = 3) -> str | None:
-    """For a run that went on, one ``warning:`` line naming the input files of which nothing was read (manifest
-    ``inputs`` entries with ``unread``, the reason of their quarantine row) and their bytes; None when there are none."""
+def unread_warning(inputs: list[dict[str, Any]], total: int, shown: int = 3, why: str = "see quarantine/ for why") \
+        -> str | None:
+    """For input that passed the bound, one ``warning:`` line naming the files of which nothing was read (entries of
+    `inputs` with ``unread``, the reason of their quarantine row, as the manifest lists them) and their bytes, of the
+    `total` bytes of input; None when there are none."""
     unread = [i for i in inputs if i.get("unread")]
     if not unread:
         return None
-    total = sum(int(i.get("size") or 0) for i in inputs)
     lost = sum(int(i.get("size") or 0) for i in unread)
     sizes = len(unread) > 1  # one file's bytes are the total's
     names = ", ".join(f"{i['uri']} ({i['unread']}" + (f", {int(i.get('size') or 0):,} bytes)" if sizes else ")")
@@ -45,4 +46,4 @@ def unread_warning(inputs: list[dict[str, Any]], shown: int = 3) -> str | None:
     share = f", {lost / total:.1%} of the input" if total else ""
     n = len(unread)
     return (f"warning: nothing was read from {n} input file{'s' if n != 1 else ''} ({lost:,} bytes{share}): "
-            f"{names}{more}; see quarantine/ for why")
+            f"{names}{more}; {why}")

@@ -51,3 +51,28 @@ def test_validate_leaves_out_a_finished_run_inside_the_input_as_run_does(finishe
     counts = json.loads((tmp_path / "out" / "manifest.json").read_text())["counts"]
     assert report["left_out"] > 0 and report["quarantined"] == 0
     assert report["records"] == counts["records"]["read"] == 10
+
+
+def _line(text: str, step: str) -> str:
+    (line,) = [line for line in text.splitlines() if line.startswith(f"{step}: ")]
+    return line
+
+
+def test_validate_counts_records_and_trajectories_in_the_words_and_numbers_of_run(shared_data, tmp_path):
+    """Chats of which about half never call a tool: validate's `ingest:` line is the run's, and its `filter:` line
+    counts the same trajectories and the same ones without turns, then stops where its checks stop."""
+    src = tmp_path / "chats"
+    src.mkdir()
+    for folder in ("sharegpt-glaive", "openai-messages-typed"):
+        shutil.copytree(shared_data / folder, src / folder)
+    checked = lwm("validate", str(src)).stdout
+    ran = run(src, tmp_path / "out").stderr
+    assert _line(checked, "ingest") == _line(ran, "ingest")
+    counts = json.loads((tmp_path / "out" / "manifest.json").read_text())["counts"]
+    read, no_turns = counts["trajectories"]["normalized"], counts["filtered"]["no_turns"]
+    assert _line(ran, "filter").startswith(f"filter: {read} trajectories, ")
+    assert _line(checked, "filter").startswith(f"filter: {read} trajectories, {no_turns} filtered (no_turns {no_turns})"
+                                               f" → {read - no_turns} with turns, ")
+    report = json.loads(lwm("validate", "--json", str(src)).stdout)
+    assert (report["trajectories"], report["with_turns"], report["filtered"]) == (read, read - no_turns,
+                                                                                  {"no_turns": no_turns})
