@@ -29,7 +29,7 @@ DEFAULTS: dict[str, Any] = {
         "out": "",
         "format": "",
         "domain": "",
-        "source_kind": "public",
+        "source_kind": "",  # "" = the records' own kind where the format records one (lwm-jsonl), else public
         "max_quarantine_rate": 0.05,
         "max_record_bytes": 64 * 1024 * 1024,
         "from_layer": "",

@@ -52,7 +52,7 @@ class RunSection(_Section):
     out: str
     format: str
     domain: Domain
-    source_kind: SourceKind
+    source_kind: Literal["", "sandbox", "public", "internal"]
     max_quarantine_rate: Fraction
     max_record_bytes: Count
     from_layer: Literal["", "trajectories"]

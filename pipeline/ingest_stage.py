@@ -8,27 +8,26 @@ neither runs: the finished ingest markers of the output folder are read back.
 
 from __future__ import annotations
 
-import os
 import posixpath
 import sys
 from collections.abc import Callable
-from functools import partial
 from typing import Any
 
 from pipeline.config import config_hash, output_config
 from pipeline.engine import RunContext, Stage
 from pipeline.ingest_task import run_ingest_task
+from pipeline.input_listing import input_units
 from pipeline.leftovers import remove_stale_task_outputs
-from pipeline.object_stores import refused_request, store_refused
 from pipeline.outputs import read_json
+from pipeline.quarantine_bound import bound_exceeded
 from pipeline.split_input import input_entries, run_scan_task, scan_tasks
 from schemas.errors import ConfigError
 from schemas.stats import merge_all
 from stages.ingest.ranges import IngestWork, apply_scans, content_stamp, input_size, plan_ingest, split_settings
-from stages.ingest.reading import InputUnit, expand_inputs, filesystem, inside, is_local
-from stages.ingest.registry import claims_dir, get_adapter, sniff, sniffed_opts
+from stages.ingest.reading import InputUnit
+from stages.ingest.registry import get_adapter, sniff, sniffed_opts, with_run_settings
+from stages.normalize import UNREAD_FILES
 from stages.steps import step_sections
-from stages.uri_credentials import strip_uri_credentials
 
 Echo = Callable[[str], None]
 
@@ -44,9 +43,7 @@ def resolve_units(cfg: dict[str, Any], echo: Echo = _stderr) -> list[tuple[Input
         get_adapter(fmt)  # unknown names fail before any work
     if not cfg["run"]["input"]:
         raise ConfigError("no input given (--input PATH, or run.input in the config)")
-    units = _without_output(_expand_inputs(list(cfg["run"]["input"]), fmt), cfg, echo)
-    if not units:
-        raise ConfigError(f"no input files found in {', '.join(cfg['run']['input'])}")
+    units, _ = input_units(list(cfg["run"]["input"]), fmt, cfg["run"]["out"], echo)
     resolved = []
     sniffed: dict[str, int] = {}
     for unit in units:
@@ -62,113 +59,11 @@ def resolve_units(cfg: dict[str, Any], echo: Echo = _stderr) -> list[tuple[Input
     return resolved
 
 
-# What `lwm run` writes at the top of its output folder (README: Output layout): its folders, in which it writes
-# files of these suffixes (and their ``.tmp-`` temporaries), and its own files.
-OUTPUT_FOLDERS = frozenset({"raw", "trajectories", "quarantine", "shards", "wmat", "dedup", "llm", "_llm", "_tasks",
-                            "_work"})
-OUTPUT_SUFFIXES = (".parquet", ".json", ".arrow", ".bin")
-OUTPUT_FILES = frozenset({"manifest.json", "_timings.json", "_SUCCESS", "_lock"})
-
-
-def _without_output(units: list[InputUnit], cfg: dict[str, Any], echo: Echo) -> list[InputUnit]:
-    """The input units, less what lwm output folders hold of lwm's own (layers, shards, markers, manifest) where an
-    input folder or glob reaches into them: this run's output folder (a rerun would otherwise read its own outputs
-    as input), and the output folder of another run found among the inputs (``logs/`` holding ``logs/out-v1``:
-    its trajectories and shards would come back as copies of the logs they were made from). Other files that
-    happen to lie there are inputs like any, and a file named as an input is one. Local paths and object-store
-    URLs alike (`check_output_outside_inputs` has refused an output folder that is an input folder or holds one)."""
-    out = _place(cfg["run"]["out"], folder=False)[:2]
-    named = {_place(spec, folder=False)[:2] for spec in cfg["run"]["input"] if not any(c in spec for c in "*?[")}
-    places = [_place(u.uri, folder=False)[:2] for u in units]
-    others = _other_run_folders(places) - {out}
-
-    def written_by_lwm(place: tuple[str, str], root: tuple[str, str]) -> bool:
-        protocol, path = place
-        if protocol != root[0] or path == root[1] or not inside(path, root[1]) or place in named:
-            return False  # a file named as an input is one, wherever it lies
-        parts = path[len(root[1]):].lstrip("/").split("/")
-        name = parts[-1].split(".tmp-", 1)[0]
-        if len(parts) == 1:
-            return name in OUTPUT_FILES
-        return parts[0] in OUTPUT_FOLDERS and (name.endswith(OUTPUT_SUFFIXES) or parts[0] in ("_tasks", "_work", "_llm"))
-
-    own = [written_by_lwm(place, out) for place in places]
-    other = [not mine and any(written_by_lwm(place, root) for root in others) for place, mine in zip(places, own)]
-    kept = [u for u, mine, theirs in zip(units, own, other) if not (mine or theirs)]
-    if any(own):
-        echo(f"input: left out {sum(own)} file(s) that this run's output folder {cfg['run']['out']} holds")
-    if any(other):
-        folders = sorted(root for _, root in others)
-        echo(f"input: left out {sum(other)} file(s) of the lwm output folder{'s' if len(folders) > 1 else ''} "
-             f"{', '.join(folders)} (another run's layers, shards and markers; name a file of it as an input to "
-             "read it)")
-    return kept
-
-
-def _other_run_folders(places: list[tuple[str, str]]) -> set[tuple[str, str]]:
-    """The folders among the inputs that an `lwm run` wrote: a ``_tasks/`` folder beside a file of a run's own
-    (``manifest.json``, ``_timings.json``, ``_SUCCESS``, ``_lock``)."""
-    with_tasks, with_files = set(), set()
-    for protocol, path in places:
-        parts = path.split("/")
-        if "_tasks" in parts[:-1]:
-            at = len(parts) - 1 - parts[-2::-1].index("_tasks") - 1  # the innermost _tasks folder
-            with_tasks.add((protocol, "/".join(parts[:at])))
-        if parts[-1] in OUTPUT_FILES:
-            with_files.add((protocol, "/".join(parts[:-1])))
-    return with_tasks & with_files
-
-
-def check_output_outside_inputs(cfg: dict[str, Any]) -> None:
-    """An output folder that is an input folder, or holds one, is one line: its files and the inputs could not
-    be told apart (an input folder that holds the output folder is fine: its files are left out)."""
-    out = _place(cfg["run"]["out"], folder=False)
-    for spec in cfg["run"]["input"]:
-        protocol, path, _ = _place(spec, folder=False)  # no request unless the paths could meet
-        if protocol == out[0] and inside(path, out[1]) and _place(spec)[2]:
-            raise ConfigError(f"the output folder {cfg['run']['out']} is, or holds, the input folder {spec}; write "
-                              "the output outside it")
-
-
-def _place(spec: str, folder: bool = True) -> tuple[str, str, bool]:
-    """Where `spec` is: its filesystem's protocol, its path (a local one with links resolved), and, with `folder`,
-    whether it is a folder (a glob is not)."""
-    fs, path = filesystem(spec)
-    if is_local(fs):
-        return "file", os.path.realpath(path), folder and os.path.isdir(path)
-    protocol = fs.protocol if isinstance(fs.protocol, str) else fs.protocol[0]
-    try:
-        is_folder = folder and not any(c in path for c in "*?[") and fs.isdir(path)
-    except Exception:  # unreachable, no credentials: the scan names the input and why, in one line
-        is_folder = False
-    return protocol, path.rstrip("/"), is_folder
-
-
-def _expand_inputs(specs: list[str], fmt: str | None) -> list[InputUnit]:
-    """`expand_inputs`, with an input that cannot be listed (unreachable host, no credentials) as one line."""
-    try:
-        return expand_inputs(specs, claims_dir=partial(claims_dir, fmt=fmt))
-    except ConfigError:
-        raise
-    except Exception as exc:  # fsspec backends raise their own types (aiohttp, botocore …)
-        failing = specs[0]
-        for spec in specs:  # name the input that fails
-            try:
-                expand_inputs([spec], claims_dir=partial(claims_dir, fmt=fmt))
-            except Exception:
-                failing = spec
-                break
-        if isinstance(exc, PermissionError) and refused_request(exc):  # the store's word: name the right refused
-            raise ConfigError(f"run.input (--input): {store_refused(failing, exc).strerror}") from None
-        reason = " ".join(str(exc).split())[:300] or type(exc).__name__
-        raise ConfigError(f"run.input (--input): cannot read {strip_uri_credentials(failing)}: {reason}") from None
-
-
 def adapter_opts(cfg: dict[str, Any]) -> dict[str, Any]:
-    opts = dict(cfg["ingest"]["options"])
-    if cfg["run"]["domain"]:
-        opts["domain"] = cfg["run"]["domain"]
-    opts.setdefault("source_kind", cfg["run"]["source_kind"])
+    """The adapter options of a run: ``ingest.options`` with ``run.domain`` and ``run.source_kind`` (which must agree
+    with them: `with_run_settings`) and the record size bound."""
+    opts = with_run_settings(cfg["ingest"]["options"], domain=cfg["run"]["domain"],
+                             source_kind=cfg["run"]["source_kind"])
     opts.setdefault("max_record_bytes", cfg["run"]["max_record_bytes"])
     return opts
 
@@ -201,19 +96,18 @@ def keep_layer_settings(ctx: RunContext) -> None:
 
 
 def check_quarantine_rate(results: list[dict[str, Any]], bound: float) -> None:
-    """Fail with one line naming the worst file and reason when too much input is quarantined."""
+    """Fail with one line naming the worst file and reason when too much input is quarantined: records, or the bytes
+    of files of which nothing was read (`pipeline.quarantine_bound`)."""
+    entries = input_entries(results)
     total = merge_all([r["stats"] for r in results])
-    read = total.get("records.read")
-    quarantined = total.get("records.quarantined")
-    if not read or quarantined / read <= bound:
+    over = bound_exceeded(total.nested(), sum(int(e["input"].get("size") or 0) for e in entries), bound)
+    if over is None:
         return
-    worst = max(input_entries(results), key=lambda r: (r["stats"].get("records.quarantined", 0), r["uri"]))
+    line, measure = over
+    worst = max(entries, key=lambda r: (r["stats"].get(measure, 0), r["uri"]))
     reasons = {k.split(".", 1)[1]: v for k, v in worst["stats"].items() if k.startswith("quarantined.")}
     reason = max(sorted(reasons), key=lambda k: reasons[k]) if reasons else "unknown"
-    raise ConfigError(
-        f"quarantine rate {quarantined / read:.1%} ({int(quarantined)} of {int(read)} records) exceeds the bound "
-        f"{bound:.1%}; worst file {worst['uri']}: {int(reasons.get(reason, 0))} × {reason} (see quarantine/)"
-    )
+    raise ConfigError(f"{line}; worst file {worst['uri']}: {int(reasons.get(reason, 0))} × {reason} (see quarantine/)")
 
 
 class ScanStage(Stage):
@@ -292,11 +186,20 @@ class IngestStage(Stage):
         ctx.manifest = {
             "config": output_config(cfg),
             "config_hash": config_hash(cfg),
-            "inputs": [dict(e["input"], format=e["format"]) for e in input_entries(results)],
+            "inputs": [_input_entry(e) for e in input_entries(results)],
             "counts": stats.nested(),
             "layers": _layer_listing(fs, root, ("trajectories", "quarantine")),
             "versions": _versions(),
         }
+
+
+def _input_entry(entry: dict[str, Any]) -> dict[str, Any]:
+    """An input as the manifest lists it; one of which nothing was read says why (the reason of its quarantine row)."""
+    out = dict(entry["input"], format=entry["format"])
+    if entry["stats"].get(UNREAD_FILES):
+        out["unread"] = next((k.split(".", 1)[1] for k in sorted(entry["stats"]) if k.startswith("quarantined.")),
+                             "unknown")
+    return out
 
 
 SCAN = ScanStage()

@@ -22,9 +22,9 @@ from schemas.layers import QUARANTINE_SCHEMA, RAW_SCHEMA
 from schemas.stats import Stats
 from schemas.trajectory import TRAJECTORY_SCHEMA
 from stages.ingest.ranges import RangeAdapter, task_id_for
-from stages.ingest.reading import InputUnit, filesystem, is_local, unrecognized
+from stages.ingest.reading import InputUnit, filesystem, is_local
 from stages.ingest.registry import get_adapter, resolve_opts
-from stages.normalize import normalize_unit, quarantine_row
+from stages.normalize import normalize_unit, quarantine_row, unrecognized_unit
 from stages.steps import apply_steps, build_steps
 from stages.uri_credentials import recorded_uri
 
@@ -65,14 +65,9 @@ def _ingest_unit(unit: InputUnit, task: dict[str, Any], stats: Stats, writers, t
     q_writer, r_writer, t_writer = writers
     fmt = task["format"]
     if not fmt:
-        err = unrecognized(unit)
-        if err is None:
-            stats.add("files.empty")  # no record to read, as under --format: nothing is lost
-            return
-        stats.add("records.read")
-        stats.add("records.quarantined")
-        stats.add(f"quarantined.{err.reason}")
-        q_writer.write_row(quarantine_row(err, unit.uri, "", stage="read"))
+        err = unrecognized_unit(unit, stats)
+        if err is not None:
+            q_writer.write_row(quarantine_row(err, unit.uri, "", stage="read"))
         return
     adapter = get_adapter(fmt)
     opts = resolve_opts(adapter, task["opts"])

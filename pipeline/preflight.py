@@ -14,6 +14,7 @@ from schemas.trajectory import DOMAINS
 from stages.decontam import reference_units
 from stages.dedup import lsh_params
 from stages.filters import build_filters
+from stages.ingest.registry import with_run_settings
 from stages.templates import natural_key, reload_templates
 from stages.templates.library import variant_texts
 
@@ -22,6 +23,7 @@ def preflight(cfg: dict[str, Any]) -> None:
     """Raise one `ConfigError` line for the first setting of a resolved config that the run would fail on. The
     inputs are checked last, and only that each local one exists: nothing is read."""
     build_filters(cfg)  # unknown filter names
+    with_run_settings(cfg["ingest"]["options"], domain=cfg["run"]["domain"], source_kind=cfg["run"]["source_kind"])
     executor = cfg["executor"]
     if executor["ray_address"] and executor["kind"] in ("local", "processes"):
         raise ConfigError(f"executor.ray_address (--ray-address) {executor['ray_address']} is for the Ray executor, "

@@ -3,11 +3,12 @@
 Every count names the step it follows, and is the number left after that step:
 
     ingest: 240 records read, 3 quarantined (unreadable), 1 event file skipped
-    filter: 237 trajectories read, 18 filtered (no_turns 18) → 219 kept; 4 turns stripped (retry_cycle 4)
+    filter: 237 trajectories, 18 filtered (no_turns 18) → 219 kept; 4 turns stripped (retry_cycle 4)
     dedup: 166 removed (exact 150, near 16) → 53 trajectories
     samples: cpt 20, sft 18, rl 6, eval 9 (filtered: sample_over_context_limit 1)
     shards: 51 trajectories, 53 samples in 4 files; 2 trajectories got no sample (eval_subsample 2)
 
+``lwm validate`` prints the first two in the same words (`ingest_line`; its filter line applies ``no_turns`` alone).
 The last line is what actually reached the shards, and which trajectories left after dedup got no sample: eval
 ones whose every turn ``pools.eval_subsample`` left out, and those whose every sample was filtered.
 """
@@ -17,6 +18,8 @@ from __future__ import annotations
 from typing import Any
 
 import click
+
+from pipeline.quarantine_bound import unread_warning
 
 POOLS = ("cpt", "sft", "rl", "eval")
 # Filters that drop one sample, not a trajectory (pipeline/sample_task.py).
@@ -31,26 +34,30 @@ def _parts(counts: dict[str, Any]) -> str:
     return ", ".join(f"{k} {_n(v)}" for k, v in sorted(counts.items()) if _n(v))
 
 
+def ingest_line(counts: dict[str, Any]) -> str:
+    """The ``ingest:`` line of nested ingest counts, as `lwm run` ends with it and `lwm validate` prints it."""
+    records = counts.get("records", {})
+    skipped = _n((counts.get("members") or {}).get("skipped"))
+    line = f"ingest: {_n(records.get('read'))} records read, {_n(records.get('quarantined'))} quarantined"
+    if skipped:
+        line += f", {skipped} damaged member file{'s' if skipped != 1 else ''} skipped"
+    empty = _n((counts.get("files") or {}).get("empty"))
+    if empty:  # no record in them (0 bytes, blank lines only)
+        line += f", {empty} empty file{'s' if empty != 1 else ''}"
+    return line
+
+
 def summary_lines(manifest: dict[str, Any]) -> list[str]:
     """The per-step count lines of a finished run (see the module docstring)."""
     counts = manifest.get("counts", {})
-    records = counts.get("records", {})
     trajs = counts.get("trajectories", {})
     filtered = {k: v for k, v in (counts.get("filtered") or {}).items() if isinstance(v, int | float)}
     # the model stages drop sample targets (a turn without a kept reasoning), not trajectories
     per_sample = {k for k in filtered if k in SAMPLE_FILTERS or k.startswith("llm_")}
     traj_filtered = {k: v for k, v in filtered.items() if k not in per_sample}
     sample_filtered = {k: v for k, v in filtered.items() if k in per_sample}
-    skipped = _n((counts.get("members") or {}).get("skipped"))
-
-    ingest = f"ingest: {_n(records.get('read'))} records read, {_n(records.get('quarantined'))} quarantined"
-    if skipped:
-        ingest += f", {skipped} damaged member file{'s' if skipped != 1 else ''} skipped"
-    empty = _n((counts.get("files") or {}).get("empty"))
-    if empty:  # no record in them (0 bytes, blank lines only)
-        ingest += f", {empty} empty file{'s' if empty != 1 else ''}"
     kept = _n(trajs.get("kept"))
-    lines = [ingest]
+    lines = [ingest_line(counts)]
     filter_line = f"filter: {_n(trajs.get('normalized'))} trajectories, {sum(map(_n, traj_filtered.values()))} filtered"
     if _parts(traj_filtered):
         filter_line += f" ({_parts(traj_filtered)})"
@@ -149,6 +156,7 @@ def print_run_summary(manifest: dict[str, Any], out: str) -> None:
     for line in lines[3:]:
         click.echo(line, err=True)
     click.echo(f"outputs: {out}", err=True)
-    warning = no_samples_warning(manifest)
-    if warning:
-        click.echo(warning, err=True)
+    inputs = manifest.get("inputs") or []
+    for warning in (unread_warning(inputs, sum(_n(i.get("size")) for i in inputs)), no_samples_warning(manifest)):
+        if warning:
+            click.echo(warning, err=True)

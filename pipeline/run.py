@@ -21,7 +21,8 @@ from pipeline.dedup_stage import DEDUP_CLUSTERS, DEDUP_DECONTAM, DEDUP_MAP, DEDU
 from pipeline.engine import Executor, RunContext, Stage
 from pipeline.errors import StreamWriteError, signals_held
 from pipeline.executors import make_executor
-from pipeline.ingest_stage import INGEST, SCAN, check_output_outside_inputs
+from pipeline.ingest_stage import INGEST, SCAN
+from pipeline.input_listing import check_output_outside_inputs
 from pipeline.leftovers import remove_stale_temps
 from pipeline.llm_stage import LLM
 from pipeline.object_stores import check_bucket

@@ -21,7 +21,8 @@ from schemas.errors import InvalidRecord
 from schemas.stats import Stats
 from schemas.trajectory import Trajectory, validate
 from stages.ingest.common import SkippedMember
-from stages.ingest.reading import InputUnit
+from stages.ingest.ranges import input_size
+from stages.ingest.reading import InputUnit, unrecognized
 from stages.ingest.registry import Adapter, RawRecord
 from stages.redact import redact_text
 from stages.uri_credentials import recorded_uri
@@ -29,6 +30,10 @@ from stages.uri_credentials import recorded_uri
 # Adapter reasons that mean "read fine, but no (action, observation) pair": filtered, not quarantined.
 NO_TURN_REASONS = frozenset({"no_turns", "no_actions"})
 FILTERED_NO_TURNS = "filtered.no_turns"
+# Input units of which nothing was read (no format recognized, or a reader that could not open them) and their
+# bytes: one quarantined record each, so their size is counted too, against the same bound (README: Bad input).
+UNREAD_FILES = "files.unread"
+UNREAD_BYTES = "bytes.unread"
 
 
 @dataclass
@@ -54,9 +59,37 @@ def quarantine_row(err: InvalidRecord, uri: str, fmt: str, stage: str = "normali
     }
 
 
+def unrecognized_unit(unit: InputUnit, stats: Stats) -> InvalidRecord | None:
+    """Count a unit that no adapter recognizes, as `lwm run` and `lwm validate` both count it, and return its one
+    quarantine record: a file without a record (empty, blank lines) is ``files.empty`` and None; any other is one
+    quarantined record and an unread file of its size (`count_unread`)."""
+    err = unrecognized(unit)
+    if err is None:
+        stats.add("files.empty")  # no record to read, as under --format: nothing is lost
+        return None
+    stats.add("records.read")
+    stats.add("records.quarantined")
+    stats.add(f"quarantined.{err.reason}")
+    count_unread(unit, stats)
+    return err
+
+
+def count_unread(unit: InputUnit, stats: Stats) -> None:
+    """Count `unit` as an input of which nothing was read: one file and its bytes."""
+    stats.add(UNREAD_FILES)
+    stats.add(UNREAD_BYTES, input_size(unit))
+
+
 def normalize_unit(unit: InputUnit, adapter: Adapter, opts: dict[str, Any], stats: Stats) -> Iterator[Normalized]:
-    """Read and normalize every record of `unit`; never raises on bad data."""
+    """Read and normalize every record of `unit`; never raises on bad data. A unit whose reader refuses it whole before
+    any record (its first item a failure of the ``document``: a container no reader opens, a document over the
+    size bound) is also counted as unread (`count_unread`)."""
+    first = True
     for item in adapter.read(unit, opts):
+        if first and isinstance(item, InvalidRecord) and not isinstance(item, SkippedMember) \
+                and item.locator == "document" and item.reason not in NO_TURN_REASONS:
+            count_unread(unit, stats)
+        first = False
         if isinstance(item, SkippedMember):
             stats.add("members.skipped")
             stats.add(f"skipped.{item.reason}")

@@ -138,7 +138,7 @@ def test_sniffed_empty_files_hold_no_record_and_broken_compression_says_so(tmp_p
     counts = json.loads((out / "manifest.json").read_text())["counts"]
     # as under --format: an empty file is no record, so it neither counts as read nor as quarantined
     assert counts["records"] == {"read": 7, "normalized": 6, "quarantined": 1}
-    assert counts["files"] == {"empty": 2}
+    assert counts["files"] == {"empty": 2, "unread": 1}  # the .zst that is no zstd: nothing of it was read
     report = json.loads(lwm("validate", str(src), "--json", "--max-quarantine-rate", "0.2").stdout)
     assert (report["records"], report["quarantined"], report["reasons"]) == (7, 1, {"truncated_stream": 1})
 
@@ -207,3 +207,76 @@ def test_a_compression_no_reader_opens_is_named_not_sent_to_format(tmp_path):
     proc = lwm("validate", str(path), check=False)
     assert ".bz2 files are not read (plain, .gz or .zst)" in proc.stdout + proc.stderr
     assert "give --format" not in proc.stdout + proc.stderr
+
+
+def _jsonl(path: Path, first: int, n: int) -> Path:
+    path.write_text("".join(json.dumps(traj(i)) + "\n" for i in range(first, first + n)))
+    return path
+
+
+@pytest.mark.parametrize("name", ["agent.log", "agent.txt", "agent.out", "agent", "agent.log.gz"])
+def test_json_lines_under_a_name_no_reader_knows_are_read_by_their_content(name, tmp_path):
+    """A JSONL log saved as ``agent.log`` (or .txt, .out, no suffix, compressed) is read as JSON Lines, sniffed or
+    under --format, in a folder (.log) or named: not one quarantined record for the whole file."""
+    src = tmp_path / "logs"
+    src.mkdir()
+    body = "".join(json.dumps(traj(i)) + "\n" for i in range(40))
+    (src / name).write_bytes(gzip.compress(body.encode()) if name.endswith(".gz") else body.encode())
+    _jsonl(src / "swe.ndjson", 100, 40)
+    for args in ([str(src / name)], [str(src / name), "-f", "lwm-jsonl"]):
+        report = json.loads(lwm("validate", "--json", *args).stdout)
+        assert (report["records"], report["quarantined"], report["trajectories"]) == (40, 0, 40), (args, report)
+    out = tmp_path / "out"
+    inputs = [str(src)] if name.endswith((".log", ".log.gz")) else [str(src), "-i", str(src / name)]
+    proc = lwm("run", "--executor", "local", "--progress", "off", "-i", *inputs, "-o", str(out))
+    assert "ingest: 80 records read, 0 quarantined" in proc.stderr, proc.stderr
+    assert not _quarantine(out)
+
+
+def test_a_pretty_printed_json_document_under_an_unknown_suffix_is_read_as_json(tmp_path):
+    path = tmp_path / "trajectories.out"
+    path.write_text(json.dumps([traj(i) for i in range(3)], indent=2))
+    report = json.loads(lwm("validate", "--json", str(path)).stdout)
+    assert (report["records"], report["trajectories"], report["quarantined"]) == (3, 3, 0)
+
+
+def test_a_whole_file_nothing_reads_counts_by_its_bytes_against_the_bound(tmp_path):
+    """A 240-line text log beside 40 good records: one quarantined record of 41 is under the 5% bound, but half of the
+    input's bytes were never read, so the run fails with one line naming the file, and validate says it would."""
+    src = tmp_path / "logs"
+    src.mkdir()
+    (src / "agent.log").write_text("".join(f"12:00:{i % 60:02d} step {i}: ran ls -la and got 12 files back\n"
+                                           for i in range(240)))
+    _jsonl(src / "swe.ndjson", 0, 40)
+    out = tmp_path / "out"
+    proc = lwm("run", "--executor", "local", "--progress", "off", "-i", str(src), "-o", str(out), check=False)
+    last = proc.stderr.strip().splitlines()[-1]
+    assert proc.returncode == 2 and not (out / "_SUCCESS").exists(), proc.stderr
+    assert last.startswith("lwm: error: ") and "of which nothing was read) exceeds the quarantine bound 5.0%" in last
+    assert f"worst file {src / 'agent.log'}: 1 × unknown_format" in last, last
+    checked = lwm("validate", str(src), check=False)
+    assert checked.returncode == 1 and "of which nothing was read) exceeds the quarantine bound" in checked.stderr
+    assert "lwm run would fail" in checked.stderr
+    # its row says why, and gives no advice that cannot help: --format reads no plain text either
+    assert "give --format" not in checked.stdout and "not JSON Lines, JSON, CSV or Parquet" in checked.stdout
+    forced = lwm("validate", "-f", "lwm-jsonl", str(src / "agent.log"), check=False)
+    assert forced.returncode == 1 and "wrong_format" in forced.stdout
+
+
+def test_a_small_file_nothing_reads_ends_the_run_with_a_warning_naming_it(tmp_path):
+    src = tmp_path / "logs"
+    src.mkdir()
+    (src / "notes.log").write_text("started the agent at noon\n")
+    _jsonl(src / "swe.ndjson", 0, 40)
+    out = tmp_path / "out"
+    proc = lwm("run", "--executor", "local", "--progress", "off", "-i", str(src), "-o", str(out))
+    size = (src / "notes.log").stat().st_size
+    warning = [line for line in proc.stderr.splitlines() if line.startswith("warning: nothing was read from")]
+    assert warning == [f"warning: nothing was read from 1 input file ({size:,} bytes, "
+                       f"{size / sum(p.stat().st_size for p in src.iterdir()):.1%} of the input): "
+                       f"{src / 'notes.log'} (unknown_format); see quarantine/ for why"], proc.stderr
+    inputs = json.loads((out / "manifest.json").read_text())["inputs"]
+    assert [(Path(i["uri"]).name, i.get("unread")) for i in inputs] == [("notes.log", "unknown_format"),
+                                                                          ("swe.ndjson", None)]
+    report = json.loads(lwm("validate", "--json", str(src)).stdout)
+    assert report["unread"] == {"files": 1, "bytes": size}

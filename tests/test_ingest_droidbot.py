@@ -125,7 +125,7 @@ def test_validate_reports_the_skipped_member_apart(runs):
     report = validate_inputs([str(runs / "launcher-run")], None, None, {}, echo=lines.append)
     assert (report["records"], report["quarantined"], report["trajectories"]) == (1, 0, 2)
     assert report["skipped"] == {"empty_file": 1}
-    assert lines[-1].endswith("0 quarantined, 1 damaged member files skipped")
+    assert "ingest: 1 records read, 0 quarantined, 1 damaged member file skipped" in lines  # `lwm run`'s words
     assert any("member events/event_2024-06-03_090012.json: empty_file" in line for line in lines)
 
 

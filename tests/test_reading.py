@@ -20,6 +20,7 @@ from stages.ingest.reading import (
     iter_csv,
     iter_jsonl,
     iter_lines,
+    json_container_by_content,
     split_compression,
 )
 
@@ -161,3 +162,24 @@ def test_a_run_gives_the_same_shards_however_the_input_is_spelled(shared_data, t
         ids = pq.read_table(out / "shards" / files[0].relative_to(out / "shards"), columns=["traj_id"])
         assert ids.num_rows > 0
     assert shards[1] == shards[0] and shards[2] == shards[0]
+
+
+@pytest.mark.parametrize(("text", "kind"), [
+    ('{"a": 1}\n{"a": 2}\n', "jsonl"),
+    ('\ufeff\n  {"a": 1}\n[1, 2]\n', "jsonl"),
+    ('{"a": 1}\n', "json"),  # one value: a document (a one-line JSONL reads the same record)
+    ('[\n  {"a": 1},\n  {"a": 2}\n]\n', "json"),
+    ('{\n  "a": [\n    1\n  ]\n}\n', "json"),
+    ('{"a": \n{"a": 2}\n{"a": 3}\n{"a": 4}\n', "jsonl"),  # JSON Lines whose first line is damaged
+    ("12:00:01 started\n", None),
+    ("", None),
+    ("a,b\n1,2\n", None),
+])
+def test_json_container_by_content_tells_lines_from_a_document(text, kind):
+    assert json_container_by_content(text.encode().removeprefix(b"\xef\xbb\xbf")) == kind
+
+
+def test_a_first_line_longer_than_the_head_opens_an_object_in_json_lines():
+    head = ('{"pad": "' + "x" * 70000).encode()[:65536]
+    assert json_container_by_content(head) == "jsonl"
+    assert json_container_by_content(b"[" + head[1:]) == "json"

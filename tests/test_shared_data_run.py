@@ -44,12 +44,13 @@ def lwm(*args: str, check: bool = True, process: bool = False) -> subprocess.Com
 @pytest.mark.parametrize("folder", sorted(EXPECTED))
 def test_validate_json_on_each_shared_folder(shared_data, folder):
     report = json.loads(lwm("validate", str(shared_data / folder), "--json").stdout)
-    assert set(report) == {"format", "records", "trajectories", "turns", "filtered", "quarantined", "reasons",
-                           "skipped"}
-    assert report["skipped"] == {}
+    assert set(report) == {"format", "records", "trajectories", "with_turns", "turns", "filtered", "quarantined",
+                           "reasons", "skipped", "left_out", "unread", "input_bytes"}
+    assert report["skipped"] == {} and report["unread"] == {"files": 0, "bytes": 0}
     records, trajectories, without_turns = EXPECTED[folder]
     assert report["quarantined"] == 0, report["reasons"]
-    assert (report["records"], report["trajectories"]) == (records, trajectories)
+    assert (report["records"], report["with_turns"]) == (records, trajectories)
+    assert report["trajectories"] == trajectories + without_turns  # every one read, as `lwm run`'s filter line
     assert report["filtered"] == ({"no_turns": without_turns} if without_turns else {})
 
 
@@ -119,8 +120,9 @@ def test_hist_png_and_show(shared_run, tmp_path):
 def test_validate_single_screens_are_filtered_not_quarantined(shared_data):
     """The uiautomator-xml samples are single screens without actions: readable, so filtered, not quarantined."""
     report = json.loads(lwm("validate", str(shared_data / "uiautomator-xml"), "--json").stdout)
-    assert report == {"format": "uiautomator", "quarantined": 0, "reasons": {}, "records": 21,
-                      "trajectories": 0, "turns": 0, "filtered": {"no_turns": 21}, "skipped": {}}
+    assert {k: v for k, v in report.items() if k != "input_bytes"} == {
+        "format": "uiautomator", "quarantined": 0, "reasons": {}, "records": 21, "trajectories": 21, "with_turns": 0,
+        "turns": 0, "filtered": {"no_turns": 21}, "skipped": {}, "left_out": 0, "unread": {"files": 0, "bytes": 0}}
 
 
 def test_the_agents_recorded_reasoning_stays_out_of_world_model_targets(shared_data, tmp_path):

@@ -10,7 +10,8 @@ from pipeline.errors import handle_errors
 
 COMMON_OPTION_HELP = {  # `stages.ingest.registry.COMMON_OPTIONS`
     "domain": "the domain of its trajectories, where the format allows several (-d/--domain does the same)",
-    "source_kind": "sandbox, public (default) or internal: recorded in each trajectory's source",
+    "source_kind": "sandbox, public or internal: recorded in each trajectory's source, over a kind the records carry "
+                   "(--source-kind does the same; default: the records' own, else public)",
     "max_record_bytes": "the largest record (line, document, cell) read, in bytes (default 64 MiB); a larger one is "
                         "a quarantine row",
 }

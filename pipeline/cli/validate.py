@@ -27,14 +27,14 @@ def validate_cmd(paths: tuple[str, ...], format: str | None, domain: str | None,
     """Check inputs against an adapter without writing anything (exit 1 where `lwm run` would fail on
     quarantined records)."""
     from pipeline.config_schema import check_adapter_options
-    from pipeline.validate import validate_inputs
+    from pipeline.validate import run_would_fail, validate_inputs
 
     adapter_opts = parse_opt(opts)
     check_adapter_options(adapter_opts, format)
     report = validate_inputs(list(paths), format, domain, adapter_opts, echo=None if as_json else click.echo)
     if as_json:
         click.echo(json.dumps(report, sort_keys=True))
-    if report["records"] and report["quarantined"] / report["records"] > bound:
-        click.echo(f"lwm: quarantine rate {report['quarantined'] / report['records']:.1%} ({report['quarantined']} of "
-                   f"{report['records']} records) exceeds the bound {bound:.1%}: lwm run would fail", err=True)
+    failure = run_would_fail(report, bound)
+    if failure:
+        click.echo(f"lwm: {failure}: lwm run would fail", err=True)
         raise SystemExit(1)

@@ -66,7 +66,7 @@ from schemas.trajectory import DOMAINS, Demonstration, SystemPrompt, Trajectory,
 from stages.ingest.common import canonical_json, make_trajectory, records_from_container, strip_ansi, text_of
 from stages.ingest.reading import (
     InputUnit,
-    container_of,
+    container_kind,
     iter_container,
     max_record_bytes,
     read_head,
@@ -392,7 +392,7 @@ class AtifAdapter:
         return 0.0
 
     def read(self, unit: InputUnit, opts: dict[str, Any]) -> Iterator[RawRecord | InvalidRecord]:
-        if container_of(unit.uri) != "jsonl":
+        if container_kind(unit.uri) != "jsonl":
             yield from records_from_container(unit, self.name, opts)
             return
         items = iter_container(unit.uri, max_record_bytes(opts))

@@ -11,7 +11,7 @@ from schemas.errors import InvalidRecord
 from schemas.trajectory import Source, SystemPrompt, Trajectory, Turn, make_traj_id, validate
 from stages.ingest.reading import (
     InputUnit,
-    container_of,
+    container_kind,
     decode_line,
     iter_container,
     iter_lines,
@@ -37,7 +37,7 @@ def records_from_container(unit: InputUnit, fmt: str, opts: dict[str, Any]) -> I
     """Each record of a JSON/JSONL/CSV/Parquet file as a `RawRecord` (bad ones as `InvalidRecord`).
 
     A JSONL record's payload is its line as written; a record of the other containers is its value dumped as JSON."""
-    if container_of(unit.uri) == "jsonl":
+    if container_kind(unit.uri) == "jsonl":
         yield from line_records(unit.uri, fmt, iter_lines(unit.uri, max_record_bytes(opts)))
         return
     for item in iter_container(unit.uri, max_record_bytes(opts)):

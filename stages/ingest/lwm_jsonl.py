@@ -6,7 +6,8 @@ What an in-house sandbox should write. Native record (one line, abridged)::
      "action_space": "..."}, "turns": [{"action": "[{\\"keystrokes\\": \\"ls\\\\n\\"}]", "observation": "a b"}]}
 
 Mapping: field for field (SPEC §4). ``traj_id`` may be omitted (derived from the file and line);
-``split_key`` defaults to ``traj_id``; ``source`` is filled from the file and line.
+``split_key`` defaults to ``traj_id``; ``source`` is filled from the file and line. A domain or source kind given to
+the run (``--domain``, ``--source-kind``, ``--opt``) replaces the record's own; ``source.kind`` defaults to public.
 """
 
 from __future__ import annotations
@@ -49,7 +50,7 @@ class LwmJsonlAdapter:
         traj = Trajectory.from_dict(value, record.locator)
         src = traj.source
         traj.source = Source(
-            kind=src.kind or opts.get("source_kind") or "sandbox",
+            kind=opts.get("source_kind") or src.kind or "public",  # a kind given to the run holds, as a domain does
             format=self.name,
             uri=record.uri,
             locator=record.locator,

@@ -55,7 +55,7 @@ from stages.ingest.common import (
     text_of,
 )
 from stages.ingest.openai_options import OPENAI_OPTIONS, check_openai_options
-from stages.ingest.reading import InputUnit, container_of, loads
+from stages.ingest.reading import InputUnit, container_kind, loads
 from stages.ingest.registry import Probe, RawRecord
 from stages.ingest.tool_calls import (
     ToolCallPairing,
@@ -375,7 +375,7 @@ class OpenAIMessagesAdapter:
         return 0.55 if find_chat_path(rec, lambda v: is_chat(v) and uses_tools(v)) else 0.0
 
     def read(self, unit: InputUnit, opts: dict[str, Any]) -> Iterator[RawRecord | InvalidRecord]:
-        if container_of(unit.uri) == "json":
+        if container_kind(unit.uri) == "json":
             return self._read_json(unit, opts)
         return records_from_container(unit, self.name, opts)
 

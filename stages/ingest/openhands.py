@@ -59,7 +59,7 @@ from typing import Any
 from schemas.errors import InvalidRecord
 from schemas.trajectory import SystemPrompt, Trajectory, Turn
 from stages.ingest.common import canonical_json, make_trajectory, records_from_container, records_from_document, text_of
-from stages.ingest.reading import InputUnit, container_of, loads
+from stages.ingest.reading import InputUnit, container_kind, loads
 from stages.ingest.registry import Probe, RawRecord
 from stages.ingest.terminal_text import clean_tool_output
 
@@ -137,7 +137,7 @@ class OpenHandsAdapter:
         return 0.0
 
     def read(self, unit: InputUnit, opts: dict[str, Any]) -> Iterator[RawRecord | InvalidRecord]:
-        if container_of(unit.uri) == "jsonl":
+        if container_kind(unit.uri) == "jsonl":
             yield from records_from_container(unit, FORMAT, opts)  # evaluation output: one run per line
             return
         # A JSON list is the event stream of one run, not a list of records.

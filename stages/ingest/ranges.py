@@ -38,7 +38,7 @@ from stages.ingest.frames import inflate, raw_chunks, zstd_frames
 from stages.ingest.reading import (
     InputUnit,
     LineSplitter,
-    container_of,
+    container_kind,
     filesystem,
     is_local,
     max_record_bytes,
@@ -207,7 +207,7 @@ def plan_ingest(units: list[tuple[InputUnit, str]], settings: SplitSettings) -> 
 def file_ranges(unit: InputUnit, fmt: str, size: int, split_bytes: int) -> list[ByteRange]:
     """Byte ranges of one file; a single range means the file is read whole."""
     whole = [ByteRange(0, size)]
-    if unit.is_dir or not reads_line_records(fmt) or container_of(unit.uri) != "jsonl" or size <= split_bytes:
+    if unit.is_dir or not reads_line_records(fmt) or container_kind(unit.uri) != "jsonl" or size <= split_bytes:
         return whole
     if fmt == "atif" and is_streaming_atif(unit.uri):
         return whole  # streaming ATIF: the whole file is one document

@@ -35,6 +35,7 @@ _CHUNK = 1 << 20
 # Compressions and archives an input may come in that no reader opens
 UNREAD_PACKINGS = (".bz2", ".xz", ".lzma", ".lz4", ".zip", ".tar", ".tgz", ".7z", ".rar")
 BOM = b"\xef\xbb\xbf"  # a UTF-8 byte order mark: accepted at the start of a file and dropped
+HEAD_BYTES = 65536  # what is read of a file's start to tell its format (`read_head`)
 
 
 @dataclass(frozen=True)
@@ -58,6 +59,49 @@ def container_of(uri: str) -> str:
     base, _ = split_compression(uri.lower())
     ext = posixpath.splitext(base)[1]
     return {".ndjson": "jsonl", ".traj": "json"}.get(ext, ext.lstrip("."))
+
+
+# Kinds a file's name settles: the containers, and the suffixes one adapter reads (asciicast, XML screens, YAML task
+# files). Any other name (``.log``, ``.txt``, ``.out``, none) says nothing about the content: `container_kind` looks.
+NAMED_KINDS = frozenset({"jsonl", "json", "csv", "parquet", "cast", "xml", "yaml", "yml"})
+
+
+def container_kind(uri: str) -> str:
+    """The container kind of a file: from its name (`container_of`) where the name is one of `NAMED_KINDS`, else from
+    its first 64 KiB (`read_head`, decompressed): ``jsonl`` for JSON values one per line, ``json`` for one JSON
+    document; the bare extension when the content is neither (or the file cannot be read)."""
+    kind = container_of(uri)
+    if kind in NAMED_KINDS:
+        return kind
+    return json_container_by_content(read_head(uri)) or kind
+
+
+def json_container_by_content(head: bytes) -> str | None:
+    """``jsonl``, ``json`` or None for the first bytes of a file: its first non-blank line a whole JSON object or
+    array with more lines after it is JSON Lines (so is a first line too long to end within `head`, when it opens an
+    object); a file of one such line, or one whose first line opens a value it does not close (a pretty-printed
+    document), is JSON — unless most of the next lines are whole objects or arrays (JSON Lines whose first line is
+    damaged). Anything that does not start with ``{`` or ``[`` is neither."""
+    text = head.lstrip(b" \t\r\n")
+    if text[:1] not in (b"{", b"["):
+        return None
+    first, newline, rest = text.partition(b"\n")
+    if not newline:  # one line, whole (the file ends in `head`) or cut by it
+        if len(head) < HEAD_BYTES - len(BOM):  # `read_head` drops a BOM
+            return "json"
+        return "jsonl" if text[:1] == b"{" else "json"
+    if _json_value(first):
+        return "jsonl" if rest.strip() else "json"
+    lines = [line for line in rest.split(b"\n")[:-1][:SNIFF_RECORDS] if line.strip()]  # whole lines only
+    whole = sum(1 for line in lines if line.lstrip()[:1] in (b"{", b"[") and _json_value(line))
+    return "jsonl" if lines and whole * 2 > len(lines) else "json"
+
+
+def _json_value(line: bytes) -> bool:
+    try:
+        return isinstance(loads(line.strip()), dict | list)
+    except (ValueError, RecursionError):  # json.JSONDecodeError and UnicodeDecodeError are ValueErrors
+        return False
 
 
 def is_data_file(uri: str) -> bool:
@@ -162,13 +206,19 @@ def unrecognized(unit: InputUnit) -> InvalidRecord | None:
         if packed is not None:  # giving --format would not help: say what would
             return InvalidRecord("wrong_format", f"{packed} files are not read (plain, .gz or .zst): unpack it first",
                                  "document", unit.uri)
-    return InvalidRecord("unknown_format", "no adapter recognizes this input (give --format)", "document", unit.uri)
+        kind = container_kind(unit.uri)
+        if kind not in NAMED_KINDS:  # --format would not help either: no reader opens it
+            what = f"a .{kind} file" if kind else "a file without a suffix"
+            return InvalidRecord("unknown_format", f"{what} that is not JSON Lines, JSON, CSV or Parquet, by its name "
+                                 "or its first bytes: no adapter reads it", "document", unit.uri)
+    return InvalidRecord("unknown_format", "no adapter recognizes this input (give --format: `lwm formats` lists "
+                         "them)", "document", unit.uri)
 
 
 def _nothing_readable(uri: str) -> InvalidRecord | None:
     """The first damage of a JSON, JSONL, CSV or Parquet container whose first records all fail to read (a broken
     stream before any other), else None: the container reads, and it is its content no format fits."""
-    if container_of(uri) not in ("json", "jsonl", "csv", "parquet"):
+    if container_kind(uri) not in ("json", "jsonl", "csv", "parquet"):
         return None
     items = list(sniffed_records(uri))
     if not items or not all(isinstance(item, InvalidRecord) for item in items):
@@ -178,7 +228,7 @@ def _nothing_readable(uri: str) -> InvalidRecord | None:
 
 def _holds_nothing(uri: str) -> bool:
     """A CSV with only its header, or a Parquet file without rows: an empty file, as a blank JSONL is."""
-    return container_of(uri) in ("csv", "parquet") and next(iter_container(uri), None) is None
+    return container_kind(uri) in ("csv", "parquet") and next(iter_container(uri), None) is None
 
 
 def join_uri(base: str, *parts: str) -> str:
@@ -361,7 +411,7 @@ class _Decompressed(io.BufferedIOBase):
         super().close()
 
 
-def read_head(uri: str, size: int = 65536) -> bytes:
+def read_head(uri: str, size: int = HEAD_BYTES) -> bytes:
     """Up to `size` decompressed bytes from the start of the file ('' if unreadable), without a BOM."""
     try:
         with open_binary(uri) as f:
@@ -802,12 +852,13 @@ def _first_line(exc: BaseException) -> str:
 
 
 def iter_container(uri: str, max_bytes: int = DEFAULT_MAX_RECORD_BYTES) -> Iterator[tuple[str, Any] | InvalidRecord]:
-    """Records of any supported container, chosen by the file name."""
-    kind = container_of(uri)
+    """Records of any supported container, chosen by the file name, or by the first bytes where the name does not
+    say (`container_kind`: a ``.log`` of JSON Lines)."""
+    kind = container_kind(uri)
     reader = {"jsonl": iter_jsonl, "json": iter_json, "csv": iter_csv, "parquet": iter_parquet}.get(kind)
     if reader is None:
-        what = f".{kind} files" if kind else "a file without a suffix"
-        yield InvalidRecord("wrong_format", f"no container reader for {what} (JSONL, JSON, CSV or Parquet)",
-                            "document", uri)
+        what = f"a .{kind} file" if kind else "a file without a suffix"
+        yield InvalidRecord("wrong_format", f"{what} that is not JSON Lines, JSON, CSV or Parquet, by its name or its "
+                            "first bytes", "document", uri)
         return
     yield from reader(uri, max_bytes)

@@ -17,7 +17,8 @@ An adapter is any object with these attributes (a Protocol, not a base class):
 - ``read(unit, opts) -> Iterator[RawRecord | InvalidRecord]``: native records with provenance;
 - ``normalize(record, opts) -> Iterator[Trajectory]``: raises `InvalidRecord` for a bad record.
 
-`opts` always carries ``domain`` (``None`` = the adapter's default) and ``source_kind``.
+`opts` always carries ``domain`` (``None`` = the adapter's default) and ``source_kind`` (``None`` = the kind the
+records carry, where a format has one, else ``public``); both, when set, hold for every trajectory read.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from schemas.errors import ConfigError, InvalidRecord, OptionError
 from schemas.trajectory import Trajectory
-from stages.ingest.reading import InputUnit, container_of, loads, read_head, sniffed_records
+from stages.ingest.reading import InputUnit, container_kind, loads, read_head, sniffed_records
 
 # Modules that define an ``ADAPTER`` object, in listing order.
 ADAPTER_MODULES = [
@@ -86,9 +87,9 @@ class Probe:
     def uri(self) -> str:
         return self.unit.uri
 
-    @property
+    @cached_property
     def container(self) -> str:
-        return "dir" if self.unit.is_dir else container_of(self.unit.uri)
+        return "dir" if self.unit.is_dir else container_kind(self.unit.uri)
 
     @cached_property
     def head(self) -> str:
@@ -189,6 +190,28 @@ def sniffed_opts(formats: Iterable[str | None], opts: dict[str, Any]) -> Callabl
     return lambda name: {k: v for k, v in opts.items() if k in declared[name]}
 
 
+# The run's own settings of two common options (`lwm run --domain / --source-kind`, ``run.domain`` /
+# ``run.source_kind``), by option name.
+RUN_SETTINGS = {"domain": ("run.domain", "--domain"), "source_kind": ("run.source_kind", "--source-kind")}
+
+
+def with_run_settings(opts: dict[str, Any], **settings: Any) -> dict[str, Any]:
+    """`opts` (``ingest.options``, ``--opt``) with the run's settings of the common options (`RUN_SETTINGS`:
+    ``domain=``, ``source_kind=``; empty or None = not set) added. Both name one thing: set twice to two values,
+    it is a `ConfigError`, never a silent choice of one (the same value twice is fine)."""
+    out = dict(opts)
+    for key, value in settings.items():
+        if not value:
+            continue
+        given = out.get(key)
+        if given not in (None, "") and given != value:
+            name, flag = RUN_SETTINGS[key]
+            raise ConfigError(f"{name} ({flag}) is {value!r} but ingest.options.{key} (--opt {key}=…) is {given!r}: "
+                              f"two settings of one {key.replace('_', ' ')}; give one of them")
+        out[key] = value
+    return out
+
+
 def check_options(fmt: str | None, opts: dict[str, Any]) -> None:
     """The names and values of a run's adapter options, checked before any input is read: an unknown name or a
     bad value is an `OptionError` (a domain the given format cannot produce, a `ConfigError`).
@@ -224,7 +247,7 @@ def resolve_opts(adapter: Adapter, opts: dict[str, Any]) -> dict[str, Any]:
         raise ConfigError(f"format {adapter.name} has no option {', '.join(sorted(unknown))}; options: {known}")
     out = dict(opts)
     out.setdefault("domain", None)
-    out.setdefault("source_kind", "public")
+    out.setdefault("source_kind", None)
     if out["domain"] is not None and out["domain"] not in adapter.domains:
         raise ConfigError(
             f"format {adapter.name} produces domains {', '.join(adapter.domains)}, not {out['domain']!r}"
