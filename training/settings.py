@@ -112,9 +112,10 @@ def check_config(config: TrainConfig) -> None:
                           f"({2 * config.tiny_heads}): each head's rotary embedding takes pairs of dimensions")
 
 
-# The optimizer settings a resumed run takes from its command, not from the checkpoint it continues.
+# The optimizer settings a resumed run takes from its command, not from the checkpoint it continues: the rate and
+# decay, and what shapes the schedule (--max-steps sets where the cosine or linear decay ends).
 RESUMED_WITH = (("lr", "--lr"), ("weight_decay", "--weight-decay"), ("schedule", "--schedule"),
-                ("warmup_steps", "--warmup-steps"), ("min_lr_ratio", "--min-lr-ratio"))
+                ("warmup_steps", "--warmup-steps"), ("min_lr_ratio", "--min-lr-ratio"), ("max_steps", "--max-steps"))
 
 
 def changed_settings(saved: dict, config: TrainConfig) -> str:
