@@ -16,7 +16,6 @@ from training.loss import LOSS_NORMS
 from training.models import ATTENTION, TINY
 from training.schedule import SCHEDULES
 from training.sharding import PRECISIONS
-from training.tiny_model import QWEN_VOCAB_SIZE
 
 
 @dataclass(frozen=True)
@@ -46,7 +45,7 @@ class TrainConfig:
     log_json: str | None = None
     save_every: int = 0
     device: str = "auto"
-    tiny_vocab: int = QWEN_VOCAB_SIZE
+    tiny_vocab: int | None = None  # None: the shards' vocabulary (`training.compatibility.tiny_vocabulary`)
     tiny_dim: int = 64
     tiny_layers: int = 2
     tiny_heads: int = 4
