@@ -108,9 +108,12 @@ def _pct(x: float | None) -> str:
 @click.command("reward")
 @click.argument("run_dir")
 @click.argument("predictions")
-@click.option("--judge-url", required=True, envvar="LWM_JUDGE_URL", help="OpenAI-compatible base URL (…/v1).")
-@click.option("--judge-model", required=True, envvar="LWM_JUDGE_MODEL", help="Judge model name.")
-@click.option("--judge-api-key", envvar="LWM_JUDGE_API_KEY", help="API key (default: LWM_JUDGE_API_KEY).")
+# show_envvar: the help and the missing-option error name the environment variable that can stand for the flag
+@click.option("--judge-url", required=True, envvar="LWM_JUDGE_URL", show_envvar=True,
+              help="OpenAI-compatible base URL (…/v1); the flag or its environment variable.")
+@click.option("--judge-model", required=True, envvar="LWM_JUDGE_MODEL", show_envvar=True,
+              help="Judge model name; the flag or its environment variable.")
+@click.option("--judge-api-key", envvar="LWM_JUDGE_API_KEY", show_envvar=True, help="API key.")
 @click.option("--pool", type=click.Choice(["rl", "eval"]), default="rl", show_default=True)
 @click.option("--concurrency", type=click.IntRange(min=1), default=8, show_default=True,
               help="Judge requests in flight.")
