@@ -234,6 +234,19 @@ def test_a_predictions_file_with_a_byte_order_mark_is_read(run, tmp_path):
     assert json.loads(proc.stdout)["scored"] == 1
 
 
+def test_predictions_of_the_other_pool_say_which_pool_holds_them(run, tmp_path):
+    path = tmp_path / "preds.jsonl"
+    for held, asked in (("eval", "rl"), ("rl", "eval")):
+        ids = [r["sample_id"] for r in rows(run, held)]
+        path.write_text("".join(json.dumps({"sample_id": i, "prediction": "x"}) + "\n" for i in ids))
+        proc = lwm("reward", str(run), str(path), "--judge-url", "http://127.0.0.1:9/v1", "--judge-model", "j",
+                   "--pool", asked)
+        assert proc.returncode == 2
+        assert proc.stderr.strip().splitlines() == [
+            f"lwm: error: {path}: none of its {len(ids)} sample ids is in the {asked} pool of {run}; they are in the "
+            f"{held} pool: give --pool {held}"]
+
+
 def test_the_judge_flags_name_the_environment_variables_that_stand_for_them(run, tmp_path):
     from click.testing import CliRunner
 
