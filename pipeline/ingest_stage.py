@@ -195,8 +195,9 @@ def keep_layer_settings(ctx: RunContext) -> None:
                  f"{'it' if one else 'them'})")
 
 
-def check_quarantine_rate(results: list[dict[str, Any]], bound: float) -> None:
-    """Fail with one line naming the worst file and reason when too much input is quarantined."""
+def check_quarantine_rate(results: list[dict[str, Any]], bound: float, quarantine: str) -> None:
+    """Fail with one line naming the worst file and reason, and the run's `quarantine` folder that holds every rejected
+    record, when too much input is quarantined."""
     total = merge_all([r["stats"] for r in results])
     read = total.get("records.read")
     quarantined = total.get("records.quarantined")
@@ -207,7 +208,8 @@ def check_quarantine_rate(results: list[dict[str, Any]], bound: float) -> None:
     reason = max(sorted(reasons), key=lambda k: reasons[k]) if reasons else "unknown"
     raise ConfigError(
         f"quarantine rate {quarantined / read:.1%} ({int(quarantined)} of {int(read)} records) exceeds the bound "
-        f"{bound:.1%}; worst file {worst['uri']}: {int(reasons.get(reason, 0))} × {reason} (see quarantine/)"
+        f"{bound:.1%} (--max-quarantine-rate); worst file {worst['uri']}: {int(reasons.get(reason, 0))} × {reason}; "
+        f"each rejected record, with its file, line and reason, is in {quarantine}/"
     )
 
 
@@ -282,7 +284,9 @@ class IngestStage(Stage):
             if stale:
                 ctx.echo(f"removed {stale} file(s) of tasks that an earlier run over other inputs or another "
                          "layout left")
-        check_quarantine_rate(results, cfg["run"]["max_quarantine_rate"])
+        folder = posixpath.join(root, "quarantine")  # named in full: the run may have been started elsewhere
+        shown = os.path.abspath(folder) if is_local(fs) else strip_uri_credentials(fs.unstrip_protocol(folder))
+        check_quarantine_rate(results, cfg["run"]["max_quarantine_rate"], shown)
         stats = merge_all([r["stats"] for r in results])
         ctx.manifest = {
             "config": output_config(cfg),
