@@ -255,7 +255,8 @@ def test_a_dry_run_projects_the_block_requests_and_sends_nothing(runs):
     items = len({r["traj_id"] for r in _rows(out, "llm/wmat_blocks")})
     assert runs["dry_sent"] == 0
     text = runs["manifests"]["dry"]["stderr"]
-    assert f"stage wmat_blocks: {items} item(s), projected {steps:,}–{2 * steps:,} calls" in text
+    assert f"stage wmat_blocks: {items} item(s), projected {steps:,}–{2 * steps:,} calls (model writer)\n" in text
+    assert "judge" not in text.split("stage wmat_blocks: ")[1].splitlines()[0]  # the stage asks no judge
     assert "# Ground truth, do not reveal" in text  # the first rendered request is shown
     assert not (runs["base"] / "dry" / "wmat").exists()
 
