@@ -10,6 +10,14 @@ from schemas.errors import ConfigError
 MAX_POINTS = 20000
 
 
+def check_png_path(path: str) -> None:
+    """Refuse, before any shard is read, a `--png` name whose extension says another format: the chart is a PNG,
+    written to exactly the path given (with no extension, or ``.png``)."""
+    extension = posixpath.splitext(path)[1]
+    if extension and extension.lower() != ".png":
+        raise ConfigError(f"--png {path}: the chart is written as PNG; give a name ending in .png (or none)")
+
+
 def _turn_points(run_dir: str) -> list[tuple[float, float, str]]:
     import pyarrow.parquet as pq
 
@@ -67,5 +75,5 @@ def write_png(run_dir: str, records: list[dict[str, Any]], keep: dict[str, float
     ax2.set_title("Turns by OL and Nov (default rule boundaries dashed)")
     ax2.legend(markerscale=3, fontsize=8)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    fig.savefig(path, dpi=110, format="png")  # the format named: a name without extension is written as it is
     plt.close(fig)

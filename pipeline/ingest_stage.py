@@ -95,9 +95,10 @@ def keep_layer_settings(ctx: RunContext) -> None:
                  f"{'it' if one else 'them'})")
 
 
-def check_quarantine_rate(results: list[dict[str, Any]], bound: float) -> None:
-    """Fail with one line naming the worst file and reason when too much input is quarantined: records, or the bytes
-    of files of which nothing was read (`pipeline.quarantine_bound`)."""
+def check_quarantine_rate(results: list[dict[str, Any]], bound: float, quarantine: str) -> None:
+    """Fail with one line naming the worst file and reason, and the run's `quarantine` folder that holds every rejected
+    record, when too much input is quarantined: records, or the bytes of files of which nothing was read
+    (`pipeline.quarantine_bound`)."""
     entries = input_entries(results)
     total = merge_all([r["stats"] for r in results])
     over = bound_exceeded(total.nested(), sum(int(e["input"].get("size") or 0) for e in entries), bound)
@@ -107,7 +108,10 @@ def check_quarantine_rate(results: list[dict[str, Any]], bound: float) -> None:
     worst = max(entries, key=lambda r: (r["stats"].get(measure, 0), r["uri"]))
     reasons = {k.split(".", 1)[1]: v for k, v in worst["stats"].items() if k.startswith("quarantined.")}
     reason = max(sorted(reasons), key=lambda k: reasons[k]) if reasons else "unknown"
-    raise ConfigError(f"{line}; worst file {worst['uri']}: {int(reasons.get(reason, 0))} × {reason} (see quarantine/)")
+    raise ConfigError(
+        f"{line} (--max-quarantine-rate); worst file {worst['uri']}: {int(reasons.get(reason, 0))} × {reason}; "
+        f"each rejected record, with its file, line and reason, is in {quarantine}/"
+    )
 
 
 class ScanStage(Stage):
@@ -181,7 +185,9 @@ class IngestStage(Stage):
             if stale:
                 ctx.echo(f"removed {stale} file(s) of tasks that an earlier run over other inputs or another "
                          "layout left")
-        check_quarantine_rate(results, cfg["run"]["max_quarantine_rate"])
+        folder = posixpath.join(root, "quarantine")  # named in full: the run may have been started elsewhere
+        shown = os.path.abspath(folder) if is_local(fs) else strip_uri_credentials(fs.unstrip_protocol(folder))
+        check_quarantine_rate(results, cfg["run"]["max_quarantine_rate"], shown)
         stats = merge_all([r["stats"] for r in results])
         ctx.manifest = {
             "config": output_config(cfg),

@@ -351,8 +351,9 @@ def dry_run(cfg: dict[str, Any], fs, root: str, ingest_results, drop: set[str], 
                     if len(shown) < int(llm["dry_run_show"]):
                         shown.append({"messages": list(req.messages), "salt": req.salt, "params": req.params})
         report[stage.name] = {"items": items, "calls_min": low, "calls_max": high, "first_requests": shown}
+        judge = f", judge {llm['judge_model'] or llm['model']}" if getattr(stage, "uses_judge", False) else ""
         echo(f"[llm dry run] stage {stage.name}: {items} item(s), projected {low:,}–{high:,} calls "
-             f"(model {llm['model']}, judge {llm['judge_model'] or llm['model']})"
+             f"(model {llm['model']}{judge})"
              + ("; prompts shown without what earlier stages would add" if name != llm["stages"][0] else ""))
         for k, req in enumerate(shown, 1):
             echo(f"--- request {k} of stage {name} (salt {req['salt']!r}, params {json.dumps(req['params'])})")

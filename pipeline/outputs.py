@@ -12,6 +12,7 @@ import os
 import posixpath
 import uuid
 from collections.abc import Callable, Iterator
+from pathlib import PurePosixPath
 from typing import Any
 
 import fsspec
@@ -123,10 +124,7 @@ def _tmp_name(path: str) -> str:
 
 
 def _commit(fs: fsspec.AbstractFileSystem, tmp: str, path: str) -> None:
-    if is_local(fs):
-        os.replace(tmp, path)
-    else:
-        fs.mv(tmp, path)
+    (os.replace if is_local(fs) else fs.mv)(tmp, path)
 
 
 def ensure_dir(fs: fsspec.AbstractFileSystem, path: str) -> None:
@@ -136,9 +134,11 @@ def ensure_dir(fs: fsspec.AbstractFileSystem, path: str) -> None:
         return
     try:
         fs.makedirs(path, exist_ok=True)
-    except OSError as exc:
+    except OSError as exc:  # a file in the way reads "File exists" or "Not a directory" by its errno: name it
         shown = path if is_local(fs) else fs.unstrip_protocol(path)
-        raise ConfigError(f"output not writable: {shown} ({exc.strerror or exc})") from None
+        file = next((p for p in (path, *map(str, PurePosixPath(path).parents)) if fs.isfile(p)), None)
+        why = "it is a file, not a folder" if file == path else f"{file} is a file, not a folder" if file else exc.strerror
+        raise ConfigError(f"output not writable: {shown} ({why or exc})") from None
 
 
 def write_bytes_atomic(fs: fsspec.AbstractFileSystem, path: str, data: bytes) -> None:

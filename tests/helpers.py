@@ -20,6 +20,7 @@ import sys
 import threading
 import time
 import traceback
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -753,6 +754,21 @@ def write_tiny_qwen(path: str, vocab: int = 96, seed: int = 0) -> str:
     )
     torch.manual_seed(seed)
     transformers.AutoModelForCausalLM.from_config(config).save_pretrained(path)
+    return path
+
+
+def write_small_tokenizer(path: Path, texts: Iterable[str], vocab: int) -> Path:
+    """A byte-level BPE `tokenizer.json` of at most `vocab` ids, with the ChatML tokens, learned from `texts`: shards
+    that `lwm run --tokenizer` writes with it hold ids that a tiny model of `vocab` rows embeds."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    tokenizer = Tokenizer(models.BPE())
+    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tokenizer.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=vocab, special_tokens=["<|endoftext|>", "<|im_start|>", "<|im_end|>"],
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
+    tokenizer.train_from_iterator(texts, trainer)
+    tokenizer.save(str(path))
     return path
 
 

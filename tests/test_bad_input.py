@@ -78,15 +78,18 @@ def test_every_bad_record_is_quarantined_with_locator_and_reason(bad_inputs, tmp
     assert "quarantined" in proc.stderr
 
 
-def test_quarantine_rate_over_bound_fails_with_one_line(bad_inputs, tmp_path):
+def test_quarantine_rate_over_bound_fails_with_one_line(bad_inputs, tmp_path, monkeypatch):
     out = tmp_path / "out"
-    proc = lwm("run", "--executor", "local", "-i", str(bad_inputs), "-o", str(out), "--format", "lwm-jsonl",
+    monkeypatch.chdir(tmp_path)  # the output given relative to where lwm runs: the line names it in full
+    proc = lwm("run", "--executor", "local", "-i", str(bad_inputs), "-o", "out", "--format", "lwm-jsonl",
                "--max-quarantine-rate", "0.001", check=False)
     assert proc.returncode == 2
     last = proc.stderr.strip().splitlines()[-1]
     assert last.startswith("lwm: error: quarantine rate")
     assert "Traceback" not in proc.stderr
     assert "worst file" in last and ("mixed.jsonl" in last or "cut.jsonl.gz" in last or "other.csv" in last)
+    assert "exceeds the bound 0.1% (--max-quarantine-rate); " in last
+    assert last.endswith(f"; each rejected record, with its file, line and reason, is in {out / 'quarantine'}/")
     assert not (out / "_SUCCESS").exists()
     assert _quarantine(out), "the quarantine is kept for inspection"
 

@@ -136,6 +136,34 @@ def test_show_hist_and_export_of_a_folder_that_is_no_finished_run_say_so(command
         f"lwm: error: {tmp_path / 'nothing'}: does not exist; give the output folder of a finished `lwm run`"]
 
 
+@pytest.mark.parametrize("command", ["run", "export verl", "export trl"])
+def test_an_output_folder_that_is_a_file_is_named_a_file(plain_run, tmp_path, monkeypatch, command):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "afile").write_text("mine\n")
+    for out, said in (("afile", "it is a file, not a folder"), ("afile/sub", f"{tmp_path / 'afile'} is a file, not a folder")):
+        args = ["run", "--executor", "local", "-i", str(plain_run.parent / "in"), "-o", out] if command == "run" else \
+            [*command.split(), str(plain_run), out]
+        proc = lwm_in_process(*args)
+        assert proc.returncode == 2, proc.stderr
+        assert proc.stderr.strip().splitlines()[-1] == f"lwm: error: output not writable: {tmp_path / out} ({said})"
+    assert (tmp_path / "afile").read_text() == "mine\n"
+
+
+@pytest.mark.parametrize(("command", "what"), [("export agentworldbench", "file name is empty ('{}'); give the file to "
+                                                "write, e.g. DIR/lwm_test.jsonl"),
+                                               ("export verl", "folder name is empty ('{}'); give the folder to write "
+                                                "train.parquet into"),
+                                               ("export trl", "folder name is empty ('{}'); give the folder to write "
+                                                "train.parquet into")])
+def test_an_empty_export_path_is_refused_as_such(plain_run, tmp_path, monkeypatch, command, what):
+    monkeypatch.chdir(tmp_path)  # an empty path names the folder lwm runs in: nothing may land there
+    for out in ("", "  "):
+        proc = lwm_in_process(*command.split(), str(plain_run), out)
+        assert proc.returncode == 2, proc.stderr
+        assert proc.stderr.strip().splitlines() == [f"lwm: error: the output {what.format(out)}"]
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_hist_of_a_run_without_samples_says_so(tmp_path):
     src = tmp_path / "in"
     src.mkdir()

@@ -106,6 +106,11 @@ def test_the_cli_dry_run(corpus, tmp_path):
         assert server.requests == []
     assert done.returncode == 0, done.stderr[-2000:]
     assert "[llm dry run] stage instructions: " in done.stderr and "nothing was sent" in done.stderr
+    # the judge is named for the stage that asks it only
+    heads = {line.split(":")[0].removeprefix("[llm dry run] stage "): line for line in done.stderr.splitlines()
+             if line.startswith("[llm dry run] stage ")}
+    assert heads["instructions"].endswith("calls (model m)"), heads
+    assert "calls (model m, judge m); " in heads["sft_reasoning"], heads
 
 
 @pytest.mark.parametrize("stages", [None, []], ids=["no endpoint", "no stage"])

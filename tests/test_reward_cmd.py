@@ -232,3 +232,32 @@ def test_a_predictions_file_with_a_byte_order_mark_is_read(run, tmp_path):
         proc = lwm("reward", str(run), str(path), "--judge-url", server.url, "--judge-model", "j", "--json")
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout)["scored"] == 1
+
+
+def test_predictions_of_the_other_pool_say_which_pool_holds_them(run, tmp_path):
+    path = tmp_path / "preds.jsonl"
+    for held, asked in (("eval", "rl"), ("rl", "eval")):
+        ids = [r["sample_id"] for r in rows(run, held)]
+        path.write_text("".join(json.dumps({"sample_id": i, "prediction": "x"}) + "\n" for i in ids))
+        proc = lwm("reward", str(run), str(path), "--judge-url", "http://127.0.0.1:9/v1", "--judge-model", "j",
+                   "--pool", asked)
+        assert proc.returncode == 2
+        assert proc.stderr.strip().splitlines() == [
+            f"lwm: error: {path}: none of its {len(ids)} sample ids is in the {asked} pool of {run}; they are in the "
+            f"{held} pool: give --pool {held}"]
+
+
+def test_the_judge_flags_name_the_environment_variables_that_stand_for_them(run, tmp_path):
+    from click.testing import CliRunner
+
+    from pipeline.cli import main
+
+    text = " ".join(CliRunner().invoke(main, ["reward", "--help"]).output.split())
+    assert "[env var: LWM_JUDGE_URL; required]" in text and "[env var: LWM_JUDGE_MODEL; required]" in text
+    path = tmp_path / "preds.jsonl"
+    path.write_text(json.dumps({"sample_id": "nope", "prediction": "x"}) + "\n")
+    unset = CliRunner().invoke(main, ["reward", str(run), str(path)], env={"LWM_JUDGE_URL": None, "LWM_JUDGE_MODEL": None})
+    assert unset.exit_code == 2 and "Missing option '--judge-url' (env var: 'LWM_JUDGE_URL')" in unset.output
+    set_ = CliRunner().invoke(main, ["reward", str(run), str(path)],
+                              env={"LWM_JUDGE_URL": "http://127.0.0.1:9/v1", "LWM_JUDGE_MODEL": "j"})
+    assert set_.exit_code == 2 and "none of its 1 sample ids is in the rl pool" in set_.output  # past the flags

@@ -10,6 +10,7 @@ import pytest
 from pipeline.config import resolve
 from pipeline.run import run_pipeline
 from pipeline.samples_stage import bucket_counts
+from schemas.shard import schema_for
 from schemas.stats import Stats
 from tests.helpers import corpus_config, write_corpus
 
@@ -53,3 +54,9 @@ def test_a_run_writes_the_even_number_of_files_each_under_max_rows(tmp_path):
     assert len(files) == manifest["buckets"]["cpt"] == 4
     assert max(rows) <= 60 and min(rows) > 0
     assert sum(rows) == manifest["counts"]["samples"]["cpt"] > 150
+    # a pool at ratio 0 gets no samples, but its one file (README): no rows, the pool's columns, listed
+    listed = {e["path"]: e["rows"] for e in manifest["shards"]}
+    for pool in ("sft", "rl", "eval"):
+        [empty] = (tmp_path / "out" / "shards" / pool).glob("*.parquet")
+        assert pq.ParquetFile(empty).metadata.num_rows == 0 and listed[f"shards/{pool}/{empty.name}"] == 0
+        assert pq.read_schema(empty).names == schema_for(pool).names

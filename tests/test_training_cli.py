@@ -14,6 +14,8 @@ import time
 import warnings
 from pathlib import Path
 
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 from click.testing import CliRunner
 
@@ -21,7 +23,7 @@ pytest.importorskip("torch")
 
 from pipeline.cli import main as lwm
 from schemas.errors import ConfigError
-from tests.helpers import clean_env, write_synthetic_shards
+from tests.helpers import clean_env, lwm_in_process, write_synthetic_shards
 from training.checkpoint import load_checkpoint
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -127,6 +129,46 @@ def test_runs_of_different_tokenizers_are_not_mixed(shards, tmp_path):
     assert _lwm_train("--shards", first, "--shards", same, "--max-steps", "1", *TINY).exit_code == 0
 
 
+def test_a_category_weight_the_shards_do_not_hold_is_one_line_naming_those_they_hold(shards):
+    """The synthetic shards hold retrieval, echo and boilerplate observations (no manifest histogram: read from
+    their turn_category column): a WMAT span, or a category of the masking table they hold none of, changes
+    nothing, so it is refused."""
+    for name in ("world_model", "transform", "ech"):
+        result = _lwm_train("--shards", shards, "--max-steps", "1", "--category-weight", f"{name}=0.5", *TINY)
+        assert result.exit_code == 2, result.output
+        assert result.output.strip().splitlines() == [
+            f"lwm: error: --category-weight {name}: no such category in these shards; they hold boilerplate, echo, "
+            "retrieval"], result.output
+
+
+def test_the_categories_of_a_pipeline_pool_are_read_from_its_manifest(tmp_path, monkeypatch):
+    """`lwm train --shards OUT/shards/cpt --category-weight world_model=0.5`: the cpt pool holds no WMAT span, as
+    the manifest's histogram says without a shard being read."""
+    (tmp_path / "in").mkdir()
+    (tmp_path / "in" / "a.jsonl").write_text("".join(json.dumps({
+        "traj_id": f"t{i}", "domain": "terminal", "split_key": f"task-{i}",
+        "system": {"task_description": f"task {i}", "action_space": "keys"},
+        "turns": [{"action": f'[{{"keystrokes": "cat notes-{i}-{j}.txt\\n"}}]',
+                   "observation": f"line {j} of the notes of task {i}"} for j in range(3)]}) + "\n" for i in range(12)))
+    run = lwm_in_process("run", "--executor", "local", "-i", str(tmp_path / "in"), "-o", str(tmp_path / "out"),
+                         "--progress", "off")
+    assert run.returncode == 0, run.stderr
+    pool = tmp_path / "out" / "shards" / "cpt"
+    held = {c for f in pool.glob("*.parquet") for cats in pq.read_table(f).column("turn_category").to_pylist()
+            for c in cats}
+    assert held and "world_model" not in held
+    import training.reweight
+
+    monkeypatch.setattr(training.reweight, "_categories_in_file", lambda uri: pytest.fail(f"{uri} was read"),
+                        raising=False)
+    for name in ("world_model", "ech"):
+        result = _lwm_train("--shards", str(pool), "--max-steps", "1", "--category-weight", f"{name}=0.5")
+        assert result.exit_code == 2, result.output
+        assert result.output.strip().splitlines() == [
+            f"lwm: error: --category-weight {name}: no such category in these shards; they hold "
+            f"{', '.join(sorted(held))}"], result.output
+
+
 def test_a_category_weight_that_only_some_runs_have_is_warned_about(shards, tmp_path):
     from masking.table import DEFAULT_TABLE_PATH, read_table_file
 
@@ -135,6 +177,12 @@ def test_a_category_weight_that_only_some_runs_have_is_warned_about(shards, tmp_
     extended = {**table, "categories": [*rules, {**rules[0], "name": "diffs"}, catch_all]}
     first = _run(tmp_path / "a", table=table)
     second = _run(tmp_path / "b", table=extended)
+    for shard in Path(second).glob("*.parquet"):  # the extended table classified some observations as diffs
+        rows = pq.read_table(shard)
+        renamed = [["diffs" if c == "boilerplate" else c for c in cats] for cats in rows.column("turn_category").to_pylist()]
+        column = rows.schema.get_field_index("turn_category")
+        pq.write_table(rows.set_column(column, rows.schema.field(column), pa.array(renamed, rows.schema.field(column).type)),
+                       shard)
     with pytest.warns(UserWarning, match=r"--category-weight diffs: .*" + str(tmp_path / "a")):
         result = _lwm_train("--shards", first, "--shards", second, "--max-steps", "1", "--category-weight",
                             "diffs=0", *TINY)

@@ -203,3 +203,69 @@ def test_a_column_without_statistics_leaves_the_other_columns_maximum(tmp_path):
         statistics = FooterStatistics()
         found = largest_token_id([part], statistics), longest_sample([part], statistics=statistics)
         assert (found[0], found[1] and found[1].tokens) == expected
+
+
+@pytest.fixture(scope="module")
+def small_vocabulary_run(tmp_path_factory) -> tuple[Path, int]:
+    """A pipeline run tokenized with a byte-level BPE of about 300 ids: its cpt pool, and that tokenizer's size."""
+    from stages.tokenizer import load_tokenizer
+    from tests.helpers import lwm_in_process, write_small_tokenizer
+
+    base = tmp_path_factory.mktemp("small")
+    trajs = [{"traj_id": f"t{i}", "domain": "terminal", "split_key": f"task-{i}",
+              "system": {"task_description": f"read the notes of task {i}", "action_space": "keys"},
+              "turns": [{"action": f'[{{"keystrokes": "cat notes-{i}-{j}.txt\\n"}}]',
+                         "observation": f"line {j} of the notes of task {i}"} for j in range(3)]} for i in range(12)]
+    (base / "in").mkdir()
+    (base / "in" / "a.jsonl").write_text("".join(json.dumps(t) + "\n" for t in trajs))
+    tokenizer = write_small_tokenizer(base / "tokenizer.json", [json.dumps(t) for t in trajs], 300)
+    proc = lwm_in_process("run", "--executor", "local", "--progress", "off", "-i", str(base / "in"), "-o",
+                          str(base / "out"), "--tokenizer", str(tokenizer))
+    assert proc.returncode == 0, proc.stderr
+    return base / "out" / "shards" / "cpt", load_tokenizer(str(tokenizer)).vocab_size
+
+
+def test_the_tiny_model_embeds_the_vocabulary_of_the_shards_tokenizer(small_vocabulary_run, tmp_path):
+    pool, size = small_vocabulary_run
+    result = _train("--shards", str(pool), "--out", str(tmp_path / "ck"), "--max-steps", "1", "--tiny-dim", "16",
+                    "--tiny-layers", "1", "--tiny-heads", "2", "--micro-batch-tokens", "256",
+                    "--long-samples", "truncate-left")
+    assert result.exit_code == 0, result.output
+    from training.checkpoint import load_checkpoint
+
+    checkpoint = load_checkpoint(str(tmp_path / "ck"))
+    assert checkpoint.trainer["config"]["tiny_vocab"] == size < 400
+    assert tuple(checkpoint.model["embed.weight"].shape) == (size, 16)
+
+
+def test_a_tiny_vocabulary_below_the_shards_tokenizer_is_refused_in_one_line(small_vocabulary_run):
+    """The pipeline's shards hold no statistics of their ids: the tokenizer that wrote them bounds them."""
+    pool, size = small_vocabulary_run
+    manifest = json.loads((pool.parent.parent / "manifest.json").read_text())
+    name, vocab = manifest["tokenizer"]["name"], manifest["tokenizer"]["vocab_hash"][:12]
+    result = _train("--shards", str(pool), "--tiny-vocab", str(size - 1), "--micro-batch-tokens", "256",
+                    "--long-samples", "truncate-left")
+    assert result.exit_code == 2, result.output
+    assert result.output.strip().splitlines() == [
+        f"lwm: error: --tiny-vocab {size - 1}: the shards of {pool.parent.parent} were tokenized with {name} "
+        f"(vocabulary {vocab}), whose ids go up to {size - 1}; give --tiny-vocab {size} or more, or leave it out (the "
+        "size of that tokenizer)"]
+
+
+@pytest.mark.parametrize("statistics", [True, False])
+def test_token_ids_past_a_tiny_vocabulary_are_refused_never_folded(tmp_path, statistics):
+    """With the ids' Parquet statistics before the first step; without them (and no tokenizer named) at the step
+    that meets such an id."""
+    pool = write_synthetic_shards(str(tmp_path / "run"), rows_per_file=(8,), row_group_rows=4)
+    [part] = Path(pool).glob("*.parquet")
+    table = pq.read_table(part)
+    pq.write_table(table, part, row_group_size=4, write_statistics=statistics)
+    top = max(max(ids) for ids in table.column("input_ids").to_pylist())
+    result = _train("--shards", pool, "--tiny-vocab", "32", "--tiny-dim", "16", "--tiny-layers", "1", "--tiny-heads",
+                    "2", "--micro-batch-tokens", "64", "--no-shuffle", "--max-steps", "1")
+    assert result.exit_code == 2, result.output
+    line = result.output.strip().splitlines()[-1]
+    assert line.startswith("lwm: error: --tiny-vocab 32: the shards hold token id "), result.output
+    assert int(line.split("token id ")[1].split(",")[0]) >= 32 and top >= 32
+    assert line.endswith("or more, or leave it out (the size of the shards' tokenizer)")
+    assert ("step 1" in result.output) is False

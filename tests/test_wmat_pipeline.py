@@ -255,7 +255,8 @@ def test_a_dry_run_projects_the_block_requests_and_sends_nothing(runs):
     items = len({r["traj_id"] for r in _rows(out, "llm/wmat_blocks")})
     assert runs["dry_sent"] == 0
     text = runs["manifests"]["dry"]["stderr"]
-    assert f"stage wmat_blocks: {items} item(s), projected {steps:,}–{2 * steps:,} calls" in text
+    assert f"stage wmat_blocks: {items} item(s), projected {steps:,}–{2 * steps:,} calls (model writer)\n" in text
+    assert "judge" not in text.split("stage wmat_blocks: ")[1].splitlines()[0]  # the stage asks no judge
     assert "# Ground truth, do not reveal" in text  # the first rendered request is shown
     assert not (runs["base"] / "dry" / "wmat").exists()
 
@@ -313,7 +314,8 @@ def test_lwm_train_takes_a_wmat_span_as_its_category_weight(runs):
     from training.cli import train as train_command
 
     source = str(runs["base"] / "on" / "wmat" / "fesft")
-    tiny = ["--tiny-vocab", "64", "--tiny-dim", "16", "--tiny-layers", "1", "--tiny-heads", "2", "--max-steps", "1",
+    # the tiny model embeds the default vocabulary (248k ids): a step of its few weighted tokens takes a second
+    tiny = ["--tiny-dim", "16", "--tiny-layers", "1", "--tiny-heads", "2", "--max-steps", "1",
             "--micro-batch-tokens", "8192", "--long-samples", "drop"]
     result = CliRunner().invoke(train_command, ["--shards", source, *tiny, "--category-weight", "world_model=0.5"])
     assert result.exit_code == 0, result.output  # the README's command

@@ -120,9 +120,9 @@ def worker_error_text(message: str) -> str:
 @click.option(
     "--tiny-vocab",
     type=click.IntRange(min=2),
-    default=151936,
-    show_default=True,
-    help="Vocabulary of the tiny model; larger ids are folded in by modulo.",
+    default=None,
+    help="Embedding rows of the tiny model; a token id of the shards beyond them is refused. [default: the vocabulary "
+    "size of the tokenizer the shards' manifest.json names, else the largest token id + 1]",
 )
 @click.option("--tiny-dim", type=click.IntRange(min=2), default=64, show_default=True)
 @click.option("--tiny-layers", type=click.IntRange(min=1), default=2, show_default=True)

@@ -21,6 +21,7 @@ from typing import Any
 import fsspec
 
 from schemas.errors import ConfigError
+from training.models import TINY
 from training.runs import Manifests
 from training.shards import TOKEN_ID_LEAF, FooterStatistics
 
@@ -99,25 +100,58 @@ def _load(spec: str, engine: str | None) -> Any | None:
         return None
 
 
+def tiny_vocabulary(files: list[str], manifests: Manifests, statistics: FooterStatistics | None = None) -> int:
+    """The embedding rows of the tiny model when ``--tiny-vocab`` is not given: the vocabulary size of the tokenizer
+    the manifests name, where it loads here; else the largest token id of the shards plus one (Parquet statistics);
+    else the size of the built-in vocabulary, which `lwm run` tokenizes with by default. An id past it is refused
+    before the first step, or at the step that meets it, never folded into the embedding."""
+    named = _shards_tokenizer(manifests)
+    loaded = _load(str(named[0].get("name") or ""), named[0].get("engine")) if named else None
+    if loaded is not None:
+        return int(loaded.vocab_size)
+    top = largest_token_id(files, statistics)
+    if top is not None:
+        return max(top + 1, 2)
+    default = _load("default", None)
+    assert default is not None  # the built-in vocabulary always loads
+    return int(default.vocab_size)
+
+
+def id_past_vocabulary(model: str, rows: int, top: int) -> str:
+    """The one line that refuses token id `top` for a model of `rows` embedding rows."""
+    if model == TINY:
+        return (f"--tiny-vocab {rows}: the shards hold token id {top}, which the tiny model would have no embedding "
+                f"for; give --tiny-vocab {top + 1} or more, or leave it out (the size of the shards' tokenizer)")
+    return (f"--model {model}: the shards hold token id {top}, but the model's vocabulary has {rows} entries; the "
+            "shards were tokenized for another model (the run's manifest.json names its tokenizer)")
+
+
 def check_fits_model(model: str, rows: int | None, files: list[str], manifests: Manifests,
                      statistics: FooterStatistics | None = None) -> None:
     """Refuse, in one line, shards whose token ids the model has no embedding for, or that another tokenizer than
-    the model's wrote (see the module docstring). `rows`: the model's embedding rows (None: the tiny model);
-    `statistics`: the footers' maxima, where the caller has them."""
+    the model's wrote (see the module docstring; the tiny model has no tokenizer of its own: only the ids matter,
+    bounded by the shards' tokenizer where the files hold no statistics of them).
+    `rows`: the model's embedding rows (None: not known); `statistics`: the footers' maxima, where the caller has
+    them."""
     if rows is None:
         return
     top = largest_token_id(files, statistics)
     if top is not None and top >= rows:
-        raise ConfigError(
-            f"--model {model}: the shards hold token id {top}, but the model's vocabulary has {rows} entries; the "
-            "shards were tokenized for another model (the run's manifest.json names its tokenizer)"
-        )
+        raise ConfigError(id_past_vocabulary(model, rows, top))
     named = _shards_tokenizer(manifests)
-    if named is None:
+    if named is None or (model == TINY and top is not None):  # the tiny model needs rows for the ids it meets only
         return
     tokenizer, root = named
     description = f"{tokenizer.get('name') or tokenizer.get('engine')} (vocabulary {str(tokenizer['vocab_hash'])[:12]})"
     shards_tokenizer = _load(str(tokenizer.get("name") or ""), tokenizer.get("engine"))
+    if model == TINY:  # no statistics of the ids (`lwm run` writes none for list columns): the tokenizer bounds them
+        if shards_tokenizer is not None and shards_tokenizer.vocab_size > rows:
+            raise ConfigError(
+                f"--tiny-vocab {rows}: the shards of {root} were tokenized with {description}, whose ids go up to "
+                f"{shards_tokenizer.vocab_size - 1}; give --tiny-vocab {shards_tokenizer.vocab_size} or more, or leave "
+                "it out (the size of that tokenizer)"
+            )
+        return
     if shards_tokenizer is not None and shards_tokenizer.vocab_size > rows:
         raise ConfigError(
             f"--model {model}: the shards of {root} were tokenized with {description}, whose ids go up to "

@@ -33,7 +33,13 @@ from training.checkpoint import (
     sharded_state,
 )
 from training.collate import MicroBatch, micro_batches
-from training.compatibility import check_fits_model, context_length, sample_limit
+from training.compatibility import (
+    check_fits_model,
+    context_length,
+    id_past_vocabulary,
+    sample_limit,
+    tiny_vocabulary,
+)
 from training.dataset import ShardDataset
 from training.interrupts import StopBetweenSteps
 from training.long_samples import (
@@ -91,18 +97,11 @@ def _gather(value: Any, dist: Distributed) -> list[Any]:
 
 
 def _check_vocabulary(batches: list[MicroBatch], rows: int, model: str) -> None:
-    """A token id past the model's embedding is one line, not an IndexError deep in the forward pass."""
+    """A token id past the model's embedding is one line, not an IndexError deep in the forward pass (shards whose
+    files hold no statistics of their ids are only checked here)."""
     top = max((int(b.input_ids.max()) for b in batches if b.input_ids.numel()), default=-1)
     if top >= rows:
-        raise ConfigError(
-            f"--model {model}: the shards hold token id {top}, but the model's vocabulary has {rows} entries; the "
-            "shards were tokenized for another model (the run's manifest.json names its tokenizer)"
-        )
-
-
-def _fold_ids(batch: MicroBatch, vocab: int) -> MicroBatch:
-    """Ids of a larger vocabulary folded into the tiny model's by modulo (for CPU smoke runs)."""
-    return replace(batch, input_ids=batch.input_ids.remainder(vocab), labels=batch.labels.remainder(vocab))
+        raise ConfigError(id_past_vocabulary(model, rows, top))
 
 
 def _draw(batches: Iterator[MicroBatch], count: int) -> list[MicroBatch]:
@@ -250,7 +249,10 @@ def _train(config: TrainConfig, dist: Distributed, echo: Callable[[str], None]) 
     check_same_tokenizer(manifests)
     if config.category_weights:
         check_category_names(files, config.category_weights, manifests)
-    tiny = TinyConfig(config.tiny_vocab, config.tiny_dim, config.tiny_layers, config.tiny_heads)
+    if config.model == TINY and config.tiny_vocab is None:  # resolved here, so that its checkpoints record it
+        config = replace(config, tiny_vocab=tiny_vocabulary(files, manifests, dataset.footer_statistics))
+    tiny = TinyConfig(config.tiny_vocab, config.tiny_dim, config.tiny_layers, config.tiny_heads) \
+        if config.tiny_vocab is not None else TinyConfig()  # the latter for a Hugging Face model: not built
     model = build_model(config.model, tiny, pick_attention(config.attention, dist.device)).to(dist.device)
     rows = vocabulary_rows(model)
     check_fits_model(config.model, rows, files, manifests, dataset.footer_statistics)
@@ -313,8 +315,6 @@ def _train(config: TrainConfig, dist: Distributed, echo: Callable[[str], None]) 
             if rows is not None:
                 _check_vocabulary(drawn, rows, config.model)
             micro = [b.to(dist.device) for b in drawn]
-            if config.model == TINY:
-                micro = [_fold_ids(b, config.tiny_vocab) for b in micro]
             result: StepResult = accumulate_gradients(wrapped, micro, config.loss_norm, config.loss_chunk_tokens, autocast)
             if config.max_grad_norm > 0:
                 torch.nn.utils.clip_grad_norm_(model.parameters(), config.max_grad_norm)

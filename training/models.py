@@ -158,7 +158,9 @@ def load_hf_causal_lm(path: str, attention: str = "sdpa") -> HFCausalLM:
 
 
 def vocabulary_rows(model: nn.Module) -> int | None:
-    """Rows of a Hugging Face model's input embedding (the largest token id it takes, plus one); None for others."""
+    """Rows of the model's input embedding (the largest token id it takes, plus one); None for an unknown model."""
+    if isinstance(model, TinyDecoder):
+        return int(model.embed.num_embeddings)
     if not isinstance(model, HFCausalLM):
         return None
     return int(model.model.get_input_embeddings().num_embeddings)

@@ -16,7 +16,6 @@ from training.loss import LOSS_NORMS
 from training.models import ATTENTION, TINY
 from training.schedule import SCHEDULES
 from training.sharding import PRECISIONS
-from training.tiny_model import QWEN_VOCAB_SIZE
 
 
 @dataclass(frozen=True)
@@ -46,7 +45,7 @@ class TrainConfig:
     log_json: str | None = None
     save_every: int = 0
     device: str = "auto"
-    tiny_vocab: int = QWEN_VOCAB_SIZE
+    tiny_vocab: int | None = None  # None: the shards' vocabulary (`training.compatibility.tiny_vocabulary`)
     tiny_dim: int = 64
     tiny_layers: int = 2
     tiny_heads: int = 4
@@ -112,9 +111,10 @@ def check_config(config: TrainConfig) -> None:
                           f"({2 * config.tiny_heads}): each head's rotary embedding takes pairs of dimensions")
 
 
-# The optimizer settings a resumed run takes from its command, not from the checkpoint it continues.
+# The optimizer settings a resumed run takes from its command, not from the checkpoint it continues: the rate and
+# decay, and what shapes the schedule (--max-steps sets where the cosine or linear decay ends).
 RESUMED_WITH = (("lr", "--lr"), ("weight_decay", "--weight-decay"), ("schedule", "--schedule"),
-                ("warmup_steps", "--warmup-steps"), ("min_lr_ratio", "--min-lr-ratio"))
+                ("warmup_steps", "--warmup-steps"), ("min_lr_ratio", "--min-lr-ratio"), ("max_steps", "--max-steps"))
 
 
 def changed_settings(saved: dict, config: TrainConfig) -> str:

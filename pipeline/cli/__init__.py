@@ -55,6 +55,7 @@ class LazyCommands(click.Group):
 
 @click.group(cls=LazyCommands, context_settings={"help_option_names": ["-h", "--help"]})
 @click.option("--debug", is_flag=True, help="Show tracebacks instead of one-line errors.")
+@click.version_option(package_name="lwmkit", prog_name="lwm", message="%(prog)s %(version)s")
 def main(debug: bool) -> None:
     """lwmkit: raw agent logs → weighted token-loss shards for language world models."""
 

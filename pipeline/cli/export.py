@@ -157,6 +157,8 @@ def write_agentworldbench(run_dir: str, out: str) -> ExportSummary:
     """Write the eval pool of `run_dir` to `out` (local path or fsspec URL), atomically."""
     import fsspec
 
+    if not out.strip():  # it would name the folder lwm runs in
+        raise ConfigError(f"the output file name is empty ({out!r}); give the file to write, e.g. DIR/lwm_test.jsonl")
     fs, path = fsspec.core.url_to_fs(out)
     check_bucket(fs, path, out)  # first: a store that never answers is one line, not a hang in `isdir`
     if fs.isdir(path):  # a move onto it would put the file inside, under its temporary name

@@ -136,6 +136,8 @@ def write_rl_dataset(run_dir: str, out_dir: str, fmt: str, val_fraction: float =
     """
     if not 0.0 <= val_fraction < 1.0:
         raise ConfigError(f"--val-fraction must be in [0, 1), not {val_fraction}")
+    if not out_dir.strip():  # it would name the folder lwm runs in, and the export would land there
+        raise ConfigError(f"the output folder name is empty ({out_dir!r}); give the folder to write train.parquet into")
     schema, make_row = FORMATS[fmt]
     samples = rl_samples(run_dir)
     fs, root = out_fs(out_dir)

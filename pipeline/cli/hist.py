@@ -91,12 +91,16 @@ def removed_line(run_dir: str) -> str:
 @click.argument("run_dir")
 @click.option("--by", default="", help="Break down by keys: domain, pool, template (comma-separated).")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
-@click.option("--png", type=click.Path(), help="Write a bar chart and an OL-vs-Nov scatter to this PNG.")
+@click.option("--png", type=click.Path(), help="Write a bar chart and an OL-vs-Nov scatter as PNG to this path (no extension, or .png).")
 @click.option("--source", type=click.Choice(["auto", "shards", "manifest"]), default="auto", show_default=True)
 @handle_errors
 def hist_cmd(run_dir: str, by: str, as_json: bool, png: str | None, source: str) -> None:
     """Mask category histogram of a run (shards, or the manifest when the shards are remote)."""
     keys = tuple(k.strip() for k in by.split(",") if k.strip())
+    if png:
+        from pipeline.hist_plot import check_png_path
+
+        check_png_path(png)
     bad = [k for k in keys if k not in KEYS[:3]]
     if bad:
         raise ConfigError(f"--by: unknown key {bad[0]!r}; use domain, pool, template")

@@ -25,6 +25,7 @@ from pipeline.cli.common import json_option, jsonl_values
 from pipeline.cli.run_files import find_trajectories, finished_run, parquet_files, rl_shard_rows, trajectory_of_sample
 from pipeline.errors import handle_errors
 from schemas.errors import ConfigError
+from stages.pools import POOLS
 from stages.render import user_prompt
 from stages.reward.core import RewardConfig, RewardInput, RewardResult, score_batch, split_prompt
 
@@ -108,9 +109,12 @@ def _pct(x: float | None) -> str:
 @click.command("reward")
 @click.argument("run_dir")
 @click.argument("predictions")
-@click.option("--judge-url", required=True, envvar="LWM_JUDGE_URL", help="OpenAI-compatible base URL (…/v1).")
-@click.option("--judge-model", required=True, envvar="LWM_JUDGE_MODEL", help="Judge model name.")
-@click.option("--judge-api-key", envvar="LWM_JUDGE_API_KEY", help="API key (default: LWM_JUDGE_API_KEY).")
+# show_envvar: the help and the missing-option error name the environment variable that can stand for the flag
+@click.option("--judge-url", required=True, envvar="LWM_JUDGE_URL", show_envvar=True,
+              help="OpenAI-compatible base URL (…/v1); the flag or its environment variable.")
+@click.option("--judge-model", required=True, envvar="LWM_JUDGE_MODEL", show_envvar=True,
+              help="Judge model name; the flag or its environment variable.")
+@click.option("--judge-api-key", envvar="LWM_JUDGE_API_KEY", show_envvar=True, help="API key.")
 @click.option("--pool", type=click.Choice(["rl", "eval"]), default="rl", show_default=True)
 @click.option("--concurrency", type=click.IntRange(min=1), default=8, show_default=True,
               help="Judge requests in flight.")
@@ -157,7 +161,8 @@ def score_predictions(run_dir, predictions, judge_url, judge_model, judge_api_ke
     if not preds:
         raise ConfigError(f"{predictions}: holds no predictions")
     if not ids:
-        raise ConfigError(f"{predictions}: none of its {len(preds)} sample ids is in the {pool} pool of {run_dir}")
+        raise ConfigError(f"{predictions}: none of its {len(preds)} sample ids is in the {pool} pool of {run_dir}"
+                          + _where_they_are(run_dir, set(preds), pool))
     items = [dataclasses.replace(inputs[i], completion=preds[i]) for i in ids]
     client = ChatClient(judge_url, judge_model, judge_api_key, timeout_s=timeout_s, max_retries=retries,
                         max_concurrency=concurrency, cache_dir=cache_dir,
@@ -185,6 +190,28 @@ def score_predictions(run_dir, predictions, judge_url, judge_model, judge_api_ke
     else:
         _print_report(report, pool, unknown)
     _check_judge_answered(report["judge"], judge_url, results)
+
+
+def _where_they_are(run_dir: str, ids: set[str], asked: str) -> str:
+    """``; they are in the eval pool: give --pool eval`` for sample ids of the run's other pools (their
+    ``sample_id`` column alone is read), or ''."""
+    fs, root = finished_run(run_dir)
+    found: Counter[str] = Counter()
+    for other in (p for p in POOLS if p != asked):
+        for path in parquet_files(fs, posixpath.join(root, "shards", other)):
+            with fs.open(path, "rb") as f:
+                found[other] += len(ids & set(pq.read_table(f, columns=["sample_id"]).column(0).to_pylist()))
+    held = [(p, n) for p, n in found.most_common() if n]
+    if not held:
+        return ""
+    top, most = held[0]
+    if len(held) == 1 and most == len(ids):
+        where = f"they are in the {top} pool"
+    else:
+        where = ", ".join([f"{most} {'is' if most == 1 else 'are'} in the {top} pool",
+                           *(f"{n} in the {p} pool" for p, n in held[1:])])
+    hint = f": give --pool {top}" if top in ("rl", "eval") else " (lwm reward scores the rl and eval pools)"
+    return f"; {where}{hint}"
 
 
 def check_judge_url(url: str) -> None:

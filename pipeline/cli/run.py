@@ -7,8 +7,14 @@ from typing import Any
 import click
 
 from pipeline.cli.common import done_cleanly
-from pipeline.config import load_config_file, parse_opt, resolve
+from pipeline.config import DEFAULTS, load_config_file, parse_opt, resolve
 from pipeline.errors import handle_errors
+
+
+def _default(section: str, key: str) -> str:
+    """``[default: …]`` for a flag's help: the config key's built-in value. The flag itself has no click default, so
+    that a config file's value holds where the flag is not given."""
+    return f"[default: {DEFAULTS[section][key]}]"
 
 
 def _run_overrides(**kw: Any) -> dict[str, Any]:
@@ -55,7 +61,9 @@ def _run_overrides(**kw: Any) -> dict[str, Any]:
 @click.option("--format", "-f", "format", help="Input format (see `lwm formats`); sniffed when omitted.")
 @click.option("--domain", "-d", help="Domain of the trajectories (overrides the format's default).")
 @click.option("--opt", "opts", multiple=True, metavar="KEY=VALUE", help="Adapter option (repeatable).")
-@click.option("--source-kind", type=click.Choice(["sandbox", "public", "internal"]), help="Provenance kind.")
+@click.option("--source-kind", type=click.Choice(["sandbox", "public", "internal"]),
+              help="Provenance kind recorded in each trajectory's source, over the kind a record names (lwm-jsonl). "
+                   "[default: a record's own source.kind, else public]")
 @click.option("--config", "config_path", help="TOML config file; flags override its keys.")
 @click.option("--executor", type=click.Choice(["auto", "processes", "local", "ray"]),
               help="auto (default: worker processes on this machine for inputs below 256 MB, Ray from there), "
@@ -63,13 +71,17 @@ def _run_overrides(**kw: Any) -> dict[str, Any]:
 @click.option("--ray-address", help="Ray cluster address (also RAY_ADDRESS); default starts a local Ray.")
 @click.option("--num-cpus", type=int, help="CPUs for a local Ray instance or worker processes (default: all).")
 @click.option("--tokenizer", help="tokenizer.json path or model directory; default: built-in Qwen3.6 vocabulary.")
-@click.option("--chat-format", type=click.Choice(["chatml", "plain"]), help="Chat format of rendered samples.")
-@click.option("--keep-mode", type=click.Choice(["weight", "turn", "token"]), help="How keep ratios become weights.")
-@click.option("--sft-turns", help="Turn samples per trajectory in the sft pool: a number or 'all'.")
+@click.option("--chat-format", type=click.Choice(["chatml", "plain"]),
+              help=f"Chat format of rendered samples. {_default('render', 'chat_format')}")
+@click.option("--keep-mode", type=click.Choice(["weight", "turn", "token"]),
+              help=f"How keep ratios become weights. {_default('masking', 'keep_mode')}")
+@click.option("--sft-turns",
+              help=f"Turn samples per trajectory in the sft pool: a number or 'all'. {_default('pools', 'sft_turns')}")
 @click.option("--redact-emails", is_flag=True, default=None, help="Also replace e-mail addresses.")
 @click.option("--max-quarantine-rate", type=float, help="Fail when more than this fraction is quarantined (0.05).")
 @click.option("--from-layer", type=click.Choice(["trajectories"]), help="Re-run later stages from a kept layer.")
-@click.option("--progress", type=click.Choice(["auto", "bar", "lines", "off"]), help="Progress display.")
+@click.option("--progress", type=click.Choice(["auto", "bar", "lines", "off"]),
+              help=f"Progress display. {_default('executor', 'progress')}")
 @click.option("--dry-run", is_flag=True, help="Print the resolved config and exit.")
 @click.option("--llm-endpoint", help="OpenAI-compatible base URL (…/v1): turns on the model-in-the-loop stages.")
 @click.option("--llm-model", help="Model name sent to the endpoint (llm.model).")

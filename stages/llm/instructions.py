@@ -138,6 +138,7 @@ def parse_instruction(text: str | None, max_chars: int) -> tuple[str | None, str
 class InstructionStage:
     name = "instructions"
     schema = SCHEMA
+    uses_judge = False
 
     def wants(self, traj: Trajectory, ctx: StageContext) -> bool:
         pools = ctx.cfg["pools"]

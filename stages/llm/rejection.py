@@ -122,6 +122,7 @@ class _Target:
 class RejectionStage:
     name = "sft_reasoning"
     schema = SCHEMA
+    uses_judge = True  # each candidate is scored by the rubric judge
 
     def wants(self, traj: Trajectory, ctx: StageContext) -> bool:
         pools = ctx.cfg["pools"]

@@ -7,7 +7,8 @@ A stage (see `pipeline.llm_stage` for how stages are run, resumed and accounted)
   trajectory added (trajectories that share an id: `pipeline.occurrences`); one ``process`` call
   is never given two trajectories that share an id;
 - ``wants(traj, ctx) -> bool`` — whether it has work for a trajectory;
-- ``process(trajs, ctx) -> rows`` — asks through ``ctx.send`` (model) or ``ctx.send(…, judge=True)``;
+- ``process(trajs, ctx) -> rows`` — asks through ``ctx.send`` (model) or ``ctx.send(…, judge=True)`` (a stage
+  that asks the judge says so: ``uses_judge = True``, which the dry run shows);
 - ``dry_requests(traj, ctx) -> (first-round requests, (min calls, max calls))`` — for the dry run;
 - ``apply(traj, rows, ctx) -> {turn: drop reason} | Applied`` — how its rows change the trajectory that
   later stages and the samples see, and which target turns must not become samples; an `Applied` also
@@ -207,6 +208,7 @@ class StageContext:
 class LLMStage(Protocol):
     name: str
     schema: Any
+    uses_judge: bool  # whether it sends to the judge (``ctx.send(…, judge=True)``); a stage without it sends none
 
     def wants(self, traj: Trajectory, ctx: StageContext) -> bool: ...
 

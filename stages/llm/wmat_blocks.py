@@ -44,6 +44,7 @@ SCHEMA = pa.schema([
 class WmatBlockStage:
     name = STAGE_NAME
     schema = SCHEMA
+    uses_judge = False  # blocks are checked by rules (format, spoilers), not by a judge
 
     def wants(self, traj: Trajectory, ctx: StageContext) -> bool:
         pools = ctx.cfg["pools"]
