@@ -8,6 +8,7 @@ neither runs: the finished ingest markers of the output folder are read back.
 
 from __future__ import annotations
 
+import os
 import posixpath
 import sys
 from collections.abc import Callable
@@ -24,10 +25,11 @@ from pipeline.split_input import input_entries, run_scan_task, scan_tasks
 from schemas.errors import ConfigError
 from schemas.stats import merge_all
 from stages.ingest.ranges import IngestWork, apply_scans, content_stamp, input_size, plan_ingest, split_settings
-from stages.ingest.reading import InputUnit
+from stages.ingest.reading import InputUnit, is_local
 from stages.ingest.registry import get_adapter, sniff, sniffed_opts, with_run_settings
 from stages.normalize import UNREAD_FILES
 from stages.steps import step_sections
+from stages.uri_credentials import strip_uri_credentials
 
 Echo = Callable[[str], None]
 
