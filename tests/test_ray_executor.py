@@ -151,7 +151,7 @@ def test_a_task_error_under_ray_is_the_same_one_line_as_under_the_local_runner(t
     assert seen["ray"] == seen["local"]
     status, stderr = seen["ray"]
     assert status == 2
-    assert stderr.splitlines()[-1] == "lwm: error: output not writable: OUT/trajectories (File exists)"
+    assert stderr.splitlines()[-1] == "lwm: error: output not writable: OUT/trajectories (it is a file, not a folder)"
 
 
 class _Timed(Progress):
