@@ -10,7 +10,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from tests.helpers import lwm_in_process
+from tests.helpers import lwm_bound_by_file_modes, lwm_in_process
 
 
 def traj(i: int, turns: int = 2, domain: str = "terminal") -> dict:
@@ -280,3 +280,29 @@ def test_a_small_file_nothing_reads_ends_the_run_with_a_warning_naming_it(tmp_pa
                                                                           ("swe.ndjson", None)]
     report = json.loads(lwm("validate", "--json", str(src)).stdout)
     assert report["unread"] == {"files": 1, "bytes": size}
+
+
+def test_a_file_that_cannot_be_read_counts_its_size_in_the_input_as_run_and_validate_both_measure_it(tmp_path):
+    """Nothing of a mode-000 file is read: its bytes are unread, and the input they are a share of holds them, so the
+    share stays under 100% and validate fails exactly where run does."""
+    src = tmp_path / "in"
+    src.mkdir()
+    _jsonl(src / "good.jsonl", 0, 10)
+    _jsonl(src / "big.jsonl", 100, 200).chmod(0)
+    big, total = (src / "big.jsonl").stat().st_size, sum(p.stat().st_size for p in src.iterdir())
+    share = f"{big / total:.1%} of the input ({big:,} of {total:,} bytes, in 1 file of which nothing was read)"
+    for bound, fails in (("1", False), ("0.5", True)):
+        out = tmp_path / f"out-{bound}"
+        run = lwm_bound_by_file_modes("run", "--executor", "local", "--progress", "off", "-i", str(src),
+                                      "-o", str(out), "--max-quarantine-rate", bound)
+        checked = lwm_bound_by_file_modes("validate", str(src), "--max-quarantine-rate", bound)
+        assert (run.returncode, checked.returncode) == ((2, 1) if fails else (0, 0)), run.stderr + checked.stderr
+        if fails:
+            assert f"lwm: error: {share} exceeds the quarantine bound 50.0%" in run.stderr, run.stderr
+            assert f"{share} exceeds the quarantine bound 50.0%: lwm run would fail" in checked.stderr
+        else:
+            warning = f"warning: nothing was read from 1 input file ({big:,} bytes, {big / total:.1%} of the input)"
+            assert warning in run.stderr and warning in checked.stdout + checked.stderr, run.stderr
+            inputs = json.loads((out / "manifest.json").read_text())["inputs"]
+            assert sorted((Path(i["uri"]).name, i["size"]) for i in inputs) == [("big.jsonl", big),
+                                                                                ("good.jsonl", total - big)]
