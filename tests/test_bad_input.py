@@ -306,3 +306,25 @@ def test_a_file_that_cannot_be_read_counts_its_size_in_the_input_as_run_and_vali
             inputs = json.loads((out / "manifest.json").read_text())["inputs"]
             assert sorted((Path(i["uri"]).name, i["size"]) for i in inputs) == [("big.jsonl", big),
                                                                                 ("good.jsonl", total - big)]
+
+
+@pytest.mark.parametrize("given", [None, "lwm-jsonl"], ids=["sniffed", "--format"])
+def test_a_stream_that_is_not_the_compression_its_name_says_is_unread_with_or_without_format(given, tmp_path):
+    """A ``.gz`` that is plain text yields no record, only its broken stream: nothing of it was read, by its bytes,
+    whether sniffed or under --format. A ``.gz`` cut short after records were read is not unread."""
+    src = tmp_path / "in"
+    src.mkdir()
+    _jsonl(src / "good.jsonl", 0, 20)
+    (src / "notgz.jsonl.gz").write_text("".join(json.dumps(traj(i)) + "\n" for i in range(100, 110)))
+    blob = gzip.compress("".join(json.dumps(traj(i)) + "\n" for i in range(200, 500)).encode())
+    (src / "cut.jsonl.gz").write_bytes(blob[: len(blob) * 2 // 3])
+    size = (src / "notgz.jsonl.gz").stat().st_size
+    fmt = ["--format", given] if given else []
+    report = json.loads(lwm("validate", "--json", str(src), *fmt, check=False).stdout)
+    assert report["unread"] == {"files": 1, "bytes": size}, report
+    out = tmp_path / "out"
+    lwm("run", "--executor", "local", "--progress", "off", "-i", str(src), "-o", str(out), *fmt,
+        "--max-quarantine-rate", "1")
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["counts"]["files"]["unread"] == 1
+    assert [Path(i["uri"]).name for i in manifest["inputs"] if i.get("unread")] == ["notgz.jsonl.gz"]
