@@ -328,3 +328,32 @@ def test_a_stream_that_is_not_the_compression_its_name_says_is_unread_with_or_wi
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["counts"]["files"]["unread"] == 1
     assert [Path(i["uri"]).name for i in manifest["inputs"] if i.get("unread")] == ["notgz.jsonl.gz"]
+
+
+def test_a_local_folder_without_read_permission_is_named_as_unreadable_not_as_a_store_refusal(tmp_path):
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    _jsonl(locked / "good.jsonl", 0, 3)
+    locked.chmod(0)
+    try:
+        run = lwm_bound_by_file_modes("run", "--executor", "local", "-i", str(locked), "-o", str(tmp_path / "out"))
+        checked = lwm_bound_by_file_modes("validate", str(locked))
+    finally:
+        locked.chmod(0o755)
+    for proc, label in ((run, "run.input (--input)"), (checked, "input")):
+        last = proc.stderr.strip().splitlines()[-1]
+        assert last == f"lwm: error: {label}: cannot read {locked}: [Errno 13] Permission denied: '{locked}'", last
+
+
+def test_a_large_local_file_without_read_permission_is_quarantined_not_a_store_refusal(tmp_path):
+    """Split into byte ranges by its listed size, its scan cannot read it either: it is read whole, and quarantined."""
+    src = tmp_path / "in"
+    src.mkdir()
+    _jsonl(src / "good.jsonl", 0, 10)
+    _jsonl(src / "big.jsonl", 100, 8000).chmod(0)
+    assert (src / "big.jsonl").stat().st_size > 2 * 1024 * 1024  # over the smallest range: scanned by ranges
+    out = tmp_path / "out"
+    proc = lwm_bound_by_file_modes("run", "--executor", "local", "--progress", "off", "-i", str(src), "-o", str(out),
+                                   "--format", "lwm-jsonl", "--max-quarantine-rate", "1")
+    assert proc.returncode == 0 and "object store" not in proc.stderr, proc.stderr
+    assert [(Path(r["uri"]).name, r["reason"]) for r in _quarantine(out)] == [("big.jsonl", "unreadable_file")]
