@@ -32,7 +32,9 @@ __all__ = ["describe_input", "run_ingest_task", "task_id_for"]
 
 
 def describe_input(unit: InputUnit) -> dict[str, Any]:
-    """URI, size and sha256 of an input file (or of a directory's files, in name order)."""
+    """URI, size and sha256 of an input file (or of a directory's files, in name order). A file that cannot be read
+    counts its listed size (`input_size`, as ``bytes.unread`` does), so that the share of bytes unread is measured
+    against a total that holds them."""
     fs, path = filesystem(unit.uri)
     digest = hashlib.sha256()
     files = sorted(fs.find(path)) if unit.is_dir else [path]
@@ -50,8 +52,16 @@ def describe_input(unit: InputUnit) -> dict[str, Any]:
             if not is_local(fs):
                 raise
             unreadable += 1
+            size += _listed_size(fs, p)
     out = {"uri": recorded_uri(unit.uri), "size": size, "sha256": digest.hexdigest(), "files": len(files)}
     return {**out, "unreadable": unreadable} if unreadable else out
+
+
+def _listed_size(fs, path: str) -> int:
+    try:
+        return int(fs.size(path) or 0)
+    except OSError:  # a link to nothing: no size, as `input_size` says
+        return 0
 
 
 def _text_chars(traj) -> int:

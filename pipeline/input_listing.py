@@ -131,7 +131,8 @@ def _expand_inputs(specs: list[str], fmt: str | None, label: str) -> list[InputU
             except Exception:
                 failing = spec
                 break
-        if isinstance(exc, PermissionError) and refused_request(exc):  # the store's word: name the right refused
+        # the store's word where a store refused (a local folder without permission is no store's refusal)
+        if isinstance(exc, PermissionError) and not is_local(filesystem(failing)[0]) and refused_request(exc):
             raise ConfigError(f"{label}: {store_refused(failing, exc).strerror}") from None
         reason = " ".join(str(exc).split())[:300] or type(exc).__name__
         raise ConfigError(f"{label}: cannot read {strip_uri_credentials(failing)}: {reason}") from None

@@ -15,6 +15,7 @@ import zstandard
 from pipeline.object_stores import store_refused
 from stages.ingest.frames import inflate, raw_chunks
 from stages.ingest.ranges import IngestWork, content_stamp
+from stages.ingest.reading import filesystem, is_local
 from stages.uri_credentials import recorded_uri
 
 
@@ -52,8 +53,10 @@ def run_scan_task(task: dict[str, Any]) -> dict[str, Any]:
             last = chunk[-1:]
     except (EOFError, zstandard.ZstdError) as exc:
         error = f"{type(exc).__name__}: {exc}"  # the file is then read whole, where errors are quarantined
-    except PermissionError as exc:  # the store refused: one line, naming the input
-        raise store_refused(task["uri"], exc) from exc
+    except PermissionError as exc:
+        if not is_local(filesystem(task["uri"])[0]):  # the store refused: one line, naming the input
+            raise store_refused(task["uri"], exc) from exc
+        error = f"{type(exc).__name__}: {exc}"  # read whole, it is quarantined as an unreadable file
     public_uri = recorded_uri(task["uri"])
     result = {
         "task_id": task["task_id"], "stage": "scan", "uri": public_uri, "newlines": newlines, "length": length,

@@ -34,6 +34,8 @@ FILTERED_NO_TURNS = "filtered.no_turns"
 # bytes: one quarantined record each, so their size is counted too, against the same bound (README: Bad input).
 UNREAD_FILES = "files.unread"
 UNREAD_BYTES = "bytes.unread"
+# Failures of the stream itself, not of a record in it: a unit that yields one and no record was not read.
+STREAM_FAILURES = frozenset({"truncated_stream", "unreadable_file"})
 
 
 @dataclass
@@ -83,13 +85,18 @@ def count_unread(unit: InputUnit, stats: Stats) -> None:
 def normalize_unit(unit: InputUnit, adapter: Adapter, opts: dict[str, Any], stats: Stats) -> Iterator[Normalized]:
     """Read and normalize every record of `unit`; never raises on bad data. A unit whose reader refuses it whole before
     any record (its first item a failure of the ``document``: a container no reader opens, a document over the
-    size bound) is also counted as unread (`count_unread`)."""
-    first = True
+    size bound), or whose stream broke before any record read (no permission, a ``.gz`` that is not gzip), is also
+    counted as unread (`count_unread`), as it is when sniffed (`unrecognized_unit`)."""
+    first, unread, any_read, stream_broke = True, False, False, False
     for item in adapter.read(unit, opts):
-        if first and isinstance(item, InvalidRecord) and not isinstance(item, SkippedMember) \
-                and item.locator == "document" and item.reason not in NO_TURN_REASONS:
+        failed = isinstance(item, InvalidRecord) and not isinstance(item, SkippedMember) \
+            and item.reason not in NO_TURN_REASONS
+        if first and failed and item.locator == "document":
             count_unread(unit, stats)
+            unread = True
         first = False
+        any_read = any_read or not failed
+        stream_broke = stream_broke or (failed and item.reason in STREAM_FAILURES)
         if isinstance(item, SkippedMember):
             stats.add("members.skipped")
             stats.add(f"skipped.{item.reason}")
@@ -134,3 +141,5 @@ def normalize_unit(unit: InputUnit, adapter: Adapter, opts: dict[str, Any], stat
         stats.add("trajectories.normalized", len(trajs))
         stats.add("turns.normalized", sum(len(t.turns) for t in trajs))
         yield Normalized(item, trajs, None)
+    if stream_broke and not any_read and not unread:
+        count_unread(unit, stats)

@@ -41,10 +41,11 @@ _REFERENCE = (
 _WHOLE = re.compile(_REFERENCE)
 # The bracketed shapes a value may start with (``${DB_PASSWORD}``, ``$(cat f)``, ``{{ pw }}``, ``{pw}``, ``%(pw)s``,
 # ``<your-password>``), for value classes that stop at brackets: a rule takes such a start whole with what follows it,
-# so that ``{Xy9z}Abc1`` is judged as one value, not as a reference and a word.
+# so that ``{Xy9z}Abc1`` is judged as one value, not as a reference and a word. A brace followed by a quote opens an
+# object (``{"type":"string"}``, also JSON-escaped), never one value, so that start leaves quotes out.
 BRACKETED_START = (
     r"(?:\$?\{\{[^{}\n]{1,256}\}\}|\$\{(?:[^{}\s]|\$\{[^{}\s]{0,128}\}){1,256}\}"
-    r"|\$\((?:[^()\n]|\([^()\n]{0,256}\)){1,256}\)|\{[^{}\s]{0,256}\}|%\([^()\s]{1,64}\)|<[^<>\s]{1,256}>)"
+    r"|\$\((?:[^()\n]|\([^()\n]{0,256}\)){1,256}\)|\{[^{}\s\"'`\\]{0,256}\}|%\([^()\s]{1,64}\)|<[^<>\s]{1,256}>)"
 )
 # A reference at the start of a value that a rule's value class cut short (``--password=$(cat f)`` stops at the
 # space): it must end where the value's context would, not run on into more characters.

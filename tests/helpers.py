@@ -14,9 +14,11 @@ import os
 import posixpath
 import random
 import re
+import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import traceback
@@ -921,6 +923,26 @@ def lwm_in_process(*args: str) -> subprocess.CompletedProcess:
     if result.exception is not None and not isinstance(result.exception, SystemExit):
         stderr += "".join(traceback.format_exception(result.exception))
     return subprocess.CompletedProcess(["lwm", *args], result.exit_code, result.stdout, stderr)
+
+
+def lwm_bound_by_file_modes(*args: str) -> subprocess.CompletedProcess:
+    """`lwm ARGS` in a process that file modes bind (a ``chmod 000`` file is unreadable to it); skips the test where
+    no such process can be started. As root that is root without the capabilities that pass modes by (an
+    unprivileged user may not reach this interpreter)."""
+    import pytest
+
+    prefix = ["setpriv", "--bounding-set", "-dac_override,-dac_read_search"] if os.geteuid() == 0 else []
+    if prefix and not shutil.which("setpriv"):
+        pytest.skip("running as root without setpriv: file modes cannot be made to bind")
+    with tempfile.TemporaryDirectory() as folder:
+        locked = Path(folder, "locked")
+        locked.write_text("x")
+        locked.chmod(0)
+        probe = subprocess.run([*prefix, sys.executable, "-c", f"open({str(locked)!r})"], capture_output=True)
+    if probe.returncode == 0:
+        pytest.skip("file modes do not bind this process")
+    return subprocess.run([*prefix, sys.executable, "-m", "pipeline.cli", *args], capture_output=True, text=True,
+                          env=clean_env(), timeout=300)
 
 
 # ------------------------------------------------------------------ process groups of several ranks in one test

@@ -10,7 +10,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from tests.helpers import lwm_in_process
+from tests.helpers import lwm_bound_by_file_modes, lwm_in_process
 
 
 def traj(i: int, turns: int = 2, domain: str = "terminal") -> dict:
@@ -283,3 +283,80 @@ def test_a_small_file_nothing_reads_ends_the_run_with_a_warning_naming_it(tmp_pa
                                                                                   ("swe.ndjson", "")]
     report = json.loads(lwm("validate", "--json", str(src)).stdout)
     assert report["unread"] == {"files": 1, "bytes": size}
+
+
+def test_a_file_that_cannot_be_read_counts_its_size_in_the_input_as_run_and_validate_both_measure_it(tmp_path):
+    """Nothing of a mode-000 file is read: its bytes are unread, and the input they are a share of holds them, so the
+    share stays under 100% and validate fails exactly where run does."""
+    src = tmp_path / "in"
+    src.mkdir()
+    _jsonl(src / "good.jsonl", 0, 10)
+    _jsonl(src / "big.jsonl", 100, 200).chmod(0)
+    big, total = (src / "big.jsonl").stat().st_size, sum(p.stat().st_size for p in src.iterdir())
+    share = f"{big / total:.1%} of the input ({big:,} of {total:,} bytes, in 1 file of which nothing was read)"
+    for bound, fails in (("1", False), ("0.5", True)):
+        out = tmp_path / f"out-{bound}"
+        run = lwm_bound_by_file_modes("run", "--executor", "local", "--progress", "off", "-i", str(src),
+                                      "-o", str(out), "--max-quarantine-rate", bound)
+        checked = lwm_bound_by_file_modes("validate", str(src), "--max-quarantine-rate", bound)
+        assert (run.returncode, checked.returncode) == ((2, 1) if fails else (0, 0)), run.stderr + checked.stderr
+        if fails:
+            assert f"lwm: error: {share} exceeds the quarantine bound 50.0%" in run.stderr, run.stderr
+            assert f"{share} exceeds the quarantine bound 50.0%: lwm run would fail" in checked.stderr
+        else:
+            warning = f"warning: nothing was read from 1 input file ({big:,} bytes, {big / total:.1%} of the input)"
+            assert warning in run.stderr and warning in checked.stdout + checked.stderr, run.stderr
+            inputs = json.loads((out / "manifest.json").read_text())["inputs"]
+            assert sorted((Path(i["uri"]).name, i["size"]) for i in inputs) == [("big.jsonl", big),
+                                                                                ("good.jsonl", total - big)]
+
+
+@pytest.mark.parametrize("given", [None, "lwm-jsonl"], ids=["sniffed", "--format"])
+def test_a_stream_that_is_not_the_compression_its_name_says_is_unread_with_or_without_format(given, tmp_path):
+    """A ``.gz`` that is plain text yields no record, only its broken stream: nothing of it was read, by its bytes,
+    whether sniffed or under --format. A ``.gz`` cut short after records were read is not unread."""
+    src = tmp_path / "in"
+    src.mkdir()
+    _jsonl(src / "good.jsonl", 0, 20)
+    (src / "notgz.jsonl.gz").write_text("".join(json.dumps(traj(i)) + "\n" for i in range(100, 110)))
+    blob = gzip.compress("".join(json.dumps(traj(i)) + "\n" for i in range(200, 500)).encode())
+    (src / "cut.jsonl.gz").write_bytes(blob[: len(blob) * 2 // 3])
+    size = (src / "notgz.jsonl.gz").stat().st_size
+    fmt = ["--format", given] if given else []
+    report = json.loads(lwm("validate", "--json", str(src), *fmt, check=False).stdout)
+    assert report["unread"] == {"files": 1, "bytes": size}, report
+    out = tmp_path / "out"
+    lwm("run", "--executor", "local", "--progress", "off", "-i", str(src), "-o", str(out), *fmt,
+        "--max-quarantine-rate", "1")
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["counts"]["files"]["unread"] == 1
+    assert [Path(i["uri"]).name for i in manifest["inputs"] if i.get("unread")] == ["notgz.jsonl.gz"]
+
+
+def test_a_local_folder_without_read_permission_is_named_as_unreadable_not_as_a_store_refusal(tmp_path):
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    _jsonl(locked / "good.jsonl", 0, 3)
+    locked.chmod(0)
+    try:
+        run = lwm_bound_by_file_modes("run", "--executor", "local", "-i", str(locked), "-o", str(tmp_path / "out"))
+        checked = lwm_bound_by_file_modes("validate", str(locked))
+    finally:
+        locked.chmod(0o755)
+    for proc, label in ((run, "run.input (--input)"), (checked, "input")):
+        last = proc.stderr.strip().splitlines()[-1]
+        assert last == f"lwm: error: {label}: cannot read {locked}: [Errno 13] Permission denied: '{locked}'", last
+
+
+def test_a_large_local_file_without_read_permission_is_quarantined_not_a_store_refusal(tmp_path):
+    """Split into byte ranges by its listed size, its scan cannot read it either: it is read whole, and quarantined."""
+    src = tmp_path / "in"
+    src.mkdir()
+    _jsonl(src / "good.jsonl", 0, 10)
+    _jsonl(src / "big.jsonl", 100, 8000).chmod(0)
+    assert (src / "big.jsonl").stat().st_size > 2 * 1024 * 1024  # over the smallest range: scanned by ranges
+    out = tmp_path / "out"
+    proc = lwm_bound_by_file_modes("run", "--executor", "local", "--progress", "off", "-i", str(src), "-o", str(out),
+                                   "--format", "lwm-jsonl", "--max-quarantine-rate", "1")
+    assert proc.returncode == 0 and "object store" not in proc.stderr, proc.stderr
+    assert [(Path(r["uri"]).name, r["reason"]) for r in _quarantine(out)] == [("big.jsonl", "unreadable_file")]

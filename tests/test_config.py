@@ -135,13 +135,14 @@ def test_recorded_config_drops_input_credentials_and_the_hash_ignores_them():
 
 
 def test_one_input_written_several_ways_hashes_alike_and_another_input_does_not(tmp_path, monkeypatch):
-    (tmp_path / "in").mkdir()
+    (tmp_path / "in" / "sub").mkdir(parents=True)
     monkeypatch.chdir(tmp_path)
 
     def hashed(*inputs: str) -> str:
         return config_hash(resolve(overrides={"run": {"input": list(inputs)}}))
 
-    assert len({hashed(s) for s in ("in", "in/", "./in", "in//", "in/../in", str(tmp_path / "in"))}) == 1
+    assert len({hashed(s) for s in ("in", "in/", "./in", "in//", "in/../in", "in/.", "in/./", "in/sub/..",
+                                              str(tmp_path / "in"))}) == 1
     assert output_config(resolve(overrides={"run": {"input": ["./in/"]}}))["run"]["input"] == [str(tmp_path / "in")]
     assert hashed("s3://b/logs/") == hashed("s3://b/logs") != hashed("s3://b/logs2")
     assert len({hashed("in"), hashed("other"), hashed("in/*.jsonl"), hashed("in", "other")}) == 4

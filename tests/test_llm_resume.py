@@ -12,10 +12,12 @@ import time
 from pathlib import Path
 
 import pyarrow.parquet as pq
+import pytest
 
 from pipeline.run import run_pipeline
 from tests.helpers import (
     LWM,
+    Answer,
     JudgeServer,
     Script,
     Slow,
@@ -213,3 +215,28 @@ def test_the_request_budget_holds_for_the_whole_run_not_each_stage(tmp_path):
         sent = len(server.requests)
     assert sent == 10  # each request is counted before it is sent: 4 for the instructions, 6 for sft reasoning
     assert "llm budget spent in stage sft_reasoning after 10 requests" in message
+
+
+@pytest.mark.parametrize("order", [("wmat_blocks", "sft_reasoning"), ("sft_reasoning", "wmat_blocks")])
+def test_a_stage_whose_output_no_later_prompt_holds_does_not_hold_back_later_stages_when_unanswered(order, tmp_path):
+    """WMAT blocks feed only the WMAT pools and SFT reasoning only the samples: neither changes what a later stage's
+    prompt holds, so every request of the one failing leaves the other asking about every trajectory."""
+    corpus = write_llm_corpus(tmp_path / "in.jsonl", SCENARIOS[:4])
+    failing, later = order
+    script = Script()
+
+    def first_stage_down(body, n):
+        writes_blocks = body["messages"][0]["content"].startswith("You write world-model blocks")
+        if writes_blocks == (failing == "wmat_blocks"):
+            return Status(500)
+        return Answer("no block here") if writes_blocks else script(body, n)
+
+    with JudgeServer(first_stage_down) as server:
+        manifest = run_pipeline(llm_config([corpus], tmp_path / "out", server.url, "sft", stages=list(order),
+                                           wmat_pools=["sft"], wmat_steps=1), echo=lambda m: None)
+        asked = [json.dumps(b) for b in server.requests]
+    stages = manifest["llm"]["stages"]
+    assert stages[failing]["usage"]["failures"] > 0 and "not_asked" not in stages[later]["counts"], stages
+    writes_blocks = [b for b in asked if "You write world-model blocks" in b]
+    later_requests = writes_blocks if later == "wmat_blocks" else [b for b in asked if b not in writes_blocks]
+    assert all(any(s in b for b in later_requests) for s in SCENARIOS[:4])

@@ -243,14 +243,11 @@ def test_kept_reasoning_is_the_targets_and_leaves_the_agents_own_reasoning_alone
     assert applied.dropped == {1: "request_failed", 3: "below_threshold"}
 
 
-@pytest.mark.parametrize(("reasons", "unanswered"), [
-    (["request_failed", "request_failed"], True),  # nothing came back: a later stage waits for the next run
-    (["request_failed", "earlier_stage_unanswered"], True),
-    (["request_failed", ""], False),  # one target kept: the stage produced something for the trajectory
-    (["request_refused"], False),  # refused for good: final, as a low score is
-    (["below_threshold"], False),
-])
-def test_later_stages_are_told_when_no_target_of_a_trajectory_got_an_answer(reasons, unanswered):
+@pytest.mark.parametrize("reasons", [["request_failed", "request_failed"], ["request_failed", "earlier_stage_unanswered"],
+                                     ["request_failed", ""], ["request_refused"], ["below_threshold"]])
+def test_no_target_answered_drops_the_targets_but_holds_no_later_stage_back(reasons):
+    """The reasoning reaches the samples only, never the trajectory a later stage's prompt is made from: a trajectory
+    none of whose targets got an answer is not held back from later stages (`Applied.unanswered`)."""
     from schemas.trajectory import Source, SystemPrompt, Trajectory, Turn
     from stages.llm.rejection import STAGE
 
@@ -258,7 +255,9 @@ def test_later_stages_are_told_when_no_target_of_a_trajectory_got_an_answer(reas
                       [Turn('{"cmd": "ls"}', "a.txt"), Turn('{"cmd": "cat a.txt"}', "hello")])
     rows = [{"traj_id": "t1", "turn_idx": t, "status": "dropped" if reason else "kept", "reason": reason,
              "reasoning": None if reason else "cat prints it."} for t, reason in enumerate(reasons, 1)]
-    assert STAGE.apply(traj, rows, None).unanswered is unanswered
+    applied = STAGE.apply(traj, rows, None)
+    assert applied.unanswered is False
+    assert applied.dropped == {t: reason for t, reason in enumerate(reasons, 1) if reason}
 
 
 def test_a_server_that_sends_the_thinking_apart_gives_the_same_kept_reasoning(first, tmp_path):

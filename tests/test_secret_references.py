@@ -3,6 +3,7 @@ with a forged ``<SECRET:kind>`` placeholder — is redacted like any other."""
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 
 import pytest
@@ -136,3 +137,22 @@ def test_a_reference_cut_short_by_a_value_class_is_found_up_to_where_the_value_e
     text = "--password=$(cat /run/secrets/pw) next"
     assert reference_at(text, 11) == (text.index(" next"), [])
     assert reference_at("--password=$(cat f)x", 11) is None  # runs on into more characters
+
+
+_TOOLS = [{"type": "function", "function": {"name": "login", "parameters": {"type": "object", "properties": {
+    "password": {"type": "string", "minLength": 8}, "api_key": {"type": "string"},
+    "client_secret": {"type": "string"}}}}}]
+# Objects under secret-named keys, compact and JSON-escaped inside a string: an object is never one value.
+JSON_OBJECTS = [
+    '{"password":{"type":"string","minLength":8}}',
+    '{"client_secret":{"type":"string"}}',
+    json.dumps(_TOOLS, separators=(",", ":")),
+    json.dumps({"tools": json.dumps(_TOOLS, separators=(",", ":"))}, separators=(",", ":")),
+]
+
+
+@pytest.mark.parametrize("text", JSON_OBJECTS, ids=[t[:40] for t in JSON_OBJECTS])
+def test_a_json_object_under_a_secret_named_key_is_unchanged_and_still_parses(text):
+    out, counts = redact_text(text)
+    assert (out, counts) == (text, Counter())
+    json.loads(out)

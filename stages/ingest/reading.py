@@ -474,6 +474,10 @@ def _canonical_local(fs, path: str) -> str:
     if not is_local(fs):
         return path
     head, tail = os.path.split(path.rstrip(os.sep) or os.sep)
+    if tail == ".":  # the folder itself: ``in/.`` is ``in``
+        return _canonical_local(fs, head)
+    if tail == "..":  # the folder above, found through any link on the way (as the system finds it)
+        return os.path.realpath(path)
     return os.path.join(os.path.realpath(head), tail) if head and tail else path
 
 

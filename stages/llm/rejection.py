@@ -40,7 +40,7 @@ from typing import Any
 import pyarrow as pa
 
 from schemas.trajectory import Trajectory
-from stages.llm.stage import EARLIER_STAGE_UNANSWERED, Applied, Request, StageContext, all_unanswered, unanswered_reason
+from stages.llm.stage import EARLIER_STAGE_UNANSWERED, Applied, Request, StageContext, unanswered_reason
 from stages.pools import choose_template, choose_turns, pool_of
 from stages.render import history_reply, target_prompt, user_prompt
 from stages.reward import RewardConfig, RewardInput, score_batch, split_prompt
@@ -243,7 +243,8 @@ class RejectionStage:
                 tg.reasoning = ctx.redacted(reasoning_of(tg.answers[tg.winner].text))
 
     def apply(self, traj: Trajectory, rows: list[dict[str, Any]], ctx: StageContext) -> Applied:
-        applied = Applied(unanswered=all_unanswered(rows, "dropped"))
+        # reasoning and drops reach the samples only, no later stage's prompt: unanswered, they hold none back
+        applied = Applied()
         for row in rows:
             t = int(row["turn_idx"])
             if row["status"] == "kept":

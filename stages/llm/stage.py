@@ -14,8 +14,10 @@ A stage (see `pipeline.llm_stage` for how stages are run, resumed and accounted)
   later stages and the samples see, and which target turns must not become samples; an `Applied` also
   gives the world model's reasoning for a target. That reasoning is kept apart from ``Turn.reasoning``,
   the agent's own thought before its action (what the WMAT policy segments hold), never the world model's.
-  An `Applied` whose ``unanswered`` is set says the stage got no answer for the trajectory (its requests
-  failed): a later stage sends nothing about it in this run (`UnsentClient`), and the next run asks again.
+  An `Applied` whose ``unanswered`` is set says the stage got no answer for a change it makes to the trajectory
+  (its requests failed): a later stage, whose prompt would lack that change, sends nothing about it in this run
+  (`UnsentClient`), and the next run asks again. A stage whose rows change nothing a later prompt holds leaves it
+  unset.
 """
 
 from __future__ import annotations

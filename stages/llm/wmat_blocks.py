@@ -22,7 +22,7 @@ from typing import Any
 import pyarrow as pa
 
 from schemas.trajectory import Trajectory
-from stages.llm.stage import Applied, Request, StageContext, all_unanswered, unanswered_reason
+from stages.llm.stage import Applied, Request, StageContext, unanswered_reason
 from stages.pools import pool_of
 from stages.wmat import REASK_NOTE, block_messages, choose_steps, validate_block
 
@@ -106,8 +106,9 @@ class WmatBlockStage:
         return out_rows
 
     def apply(self, traj: Trajectory, rows: list[dict[str, Any]], ctx: StageContext) -> Applied:
-        # blocks feed the WMAT pools only; the world-model pools are unchanged
-        return Applied(unanswered=all_unanswered(rows, "rejected"))
+        # blocks feed the WMAT pools only: the world-model pools and every later stage's prompt are unchanged, so a
+        # trajectory whose blocks got no answer holds no later stage back (`Applied.unanswered`)
+        return Applied()
 
 
 STAGE = WmatBlockStage()
