@@ -994,3 +994,17 @@ def vendored_eval_function(module: str, name: str):
         return getattr(importlib.import_module(f"lwm_eval_utils.{module}"), name)
     finally:
         sys.path.remove(str(VENDORED_EVAL))
+
+
+def terminal_notes_run(base: Path) -> Path:
+    """`lwm run` (one process) over 12 small terminal trajectories written under `base`/in; the output folder."""
+    (base / "in").mkdir()
+    (base / "in" / "a.jsonl").write_text("".join(json.dumps({
+        "traj_id": f"t{i}", "domain": "terminal", "split_key": f"task-{i}",
+        "system": {"task_description": f"task {i}", "action_space": "keys"},
+        "turns": [{"action": f'[{{"keystrokes": "cat notes-{i}-{j}.txt\\n"}}]',
+                   "observation": f"line {j} of the notes of task {i}"} for j in range(3)]}) + "\n" for i in range(12)))
+    proc = lwm_in_process("run", "--executor", "local", "-i", str(base / "in"), "-o", str(base / "out"),
+                          "--progress", "off")
+    assert proc.returncode == 0, proc.stderr
+    return base / "out"

@@ -3,12 +3,11 @@ before any work."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
 
-from tests.helpers import lwm_in_process
+from tests.helpers import lwm_in_process, terminal_notes_run
 
 pytest.importorskip("matplotlib")
 
@@ -17,17 +16,7 @@ PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
 @pytest.fixture(scope="module")
 def run(tmp_path_factory) -> Path:
-    base = tmp_path_factory.mktemp("hist")
-    (base / "in").mkdir()
-    (base / "in" / "a.jsonl").write_text("".join(json.dumps({
-        "traj_id": f"t{i}", "domain": "terminal", "split_key": f"task-{i}",
-        "system": {"task_description": f"task {i}", "action_space": "keys"},
-        "turns": [{"action": f'[{{"keystrokes": "cat notes-{i}-{j}.txt\\n"}}]',
-                   "observation": f"line {j} of the notes of task {i}"} for j in range(3)]}) + "\n" for i in range(12)))
-    proc = lwm_in_process("run", "--executor", "local", "-i", str(base / "in"), "-o", str(base / "out"),
-                          "--progress", "off")
-    assert proc.returncode == 0, proc.stderr
-    return base / "out"
+    return terminal_notes_run(tmp_path_factory.mktemp("hist"))
 
 
 def test_a_name_without_extension_is_written_as_given_and_said(run, tmp_path):

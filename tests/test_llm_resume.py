@@ -47,6 +47,13 @@ def _toml(path: Path, url: str) -> Path:
     return path
 
 
+def _fresh_run(corpus, out):
+    """The run with every request answered, to compare the others' shards with: its output folder."""
+    with JudgeServer(Script()) as server:
+        run_pipeline(llm_config([corpus], out, server.url, "sft"), echo=lambda m: None)
+    return out
+
+
 def test_a_killed_run_resumes_without_resending_and_gives_the_same_shards(tmp_path):
     corpus = write_llm_corpus(tmp_path / "in.jsonl", SCENARIOS)
     fresh = tmp_path / "fresh"
@@ -97,9 +104,7 @@ def test_a_killed_run_resumes_without_resending_and_gives_the_same_shards(tmp_pa
 
 def test_requests_that_got_no_answer_are_asked_again_by_the_next_run(tmp_path):
     corpus = write_llm_corpus(tmp_path / "in.jsonl", SCENARIOS[:4])
-    fresh = tmp_path / "fresh"
-    with JudgeServer(Script()) as server:
-        run_pipeline(llm_config([corpus], fresh, server.url, "sft"), echo=lambda m: None)
+    fresh = _fresh_run(corpus, tmp_path / "fresh")
 
     out = tmp_path / "out"
     script = Script()
@@ -125,9 +130,7 @@ def test_requests_that_got_no_answer_are_asked_again_by_the_next_run(tmp_path):
 
 def test_a_later_stage_sends_nothing_about_a_trajectory_an_earlier_stage_got_no_answer_for(tmp_path):
     corpus = write_llm_corpus(tmp_path / "in.jsonl", SCENARIOS[:4])
-    fresh = tmp_path / "fresh"
-    with JudgeServer(Script()) as server:
-        run_pipeline(llm_config([corpus], fresh, server.url, "sft"), echo=lambda m: None)
+    fresh = _fresh_run(corpus, tmp_path / "fresh")
 
     out, script = tmp_path / "out", Script()
 
@@ -164,9 +167,7 @@ OVER_CONTEXT = Status(400, body=b'{"object": "error", "message": "This model\'s 
 
 def test_requests_the_server_refuses_for_good_are_not_asked_again_at_that_endpoint(tmp_path):
     corpus = write_llm_corpus(tmp_path / "in.jsonl", SCENARIOS[:4])
-    fresh = tmp_path / "fresh"
-    with JudgeServer(Script()) as server:
-        run_pipeline(llm_config([corpus], fresh, server.url, "sft"), echo=lambda m: None)
+    fresh = _fresh_run(corpus, tmp_path / "fresh")
 
     out, script = tmp_path / "out", Script()
 

@@ -23,7 +23,7 @@ pytest.importorskip("torch")
 
 from pipeline.cli import main as lwm
 from schemas.errors import ConfigError
-from tests.helpers import clean_env, lwm_in_process, write_synthetic_shards
+from tests.helpers import clean_env, terminal_notes_run, write_synthetic_shards
 from training.checkpoint import load_checkpoint
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -144,15 +144,7 @@ def test_a_category_weight_the_shards_do_not_hold_is_one_line_naming_those_they_
 def test_the_categories_of_a_pipeline_pool_are_read_from_its_manifest(tmp_path, monkeypatch):
     """`lwm train --shards OUT/shards/cpt --category-weight world_model=0.5`: the cpt pool holds no WMAT span, as
     the manifest's histogram says without a shard being read."""
-    (tmp_path / "in").mkdir()
-    (tmp_path / "in" / "a.jsonl").write_text("".join(json.dumps({
-        "traj_id": f"t{i}", "domain": "terminal", "split_key": f"task-{i}",
-        "system": {"task_description": f"task {i}", "action_space": "keys"},
-        "turns": [{"action": f'[{{"keystrokes": "cat notes-{i}-{j}.txt\\n"}}]',
-                   "observation": f"line {j} of the notes of task {i}"} for j in range(3)]}) + "\n" for i in range(12)))
-    run = lwm_in_process("run", "--executor", "local", "-i", str(tmp_path / "in"), "-o", str(tmp_path / "out"),
-                         "--progress", "off")
-    assert run.returncode == 0, run.stderr
+    terminal_notes_run(tmp_path)
     pool = tmp_path / "out" / "shards" / "cpt"
     held = {c for f in pool.glob("*.parquet") for cats in pq.read_table(f).column("turn_category").to_pylist()
             for c in cats}
