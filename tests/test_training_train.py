@@ -203,7 +203,7 @@ def test_resuming_with_a_new_rate_and_weight_decay_trains_with_them_and_says_so(
                                "--weight-decay 0.5 (was 0), --schedule constant (was cosine)") for line in said), said
 
 
-def test_resuming_with_another_max_steps_says_so(train_shards, tmp_path):
+def test_resuming_with_another_max_steps_or_step_update_says_so(train_shards, tmp_path):
     """--max-steps moves the end of the cosine schedule, so the rate of every step after the resume changes."""
     args = ["--shards", train_shards, "--out", str(tmp_path / "ck"), "--tiny-vocab", "64", "--tiny-dim", "16",
             "--tiny-layers", "1", "--tiny-heads", "2", "--micro-batch-tokens", "64", "--shuffle-buffer", "8"]
@@ -211,6 +211,12 @@ def test_resuming_with_another_max_steps_says_so(train_shards, tmp_path):
     result = CliRunner().invoke(train_command, [*args, "--max-steps", "2"])
     assert result.exit_code == 0, result.output
     assert f"resumed from {tmp_path / 'ck'} at step 1 with --max-steps 2 (was 1)\n" in result.output, result.output
+    # the step's update is this command's too: the micro-batches it accumulates, the loss norm, the clipping
+    result = CliRunner().invoke(train_command, [*args, "--max-steps", "3", "--grad-accum", "2", "--loss-norm",
+                                                "weights", "--max-grad-norm", "0.5"])
+    assert result.exit_code == 0, result.output
+    assert (f"resumed from {tmp_path / 'ck'} at step 2 with --max-steps 3 (was 2), --grad-accum 2 (was 1), "
+            "--loss-norm weights (was tokens), --max-grad-norm 0.5 (was 1)\n") in result.output, result.output
 
 
 def test_resuming_into_a_checkpoint_of_another_model_shape_is_one_line(train_shards, tmp_path):

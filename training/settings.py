@@ -112,9 +112,11 @@ def check_config(config: TrainConfig) -> None:
 
 
 # The optimizer settings a resumed run takes from its command, not from the checkpoint it continues: the rate and
-# decay, and what shapes the schedule (--max-steps sets where the cosine or linear decay ends).
+# decay, what shapes the schedule (--max-steps sets where the cosine or linear decay ends), and what makes each step's
+# update (the micro-batches it accumulates, how their loss is normalized, the clipping of its gradient).
 RESUMED_WITH = (("lr", "--lr"), ("weight_decay", "--weight-decay"), ("schedule", "--schedule"),
-                ("warmup_steps", "--warmup-steps"), ("min_lr_ratio", "--min-lr-ratio"), ("max_steps", "--max-steps"))
+                ("warmup_steps", "--warmup-steps"), ("min_lr_ratio", "--min-lr-ratio"), ("max_steps", "--max-steps"),
+                ("grad_accum", "--grad-accum"), ("loss_norm", "--loss-norm"), ("max_grad_norm", "--max-grad-norm"))
 
 
 def changed_settings(saved: dict, config: TrainConfig) -> str:
