@@ -44,12 +44,16 @@ def _stderr(msg: str) -> None:
     print(msg, file=sys.stderr, flush=True)
 
 
-def run_pipeline(cfg: dict[str, Any], echo: Echo = _stderr, executor: Executor | None = None) -> dict[str, Any]:
-    """Run the whole plan for a resolved config; returns the manifest."""
+def run_pipeline(cfg: dict[str, Any], echo: Echo = _stderr, executor: Executor | None = None,
+                 checked: bool = False) -> dict[str, Any]:
+    """Run the whole plan for a resolved config; returns the manifest. `checked`: the caller has already run
+    `preflight` on `cfg` (``lwm run`` does, to name a config file's errors as the file's), so it is not run twice:
+    it reads a custom tokenizer.json and lists the decontamination references."""
     skip_pandas_probe()
     if not cfg["run"]["out"]:
         raise ConfigError("no output given (--out DIR, or run.out in the config)")
-    preflight(cfg)
+    if not checked:
+        preflight(cfg)
     if cfg["run"]["from_layer"] != "trajectories":
         check_inputs_answer(cfg["run"]["input"])
     if cfg["run"]["input"] and cfg["run"]["from_layer"] != "trajectories":

@@ -115,7 +115,7 @@ def run_cmd(config_path: str | None, dry_run: bool, **kw: Any) -> None:
     from pipeline.run import run_pipeline
 
     try:
-        manifest = run_pipeline(cfg, echo=lambda m: click.echo(m, err=True))
+        manifest = run_pipeline(cfg, echo=lambda m: click.echo(m, err=True), checked=True)
     except LLMDryRun:
         return  # the plan was printed; nothing was sent
     print_run_summary(manifest, cfg["run"]["out"])
