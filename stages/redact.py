@@ -35,9 +35,11 @@ costs about twenty fast scans per text and no rule regex at all):
   headers and a bare ``Bearer <long token>``);
 - command-line passwords: ``--password X``, ``--password=X``, ``--api-key X`` …; ``-pSECRET`` only
   after ``mysql``/``mariadb`` tools and ``-p``/``-a`` after ``sshpass``/``redis-cli`` (a bare ``-p``
-  is a port, a path or a parent flag far more often than a password); ``curl -u user:PASS``; likewise each only
+  is a port, a path or a parent flag far more often than a password); ``curl -u user:PASS`` (also ``user:'PASS'``);
+  HTTP basic auth as literals in code (``auth=('user', 'PASS')``, ``HTTPBasicAuth('user', 'PASS')``); likewise each only
   after its tool: ``MYSQL_PWD=PASS``, ``echo PASS | sudo -S`` and ``sudo -S … <<< PASS``, ``echo PASS | docker
-  login … --password-stdin`` (any ``login``, ``passwd --stdin``), ``docker login -p PASS`` (podman, helm registry, …), ``ldapsearch``/``ldapadd``/… ``-w PASS``,
+  login … --password-stdin`` (any ``login``, ``passwd --stdin``), ``docker login -p PASS`` (podman, helm registry, ``az``,
+  ``oc``, ``cf``, …), ``ldapsearch``/``ldapadd``/… ``-w PASS``,
   ``smbclient``/``rpcclient`` ``-U user%PASS``, ``htpasswd -b [FILE] USER PASS``, ``openssl`` ``-k PASS`` and
   ``-passin``/``-passout pass:PASS``;
 - credential files: ``.netrc`` entries (``machine H login U password PASS``), ``.pgpass`` lines
@@ -49,6 +51,9 @@ costs about twenty fast scans per text and no rule regex at all):
   ``token``, ``api_key`` or ``secret`` by the key's name. A key of kind ``token`` also names tokenizer entries,
   logprobs and lexer output, so its value must look machine-made (8+ characters, no space, a digit or case
   changing all the time, not a ``[SPECIAL]`` token); under a ``secret`` a phrase or a short word stays;
+- a variable given as a name and a value whose name names a secret (``- name: DB_PASSWORD`` then ``value: …`` in a
+  Kubernetes or Compose ``env:`` list, ``{"name": "DB_PASSWORD", "value": "…"}`` in an ECS task definition): the value is
+  data, so a word of letters counts, and the same allowances as for an assignment hold;
 - any of the above percent-encoded (``next=https%3A%2F%2Fdeploy%3APASS%40host``, ``password%3DPASS``, also
   encoded twice): a run between whitespace that holds an escape of ASCII punctuation, a space or a line break is
   read decoded (``+`` stays: it is a space only in forms, and base64 holds it), and the placeholder takes the encoded
@@ -109,7 +114,14 @@ _UNDERSCORE_TOKEN_GATE = re.compile(rb"_[A-Za-z0-9]{16}")
 _DASH_TOKEN_GATE = re.compile(rb"-[A-Za-z0-9_\-]{20}")
 _DOT_TOKEN_GATE = re.compile(rb"\.[A-Za-z0-9_\-]{20}")
 _CLI_TOOL_GATE = re.compile(rb"m(?:ysql|ariadb)")
+# SQL that sets a password: `IDENTIFIED BY '…'`, `ALTER USER … PASSWORD '…'`, `SET PASSWORD … = '…'`.
+_SQL_PASSWORD_GATE = re.compile(rb"password(?:[ \t]+|[ \t]*=[ \t]*|[ \t]*\([ \t]*)['\"]")  # a literal first: one fast scan
+_SQL_IDENTIFIED_GATE = re.compile(rb"identified[ \t]+(?:by|with|as)[ \t]")
+_SQL_SET_GATE = re.compile(rb"set[ \t]+password")
+_SQL_LEAD = re.compile(rb"\b(?:user|role|login|set)\b")  # before it on its line, in a statement that sets one
 _DOCKER_AUTH_GATE = re.compile(rb'auth\\?"')  # `"auth"`, also JSON-escaped
+# See `_AUTH_PAIR`; the literal first makes it one fast scan.
+_AUTH_PAIR_GATE = re.compile(rb"auth(?:(?<![\w-]auth)[ \t]*=[ \t]*[(\[]|\((?<=basicauth\()|\((?<=digestauth\()|\((?<=proxyauth\())")
 # Over the lowercased bytes of a text with a keyword: tools whose name or password flag holds `pass` (sshpass, htpasswd,
 # `login --password-stdin`, `passwd --stdin`, openssl's `-passin pass:…`).
 _PASS_TOOL_GATE = re.compile(rb"pass(?:(?<=sshpass)|wd(?<=htpasswd)|wd[ \t]+--stdin|word-stdin|(?:in|out)[ \t]+['\"]?pass:)")
@@ -159,6 +171,8 @@ def open_gates(text: str) -> set[str]:
             gates.add("flag")
         if _PASS_TOOL_GATE.search(low):
             gates.add("cli_tool")
+        if b"chpasswd" in low or b"change_password" in low:
+            gates.add("user_password")
     if _CAPITAL_A_GATE.search(raw):
         gates.add("capital_a")
     if _UNDERSCORE_TOKEN_GATE.search(raw):
@@ -183,10 +197,18 @@ def open_gates(text: str) -> set[str]:
             gates.add("authorization")
         if _DOCKER_AUTH_GATE.search(raw):
             gates.add("docker_auth")
+        if _AUTH_PAIR_GATE.search(low):
+            gates.add("auth_pair")
     if b"bearer" in low:
         gates.add("bearer")
     if _CLI_TOOL_GATE.search(low) or b"redis-cli" in low or (b"login" in raw and b"-p" in raw):
         gates.add("cli_tool")
+    if b"mongo" in low or b"sqlcmd" in low:
+        gates.add("password_tool")
+    if _SQL_IDENTIFIED_GATE.search(low):
+        gates.add("sql_identified")
+    if b"password" in low and _sql_sets_password(low):
+        gates.add("sql")
     if _SHORT_FLAG_GATE.search(raw):
         gates.add("short_flag")
     # The curl and netrc rules are case-sensitive: their literals must occur as written.
@@ -203,6 +225,18 @@ def open_gates(text: str) -> set[str]:
     if _PERCENT_BYTE in raw and _ESCAPE_GATE.search(raw):
         gates.add("percent")
     return gates
+
+
+def _sql_sets_password(low: bytes) -> bool:
+    """Whether a statement sets a password: ``SET PASSWORD``, or a quoted `password` value after `user`, `role`, `login`
+    or `set` on its line (the rules look 200 characters back)."""
+    if _SQL_SET_GATE.search(low):
+        return True
+    for m in _SQL_PASSWORD_GATE.finditer(low):
+        start = max(low.rfind(b"\n", 0, m.start()) + 1, m.start() - 800)  # 200 characters of up to 4 bytes
+        if _SQL_LEAD.search(low, start, m.start()):
+            return True
+    return False
 
 
 @dataclass(frozen=True)
@@ -732,6 +766,68 @@ def _scan_percent_encoded(text: str, counts: Counter) -> str:
     return "".join(out) + text[pos:]
 
 
+# A variable given as a name and a value (Kubernetes and Compose `env:` lists, ECS task definitions, GitHub's API):
+# ``- name: DB_PASSWORD`` then ``value: hunter2`` on the next line, or ``{"name": "DB_PASSWORD", "value": "hunter2"}``.
+_ENV_PAIR = re.compile(
+    r"name(?<![\w-]name)\\*[\"']?[ \t]*:[ \t]*\\*(?P<nq>[\"']?)(?P<key>[A-Za-z_][A-Za-z0-9_.\-]{0,127})\\*(?P=nq)"
+    r"(?:[ \t]*,[ \t]*|[ \t]*\r?\n[ \t]*)\\*[\"']?value\\*[\"']?[ \t]*:[ \t]*"
+    r"(?:(?P<q>\\*[\"'])(?P<qv>(?:(?!(?P=q))[^\n]){1,512}?)(?P=q)|(?P<uv>" + BRACKETED_START + _UNQUOTED + r"{0,512}|" + _UNQUOTED + r"{1,512}))"
+)
+
+
+def _env_pair(m: re.Match) -> tuple[str, str] | None:
+    key = m.group("key")
+    if not _SECRET_NAME.search(key) or _names_no_secret(key):
+        return None
+    kind = assignment_kind(key)
+    group = "qv" if m.group("qv") is not None else "uv"
+    if keep_value(m.group(group), True, kind):  # a value, never a name in code, even unquoted
+        return None
+    return _value(group, kind)(m)
+
+
+# HTTP basic auth given in code as a (user, password) pair of literals: requests' ``auth=('admin', 'pw')``,
+# ``HTTPBasicAuth('admin', 'pw')``, aiohttp's ``BasicAuth('admin', 'pw')``. A pair of names is code and stays.
+_AUTH_PAIR = re.compile(
+    r"(?:(?<![\w-])auth[ \t]*=[ \t]*[(\[]|(?:Basic|Digest|Proxy)Auth\()[ \t]*(?P<uq>['\"])[^'\"\n]{0,256}(?P=uq)"
+    r"[ \t]*,[ \t]*(?P<q>['\"])(?P<v>[^'\"\n]{1,512})(?P=q)"
+)
+
+
+# Tools that take a password on their command line, each only after its tool's name.
+_KEYTOOL_FLAGS = [f"{side}{store}pass" for side in ("", "src", "dest", "new") for store in ("store", "key")]
+_PASSWORD_TOOL_RULES = [
+    SecretRule("password_tool", re.compile(head + r"\b[^\n|;&]*?[ \t]" + flag + _FLAG_VALUE),
+               _value("v", "password", _keep_plain("v")))
+    for head, flag in (
+        (r"mongo(?<![\w-]mongo)(?:sh|dump|restore|import|export|stat|top|files)?", r"-p[ \t]+"),  # MongoDB's tools
+        (r"sqlcmd(?<![\w-]sqlcmd)", r"-P[ \t]*"),  # SQL Server's shell
+    )
+] + [
+    SecretRule("user_password",  # `rabbitmqctl change_password NAME PW`
+               re.compile(r"rabbitmqctl(?<![\w-]rabbitmqctl)[ \t]+change_password[ \t]+\S+[ \t]+" + _FLAG_VALUE),
+               _value("v", "password", _keep_plain("v"))),
+    SecretRule("user_password",  # `echo 'user:PW' | chpasswd`
+               re.compile(r"(?<![\w-])(?:echo|printf)[ \t]+(?P<q>['\"]?)[^\s:'\"|;&]+:(?P<v>[^\s'\"|;&]+)(?P=q)[ \t]*\|"
+                          r"[ \t]*(?:sudo[ \t]+)?chpasswd\b"),
+               _value("v", "password", _keep_plain("v"))),
+    SecretRule("flag",  # Java's keytool and jarsigner: `-storepass PW`, `-keypass PW` (`-storepass:env VAR` names where)
+               re.compile(r"pass(?:" + "|".join(rf"(?<=[ \t]-{flag})" for flag in _KEYTOOL_FLAGS) + r")[ \t]+" + _FLAG_VALUE),
+               _value("v", "password", _keep_plain("v"))),
+]
+# SQL that sets a password: MySQL `IDENTIFIED [WITH plugin] BY 'PW'`, PostgreSQL `ALTER USER … [WITH] [ENCRYPTED]
+# PASSWORD 'PW'`, SQL Server `CREATE LOGIN … WITH PASSWORD = 'PW'`, MySQL `SET PASSWORD … = [PASSWORD(]'PW'`.
+_SQL_VALUE = r"(?P<q>['\"])(?P<v>(?:(?!(?P=q))[^\n]){1,512})(?P=q)"
+_SQL_PASSWORD_RULES = [
+    SecretRule("sql_identified", re.compile(r"\bIDENTIFIED[ \t]+(?:WITH[ \t]+\w+[ \t]+)?(?:BY|AS)[ \t]+(?:PASSWORD[ \t]+)?" + _SQL_VALUE,
+                                 re.IGNORECASE | re.ASCII), _value("v", "password", _keep_plain("v"))),
+    SecretRule("sql", re.compile(r"\b(?:USER|ROLE|LOGIN)\b[^\n;]{0,200}?\bPASSWORD(?:[ \t]+|[ \t]*=[ \t]*)" + _SQL_VALUE, re.IGNORECASE | re.ASCII),
+               _value("v", "password", _keep_plain("v"))),
+    SecretRule("sql", re.compile(r"\bSET[ \t]+PASSWORD\b[^\n;=]*=[ \t]*(?:PASSWORD[ \t]*\([ \t]*)?" + _SQL_VALUE,
+                                 re.IGNORECASE | re.ASCII), _value("v", "password", _keep_plain("v"))),
+]
+
+
 # --- the rules, in order: specific formats first, so generic rules see their placeholders -----------------------
 
 _B64 = r"[A-Za-z0-9+/]"
@@ -840,7 +936,7 @@ _RULES: list[SecretRule] = [
     SecretRule(
         "flag",
         re.compile(
-            r"-(?<![\w-]-)(?P<flag>-?(?:[A-Za-z0-9]+[-_])*(?:password|passwd|pass|token|secret|api-?key|apikey"
+            r"-(?<![\w-]-)(?P<flag>-?(?:[A-Za-z0-9]+[-_])*(?:password|passwd|passphrase|pass|token|secret|api-?key|apikey"
             r"|access-?key|secret-?key|client-?secret|credentials?))(?:=|[ \t]+)(?!-)(?P<q>[\"']?)(?P<v>[^\s\"']+)(?P=q)"
         ),
         _value("v", _flag_kind, _keep_flag),
@@ -872,8 +968,8 @@ _RULES: list[SecretRule] = [
         _value("v", "password", _keep_plain("v")),
     ),
     SecretRule(
-        "cli_tool",  # `docker login -u me -p PW registry` (podman, nerdctl, buildah, skopeo, helm registry, oras, …)
-        re.compile(r"(?<![\w-])(?:docker|podman|nerdctl|buildah|skopeo|crane|finch|(?:helm|oras)(?:[ \t]+registry)?)"
+        "cli_tool",  # `docker login -u me -p PW registry` (podman, nerdctl, buildah, skopeo, helm registry, oras, az, oc, cf …)
+        re.compile(r"(?<![\w-])(?:docker|podman|nerdctl|buildah|skopeo|crane|finch|az|oc|cf|(?:helm|oras)(?:[ \t]+registry)?)"
                    r"[ \t]+login\b[^\n|;&]*?[ \t]-p(?:[ \t]+|=)?" + _FLAG_VALUE),
         _value("v", "password", _keep_plain("v")),
     ),
@@ -897,8 +993,9 @@ _RULES: list[SecretRule] = [
     SecretRule("short_flag", re.compile(r"openssl(?<![\w-]openssl)\b[^\n|;&]*?[ \t]-k[ \t]+" + _FLAG_VALUE),
                _value("v", "password", _keep_plain("v"))),
     SecretRule(
-        "curl",
-        re.compile(r"\bcurl\b[^\n|;&]*?[ \t](?:-u|--user)[ \t]*(?P<q>[\"']?)[^\s:'\"]+:(?P<v>[^\s'\"]+)(?P=q)"),
+        "curl",  # `-u user:PW`, `-u 'user:PW'`, or only the password quoted: `-u admin:'pa$$ word'`
+        re.compile(r"\bcurl\b[^\n|;&]*?[ \t](?:-u|--user)[ \t]*(?P<q>[\"']?)[^\s:'\"]+:(?P<r>[\"']?)"
+                   r"(?P<v>[^\s'\"]+|(?<=['\"])[^'\"\n]+)(?P=r)(?P=q)"),
         _value("v", "password", _keep_plain("v")),
     ),
     SecretRule(
@@ -916,6 +1013,10 @@ _RULES: list[SecretRule] = [
         re.compile(r"^(?P<pre>[A-Za-z0-9._*\-]+:(?:\d{1,5}|\*):[^:\s]+:[^:\s]+:)(?P<v>\S+)[ \t]*\r?$", re.MULTILINE),
         _value("v", "password", _keep_plain("v")),
     ),
+    *_PASSWORD_TOOL_RULES,
+    *_SQL_PASSWORD_RULES,
+    SecretRule("keyword", _ENV_PAIR, _env_pair),
+    SecretRule("auth_pair", _AUTH_PAIR, _value("v", "password", _keep_plain("v"))),
     SecretRule("keyword", None, scan=_scan_assignments),
     SecretRule("percent", None, scan=_scan_percent_encoded),  # last: what the plain text shows is already taken
 ]
