@@ -201,8 +201,10 @@ def open_gates(text: str) -> set[str]:
             gates.add("auth_pair")
     if b"bearer" in low:
         gates.add("bearer")
-    if _CLI_TOOL_GATE.search(low) or b"redis-cli" in low or (b"login" in raw and b"-p" in raw):
+    if _CLI_TOOL_GATE.search(low) or b"redis-cli" in low:
         gates.add("cli_tool")
+    if b"login" in raw and b"-p" in raw:  # web pages hold both often: only the one rule behind it runs then
+        gates.add("login_flag")
     if b"mongo" in low or b"sqlcmd" in low:
         gates.add("password_tool")
     if _SQL_IDENTIFIED_GATE.search(low):
@@ -559,6 +561,17 @@ def _keep_flag(m: re.Match) -> bool:
 
 def _keep_plain(group: str) -> Callable[[re.Match], bool]:
     return lambda m: keep_value(m.group(group), True, "password") or _reference_covers(m, group)
+
+
+_LOGIN_TOOL_BEFORE = re.compile(
+    r"(?<![\w-])(?:docker|podman|nerdctl|buildah|skopeo|crane|finch|az|oc|cf|(?:helm|oras)(?:[ \t]+registry)?)[ \t]+\Z"
+)
+
+
+def _keep_login(m: re.Match) -> bool:
+    """A `login … -p VALUE` stays unless a registry or cloud login tool names it (``docker login``) or VALUE is none."""
+    start = m.start()
+    return _LOGIN_TOOL_BEFORE.search(m.string, max(0, start - 64), start) is None or _keep_plain("v")(m)
 
 
 def _keep_auth(m: re.Match) -> bool:
@@ -968,10 +981,11 @@ _RULES: list[SecretRule] = [
         _value("v", "password", _keep_plain("v")),
     ),
     SecretRule(
-        "cli_tool",  # `docker login -u me -p PW registry` (podman, nerdctl, buildah, skopeo, helm registry, oras, az, oc, cf …)
-        re.compile(r"(?<![\w-])(?:docker|podman|nerdctl|buildah|skopeo|crane|finch|az|oc|cf|(?:helm|oras)(?:[ \t]+registry)?)"
-                   r"[ \t]+login\b[^\n|;&]*?[ \t]-p(?:[ \t]+|=)?" + _FLAG_VALUE),
-        _value("v", "password", _keep_plain("v")),
+        "login_flag",  # `docker login -u me -p PW registry` (podman, nerdctl, buildah, skopeo, helm registry, oras, az, oc, cf …)
+        # found from `login` (a literal first: one fast scan), the tool before it checked by `_keep_login`; the options
+        # never run over another `login`, so one that follows no tool cannot hide the next
+        re.compile(r"login\b(?:(?!login)[^\n|;&])*?[ \t]-p(?:[ \t]+|=)?" + _FLAG_VALUE),
+        _value("v", "password", _keep_login),
     ),
     SecretRule("cli_tool",  # openssl's pass phrase arguments; `env:VAR` and `file:PATH` name where it is
                re.compile(r"(?<![\w-])-pass(?:in|out)[ \t]+(?P<q>['\"]?)pass:(?P<r>['\"]?)(?P<v>[^\s'\"]+)(?P=r)(?P=q)"),

@@ -208,7 +208,7 @@ def test_a_command_without_a_literal_password_is_unchanged(text):
 
 
 # The gates of the rules above; each must open on every text its rules match (a gate that misses is a leak).
-_NEW_GATES = ("capital_a", "aws_secret", "dot_token", "sas", "cli_tool", "short_flag")
+_NEW_GATES = ("capital_a", "aws_secret", "dot_token", "sas", "cli_tool", "login_flag", "short_flag")
 _GATED_RULES = [r for r in _RULES if r.gate in _NEW_GATES and r.pattern is not None]
 
 
