@@ -49,6 +49,10 @@ REDACTED = [
     ("oc login -u developer -p hunter2pass https://api.crc:6443",
      "oc login -u developer -p <SECRET:password> https://api.crc:6443"),
     ("cf login -a https://api.example.com -u me -p hunter2pass", "cf login -a https://api.example.com -u me -p <SECRET:password>"),
+    # a `login -p` that follows no tool neither counts nor hides the tool's login after it
+    ("open the web login page, then docker login -u me -p hunter2pass",
+     "open the web login page, then docker login -u me -p <SECRET:password>"),
+    ("helm registry login  r.example.com -u me -p hunter2pass", "helm registry login  r.example.com -u me -p <SECRET:password>"),
     # SQL that sets a password (MySQL, PostgreSQL, SQL Server)
     ("CREATE USER 'app'@'%' IDENTIFIED BY 'hunter2pass';", "CREATE USER 'app'@'%' IDENTIFIED BY '<SECRET:password>';"),
     ("ALTER USER 'root'@'localhost' IDENTIFIED WITH mysql_native_password BY 'letmein';",
