@@ -22,8 +22,11 @@ already names a secret:
   shape stays: annotations (``password: str``, ``token: string;``, ``password: str = None``, ``password: str,``),
   class names (``token: Token``, ``password: SecretStr``), a JS or Ruby object's last entry (``password:
   password``), and a value followed by more (``Password: see below``). The generic-key allowances still hold there
-  (``token: identifier`` in a lexer dump stays). Lower-case ``password=letmein`` lines (INI files) are not taken:
-  they share their shape with Python's ``password=password`` keyword argument on a line of its own.
+  (``token: identifier`` in a lexer dump stays). A ``key = value`` or ``key=value`` line of an INI file (a MySQL
+  option file's ``[client]`` / ``password = letmein``) is a ``MAPPING`` too when a ``[section]`` header line comes
+  before it, the key starts its line and the value ends it, and the value is not the key's own name; without a header
+  such a line stays, as it shares its shape with Python's ``password = password`` or a keyword argument on a line of
+  its own.
 
 A letters-only value is still kept when it is dotted or followed by ``(`` or ``[`` (``os.environ[…]``,
 ``get_password()``), and a capitalised value in a ``NAME: value`` line stays as a possible type name.
@@ -59,6 +62,8 @@ _LEGACY_VALUE = re.compile(
     r"[ \t]*(?=\Z|[\r\n\"']|\\[nr])"
 )
 _LOWER_WORD = re.compile(r"[a-z]+")
+_INDENT_ONLY = re.compile(_INDENT)
+_INI_SECTION = re.compile(r"^[ \t]*\[[A-Za-z0-9_][A-Za-z0-9_ .:-]{0,63}\][ \t]*\r?$", re.MULTILINE)  # `[client]`
 _TYPE_NAMES = frozenset([
     "str", "string", "int", "integer", "float", "double", "number", "bool", "boolean", "bytes", "bytearray", "list",
     "dict", "set", "frozenset", "tuple", "object", "any", "unknown", "never", "void", "symbol", "bigint", "char", "text",
@@ -102,7 +107,8 @@ def assignment_context(text: str, key_start: int, key_end: int, value_start: int
         before = _line_before(text, key_start)
         if _EXPLICIT.search(before) or (upper and ends_command and _COMMAND_START.search(before)):
             return ENVIRONMENT
-        return None
+    if separator.strip(" \t") == "=":
+        return MAPPING if _ini_line(text, key_start, key, value, value_end, quoted) else None
     if separator[:1] != ":" or separator[1:].strip(" \t") or len(separator) < 2:
         return None
     if not _LINE_END.match(text, value_end):
@@ -115,6 +121,16 @@ def assignment_context(text: str, key_start: int, key_end: int, value_start: int
     if before[-1:] not in ("\"", "'", "`") and not _LINE_PREFIX.fullmatch(before):
         return None
     return ENVIRONMENT if upper else MAPPING
+
+
+def _ini_line(text: str, key_start: int, key: str, value: str, value_end: int, quoted: bool) -> bool:
+    """A ``key = value`` line of an INI file: the key starts its line, the value ends it, a ``[section]`` header line
+    comes before it (within 64 KiB), and the value is not the key's own name (``password = password``)."""
+    if quoted or key.lower().endswith(value.lower()) or not _LINE_END.match(text, value_end):
+        return False
+    if not _INDENT_ONLY.fullmatch(_line_before(text, key_start)):
+        return False
+    return _INI_SECTION.search(text, max(0, key_start - 65536), key_start) is not None
 
 
 def dockerfile_env_value(text: str, key_start: int, key_end: int) -> tuple[int, int, bool] | None:

@@ -1,5 +1,6 @@
 """A letters-only secret in an environment assignment (or alone on a YAML line) is redacted; code of the same shape
-stays: type annotations, keyword arguments, schema lines, object entries."""
+stays: type annotations, keyword arguments, schema lines, object entries; an INI file's ``password = letmein`` under a
+``[section]`` header is redacted too."""
 
 from __future__ import annotations
 
@@ -102,6 +103,36 @@ def test_a_lowercase_word_alone_on_a_yaml_line_under_a_secret_key_is_redacted(te
     out, counts = redact_text(text)
     assert out == expected
     assert counts == Counter(password=1)
+
+
+INI_CASES = [
+    ("[client]\nuser = root\npassword = letmein\n", "[client]\nuser = root\npassword = <SECRET:password>\n"),
+    ("[mysqld]\npassword=letmein", "[mysqld]\npassword=<SECRET:password>"),
+    ("$ cat ~/.my.cnf\n[client]\nuser=root\npassword=Letmein  # local only\nhost=localhost\n",
+     "$ cat ~/.my.cnf\n[client]\nuser=root\npassword=<SECRET:password>  # local only\nhost=localhost\n"),
+    ("[database]\r\n  db_password = hunter\r\n", "[database]\r\n  db_password = <SECRET:password>\r\n"),
+]
+INI_LOOKALIKES = [
+    "password = letmein\n",  # no section header: Python's `password = password` has this shape
+    "def connect():\n    password = letmein\n",
+    "[client]\npassword = password\n",
+    "[client]\npassword = get_password()\n",
+    "[client]\n    password = self.password\n",
+    "[client]\nprint(password = letmein)\n",
+    "[auth]\ntoken = identifier\n",  # what a key that only says `token` holds must look machine-made
+]
+
+
+@pytest.mark.parametrize(("text", "expected"), INI_CASES, ids=[e[:40] for _, e in INI_CASES])
+def test_a_letters_only_password_on_an_ini_line_under_a_section_header_is_redacted(text, expected):
+    out, counts = redact_text(text)
+    assert out == expected
+    assert counts == Counter(password=1)
+
+
+@pytest.mark.parametrize("text", INI_LOOKALIKES, ids=[t[:40] for t in INI_LOOKALIKES])
+def test_an_ini_shaped_line_without_a_section_or_with_code_is_unchanged(text):
+    assert redact_text(text) == (text, Counter())
 
 
 @pytest.mark.parametrize("text", LOOKALIKES, ids=[t[:40] for t in LOOKALIKES])
