@@ -36,10 +36,13 @@ costs about twenty fast scans per text and no rule regex at all):
 - command-line passwords: ``--password X``, ``--password=X``, ``--api-key X`` …; ``-pSECRET`` only
   after ``mysql``/``mariadb`` tools and ``-p``/``-a`` after ``sshpass``/``redis-cli`` (a bare ``-p``
   is a port, a path or a parent flag far more often than a password); ``curl -u user:PASS`` (also ``user:'PASS'``);
-  HTTP basic auth as literals in code (``auth=('user', 'PASS')``, ``HTTPBasicAuth('user', 'PASS')``); likewise each only
+  HTTP basic auth as literals in code (``auth=('user', 'PASS')``, ``HTTPBasicAuth('user', 'PASS')``); SQL that sets one
+  (``IDENTIFIED BY 'PASS'``, ``ALTER USER … PASSWORD 'PASS'``, ``SET PASSWORD … = 'PASS'``); likewise each only
   after its tool: ``MYSQL_PWD=PASS``, ``echo PASS | sudo -S`` and ``sudo -S … <<< PASS``, ``echo PASS | docker
   login … --password-stdin`` (any ``login``, ``passwd --stdin``), ``docker login -p PASS`` (podman, helm registry, ``az``,
-  ``oc``, ``cf``, …), ``ldapsearch``/``ldapadd``/… ``-w PASS``,
+  ``oc``, ``cf``, …), ``mongosh -p PASS``, ``sqlcmd -P PASS``, ``keytool -storepass PASS``, ``echo 'user:PASS' | chpasswd``,
+  ``echo -e 'PASS\\nPASS' | passwd``, ``openssl passwd PASS``, ``rabbitmqctl change_password USER PASS``,
+  ``ldapsearch``/``ldapadd``/… ``-w PASS``,
   ``smbclient``/``rpcclient`` ``-U user%PASS``, ``htpasswd -b [FILE] USER PASS``, ``openssl`` ``-k PASS`` and
   ``-passin``/``-passout pass:PASS``;
 - credential files: ``.netrc`` entries (``machine H login U password PASS``), ``.pgpass`` lines
@@ -173,6 +176,8 @@ def open_gates(text: str) -> set[str]:
             gates.add("cli_tool")
         if b"chpasswd" in low or b"change_password" in low:
             gates.add("user_password")
+        if b"passwd" in low:
+            gates.add("passwd")
     if _CAPITAL_A_GATE.search(raw):
         gates.add("capital_a")
     if _UNDERSCORE_TOKEN_GATE.search(raw):
@@ -807,6 +812,16 @@ _AUTH_PAIR = re.compile(
 )
 
 
+def _both_copies(m: re.Match) -> tuple[str, str] | None:
+    """The password and its repetition (``'PW\\nPW'``) both replaced; counted once."""
+    if _keep_plain("v")(m):
+        return None
+    placeholder = PLACEHOLDER.format("password")
+    start, end = m.start("v") - m.start(), m.end("v") - m.start() + 2 + len(m.group("v"))  # `PW\nPW`
+    text = m.group(0)
+    return text[:start] + placeholder + "\\n" + placeholder + text[end:], "password"
+
+
 # Tools that take a password on their command line, each only after its tool's name.
 _KEYTOOL_FLAGS = [f"{side}{store}pass" for side in ("", "src", "dest", "new") for store in ("store", "key")]
 _PASSWORD_TOOL_RULES = [
@@ -823,6 +838,14 @@ _PASSWORD_TOOL_RULES = [
     SecretRule("user_password",  # `echo 'user:PW' | chpasswd`
                re.compile(r"(?<![\w-])(?:echo|printf)[ \t]+(?P<q>['\"]?)[^\s:'\"|;&]+:(?P<v>[^\s'\"|;&]+)(?P=q)[ \t]*\|"
                           r"[ \t]*(?:sudo[ \t]+)?chpasswd\b"),
+               _value("v", "password", _keep_plain("v"))),
+    SecretRule("passwd",  # `echo -e 'PW\nPW' | passwd user`: both copies
+               re.compile(r"(?<![\w-])(?:echo|printf)[ \t]+(?:-[neE]+[ \t]+)?(?P<q>['\"])(?P<v>[^\s'\"\\]+)\\n(?P=v)(?:\\n)?(?P=q)"
+                          r"[ \t]*\|[ \t]*(?:sudo[ \t]+)?passwd\b"),
+               _both_copies),
+    SecretRule("passwd",  # `openssl passwd -6 -salt S PW`: the hash of a password given on the command line
+               re.compile(r"openssl(?<![\w-]openssl)[ \t]+passwd(?:[ \t]+-(?:salt[ \t]+\S+|[A-Za-z0-9]+))*[ \t]+"
+                          r"(?P<q>['\"]?)(?P<v>[^\s'\"<>|;&()-][^\s'\"<>|;&()]*)(?P=q)"),
                _value("v", "password", _keep_plain("v"))),
     SecretRule("flag",  # Java's keytool and jarsigner: `-storepass PW`, `-keypass PW` (`-storepass:env VAR` names where)
                re.compile(r"pass(?:" + "|".join(rf"(?<=[ \t]-{flag})" for flag in _KEYTOOL_FLAGS) + r")[ \t]+" + _FLAG_VALUE),

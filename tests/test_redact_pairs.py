@@ -76,6 +76,12 @@ REDACTED = [
      "keytool -genkeypair -alias app -storepass <SECRET:password> -keystore app.jks"),
     ("echo 'root:letmein' | chpasswd", "echo 'root:<SECRET:password>' | chpasswd"),
     ("rabbitmqctl change_password admin hunter2pass", "rabbitmqctl change_password admin <SECRET:password>"),
+    # a new user's password typed twice into passwd, or hashed by openssl for useradd
+    ("echo -e 'hunter2pass\\nhunter2pass' | passwd bob", "echo -e '<SECRET:password>\\n<SECRET:password>' | passwd bob"),
+    ('printf "hunter2pass\\nhunter2pass\\n" | sudo passwd bob',
+     'printf "<SECRET:password>\\n<SECRET:password>\\n" | sudo passwd bob'),
+    ("useradd -m -p $(openssl passwd -1 hunter2pass) bob", "useradd -m -p $(openssl passwd -1 <SECRET:password>) bob"),
+    ("openssl passwd -6 -salt xyz 'hunter2pass'", "openssl passwd -6 -salt xyz '<SECRET:password>'"),
 ]
 
 KEPT = [
@@ -115,6 +121,10 @@ KEPT = [
     "keytool -list -storepass:env STOREPASS -keystore app.jks",
     "chpasswd < users.txt",
     "gpg --batch --passphrase-file pw.txt -d f.gpg",
+    "echo -e '$PW\\n$PW' | passwd bob",
+    "echo -e 'yes\\nno' | passwd bob",  # two different lines: no password typed twice
+    "openssl passwd -stdin < pw.txt",
+    "openssl passwd -1 \"$NEW_PASSWORD\"",
 ]
 
 
@@ -134,7 +144,7 @@ def test_a_pair_that_holds_no_secret_is_unchanged(text: str) -> None:
 
 
 # Each rule above sits behind a gate; a gate that stays shut on a text its rule matches is a leak.
-_NEW_GATES = ("auth_pair", "password_tool", "user_password", "sql", "sql_identified")
+_NEW_GATES = ("auth_pair", "password_tool", "user_password", "passwd", "sql", "sql_identified")
 _GATED_RULES = [r for r in _RULES if r.gate in _NEW_GATES or (r.pattern is not None and "storepass" in r.pattern.pattern)]
 _GATED_RULES += [r for r in _RULES if r.pattern is _ENV_PAIR]
 
