@@ -151,7 +151,7 @@ _GATED_RULES += [r for r in _RULES if r.pattern is _ENV_PAIR]
 
 @pytest.mark.parametrize("rule", _GATED_RULES, ids=[f"{r.gate}:{r.pattern.pattern[:30]}" for r in _GATED_RULES])
 def test_a_gate_opens_on_every_text_its_rule_matches(rule):
-    @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
+    @settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
     @given(st.from_regex(rule.pattern), st.text(max_size=5), st.text(max_size=5))
     def check(found, before, after):
         text = before + " " + found + " " + after
