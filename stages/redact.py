@@ -612,11 +612,14 @@ def _scan_aws_secret_near_key_id(text: str, counts: Counter) -> str:
     ids = [m.span() for m in _AWS_KEY_ID_HOLDER.finditer(text)]
     if not ids:
         return text
+    starts = [start for start, _ in ids]
     edits = []
     for m in _AWS_SECRET_RUN.finditer(text):
         if not _aws_secret_like(m.group("v")):
             continue
-        for id_start, id_end in ids:
+        # the nearest key id before the run and the nearest after it: a farther one is farther on the same side
+        after = bisect.bisect_left(starts, m.end())
+        for id_start, id_end in ids[max(0, after - 1) : after + 1]:
             between = text[min(id_end, m.end()) : max(id_start, m.start())]
             if len(between) <= _AWS_PAIR_REACH and "\x00" not in between:
                 edits.append(m.span())
@@ -825,7 +828,7 @@ def _both_copies(m: re.Match) -> tuple[str, str] | None:
 # Tools that take a password on their command line, each only after its tool's name.
 _KEYTOOL_FLAGS = [f"{side}{store}pass" for side in ("", "src", "dest", "new") for store in ("store", "key")]
 _PASSWORD_TOOL_RULES = [
-    SecretRule("password_tool", re.compile(head + r"\b[^\n|;&]*?[ \t]" + flag + _FLAG_VALUE),
+    SecretRule("password_tool", re.compile(head + r"\b[^\n|;&]{0,1024}?[ \t]" + flag + _FLAG_VALUE),
                _value("v", "password", _keep_plain("v")))
     for head, flag in (
         (r"mongo(?<![\w-]mongo)(?:sh|dump|restore|import|export|stat|top|files)?", r"-p[ \t]+"),  # MongoDB's tools
@@ -859,7 +862,7 @@ _SQL_PASSWORD_RULES = [
                                  re.IGNORECASE | re.ASCII), _value("v", "password", _keep_plain("v"))),
     SecretRule("sql", re.compile(r"\b(?:USER|ROLE|LOGIN)\b[^\n;]{0,200}?\bPASSWORD(?:[ \t]+|[ \t]*=[ \t]*)" + _SQL_VALUE, re.IGNORECASE | re.ASCII),
                _value("v", "password", _keep_plain("v"))),
-    SecretRule("sql", re.compile(r"\bSET[ \t]+PASSWORD\b[^\n;=]*=[ \t]*(?:PASSWORD[ \t]*\([ \t]*)?" + _SQL_VALUE,
+    SecretRule("sql", re.compile(r"\bSET[ \t]+PASSWORD\b[^\n;=]{0,256}=[ \t]*(?:PASSWORD[ \t]*\([ \t]*)?" + _SQL_VALUE,
                                  re.IGNORECASE | re.ASCII), _value("v", "password", _keep_plain("v"))),
 ]
 
@@ -980,14 +983,14 @@ _RULES: list[SecretRule] = [
     SecretRule(
         "cli_tool",
         re.compile(
-            r"(?<![\w-])(?:mysql|mysqldump|mysqladmin|mysqlimport|mysqlsh|mariadb|mariadb-dump)\b[^\n|;&]*?[ \t]-p"
+            r"(?<![\w-])(?:mysql|mysqldump|mysqladmin|mysqlimport|mysqlsh|mariadb|mariadb-dump)\b[^\n|;&]{0,1024}?[ \t]-p"
             r"(?P<q>['\"]?)(?P<v>[^\s'\"-][^\s'\"]*)(?P=q)"
         ),
         _value("v", "password", _keep_plain("v")),
     ),
     SecretRule(
         "cli_tool",
-        re.compile(r"(?<![\w-])(?:sshpass\b[^\n|;&]*?[ \t]-p[ \t]*|redis-cli\b[^\n|;&]*?[ \t]-a[ \t]+)"
+        re.compile(r"(?<![\w-])(?:sshpass\b[^\n|;&]{0,1024}?[ \t]-p[ \t]*|redis-cli\b[^\n|;&]{0,1024}?[ \t]-a[ \t]+)"
                    r"(?P<q>['\"]?)(?P<v>[^\s'\"-][^\s'\"]*)(?P=q)"),
         _value("v", "password", _keep_plain("v")),
     ),
@@ -999,7 +1002,7 @@ _RULES: list[SecretRule] = [
     ),
     SecretRule(
         "cli_tool",  # `echo PW | docker login -u me --password-stdin` (podman, helm registry, …), `… | passwd --stdin`
-        re.compile(_ECHOED + r"(?:sudo[ \t]+)?(?:[\w.-]+(?:[ \t]+registry)?[ \t]+login\b[^\n|;&]*?[ \t]--password-stdin"
+        re.compile(_ECHOED + r"(?:sudo[ \t]+)?(?:[\w.-]+(?:[ \t]+registry)?[ \t]+login\b[^\n|;&]{0,1024}?[ \t]--password-stdin"
                    r"|passwd[ \t]+--stdin)(?![\w-])"),
         _value("v", "password", _keep_plain("v")),
     ),
@@ -1007,7 +1010,7 @@ _RULES: list[SecretRule] = [
         "login_flag",  # `docker login -u me -p PW registry` (podman, nerdctl, buildah, skopeo, helm registry, oras, az, oc, cf …)
         # found from `login` (a literal first: one fast scan), the tool before it checked by `_keep_login`; the options
         # never run over another `login`, so one that follows no tool cannot hide the next
-        re.compile(r"login\b(?:(?!login)[^\n|;&])*?[ \t]-p(?:[ \t]+|=)?" + _FLAG_VALUE),
+        re.compile(r"login\b(?:(?!login)[^\n|;&]){0,1024}?[ \t]-p(?:[ \t]+|=)?" + _FLAG_VALUE),
         _value("v", "password", _keep_login),
     ),
     SecretRule("cli_tool",  # openssl's pass phrase arguments; `env:VAR` and `file:PATH` name where it is
@@ -1018,20 +1021,20 @@ _RULES: list[SecretRule] = [
                _value("v", "password", _keep_plain("v"))),
     SecretRule(
         "short_flag",
-        re.compile(r"ldap(?<![\w-]ldap)(?:search|add|modify|delete|whoami|passwd|compare|modrdn|exop)\b[^\n|;&]*?[ \t]-w[ \t]+"
+        re.compile(r"ldap(?<![\w-]ldap)(?:search|add|modify|delete|whoami|passwd|compare|modrdn|exop)\b[^\n|;&]{0,1024}?[ \t]-w[ \t]+"
                    + _FLAG_VALUE),
         _value("v", "password", _keep_plain("v")),
     ),
     SecretRule(
         "short_flag",
-        re.compile(r"(?<![\w-])(?:smb|rpc)client\b[^\n|;&]*?[ \t](?:-U(?=[ \t'\"])[ \t]*|--user=)(?P<q>['\"]?)[^\s%'\"]+%(?P<v>[^\s'\"]+)(?P=q)"),
+        re.compile(r"(?<![\w-])(?:smb|rpc)client\b[^\n|;&]{0,1024}?[ \t](?:-U(?=[ \t'\"])[ \t]*|--user=)(?P<q>['\"]?)[^\s%'\"]+%(?P<v>[^\s'\"]+)(?P=q)"),
         _value("v", "password", _keep_plain("v")),
     ),
-    SecretRule("short_flag", re.compile(r"openssl(?<![\w-]openssl)\b[^\n|;&]*?[ \t]-k[ \t]+" + _FLAG_VALUE),
+    SecretRule("short_flag", re.compile(r"openssl(?<![\w-]openssl)\b[^\n|;&]{0,1024}?[ \t]-k[ \t]+" + _FLAG_VALUE),
                _value("v", "password", _keep_plain("v"))),
     SecretRule(
         "curl",  # `-u user:PW`, `-u 'user:PW'`, or only the password quoted: `-u admin:'pa$$ word'`
-        re.compile(r"\bcurl\b[^\n|;&]*?[ \t](?:-u|--user)[ \t]*(?P<q>[\"']?)[^\s:'\"]+:(?P<r>[\"']?)"
+        re.compile(r"\bcurl\b[^\n|;&]{0,1024}?[ \t](?:-u|--user)[ \t]*(?P<q>[\"']?)[^\s:'\"]+:(?P<r>[\"']?)"
                    r"(?P<v>[^\s'\"]+|(?<=['\"])[^'\"\n]+)(?P=r)(?P=q)"),
         _value("v", "password", _keep_plain("v")),
     ),
