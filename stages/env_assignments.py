@@ -26,7 +26,9 @@ already names a secret:
   option file's ``[client]`` / ``password = letmein``) is a ``MAPPING`` too when a ``[section]`` header line comes
   before it, the key starts its line and the value ends it, and the value is not the key's own name; without a header
   such a line stays, as it shares its shape with Python's ``password = password`` or a keyword argument on a line of
-  its own.
+  its own. So is a line of a Java ``.properties`` file (``spring.datasource.password=changeme``): a dotted key alone at
+  the line's start (no ``self.``/``this.``), ``=`` without spaces or ``: ``, and a value that ends the line and is not
+  the key's last name.
 
 A letters-only value is still kept when it is dotted or followed by ``(`` or ``[`` (``os.environ[…]``,
 ``get_password()``), and a capitalised value in a ``NAME: value`` line stays as a possible type name.
@@ -63,6 +65,8 @@ _LEGACY_VALUE = re.compile(
 )
 _LOWER_WORD = re.compile(r"[a-z]+")
 _INDENT_ONLY = re.compile(_INDENT)
+_PROPERTIES_KEY = re.compile(r"[A-Za-z][A-Za-z0-9_-]*(?:\.[A-Za-z0-9_-]+)+")
+_CODE_OBJECTS = frozenset(["self", "this", "cls", "super"])
 _INI_SECTION = re.compile(r"^[ \t]*\[[A-Za-z0-9_][A-Za-z0-9_ .:-]{0,63}\][ \t]*\r?$", re.MULTILINE)  # `[client]`
 _TYPE_NAMES = frozenset([
     "str", "string", "int", "integer", "float", "double", "number", "bool", "boolean", "bytes", "bytearray", "list",
@@ -95,7 +99,7 @@ def assignment_context(text: str, key_start: int, key_end: int, value_start: int
     key_start = _unescaped(text, key_start)
     key = text[key_start:key_end]
     if not _SHELL_NAME.fullmatch(key):
-        return None
+        return MAPPING if _properties_line(text, key_start, key, text[key_end:value_start], value, value_end, quoted) else None
     separator = text[key_end:value_start]
     upper = key == key.upper()
     if separator == "=":
@@ -131,6 +135,21 @@ def _ini_line(text: str, key_start: int, key: str, value: str, value_end: int, q
     if not _INDENT_ONLY.fullmatch(_line_before(text, key_start)):
         return False
     return _INI_SECTION.search(text, max(0, key_start - 65536), key_start) is not None
+
+
+def _properties_line(text: str, key_start: int, key: str, separator: str, value: str, value_end: int,
+                     quoted: bool) -> bool:
+    """A line of a Java ``.properties`` file (``spring.datasource.password=changeme``, ``db.password: letmein``): a
+    dotted key that starts its line and is no object's attribute (``self.``, ``this.``), ``=`` without spaces or ``:``
+    and a space, and a value that ends the line and is not the key's own last name (``self.password=password``)."""
+    if quoted or not _PROPERTIES_KEY.fullmatch(key) or key.split(".", 1)[0] in _CODE_OBJECTS:
+        return False
+    if separator != "=" and (separator[:1] != ":" or not separator[1:] or separator[1:].strip(" \t")
+                             or value.lower() in _TYPE_NAMES):  # `config.password: str` annotates
+        return False
+    if key.rsplit(".", 1)[1].lower().endswith(value.lower()) or not _LINE_END.match(text, value_end):
+        return False
+    return _INDENT_ONLY.fullmatch(_line_before(text, key_start)) is not None
 
 
 def dockerfile_env_value(text: str, key_start: int, key_end: int) -> tuple[int, int, bool] | None:

@@ -123,6 +123,35 @@ INI_LOOKALIKES = [
 ]
 
 
+PROPERTIES_CASES = [
+    ("spring.datasource.password=changeme\n", "spring.datasource.password=<SECRET:password>\n"),
+    ("server.port=8080\nspring.datasource.password=secret", "server.port=8080\nspring.datasource.password=<SECRET:password>"),
+    ("mail.smtp.password: Letmein\n", "mail.smtp.password: <SECRET:password>\n"),
+]
+PROPERTIES_LOOKALIKES = [
+    "self.password=password",  # an attribute set to its own name
+    "self.password=pw",
+    "    this.password=password;",
+    "jdbc.password = letmein",  # spaces around `=`: Python's attribute assignment has this shape
+    "obj.password=get_pw()",
+    "config.password: str",
+    "db.password=${DB_PASSWORD}",
+    "echo db.password=letmein",  # not at the line's start
+]
+
+
+@pytest.mark.parametrize(("text", "expected"), PROPERTIES_CASES, ids=[e[:40] for _, e in PROPERTIES_CASES])
+def test_a_letters_only_password_on_a_java_properties_line_is_redacted(text, expected):
+    out, counts = redact_text(text)
+    assert out == expected
+    assert counts == Counter(password=1)
+
+
+@pytest.mark.parametrize("text", PROPERTIES_LOOKALIKES, ids=[t[:40] for t in PROPERTIES_LOOKALIKES])
+def test_a_dotted_assignment_of_code_is_unchanged(text):
+    assert redact_text(text) == (text, Counter())
+
+
 @pytest.mark.parametrize(("text", "expected"), INI_CASES, ids=[e[:40] for _, e in INI_CASES])
 def test_a_letters_only_password_on_an_ini_line_under_a_section_header_is_redacted(text, expected):
     out, counts = redact_text(text)
