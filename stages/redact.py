@@ -41,7 +41,8 @@ costs about twenty fast scans per text and no rule regex at all):
   after its tool: ``MYSQL_PWD=PASS``, ``echo PASS | sudo -S`` and ``sudo -S … <<< PASS``, ``echo PASS | docker
   login … --password-stdin`` (any ``login``, ``passwd --stdin``), ``docker login -p PASS`` (podman, helm registry, ``az``,
   ``oc``, ``cf``, …), ``mongosh -p PASS``, ``sqlcmd -P PASS``, ``keytool -storepass PASS``, ``echo 'user:PASS' | chpasswd``,
-  ``echo -e 'PASS\\nPASS' | passwd``, ``openssl passwd PASS``, ``rabbitmqctl change_password USER PASS``,
+  ``echo -e 'PASS\\nPASS' | passwd``, ``openssl passwd PASS``, ``rabbitmqctl add_user``/``change_password USER PASS``,
+  ``mssql-cli -P PASS``, ``zip``/``unzip -P PASS``, ``7z -pPASS``, ``ssh-keygen -N``/``-P PASS``, ``net user NAME PASS``,
   ``ldapsearch``/``ldapadd``/… ``-w PASS``,
   ``smbclient``/``rpcclient`` ``-U user%PASS``, ``htpasswd -b [FILE] USER PASS``, ``openssl`` ``-k PASS`` and
   ``-passin``/``-passout pass:PASS``;
@@ -119,6 +120,8 @@ _DOT_TOKEN_GATE = re.compile(rb"\.[A-Za-z0-9_\-]{20}")
 _CLI_TOOL_GATE = re.compile(rb"m(?:ysql|ariadb)")
 # SQL that sets a password: `IDENTIFIED BY '…'`, `ALTER USER … PASSWORD '…'`, `SET PASSWORD … = '…'`.
 _SQL_PASSWORD_GATE = re.compile(rb"password(?:[ \t]+|[ \t]*=[ \t]*|[ \t]*\([ \t]*)['\"]")  # a literal first: one fast scan
+_PASSWD_PIPE_GATE = re.compile(rb"\|[ \t]*(?:sudo[ \t]+)?passwd")  # `… | passwd user`
+_NET_USER_GATE = re.compile(rb"net[ \t]+user")  # Windows' `net user NAME PW`
 _SQL_IDENTIFIED_GATE = re.compile(rb"identified[ \t]+(?:by|with|as)[ \t]")
 _SQL_SET_GATE = re.compile(rb"set[ \t]+password")
 _SQL_LEAD = re.compile(rb"\b(?:user|role|login|set)\b")  # before it on its line, in a statement that sets one
@@ -176,7 +179,7 @@ def open_gates(text: str) -> set[str]:
             gates.add("cli_tool")
         if b"chpasswd" in low or b"change_password" in low:
             gates.add("user_password")
-        if b"passwd" in low:
+        if b"passwd" in low and (b"openssl" in low or _PASSWD_PIPE_GATE.search(low)):
             gates.add("passwd")
     if _CAPITAL_A_GATE.search(raw):
         gates.add("capital_a")
@@ -210,8 +213,12 @@ def open_gates(text: str) -> set[str]:
         gates.add("cli_tool")
     if b"login" in raw and b"-p" in raw:  # web pages hold both often: only the one rule behind it runs then
         gates.add("login_flag")
-    if b"mongo" in low or b"sqlcmd" in low:
+    if b"mongo" in low or b"sqlcmd" in low or b"mssql-cli" in low or b"ssh-keygen" in low or b"add_user" in low:
         gates.add("password_tool")
+    if b"zip" in low or b"7z" in low:
+        gates.add("archive_tool")
+    if _NET_USER_GATE.search(low):
+        gates.add("net_user")
     if _SQL_IDENTIFIED_GATE.search(low):
         gates.add("sql_identified")
     if b"password" in low and _sql_sets_password(low):
@@ -815,6 +822,16 @@ _AUTH_PAIR = re.compile(
 )
 
 
+_SSH_KEYGEN_FLAG = re.compile(r"-[NP](?<=[ \t]-[NP])[ \t]*" + _FLAG_VALUE)  # found from the flag, judged by the line
+_SSH_KEYGEN_BEFORE = re.compile(r"(?<![\w-])ssh-keygen\b[^\n|;&]*\Z")
+
+
+def _keep_ssh_keygen(m: re.Match) -> bool:
+    """A ``-N``/``-P`` value stays unless ``ssh-keygen`` starts its command (at most 1,024 characters before it)."""
+    start = m.start()
+    return _SSH_KEYGEN_BEFORE.search(m.string, max(0, start - 1024), start) is None or _keep_plain("v")(m)
+
+
 def _both_copies(m: re.Match) -> tuple[str, str] | None:
     """The password and its repetition (``'PW\\nPW'``) both replaced; counted once."""
     if _keep_plain("v")(m):
@@ -833,7 +850,26 @@ _PASSWORD_TOOL_RULES = [
     for head, flag in (
         (r"mongo(?<![\w-]mongo)(?:sh|dump|restore|import|export|stat|top|files)?", r"-p[ \t]+"),  # MongoDB's tools
         (r"sqlcmd(?<![\w-]sqlcmd)", r"-P[ \t]*"),  # SQL Server's shell
+        (r"mssql-cli(?<![\w-]mssql-cli)", r"-P[ \t]*"),
     )
+] + [
+    SecretRule("archive_tool", re.compile(head + r"\b[^\n|;&]{0,1024}?[ \t]" + flag + _FLAG_VALUE),
+               _value("v", "password", _keep_plain("v")))
+    for head, flag in (
+        (r"zip(?<![\w-]zip)", r"-P[ \t]+"),  # zip's and unzip's password
+        (r"unzip(?<![\w-]unzip)", r"-P[ \t]+"),
+        (r"7za?(?<![\w-]7z)(?<![\w-]7za)", r"-p"),  # 7-Zip: the password glued to its flag
+    )
+] + [
+    SecretRule("net_user",  # Windows: `net user NAME PW [/add]`; `*` asks for it
+               re.compile(r"(?<![\w-])[Nn][Ee][Tt][ \t]+[Uu][Ss][Ee][Rr][ \t]+(?:\"[^\"\n]+\"|[^\s/\"]+)[ \t]+"
+                          r"(?P<q>['\"]?)(?P<v>[^\s/*'\"&|;<>][^\s'\"&|;<>]*)(?P=q)"),
+               _value("v", "password", _keep_plain("v"))),
+    SecretRule("password_tool",  # ssh-keygen's new and old passphrase (`-N PW`, `-P PW`), each flag of the command
+               _SSH_KEYGEN_FLAG, _value("v", "password", _keep_ssh_keygen)),
+    SecretRule("password_tool",  # `rabbitmqctl add_user NAME PW`
+               re.compile(r"rabbitmqctl(?<![\w-]rabbitmqctl)[ \t]+add_user[ \t]+\S+[ \t]+" + _FLAG_VALUE),
+               _value("v", "password", _keep_plain("v"))),
 ] + [
     SecretRule("user_password",  # `rabbitmqctl change_password NAME PW`
                re.compile(r"rabbitmqctl(?<![\w-]rabbitmqctl)[ \t]+change_password[ \t]+\S+[ \t]+" + _FLAG_VALUE),

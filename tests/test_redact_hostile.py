@@ -28,6 +28,9 @@ LINES = [
     ("ldapsearch", "ldapsearch ", " -w"),
     ("set password", "SET PASSWORD ", " password 'x'"),
     ("sqlcmd", "sqlcmd ", ""),
+    ("zip", "zip ", ""),
+    ("ssh-keygen", "ssh-keygen -N -N ", ""),
+    ("net user", "net user ", ""),
 ]
 
 

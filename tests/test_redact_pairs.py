@@ -1,8 +1,8 @@
 """Secrets given as a pair rather than as ``KEY=value``: a variable's name and value as two fields (Kubernetes and
 Compose ``env:`` lists, ECS task definitions), a (user, password) pair of literals in HTTP client code, a password
 quoted on its own after ``curl -u user:``, ``login -p`` of the Azure, OpenShift and Cloud Foundry command lines; and
-passwords that SQL statements and more command-line tools (MongoDB's, ``sqlcmd``, ``gpg``, ``keytool``, ``chpasswd``,
-``rabbitmqctl``) set.
+passwords that SQL statements and more command-line tools (MongoDB's, ``sqlcmd``, ``mssql-cli``, ``gpg``, ``keytool``,
+``chpasswd``, ``passwd``, ``openssl passwd``, ``rabbitmqctl``, ``zip``, ``7z``, ``ssh-keygen``, ``net user``) set.
 
 Each planted case must come out exactly as expected; each look-alike must come back byte-identical.
 """
@@ -15,7 +15,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from stages.redact import _ENV_PAIR, _RULES, open_gates, redact_text
+from stages.redact import _ENV_PAIR, _RULES, _SSH_KEYGEN_FLAG, open_gates, redact_text
 
 PW = "hunter2pass"
 
@@ -76,6 +76,13 @@ REDACTED = [
      "keytool -genkeypair -alias app -storepass <SECRET:password> -keystore app.jks"),
     ("echo 'root:letmein' | chpasswd", "echo 'root:<SECRET:password>' | chpasswd"),
     ("rabbitmqctl change_password admin hunter2pass", "rabbitmqctl change_password admin <SECRET:password>"),
+    ("rabbitmqctl add_user admin hunter2pass", "rabbitmqctl add_user admin <SECRET:password>"),
+    ("mssql-cli -S localhost -U sa -P hunter2pass", "mssql-cli -S localhost -U sa -P <SECRET:password>"),
+    ("zip -P hunter2pass secret.zip notes.txt", "zip -P <SECRET:password> secret.zip notes.txt"),
+    ("unzip -P 'hunter2pass' secret.zip", "unzip -P '<SECRET:password>' secret.zip"),
+    ("7z x -phunter2pass archive.7z", "7z x -p<SECRET:password> archive.7z"),
+    ("ssh-keygen -t ed25519 -N 'hunter2pass' -f key", "ssh-keygen -t ed25519 -N '<SECRET:password>' -f key"),
+    ("net user admin hunter2pass /add", "net user admin <SECRET:password> /add"),
     # a new user's password typed twice into passwd, or hashed by openssl for useradd
     ("echo -e 'hunter2pass\\nhunter2pass' | passwd bob", "echo -e '<SECRET:password>\\n<SECRET:password>' | passwd bob"),
     ('printf "hunter2pass\\nhunter2pass\\n" | sudo passwd bob',
@@ -121,6 +128,13 @@ KEPT = [
     "keytool -list -storepass:env STOREPASS -keystore app.jks",
     "chpasswd < users.txt",
     "gpg --batch --passphrase-file pw.txt -d f.gpg",
+    "ssh-keygen -t ed25519 -N '' -f key",
+    "ssh-keygen -f key.pub; tar -N 2024-01-01 -cf a.tar dir",  # `-N` of another command
+    "git log -P 'fix|feat' --oneline",
+    "gzip -P 4 big.log",
+    "7z a -p archive.7z dir",  # `-p` alone asks for it
+    "net user admin /delete",
+    "net user admin *",
     "echo -e '$PW\\n$PW' | passwd bob",
     "echo -e 'yes\\nno' | passwd bob",  # two different lines: no password typed twice
     "openssl passwd -stdin < pw.txt",
@@ -144,7 +158,9 @@ def test_a_pair_that_holds_no_secret_is_unchanged(text: str) -> None:
 
 
 # Each rule above sits behind a gate; a gate that stays shut on a text its rule matches is a leak.
-_NEW_GATES = ("auth_pair", "password_tool", "user_password", "passwd", "sql", "sql_identified")
+_NEW_GATES = ("auth_pair", "password_tool", "archive_tool", "net_user", "user_password", "passwd", "sql", "sql_identified")
+# rules that match more than they replace: the tool or name that decides stands outside the match
+_DECIDED_BY_CONTEXT = (_ENV_PAIR, _SSH_KEYGEN_FLAG)
 _GATED_RULES = [r for r in _RULES if r.gate in _NEW_GATES or (r.pattern is not None and "storepass" in r.pattern.pattern)]
 _GATED_RULES += [r for r in _RULES if r.pattern is _ENV_PAIR]
 
@@ -155,7 +171,7 @@ def test_a_gate_opens_on_every_text_its_rule_matches(rule):
     @given(st.from_regex(rule.pattern), st.text(max_size=5), st.text(max_size=5))
     def check(found, before, after):
         text = before + " " + found + " " + after
-        if rule.pattern is _ENV_PAIR:  # it matches every name; only a secret-naming one is replaced
+        if rule.pattern in _DECIDED_BY_CONTEXT:  # only the replacements must open the gate
             if rule.apply(text, Counter()) == text:
                 return
         elif rule.pattern.search(text) is None:  # `before` ended a word the pattern must not follow
