@@ -140,27 +140,19 @@ PROPERTIES_LOOKALIKES = [
 ]
 
 
-@pytest.mark.parametrize(("text", "expected"), PROPERTIES_CASES, ids=[e[:40] for _, e in PROPERTIES_CASES])
-def test_a_letters_only_password_on_a_java_properties_line_is_redacted(text, expected):
+CONFIG_FILE_CASES = INI_CASES + PROPERTIES_CASES
+CONFIG_FILE_LOOKALIKES = INI_LOOKALIKES + PROPERTIES_LOOKALIKES
+
+
+@pytest.mark.parametrize(("text", "expected"), CONFIG_FILE_CASES, ids=[e[:40] for _, e in CONFIG_FILE_CASES])
+def test_a_letters_only_password_on_an_ini_or_java_properties_line_is_redacted(text, expected):
     out, counts = redact_text(text)
     assert out == expected
     assert counts == Counter(password=1)
 
 
-@pytest.mark.parametrize("text", PROPERTIES_LOOKALIKES, ids=[t[:40] for t in PROPERTIES_LOOKALIKES])
-def test_a_dotted_assignment_of_code_is_unchanged(text):
-    assert redact_text(text) == (text, Counter())
-
-
-@pytest.mark.parametrize(("text", "expected"), INI_CASES, ids=[e[:40] for _, e in INI_CASES])
-def test_a_letters_only_password_on_an_ini_line_under_a_section_header_is_redacted(text, expected):
-    out, counts = redact_text(text)
-    assert out == expected
-    assert counts == Counter(password=1)
-
-
-@pytest.mark.parametrize("text", INI_LOOKALIKES, ids=[t[:40] for t in INI_LOOKALIKES])
-def test_an_ini_shaped_line_without_a_section_or_with_code_is_unchanged(text):
+@pytest.mark.parametrize("text", CONFIG_FILE_LOOKALIKES, ids=[t[:40] for t in CONFIG_FILE_LOOKALIKES])
+def test_a_config_shaped_line_of_code_or_without_a_section_is_unchanged(text):
     assert redact_text(text) == (text, Counter())
 
 
