@@ -24,7 +24,10 @@ costs about twenty fast scans per text and no rule regex at all):
   ``openai_key`` (``sk-…``, ``sk-proj-…``; the body must look generated — digits and capitals, or 32+
   characters without dashes — so slugs like ``sk-learn-tutorial-2`` stay), ``huggingface_token``,
   ``stripe_key``, ``npm_token``, ``pypi_token``, ``sendgrid_key`` (``SG.`` + 22 + ``.`` + 43),
-  ``telegram_bot_token`` (a bot id of 8–10 digits, ``:AA`` and a mixed-case rest), ``jwt`` (``eyJ….eyJ….…``);
+  ``telegram_bot_token`` (a bot id of 8–10 digits, ``:AA`` and a mixed-case rest), ``jwt`` (``eyJ….eyJ….…``),
+  ``groq_key`` (``gsk_`` + 52), ``replicate_token`` (``r8_`` + 37), ``xai_key`` (``xai-`` + 60–100),
+  ``perplexity_key`` (``pplx-`` + 40–64), ``vault_token`` (HashiCorp Vault's ``hvs.``/``hvb.``/``hvr.`` + 90 or more),
+  ``age_secret_key`` (``AGE-SECRET-KEY-1`` + 58 bech32 characters);
 - GitHub (a glued one's body mixed case), GitLab, Hugging Face (not after ``_``: ``from_hf_AutoModel…`` is a name),
   JWT and AWS tokens also glued to the word before them (``gh_ghp_…``, ``call_eyJ…``, ``1glpat-…``, ``xAKIA…``); an ``AKIA`` key only where no longer run of
   capitals and digits holds it and no ``+``, ``/`` or ``=`` follows (base64). The other prefixes still need a word
@@ -984,6 +987,19 @@ _RULES: list[SecretRule] = [
                _whole("sendgrid_key")),
     SecretRule("dot_token", re.compile(r"ya29\.(?<![A-Za-z0-9_.\-]ya29\.)[A-Za-z0-9_\-]{20,}"),  # an OAuth access token
                _whole("google_oauth_token", lambda s: _random_like(s[5:]))),
+    # more services' keys, each a prefix and a body of a fixed kind with a digit in it
+    SecretRule("underscore_token", re.compile(r"gsk_(?<![A-Za-z0-9_]gsk_)[A-Za-z0-9]{52}(?![A-Za-z0-9_])"),
+               _whole("groq_key", lambda s: _has_digit(s[4:]))),
+    SecretRule("underscore_token", re.compile(r"r8_(?<![A-Za-z0-9_]r8_)[A-Za-z0-9]{37}(?![A-Za-z0-9_])"),
+               _whole("replicate_token", lambda s: _has_digit(s[3:]))),
+    SecretRule("dash_token", re.compile(r"xai-(?<![A-Za-z0-9_-]xai-)[A-Za-z0-9]{60,100}(?![A-Za-z0-9_-])"),
+               _whole("xai_key", lambda s: _has_digit(s[4:]))),
+    SecretRule("dash_token", re.compile(r"pplx-(?<![A-Za-z0-9_-]pplx-)[A-Za-z0-9]{40,64}(?![A-Za-z0-9_-])"),
+               _whole("perplexity_key", lambda s: _has_digit(s[5:]))),
+    SecretRule("dot_token", re.compile(r"hv[sbr]\.(?<![A-Za-z0-9_.\-]hv[sbr]\.)[A-Za-z0-9_\-]{90,}"),  # HashiCorp Vault
+               _whole("vault_token", lambda s: _has_digit(s[4:]))),
+    SecretRule("dash_token", re.compile(r"AGE-SECRET-KEY-1[02-9AC-HJ-NP-Z]{58}(?![A-Za-z0-9])"),  # as age prints it
+               _whole("age_secret_key")),
     SecretRule("jwt", re.compile(r"eyJ[A-Za-z0-9_\-]{8,}\.eyJ[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]*"),
                _whole("jwt")),
     SecretRule(
